@@ -1,0 +1,46 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Each builds what it needs by itself.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+LINT_PATHS := airflow_provider tests example_dags bench scripts
+
+.PHONY: demo test lint typecheck unit bench e2e lock clean
+
+$(STAMP): pyproject.toml requirements/test.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.5"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/test.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@touch $(STAMP)
+
+## make demo: roll out a revision through Airflow against the local emulator (SQLite, no network)
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+## make test: ruff, mypy and the whole pytest suite
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(wildcard $(LINT_PATHS))
+	$(BIN)/ruff format --check $(wildcard $(LINT_PATHS))
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## extras
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
+
+## refresh the pinned dependency set after changing pyproject.toml
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements/test.lock
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,946 @@
+"""The one transport to the Deployment Management Service: sync and async twins over httpx.
+
+Everything that is not specific to one endpoint lives here exactly once: base URL and path prefix,
+auth headers, timeouts, TLS, retries with full-jitter backoff and ``Retry-After``, error mapping,
+response parsing and offset pagination. Endpoint methods only say which call they make.
+No Airflow imports: this module is usable (and tested) on its own.
+
+The two clients share :class:`_ClientCore`; the only code that exists twice is the few lines that
+``await`` (or do not): the send loop, the pagination loop and the patch read-back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import ipaddress
+import logging
+import os
+import random
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+import pydantic
+
+from airflow_provider import __version__
+from airflow_provider.models import (
+    MAX_PAGE_SIZE,
+    CreateDeploymentRequest,
+    Deployment,
+    DeploymentListPage,
+    ErrorDetail,
+    ListDeploymentsQuery,
+    OAuthProvider,
+    PatchDeploymentRequest,
+    Repository,
+    Revision,
+    canonical_uuid,
+    error_message,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__version__}"
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+# ------------------------------------------------------------------------------------------ errors
+class DeploymentServiceError(Exception):
+    """Base of every error this provider raises about the service.
+
+    :param message: what went wrong, for a person (never holds the API key or a secret value).
+    :param method: HTTP method of the request, if one was made.
+    :param path: path of the request (without base URL or query).
+    :param status_code: HTTP status of the answer, if one came.
+    :param detail: the parsed ``detail`` of the error body: a string, or a list of :class:`ErrorDetail`.
+    """
+
+    transient = False
+    """Whether waiting and asking again may succeed (used by sensors and triggers)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        status_code: int | None = None,
+        detail: str | list[ErrorDetail] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+        self.status_code = status_code
+        self.detail = detail
+
+
+class InvalidRequestError(DeploymentServiceError, ValueError):
+    """A request was refused before sending: a parameter is missing or has the wrong form."""
+
+
+class ApiError(DeploymentServiceError):
+    """The service answered with an error status."""
+
+
+class AuthError(ApiError):
+    """401 or 403: the API key is wrong, or the workspace (``X-Tenant-Id``) is missing or not allowed."""
+
+
+class NotFoundError(ApiError):
+    """404: the deployment, integration or revision does not exist (or is not visible to this key)."""
+
+
+class RequestRejectedError(ApiError):
+    """400 or 422: the service refused the request's content."""
+
+
+class ConflictError(ApiError):
+    """Any other 4xx the service answered."""
+
+
+class RateLimitedError(ApiError):
+    """429 after the retry budget was spent."""
+
+    transient = True
+
+
+class ServerError(ApiError):
+    """5xx from the service or a gateway in front of it."""
+
+    transient = True
+
+
+class TransportError(DeploymentServiceError):
+    """No usable answer: connection refused or dropped, timeout, TLS failure."""
+
+    transient = True
+
+
+class TlsError(TransportError):
+    """The service's TLS certificate could not be verified: waiting will not fix it, so it is not transient."""
+
+    transient = False
+
+
+class UnexpectedResponseError(DeploymentServiceError):
+    """The service answered 2xx (or a redirect) with something that is not what the spec promises."""
+
+
+# -------------------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried. Plain numbers, so a trigger can carry them.
+
+    :param max_attempts: attempts per call, the first included (1 = no retry).
+    :param backoff_initial: base delay in seconds of the first retry; doubles each retry.
+    :param backoff_max: cap of one backoff delay in seconds.
+    :param retry_after_max: cap in seconds on how long a ``Retry-After`` header is honoured.
+    """
+
+    max_attempts: int = 5
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    retry_after_max: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidRequestError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("backoff_initial", "backoff_max", "retry_after_max"):
+            if getattr(self, name) < 0:
+                raise InvalidRequestError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def backoff(self, retry_number: int, rng: random.Random) -> float:
+        """Full-jitter exponential backoff for the ``retry_number``-th retry (1-based)."""
+        ceiling = min(self.backoff_max, self.backoff_initial * 2 ** (retry_number - 1))
+        return rng.uniform(0, ceiling)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Everything a client needs except the secret key. JSON-safe via :meth:`to_dict`.
+
+    :param base_url: service URL, path prefix included (``https://host/api-host`` when self-hosted).
+    :param tenant_id: workspace UUID sent as ``X-Tenant-Id`` (organization-scoped keys need it).
+    :param connect_timeout: seconds to establish a connection.
+    :param read_timeout: seconds to wait for an answer.
+    :param verify: verify TLS certificates (``True``), not (``False``), or a CA bundle path.
+    :param allow_insecure_http: allow sending the API key over plain http to a non-loopback host.
+    :param retry: retry policy.
+    """
+
+    base_url: str
+    tenant_id: str | None = None
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    verify: bool | str = True
+    allow_insecure_http: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
+        if self.tenant_id is not None:
+            try:
+                object.__setattr__(self, "tenant_id", canonical_uuid(self.tenant_id, "tenant_id"))
+            except ValueError as err:
+                raise InvalidRequestError(str(err)) from None
+        for name in ("connect_timeout", "read_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidRequestError(f"{name} must be a positive number of seconds, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (for trigger kwargs); holds no secret."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClientSettings:
+        """Inverse of :meth:`to_dict`."""
+        values = dict(data)
+        values["retry"] = RetryPolicy(**values.get("retry", {}))
+        return cls(**values)
+
+    def with_retry(self, **changes: Any) -> ClientSettings:
+        """A copy with some retry numbers changed."""
+        return replace(self, retry=replace(self.retry, **changes))
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Check ``base_url`` has a scheme and host, and drop a trailing slash; keep any path prefix."""
+    if not isinstance(base_url, str) or not base_url.strip():
+        raise InvalidRequestError("base_url is empty: set the connection's host, e.g. https://api.example.com")
+    url = base_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequestError(f"base_url must start with https:// (or http://) and name a host, got {base_url!r}")
+    if parts.query or parts.fragment:
+        raise InvalidRequestError(f"base_url must not have a query or fragment, got {base_url!r}")
+    return url
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8 or ::1)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------- calls
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API call: what to send and how to read the answer.
+
+    :param method: HTTP method.
+    :param path: path below the base URL, ids already validated and inserted.
+    :param parse: turns the raw JSON body into the result (pydantic parses and validates it in one pass).
+    :param params: query parameters.
+    :param json_body: request body (secret values revealed: never logged).
+    :param secrets: secret values in the body, scrubbed from every error message.
+    :param retry_ambiguous: whether a failure after the request may have been processed is retried.
+    """
+
+    method: str
+    path: str
+    parse: Callable[[bytes], T]
+    params: dict[str, str] | None = None
+    json_body: dict[str, Any] | None = None
+    secrets: tuple[str, ...] = ()
+    retry_ambiguous: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+class AmbiguousFailure(Exception):
+    """Internal: a non-idempotent call failed in a way that may have been processed."""
+
+    def __init__(self, error: DeploymentServiceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _parse_model(model: type[pydantic.BaseModel]) -> Callable[[bytes], Any]:
+    return model.model_validate_json
+
+
+def _parse_list(model: type[pydantic.BaseModel]) -> Callable[[bytes], list[Any]]:
+    return pydantic.TypeAdapter(list[model]).validate_json  # type: ignore[valid-type]
+
+
+def _path_id(value: object, field_name: str) -> str:
+    try:
+        return canonical_uuid(value, field_name)
+    except ValueError as err:
+        raise InvalidRequestError(str(err)) from None
+
+
+def _validated(model: type[pydantic.BaseModel], data: Any) -> Any:
+    """Validate request input, turning pydantic's error into :class:`InvalidRequestError` naming fields."""
+    if isinstance(data, model):
+        return data
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise InvalidRequestError(f"invalid {model.__name__}: {describe_validation_error(err)}") from None
+
+
+def describe_validation_error(err: pydantic.ValidationError) -> str:
+    """``field.path: message`` for each error, without echoing the input (it may be a secret)."""
+    parts = []
+    for item in err.errors(include_input=False, include_url=False):
+        location = ".".join(str(part) for part in item["loc"]) or "(body)"
+        parts.append(f"{location}: {error_message(item)}")
+    return "; ".join(parts)
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """Replace every secret value in ``text`` with ``**********``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "**********")
+    return text
+
+
+# -------------------------------------------------------------------------------------------- core
+_SAFE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Failures where the request provably never reached the server."""
+
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_SAFE_RETRY_STATUSES = frozenset({429, 503})
+"""Statuses where the server refused without processing: safe to re-send even a PATCH."""
+
+
+@dataclass
+class _Decision:
+    """What the send loop does after one attempt."""
+
+    result: Any = None
+    error: DeploymentServiceError | None = None
+    retry_in: float | None = None
+    ambiguous: bool = False
+
+
+class _ClientCore:
+    """Request building, response reading and retry decisions shared by both twins."""
+
+    def __init__(self, settings: ClientSettings, api_key: str, *, rng: random.Random | None = None) -> None:
+        if not api_key:
+            raise InvalidRequestError("API key is empty: set the connection's password to the service API key")
+        parts = urlsplit(settings.base_url)
+        if parts.scheme == "http" and not is_loopback_host(parts.hostname or ""):
+            if not settings.allow_insecure_http:
+                raise InvalidRequestError(
+                    f"refusing to send the API key over plain http to {parts.hostname}; use https, or set "
+                    "allow_insecure_http to true in the connection extras if you really mean it"
+                )
+            log.warning("Sending the API key over plain http to %s (allow_insecure_http is set)", parts.hostname)
+        self.settings = settings
+        self._rng = rng or random.Random()
+        self._headers = {
+            "X-Api-Key": api_key,
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        if settings.tenant_id:
+            self._headers["X-Tenant-Id"] = settings.tenant_id
+        self._timeout = httpx.Timeout(
+            settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.settings.base_url!r}, tenant_id={self.settings.tenant_id!r})"
+
+    def _client_options(self) -> dict[str, Any]:
+        return {
+            "base_url": self.settings.base_url + "/",
+            "headers": self._headers,
+            "timeout": self._timeout,
+            "verify": self._verify(),
+            "follow_redirects": False,
+            "limits": httpx.Limits(max_connections=20, max_keepalive_connections=10),
+        }
+
+    def _verify(self) -> bool | ssl.SSLContext:
+        verify = self.settings.verify
+        if not isinstance(verify, str):
+            return verify
+        if not os.path.exists(verify):
+            raise InvalidRequestError(
+                f"ca_bundle (verify) {verify!r} does not exist: give the path of a PEM CA bundle file or directory"
+            )
+        if os.path.isdir(verify):
+            return ssl.create_default_context(capath=verify)
+        return ssl.create_default_context(cafile=verify)
+
+    def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
+        return http.build_request(call.method, call.path.lstrip("/"), params=call.params, json=call.json_body)
+
+    # ---- decisions
+    def _after_exception(self, call: Call[Any], exc: httpx.HTTPError, attempt: int) -> _Decision:
+        kind = type(exc).__name__
+        error = TransportError(
+            scrub(f"{call.label} failed: {kind} ({exc}) after {attempt} attempt(s)", call.secrets),
+            method=call.method,
+            path=call.path,
+        )
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+            error = TransportError(
+                f"{call.label} timed out ({kind}, read timeout {self.settings.read_timeout} s) "
+                f"after {attempt} attempt(s)",
+                method=call.method,
+                path=call.path,
+            )
+        if _is_certificate_error(exc):
+            return _Decision(
+                error=TlsError(
+                    f"{call.label} failed: the TLS certificate of {self.settings.base_url} could not be verified "
+                    f"({exc}); if the service uses a private CA, set the connection extra ca_bundle to its PEM file",
+                    method=call.method,
+                    path=call.path,
+                )
+            )
+        safe = isinstance(exc, _SAFE_TRANSPORT_ERRORS)
+        if not isinstance(exc, httpx.TransportError) or isinstance(exc, httpx.UnsupportedProtocol):
+            return _Decision(error=error)
+        if not safe and not call.retry_ambiguous:
+            return _Decision(error=error, ambiguous=True)
+        return self._maybe_retry(call, error, attempt, delay=None)
+
+    def _after_response(self, call: Call[Any], response: httpx.Response, attempt: int) -> _Decision:
+        status = response.status_code
+        if 200 <= status < 300:
+            return self._parse_success(call, response)
+        if 300 <= status < 400:
+            return _Decision(
+                error=UnexpectedResponseError(
+                    f"{call.label} answered {status} redirect to {response.headers.get('location')!r}; "
+                    "redirects are not followed (the API key would travel with them): fix the base URL",
+                    method=call.method,
+                    path=call.path,
+                    status_code=status,
+                )
+            )
+        error = self._error_for(call, response, attempt)
+        if status not in _RETRY_STATUSES:
+            return _Decision(error=error)
+        if status not in _SAFE_RETRY_STATUSES and not call.retry_ambiguous:
+            return _Decision(error=error, ambiguous=True)
+        return self._maybe_retry(call, error, attempt, delay=self._retry_after(response))
+
+    def _maybe_retry(
+        self, call: Call[Any], error: DeploymentServiceError, attempt: int, delay: float | None
+    ) -> _Decision:
+        policy = self.settings.retry
+        if attempt >= policy.max_attempts:
+            return _Decision(error=error)
+        wait = policy.backoff(attempt, self._rng) if delay is None else delay
+        log.warning(
+            "%s; retry %d of %d in %.2f s",
+            error,
+            attempt,
+            policy.max_attempts - 1,
+            wait,
+        )
+        return _Decision(error=error, retry_in=wait)
+
+    def _retry_after(self, response: httpx.Response) -> float | None:
+        header = response.headers.get("retry-after")
+        if not header:
+            return None
+        cap = self.settings.retry.retry_after_max
+        header = header.strip()
+        if header.isdigit():
+            return min(float(header), cap)
+        try:
+            when = email.utils.parsedate_to_datetime(header)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return min(max(0.0, (when - datetime.now(timezone.utc)).total_seconds()), cap)
+
+    def _parse_success(self, call: Call[Any], response: httpx.Response) -> _Decision:
+        def unexpected(what: str) -> _Decision:
+            return _Decision(
+                error=UnexpectedResponseError(
+                    scrub(f"{call.label} answered {response.status_code} {what}", call.secrets),
+                    method=call.method,
+                    path=call.path,
+                    status_code=response.status_code,
+                )
+            )
+
+        if not response.content.strip():
+            return unexpected("with an empty body where JSON was expected")
+        try:
+            return _Decision(result=call.parse(response.content))
+        except pydantic.ValidationError as err:
+            if any(item["type"] == "json_invalid" for item in err.errors(include_url=False)):
+                content_type = response.headers.get("content-type", "no content type")
+                # Not quoted: a cut-off deployment list would carry secret values the call cannot scrub.
+                return unexpected(f"with a body that is not JSON ({content_type}, {len(response.content)} bytes)")
+            return unexpected(f"with JSON that does not match the expected shape: {describe_validation_error(err)}")
+
+    def _error_for(self, call: Call[Any], response: httpx.Response, attempt: int) -> ApiError:
+        status = response.status_code
+        detail = _scrub_detail(_parse_detail(response), call.secrets)
+        shown = _detail_text(detail, response)
+        message = scrub(f"{call.label} failed with {status} {response.reason_phrase}: {shown}", call.secrets)
+        error_class: type[ApiError]
+        if status in (401, 403):
+            error_class = AuthError
+            hint = {
+                401: " (check the API key in the connection's password)",
+                403: " (an organization-scoped key needs the workspace: set tenant_id in the connection extras)",
+            }[status]
+            message += hint
+        elif status == 404:
+            error_class = NotFoundError
+        elif status in (400, 422):
+            error_class = RequestRejectedError
+        elif status == 429:
+            error_class = RateLimitedError
+        elif status >= 500:
+            error_class = ServerError
+        else:
+            error_class = ConflictError
+        if status in _RETRY_STATUSES:
+            message += f" after {attempt} attempt(s)"
+        return error_class(message, method=call.method, path=call.path, status_code=status, detail=detail)
+
+    # ---- endpoint calls (shared by both twins)
+    def _list_oauth_providers(self) -> Call[list[OAuthProvider]]:
+        return Call("GET", "/v2/auth/providers", _parse_list(OAuthProvider))
+
+    def _list_repositories(self, integration_id: str) -> Call[list[Repository]]:
+        integration = _path_id(integration_id, "integration_id")
+        return Call("GET", f"/v1/integrations/forge/codehost/{integration}/repos", _parse_list(Repository))
+
+    def _list_deployments(self, query: ListDeploymentsQuery) -> Call[DeploymentListPage]:
+        return Call("GET", "/v2/deployments", _parse_model(DeploymentListPage), params=query.to_query_params())
+
+    def _get_deployment_via_list(self, deployment_id: str) -> Call[DeploymentListPage]:
+        query = ListDeploymentsQuery(deployment_ids=[_path_id(deployment_id, "deployment_id")], limit=1)
+        return self._list_deployments(query)
+
+    def _get_revision(self, deployment_id: str, revision_id: str) -> Call[Revision]:
+        deployment = _path_id(deployment_id, "deployment_id")
+        revision = _path_id(revision_id, "revision_id")
+        return Call("GET", f"/v2/deployments/{deployment}/revisions/{revision}", _parse_model(Revision))
+
+    def _patch_deployment(self, deployment_id: str, request: PatchDeploymentRequest) -> Call[Deployment]:
+        deployment = _path_id(deployment_id, "deployment_id")
+        return Call(
+            "PATCH",
+            f"/v2/deployments/{deployment}",
+            _parse_model(Deployment),
+            json_body=request.to_request_body(),
+            secrets=_secret_values(request),
+            retry_ambiguous=False,
+        )
+
+    def _create_deployment(self, request: CreateDeploymentRequest) -> Call[Deployment]:
+        return Call(
+            "POST",
+            "/v2/deployments",
+            _parse_model(Deployment),
+            json_body=request.to_request_body(),
+            secrets=_secret_values(request),
+            retry_ambiguous=False,
+        )
+
+    @staticmethod
+    def _query(query: ListDeploymentsQuery | None, filters: dict[str, Any]) -> ListDeploymentsQuery:
+        if query is not None and filters:
+            raise InvalidRequestError("pass either a ListDeploymentsQuery or filter keywords, not both")
+        return query if query is not None else _validated(ListDeploymentsQuery, filters)
+
+    @staticmethod
+    def _found(deployment_id: str, page: DeploymentListPage) -> Deployment:
+        wanted = _path_id(deployment_id, "deployment_id")
+        for deployment in page.resources:
+            if deployment.id == wanted:
+                return deployment
+        raise NotFoundError(
+            f"Deployment ID {wanted} not found (GET /v2/deployments?deployment_ids={wanted} returned no match)",
+            method="GET",
+            path="/v2/deployments",
+            status_code=200,
+        )
+
+    @staticmethod
+    def _patch_landed(
+        request: PatchDeploymentRequest, failure: AmbiguousFailure, current: Deployment, previous_latest: str | None
+    ) -> bool:
+        """After an ambiguous PATCH failure: whether the read-back shows the patch applied.
+
+        A patch that creates a revision landed exactly when ``latest_revision_id`` moved on from the one
+        read before sending (the values alone could have been there before, or be echoed differently);
+        any other patch landed when the deployment shows every value it sets.
+        """
+        if request.creates_revision:
+            landed = current.latest_revision_id != previous_latest
+        else:
+            landed = request.is_reflected_in(current)
+        outcome = "the patch is already applied, not sending it again" if landed else "the patch did not land"
+        log.warning("%s; read the deployment back: %s", failure.error, outcome)
+        return landed
+
+
+class _Paginator:
+    """Offset pagination shared by both twins: next query, end detection, repeat guard, ``max_results``."""
+
+    def __init__(self, query: ListDeploymentsQuery, max_results: int | None) -> None:
+        if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
+            raise InvalidRequestError(f"max_results must be a positive integer or None, got {max_results!r}")
+        self.query = query
+        self.max_results = max_results
+        self.seen: set[str] = set()
+        self.done = False
+
+    def accept(self, page: DeploymentListPage) -> list[Deployment]:
+        """New deployments of ``page`` (capped), and move the query to the next page or finish."""
+        fresh = [item for item in page.resources if item.id not in self.seen]
+        if page.resources and not fresh:
+            raise UnexpectedResponseError(
+                f"GET /v2/deployments returned the same page again for offset {self.query.offset}: "
+                "the server seems to ignore 'offset'; stopping instead of looping",
+                method="GET",
+                path="/v2/deployments",
+                status_code=200,
+            )
+        if self.max_results is not None:
+            fresh = fresh[: self.max_results - len(self.seen)]
+        self.seen.update(item.id for item in fresh)
+        next_offset = page.offset if page.offset > self.query.offset else self.query.offset + len(page.resources)
+        short = len(page.resources) < self.query.limit
+        capped = self.max_results is not None and len(self.seen) >= self.max_results
+        self.done = short or capped
+        self.query = self.query.model_copy(update={"offset": next_offset})
+        return fresh
+
+
+def _is_certificate_error(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _scrub_detail(detail: str | list[ErrorDetail] | None, secrets: tuple[str, ...]) -> str | list[ErrorDetail] | None:
+    """``detail`` without secret values; list entries keep only loc, msg and type (``input`` echoes the request)."""
+    if isinstance(detail, str):
+        return scrub(detail, secrets)
+    if isinstance(detail, list):
+        return [ErrorDetail(loc=item.loc, msg=scrub(item.msg, secrets), type=item.type) for item in detail]
+    return detail
+
+
+def _exhausted(error: DeploymentServiceError, rounds: int) -> DeploymentServiceError:
+    """The last PATCH round's ``error``, saying that every round was used and read back."""
+    first_round = str(error).replace(" after 1 attempt(s)", "")
+    message = f"{first_round} after {rounds} attempt(s), each read back: the patch had not landed"
+    return type(error)(
+        message, method=error.method, path=error.path, status_code=error.status_code, detail=error.detail
+    )
+
+
+def _secret_values(request: PatchDeploymentRequest | CreateDeploymentRequest) -> tuple[str, ...]:
+    return tuple(secret.revealed for secret in request.secrets or [])
+
+
+def _snippet(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _parse_detail(response: httpx.Response) -> str | list[ErrorDetail] | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        try:
+            return [ErrorDetail.model_validate(item) for item in detail]
+        except pydantic.ValidationError:
+            return None
+    return None
+
+
+def _detail_text(detail: str | list[ErrorDetail] | None, response: httpx.Response) -> str:
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        return "; ".join(f"{'.'.join(str(part) for part in item.loc)}: {item.msg}" for item in detail)
+    content_type = response.headers.get("content-type", "")
+    if not response.content:
+        return "(empty body)"
+    return f"(no JSON detail; {content_type or 'no content type'} body {_snippet(response.text, 80)!r})"
+
+
+# -------------------------------------------------------------------------------------------- sync
+class DeploymentServiceClient(_ClientCore):
+    """Blocking client. One pooled httpx client for its whole life; use as a context manager or
+    call :meth:`close`.
+
+    :param settings: connection settings.
+    :param api_key: the service API key (sent as ``X-Api-Key``; never logged).
+    :param transport: an httpx transport (tests pass ``httpx.MockTransport``).
+    :param sleep: how to wait between retries (tests pass a recorder).
+    :param rng: random source of the backoff jitter.
+    """
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        api_key: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(settings, api_key, rng=rng)
+        self._sleep = sleep
+        self._http = httpx.Client(transport=transport, **self._client_options())
+
+    def __enter__(self) -> DeploymentServiceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+
+    def execute(self, call: Call[T]) -> T:
+        """Send ``call`` with retries and return its parsed result, or raise a :class:`DeploymentServiceError`."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.send(self._request(self._http, call))
+            except httpx.HTTPError as exc:
+                decision = self._after_exception(call, exc, attempt)
+            else:
+                decision = self._after_response(call, response, attempt)
+            if decision.retry_in is not None:
+                self._sleep(decision.retry_in)
+                continue
+            if decision.error is None:
+                return decision.result
+            if decision.ambiguous:
+                raise AmbiguousFailure(decision.error)
+            raise decision.error
+
+    def list_oauth_providers(self) -> list[OAuthProvider]:
+        """``GET /v2/auth/providers``."""
+        return self.execute(self._list_oauth_providers())
+
+    def list_repositories(self, integration_id: str) -> list[Repository]:
+        """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
+        return self.execute(self._list_repositories(integration_id))
+
+    def list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
+        """One page of ``GET /v2/deployments``; filters as in :class:`ListDeploymentsQuery`."""
+        return self.execute(self._list_deployments(self._query(query, filters)))
+
+    def iter_deployments(
+        self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any
+    ) -> Iterator[Deployment]:
+        """Every deployment matching the filters, page after page (page size ``limit``, default 100)."""
+        if query is None:
+            filters.setdefault("limit", MAX_PAGE_SIZE)
+        paginator = _Paginator(self._query(query, filters), max_results)
+        while not paginator.done:
+            yield from paginator.accept(self.execute(self._list_deployments(paginator.query)))
+
+    def get_deployment(self, deployment_id: str) -> Deployment:
+        """One deployment, through the list endpoint's ``deployment_ids`` filter; :class:`NotFoundError` if absent."""
+        return self._found(deployment_id, self.execute(self._get_deployment_via_list(deployment_id)))
+
+    def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
+        """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""
+        return self.execute(self._get_revision(deployment_id, revision_id))
+
+    def patch_deployment(
+        self,
+        deployment_id: str,
+        request: PatchDeploymentRequest | dict[str, Any],
+        *,
+        previous_latest_revision_id: str | None = None,
+    ) -> Deployment:
+        """``PATCH /v2/deployments/{id}``, never applied twice.
+
+        Re-sent only when it provably did not reach the service; after an ambiguous failure the
+        deployment is read back, and the patch is sent once more only if it did not land (for a patch
+        that creates a revision: ``latest_revision_id`` did not move).
+
+        :param deployment_id: the deployment's UUID.
+        :param request: the patch (a model, or a dict validated into one before anything is sent).
+        :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this patch;
+            when not given for a patch that creates a revision, the client reads it first (one GET).
+        """
+        patch = _validated(PatchDeploymentRequest, request)
+        call = self._patch_deployment(deployment_id, patch)
+        read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
+        previous_latest = previous_latest_revision_id
+        if patch.creates_revision and previous_latest is None:  # the read-back needs the revision before
+            previous_latest = self._found(deployment_id, self.execute(read_back)).latest_revision_id
+        rounds = self.settings.retry.max_attempts
+        for round_number in range(1, rounds + 1):
+            try:
+                return self.execute(call)
+            except AmbiguousFailure as failure:
+                current = self._found(deployment_id, self.execute(read_back))
+                if self._patch_landed(patch, failure, current, previous_latest):
+                    return current
+                if round_number == rounds:
+                    raise _exhausted(failure.error, rounds) from None
+                log.warning("Sending PATCH %s once more (round %d of %d)", call.path, round_number + 1, rounds)
+                self._sleep(self.settings.retry.backoff(round_number, self._rng))
+        raise AssertionError("unreachable")
+
+    def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:
+        """``POST /v2/deployments`` (contract shown only in part by the spec; not re-sent when ambiguous)."""
+        try:
+            return self.execute(self._create_deployment(_validated(CreateDeploymentRequest, request)))
+        except AmbiguousFailure as failure:
+            raise failure.error from None
+
+
+# ------------------------------------------------------------------------------------------- async
+class AsyncDeploymentServiceClient(_ClientCore):
+    """Asyncio twin of :class:`DeploymentServiceClient`; methods carry the same names.
+
+    :param settings: connection settings.
+    :param api_key: the service API key (sent as ``X-Api-Key``; never logged).
+    :param transport: an httpx async transport (tests pass ``httpx.MockTransport``).
+    :param sleep: how to wait between retries.
+    :param rng: random source of the backoff jitter.
+    """
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        api_key: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(settings, api_key, rng=rng)
+        self._sleep = sleep
+        self._http = httpx.AsyncClient(transport=transport, **self._client_options())
+
+    async def __aenter__(self) -> AsyncDeploymentServiceClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._http.aclose()
+
+    async def execute(self, call: Call[T]) -> T:
+        """Send ``call`` with retries and return its parsed result, or raise a :class:`DeploymentServiceError`."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.send(self._request(self._http, call))
+            except httpx.HTTPError as exc:
+                decision = self._after_exception(call, exc, attempt)
+            else:
+                decision = self._after_response(call, response, attempt)
+            if decision.retry_in is not None:
+                await self._sleep(decision.retry_in)
+                continue
+            if decision.error is None:
+                return decision.result
+            if decision.ambiguous:
+                raise AmbiguousFailure(decision.error)
+            raise decision.error
+
+    async def list_oauth_providers(self) -> list[OAuthProvider]:
+        """``GET /v2/auth/providers``."""
+        return await self.execute(self._list_oauth_providers())
+
+    async def list_repositories(self, integration_id: str) -> list[Repository]:
+        """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
+        return await self.execute(self._list_repositories(integration_id))
+
+    async def list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
+        """One page of ``GET /v2/deployments``."""
+        return await self.execute(self._list_deployments(self._query(query, filters)))
+
+    async def iter_deployments(
+        self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any
+    ) -> AsyncIterator[Deployment]:
+        """Every deployment matching the filters, page after page."""
+        if query is None:
+            filters.setdefault("limit", MAX_PAGE_SIZE)
+        paginator = _Paginator(self._query(query, filters), max_results)
+        while not paginator.done:
+            for deployment in paginator.accept(await self.execute(self._list_deployments(paginator.query))):
+                yield deployment
+
+    async def get_deployment(self, deployment_id: str) -> Deployment:
+        """One deployment, through the list endpoint's ``deployment_ids`` filter."""
+        return self._found(deployment_id, await self.execute(self._get_deployment_via_list(deployment_id)))
+
+    async def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
+        """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""
+        return await self.execute(self._get_revision(deployment_id, revision_id))
+
+    async def patch_deployment(
+        self,
+        deployment_id: str,
+        request: PatchDeploymentRequest | dict[str, Any],
+        *,
+        previous_latest_revision_id: str | None = None,
+    ) -> Deployment:
+        """``PATCH /v2/deployments/{id}``, never applied twice (see the sync twin)."""
+        patch = _validated(PatchDeploymentRequest, request)
+        call = self._patch_deployment(deployment_id, patch)
+        read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
+        previous_latest = previous_latest_revision_id
+        if patch.creates_revision and previous_latest is None:  # the read-back needs the revision before
+            previous_latest = self._found(deployment_id, await self.execute(read_back)).latest_revision_id
+        rounds = self.settings.retry.max_attempts
+        for round_number in range(1, rounds + 1):
+            try:
+                return await self.execute(call)
+            except AmbiguousFailure as failure:
+                current = self._found(deployment_id, await self.execute(read_back))
+                if self._patch_landed(patch, failure, current, previous_latest):
+                    return current
+                if round_number == rounds:
+                    raise _exhausted(failure.error, rounds) from None
+                log.warning("Sending PATCH %s once more (round %d of %d)", call.path, round_number + 1, rounds)
+                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
+        raise AssertionError("unreachable")
+
+    async def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:
+        """``POST /v2/deployments`` (not re-sent when ambiguous)."""
+        try:
+            return await self.execute(self._create_deployment(_validated(CreateDeploymentRequest, request)))
+        except AmbiguousFailure as failure:
+            raise failure.error from None

@@ -1,0 +1,181 @@
+"""The emulator's admin API under ``/_emulator`` (no API key; not part of the service).
+
+========================================================  =============================================
+Route                                                      Body / answer
+========================================================  =============================================
+``GET /_emulator/state``                                   snapshot: now, deployments (+ revisions), faults
+``POST /_emulator/reset``                                  reload seed data, clear faults/chaos/log (204)
+``GET /_emulator/clock``                                   ``{"now", "frozen", "offset_seconds"}``
+``POST /_emulator/clock/advance``                          ``{"seconds": 5}`` -> clock
+``GET /_emulator/requests``                                request log entries
+``DELETE /_emulator/requests``                             clear log and counters (204)
+``GET /_emulator/counters``                                ``{"GET /v2/deployments": 3, ...}``
+``GET|POST|DELETE /_emulator/faults``                      list / add a :class:`FaultRule` / clear all
+``PUT|DELETE /_emulator/chaos``                            :class:`ChaosSettings` / turn off
+``GET|PATCH|DELETE /_emulator/deployments/{id}``           admin view / emulator-side options / delete
+``POST /_emulator/deployments/{id}/status``                ``{"status": "AWAITING_DELETE"}``
+``POST /_emulator/deployments/{id}/fail-next-build``       ``{"status": "BUILD_FAILED", "message": null}``
+``POST /_emulator/deployments/{id}/revisions/{rid}/fail``  ``{"status": "DEPLOY_FAILED", "message": null}``
+========================================================  =============================================
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_provider.models import DeploymentType
+
+from .faults import ChaosSettings, FaultRule
+from .state import EmulatorState, StatusName
+
+ADMIN_TAG = "emulator-admin"
+
+admin_router = APIRouter(prefix="/_emulator", tags=[ADMIN_TAG])
+
+
+async def _state(request: Request) -> EmulatorState:
+    state: EmulatorState = request.app.state.emulator
+    return state
+
+
+State = Annotated[EmulatorState, Depends(_state)]
+FailureName = Literal["BUILD_FAILED", "DEPLOY_FAILED"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdvanceBody(_Body):
+    """Move the clock: ``seconds`` >= 0."""
+
+    seconds: float = Field(ge=0)
+
+
+class FailBody(_Body):
+    """How a build fails."""
+
+    status: FailureName = "BUILD_FAILED"
+    message: str | None = None
+
+
+class StatusBody(_Body):
+    """A deployment status to set."""
+
+    status: StatusName
+
+
+class OptionsBody(_Body):
+    """Emulator-side settings of a deployment (``null``: unchanged)."""
+
+    build_seconds: float | None = Field(default=None, ge=0)
+    deployment_type: DeploymentType | None = None
+    tag_value_ids: list[str] | None = None
+    remote_reconciled: bool | None = None
+    image_version: str | None = None
+
+
+def _clock(state: EmulatorState) -> dict[str, Any]:
+    return {"now": state.now().isoformat(), "frozen": state.clock.frozen, "offset_seconds": state.clock.offset_seconds}
+
+
+@admin_router.get("/state")
+async def get_snapshot(state: State) -> dict[str, Any]:
+    return state.snapshot()
+
+
+@admin_router.post("/reset", status_code=204)
+async def reset(state: State) -> Response:
+    state.reset()
+    return Response(status_code=204)
+
+
+@admin_router.get("/clock")
+async def get_clock(state: State) -> dict[str, Any]:
+    return _clock(state)
+
+
+@admin_router.post("/clock/advance")
+async def advance_clock(body: AdvanceBody, state: State) -> dict[str, Any]:
+    state.advance(body.seconds)
+    return _clock(state)
+
+
+@admin_router.get("/requests")
+async def get_requests(state: State) -> list[dict[str, Any]]:
+    return [record.to_json() for record in state.request_log]
+
+
+@admin_router.delete("/requests", status_code=204)
+async def reset_requests(state: State) -> Response:
+    state.reset_requests()
+    return Response(status_code=204)
+
+
+@admin_router.get("/counters")
+async def get_counters(state: State) -> dict[str, int]:
+    return state.counters
+
+
+@admin_router.get("/faults")
+async def get_faults(state: State) -> list[dict[str, Any]]:
+    return [rule.model_dump(mode="json") for rule in state.faults()]
+
+
+@admin_router.post("/faults", status_code=201)
+async def add_fault(rule: FaultRule, state: State) -> dict[str, Any]:
+    result: dict[str, Any] = state.add_fault(rule).model_dump(mode="json")
+    return result
+
+
+@admin_router.delete("/faults", status_code=204)
+async def clear_faults(state: State) -> Response:
+    state.clear_faults()
+    return Response(status_code=204)
+
+
+@admin_router.put("/chaos")
+async def set_chaos(chaos: ChaosSettings, state: State) -> dict[str, Any]:
+    state.set_chaos(chaos)
+    result: dict[str, Any] = chaos.model_dump(mode="json")
+    return result
+
+
+@admin_router.delete("/chaos", status_code=204)
+async def clear_chaos(state: State) -> Response:
+    state.set_chaos(None)
+    return Response(status_code=204)
+
+
+@admin_router.get("/deployments/{deployment_id}")
+async def get_deployment(deployment_id: str, state: State) -> dict[str, Any]:
+    return state.deployment(deployment_id)
+
+
+@admin_router.patch("/deployments/{deployment_id}")
+async def update_deployment(deployment_id: str, body: OptionsBody, state: State) -> dict[str, Any]:
+    return state.update_deployment_options(deployment_id, **body.model_dump(exclude_none=True))
+
+
+@admin_router.delete("/deployments/{deployment_id}", status_code=204)
+async def delete_deployment(deployment_id: str, state: State) -> Response:
+    state.delete_deployment(deployment_id)
+    return Response(status_code=204)
+
+
+@admin_router.post("/deployments/{deployment_id}/status")
+async def set_status(deployment_id: str, body: StatusBody, state: State) -> dict[str, Any]:
+    return state.set_status(deployment_id, body.status)
+
+
+@admin_router.post("/deployments/{deployment_id}/fail-next-build")
+async def fail_next_build(deployment_id: str, body: FailBody, state: State) -> dict[str, Any]:
+    return {"revision_id": state.fail_next_build(deployment_id, body.status, body.message)}
+
+
+@admin_router.post("/deployments/{deployment_id}/revisions/{revision_id}/fail")
+async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, state: State) -> dict[str, Any]:
+    return state.fail_revision(deployment_id, revision_id, body.status, body.message)

@@ -1,0 +1,266 @@
+"""Stored deployments and revisions, and the revision state machine.
+
+Transitions are computed lazily: :meth:`DeploymentRecord.settle` replays every transition that is due at
+a given time, in time order, stamping each with the time it happened (not the time it was noticed).
+
+A revision's life: ``QUEUED`` while an earlier revision of the same deployment is unfinished (one build
+at a time, first in first out), then ``AWAITING_BUILD`` -> ``BUILDING`` -> ``DEPLOYING`` -> ``DEPLOYED``
+over ``build_seconds`` (20 % / 50 % / 30 %). A revision marked to fail ends in ``BUILD_FAILED`` at the end
+of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revision is ``DEPLOYED`` it
+becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
+``ready_seconds`` have passed since its creation and a revision is active; it stays ``READY`` while
+later revisions build (the old revision keeps serving).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_provider.models import (
+    Deployment,
+    DeploymentStatus,
+    DeploymentType,
+    Revision,
+    RevisionStatus,
+    SourceRevisionConfig,
+)
+
+BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
+    RevisionStatus.AWAITING_BUILD: (0.2, RevisionStatus.BUILDING),
+    RevisionStatus.BUILDING: (0.7, RevisionStatus.DEPLOYING),
+    RevisionStatus.DEPLOYING: (1.0, RevisionStatus.DEPLOYED),
+}
+"""For each in-progress status: the fraction of ``build_seconds`` (from the build start) at which it
+ends, and the status that follows."""
+
+FAILURE_STATUSES = (RevisionStatus.BUILD_FAILED, RevisionStatus.DEPLOY_FAILED)
+"""The statuses a build can be made to fail with."""
+
+_FAILS_INSTEAD_OF = {
+    RevisionStatus.BUILD_FAILED: RevisionStatus.DEPLOYING,
+    RevisionStatus.DEPLOY_FAILED: RevisionStatus.DEPLOYED,
+}
+_FAILURE_MESSAGES = {
+    RevisionStatus.BUILD_FAILED: "Build failed (injected by the emulator)",
+    RevisionStatus.DEPLOY_FAILED: "Deploy failed (injected by the emulator)",
+}
+
+
+@dataclass
+class RevisionRecord:
+    """One revision of a deployment.
+
+    :param id: revision id.
+    :param deployment_id: owning deployment.
+    :param source_revision_config: the revision settings.
+    :param created_at: creation time.
+    :param build_seconds: duration of the build, from start to ``DEPLOYED``.
+    :param status: current status.
+    :param started_at: when its build started (left ``QUEUED``); ``None`` while queued.
+    :param fail_with: ``BUILD_FAILED`` or ``DEPLOY_FAILED`` to make the build fail.
+    :param fail_message: status message of that failure.
+    """
+
+    id: str
+    deployment_id: str
+    source_revision_config: SourceRevisionConfig
+    created_at: datetime
+    build_seconds: float
+    status: RevisionStatus = RevisionStatus.QUEUED
+    started_at: datetime | None = None
+    fail_with: RevisionStatus | None = None
+    fail_message: str | None = None
+    status_message: str | None = None
+    updated_at: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.updated_at = self.created_at
+
+    @property
+    def finished(self) -> bool:
+        """Whether the revision reached a terminal status."""
+        return self.status.is_terminal
+
+    def next_transition(self) -> tuple[datetime, RevisionStatus] | None:
+        """The next status change of a started revision and when it happens (``None`` if none)."""
+        if self.finished or self.started_at is None or self.status not in BUILD_PHASES:
+            return None
+        fraction, following = BUILD_PHASES[self.status]
+        if self.fail_with is not None and _FAILS_INSTEAD_OF[self.fail_with] is following:
+            following = self.fail_with
+        return self.started_at + timedelta(seconds=self.build_seconds * fraction), following
+
+    def set_status(self, status: RevisionStatus, at: datetime, message: str | None = None) -> None:
+        """Record a status change that happened at ``at``."""
+        self.status = status
+        self.updated_at = max(self.updated_at, at)
+        if status in FAILURE_STATUSES:
+            self.status_message = message or self.fail_message or _FAILURE_MESSAGES[status]
+        elif status is RevisionStatus.DEPLOYED:
+            self.status_message = None
+
+    def start(self, at: datetime) -> None:
+        """Leave ``QUEUED``: the build starts at ``at``."""
+        self.started_at = at
+        self.set_status(RevisionStatus.AWAITING_BUILD, at)
+
+    def to_model(self) -> Revision:
+        """The revision resource."""
+        return Revision(
+            id=self.id,
+            deployment_id=self.deployment_id,
+            status=self.status,
+            source_revision_config=self.source_revision_config,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            status_message=self.status_message,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON of the revision resource."""
+        body: dict[str, Any] = self.to_model().model_dump(mode="json")
+        return body
+
+
+@dataclass
+class DeploymentRecord:
+    """A deployment as the emulator stores it: the resource plus data the resource does not show.
+
+    :param resource: the deployment resource (mutated in place; secrets in clear inside).
+    :param deployment_type: ``dev_free``, ``dev`` or ``prod`` (``deployment_type`` filter).
+    :param tag_value_ids: tag value ids (``tag_value_ids`` filter).
+    :param remote_reconciled: the ``remote_reconciled`` filter flag.
+    :param build_seconds: build duration for this deployment, overriding the emulator's.
+    :param revisions: revisions in creation order.
+    """
+
+    resource: Deployment
+    deployment_type: DeploymentType = DeploymentType.DEV
+    tag_value_ids: list[str] = field(default_factory=list)
+    remote_reconciled: bool = False
+    build_seconds: float | None = None
+    revisions: list[RevisionRecord] = field(default_factory=list)
+    status_pinned: bool = False
+    """Set by an admin status change: the status no longer moves by itself."""
+    active_since: datetime | None = None
+    """When the active revision was deployed."""
+    pending_failure: tuple[RevisionStatus, str | None] | None = None
+    """A failure for the next revision to be created (see :meth:`fail_next_build`)."""
+
+    @property
+    def id(self) -> str:
+        """The deployment id."""
+        return self.resource.id
+
+    def touch(self, at: datetime) -> None:
+        """Record a change at ``at``."""
+        self.resource.updated_at = max(self.resource.updated_at, at)
+
+    def revision(self, revision_id: str) -> RevisionRecord | None:
+        """The revision with ``revision_id``, if it belongs to this deployment."""
+        return next((rev for rev in self.revisions if rev.id == revision_id), None)
+
+    def current_build(self) -> RevisionRecord | None:
+        """The earliest unfinished revision (the one building, or next to build)."""
+        return next((rev for rev in self.revisions if not rev.finished), None)
+
+    # ------------------------------------------------------------------------------ state machine
+    def settle(self, now: datetime, ready_seconds: float) -> None:
+        """Apply, in time order, every transition due at or before ``now``."""
+        while True:
+            build = self.current_build()
+            if build is not None and build.started_at is None:
+                # Only happens for data whose first unfinished revision was never started.
+                build.start(now)
+            revision_step = build.next_transition() if build is not None else None
+            ready_at = self._ready_at(ready_seconds)
+            if (
+                revision_step is not None
+                and revision_step[0] <= now
+                and (ready_at is None or revision_step[0] <= ready_at)
+            ):
+                assert build is not None
+                self._apply(build, revision_step[1], revision_step[0])
+            elif ready_at is not None and ready_at <= now:
+                self.resource.status = DeploymentStatus.READY
+                self.touch(ready_at)
+            else:
+                return
+
+    def _ready_at(self, ready_seconds: float) -> datetime | None:
+        if (
+            self.status_pinned
+            or self.resource.status is not DeploymentStatus.AWAITING_DATABASE
+            or self.active_since is None
+        ):
+            return None
+        return max(self.resource.created_at + timedelta(seconds=ready_seconds), self.active_since)
+
+    def _apply(self, revision: RevisionRecord, status: RevisionStatus, at: datetime) -> None:
+        revision.set_status(status, at)
+        self.touch(at)
+        if status is RevisionStatus.DEPLOYED:
+            self.resource.active_revision_id = revision.id
+            self.active_since = at
+        if revision.finished:
+            self._start_next(at)
+
+    def _start_next(self, at: datetime) -> None:
+        following = self.current_build()
+        if following is not None and following.started_at is None:
+            following.start(max(at, following.created_at))
+            self.touch(at)
+
+    def add_revision(self, revision: RevisionRecord, now: datetime) -> None:
+        """Append a new revision created at ``now``; it starts at once if nothing else is building."""
+        if self.pending_failure is not None:
+            revision.fail_with, revision.fail_message = self.pending_failure
+            self.pending_failure = None
+        idle = self.current_build() is None
+        self.revisions.append(revision)
+        self.resource.latest_revision_id = revision.id
+        self.touch(now)
+        if idle:
+            revision.start(now)
+
+    def fail_next_build(self, status: RevisionStatus, message: str | None) -> str | None:
+        """Make the next build fail with ``status``; return the revision it applies to, if one exists.
+
+        The next build is the earliest unfinished revision that has not yet passed the point of that
+        failure; if there is none, the failure waits for the next revision created.
+        """
+        too_late = {RevisionStatus.DEPLOYING} if status is RevisionStatus.BUILD_FAILED else set()
+        for revision in self.revisions:
+            if not revision.finished and revision.fail_with is None and revision.status not in too_late:
+                revision.fail_with, revision.fail_message = status, message
+                return revision.id
+        self.pending_failure = (status, message)
+        return None
+
+    def fail_revision(
+        self, revision: RevisionRecord, status: RevisionStatus, message: str | None, now: datetime
+    ) -> None:
+        """End an unfinished ``revision`` with ``status`` at ``now``."""
+        revision.set_status(status, now, message)
+        self.touch(now)
+        self._start_next(now)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON of the deployment resource, secret values in clear (as production may echo them)."""
+        body: dict[str, Any] = self.resource.model_dump(mode="json", context={"reveal_secrets": True})
+        return body
+
+    def admin_json(self) -> dict[str, Any]:
+        """JSON of the resource plus the emulator-only data and the revisions (admin snapshot)."""
+        return {
+            **self.to_json(),
+            "deployment_type": self.deployment_type.value,
+            "tag_value_ids": list(self.tag_value_ids),
+            "remote_reconciled": self.remote_reconciled,
+            "build_seconds": self.build_seconds,
+            "status_pinned": self.status_pinned,
+            "pending_failure": self.pending_failure[0].value if self.pending_failure else None,
+            "revisions": [revision.to_json() for revision in self.revisions],
+        }

@@ -1,0 +1,573 @@
+"""The emulator's state: configuration, store, clock, faults and request log (no HTTP code here).
+
+Every public method takes the state lock and first settles every deployment to the clock's current
+time, so the service, the admin API and Python tests always see the same, up-to-date state.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from airflow_provider.models import (
+    DEFAULT_PAGE_SIZE,
+    CreateDeploymentRequest,
+    Deployment,
+    DeploymentSource,
+    DeploymentStatus,
+    DeploymentType,
+    OAuthProvider,
+    PatchDeploymentRequest,
+    Repository,
+    RevisionStatus,
+    SourceConfig,
+    SourceRevisionConfig,
+    canonical_uuid,
+)
+
+from .clock import Clock
+from .faults import ChaosSettings, FaultBook, FaultRule, RequestRecord
+from .merge import merge_model
+from .records import FAILURE_STATUSES, DeploymentRecord, RevisionRecord
+from .seed import DataSource, SeedData, load_data
+
+DEFAULT_TENANT_ID = "00000000-0000-4000-8000-000000000001"
+"""Tenant of seeded deployments that name none, when no ``tenant_id`` is configured."""
+
+StatusName = Literal["AWAITING_DATABASE", "READY", "UNUSED", "AWAITING_DELETE", "UNKNOWN"]
+"""The deployment statuses, strictly (the response enum maps an unknown value to UNKNOWN instead)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class EmulatorError(Exception):
+    """A request the emulator refuses, with the HTTP status and the ``detail`` string to answer.
+
+    :param status_code: HTTP status.
+    :param detail: the ``detail`` of the error body.
+    """
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class NotFound(EmulatorError):
+    """404: the resource does not exist (or belongs to another tenant)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(404, detail)
+
+
+@dataclass(frozen=True)
+class DeploymentFilters:
+    """Filters of ``GET /v2/deployments`` (``None``: no filter).
+
+    :param name_contains: case-insensitive substring of the name.
+    :param status: exact status.
+    :param remote_reconciled: the remote-reconciled flag.
+    :param tag_value_ids: any of these tag value ids.
+    :param image_version: exact image version.
+    :param deployment_type: exact deployment type.
+    :param deployment_ids: any of these ids.
+    """
+
+    name_contains: str | None = None
+    status: DeploymentStatus | None = None
+    remote_reconciled: bool | None = None
+    tag_value_ids: frozenset[str] | None = None
+    image_version: str | None = None
+    deployment_type: DeploymentType | None = None
+    deployment_ids: frozenset[str] | None = None
+
+    def match(self, record: DeploymentRecord) -> bool:
+        """Whether ``record`` passes every filter."""
+        resource = record.resource
+        checks = (
+            self.name_contains is None or self.name_contains.lower() in resource.name.lower(),
+            self.status is None or resource.status is self.status,
+            self.remote_reconciled is None or record.remote_reconciled is self.remote_reconciled,
+            self.tag_value_ids is None or bool(self.tag_value_ids.intersection(record.tag_value_ids)),
+            self.image_version is None or resource.image_version == self.image_version,
+            self.deployment_type is None or record.deployment_type is self.deployment_type,
+            self.deployment_ids is None or resource.id in self.deployment_ids,
+        )
+        return all(checks)
+
+
+class EmulatorCreateRequest(CreateDeploymentRequest):
+    """``POST /v2/deployments`` body: the provider's create request plus emulator-only settings.
+
+    :param deployment_type: deployment type (default ``dev``).
+    :param tag_value_ids: tag value ids.
+    :param image_version: image version.
+    :param remote_reconciled: remote-reconciled flag.
+    :param build_seconds: build duration of this deployment's revisions.
+    """
+
+    deployment_type: DeploymentType = DeploymentType.DEV
+    tag_value_ids: list[str] = []
+    image_version: str | None = None
+    remote_reconciled: bool = False
+    build_seconds: float | None = None
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Run ``method`` under the state lock after settling every deployment to now."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        state = args[0]
+        assert isinstance(state, EmulatorState)
+        with state._lock:
+            state._settle()
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+class EmulatorState:
+    """Everything the emulator knows; thread-safe; shared by the service app, the admin API and tests.
+
+    :param api_key: the key requests must send in ``X-Api-Key``.
+    :param tenant_id: when set, the key is organization-scoped: every service request must name its
+        workspace in ``X-Tenant-Id`` (403 otherwise) and sees only that tenant's deployments. It is also
+        the tenant of seeded deployments that name none. Without it (a workspace-scoped key) requests
+        need no tenant header; one that sends it is scoped to that tenant all the same.
+    :param data: seed data: a JSON file path, its parsed content, or ``None`` for the shipped example
+        data (250 deployments); ``{}`` for none.
+    :param build_seconds: time from a revision's build start to ``DEPLOYED``.
+    :param ready_seconds: time from a deployment's creation to ``READY`` (its first revision must be
+        deployed too).
+    :param optional_endpoints: serve the production-only ``GET /v2/deployments/{id}`` and
+        ``GET /v2/deployments/{id}/revisions/{revision_id}`` (when false they answer 405 / 404).
+    :param frozen_clock: time moves only through :meth:`advance`.
+    :param start_time: start of a frozen clock (default: now).
+    :param path_prefix: path prefix of the service endpoints, e.g. ``/api-host`` (self-hosted style).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        tenant_id: str | None = None,
+        data: DataSource | None = None,
+        build_seconds: float = 30.0,
+        ready_seconds: float = 10.0,
+        optional_endpoints: bool = True,
+        frozen_clock: bool = False,
+        start_time: datetime | None = None,
+        path_prefix: str = "",
+    ) -> None:
+        if not api_key:
+            raise ValueError("api_key must not be empty")
+        if build_seconds < 0 or ready_seconds < 0:
+            raise ValueError("build_seconds and ready_seconds must be >= 0")
+        if path_prefix and (not path_prefix.startswith("/") or path_prefix.endswith("/")):
+            raise ValueError(f"path_prefix must start with '/' and not end with it, got {path_prefix!r}")
+        self.api_key = api_key
+        self.tenant_id = canonical_uuid(tenant_id, "tenant_id") if tenant_id is not None else None
+        self.build_seconds = build_seconds
+        self.ready_seconds = ready_seconds
+        self.optional_endpoints = optional_endpoints
+        self.path_prefix = path_prefix
+        self.clock = Clock(frozen=frozen_clock, start=start_time)
+        self._data_source = data
+        self._lock = threading.RLock()
+        self._faults = FaultBook()
+        self._log: list[RequestRecord] = []
+        self._counters: Counter[str] = Counter()
+        self._seed(self._load())
+
+    @property
+    def default_tenant_id(self) -> str:
+        """Tenant of seeded deployments that name none, and of creations without a tenant header."""
+        return self.tenant_id or DEFAULT_TENANT_ID
+
+    def _load(self) -> SeedData:
+        now = self.clock.now()
+        return load_data(
+            self._data_source, default_tenant_id=self.default_tenant_id, now=now, build_seconds=self.build_seconds
+        )
+
+    def _seed(self, seed: SeedData) -> None:
+        self._oauth_providers: list[OAuthProvider] = seed.oauth_providers
+        self._integrations: dict[str, list[Repository]] = seed.integrations
+        self._deployments: dict[str, DeploymentRecord] = {record.id: record for record in seed.deployments}
+
+    def _settle(self) -> None:
+        now = self.clock.now()
+        for record in self._deployments.values():
+            record.settle(now, self.ready_seconds)
+
+    def now(self) -> datetime:
+        """The emulated time."""
+        return self.clock.now()
+
+    # ---------------------------------------------------------------------------------- lookups
+    def _record(self, deployment_id: str, tenant: str | None) -> DeploymentRecord:
+        try:
+            key = canonical_uuid(deployment_id)
+        except ValueError:
+            key = deployment_id
+        record = self._deployments.get(key)
+        if record is None or (tenant is not None and record.resource.tenant_id != tenant):
+            raise NotFound(f"Deployment ID {deployment_id} not found.")
+        return record
+
+    def _revision(self, record: DeploymentRecord, revision_id: str) -> RevisionRecord:
+        try:
+            key = canonical_uuid(revision_id)
+        except ValueError:
+            key = revision_id
+        revision = record.revision(key)
+        if revision is None:
+            raise NotFound(f"Revision ID {revision_id} not found.")
+        return revision
+
+    # --------------------------------------------------------------------------- service side
+    @_locked
+    def list_oauth_providers(self) -> list[dict[str, Any]]:
+        """``GET /v2/auth/providers``."""
+        return [provider.model_dump(mode="json") for provider in self._oauth_providers]
+
+    @_locked
+    def list_repositories(self, integration_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
+        repos = self._integrations.get(canonical_uuid(integration_id))
+        if repos is None:
+            raise NotFound(f"Integration {integration_id} not found.")
+        return [repo.model_dump(mode="json") for repo in repos]
+
+    @_locked
+    def list_deployments(
+        self,
+        filters: DeploymentFilters | None = None,
+        *,
+        limit: int = DEFAULT_PAGE_SIZE,
+        offset: int = 0,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v2/deployments``: one page, ordered by creation time then id.
+
+        :param filters: filters to apply.
+        :param limit: page size.
+        :param offset: number of matching deployments to skip.
+        :param tenant: only this tenant's deployments (``None``: all).
+        """
+        filters = filters or DeploymentFilters()
+        matching = [
+            record
+            for record in self._deployments.values()
+            if (tenant is None or record.resource.tenant_id == tenant) and filters.match(record)
+        ]
+        matching.sort(key=lambda record: (record.resource.created_at, record.id))
+        page = matching[offset : offset + limit]
+        return {"resources": [record.to_json() for record in page], "offset": offset + len(page)}
+
+    @_locked
+    def get_deployment(self, deployment_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """``GET /v2/deployments/{deployment_id}``: the deployment resource, secrets in clear."""
+        return self._record(deployment_id, tenant).to_json()
+
+    @_locked
+    def get_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """``GET /v2/deployments/{deployment_id}/revisions/{revision_id}``."""
+        return self._revision(self._record(deployment_id, tenant), revision_id).to_json()
+
+    @_locked
+    def patch_deployment(
+        self, deployment_id: str, patch: PatchDeploymentRequest, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """``PATCH /v2/deployments/{deployment_id}``: merge ``patch`` and maybe create a revision.
+
+        Nested objects merge field by field (a null or missing field keeps its value); ``secrets`` and
+        ``secret_references`` replace their lists. Unknown fields (kept as pydantic extras) are ignored.
+        A non-null field in ``source_revision_config``, or non-null ``secrets``, creates a revision.
+        """
+        record = self._record(deployment_id, tenant)
+        resource = record.resource
+        now = self.clock.now()
+        changed = False
+        if patch.source_config is not None:
+            merged = merge_model(resource.source_config, patch.source_config)
+            resource.source_config = SourceConfig.model_validate(merged)
+            changed = True
+        if patch.secret_references is not None:
+            resource.secret_references = [ref.model_copy() for ref in patch.secret_references]
+            changed = True
+        if patch.secrets is not None:
+            resource.secrets = [secret.model_copy() for secret in patch.secrets]
+        if patch.creates_revision:
+            revision_config = resource.source_revision_config
+            if patch.source_revision_config is not None:
+                merged = merge_model(revision_config, patch.source_revision_config)
+                merged.pop("repo_commit_sha", None)
+                revision_config = SourceRevisionConfig.model_validate(merged)
+            self._new_revision(record, revision_config, now)
+            changed = True
+        if changed:
+            record.touch(now)
+        return record.to_json()
+
+    def _new_revision(self, record: DeploymentRecord, config: SourceRevisionConfig, now: datetime) -> RevisionRecord:
+        revision_id = str(uuid.uuid4())
+        resource = record.resource
+        if resource.source == DeploymentSource.CODEHOST.value and config.repo_ref:
+            seed = f"{resource.source_config.repo_url}@{config.repo_ref}@{revision_id}".encode()
+            digest = hashlib.sha1(seed, usedforsecurity=False)  # a fake commit sha
+            config = config.model_copy(update={"repo_commit_sha": digest.hexdigest()})
+        resource.source_revision_config = config
+        revision = RevisionRecord(
+            id=revision_id,
+            deployment_id=resource.id,
+            source_revision_config=config,
+            created_at=now,
+            build_seconds=record.build_seconds if record.build_seconds is not None else self.build_seconds,
+        )
+        record.add_revision(revision, now)
+        return revision
+
+    @_locked
+    def create_deployment(self, request: EmulatorCreateRequest, *, tenant: str | None = None) -> dict[str, Any]:
+        """``POST /v2/deployments`` (emulator-only contract): create a deployment and its first revision.
+
+        :param request: the creation request.
+        :param tenant: owning tenant (default: :attr:`default_tenant_id`).
+        :raises EmulatorError: 409 if the tenant already has a deployment with that name.
+        """
+        tenant_id = tenant or self.default_tenant_id
+        resources = [record.resource for record in self._deployments.values()]
+        if any(res.name == request.name and res.tenant_id == tenant_id for res in resources):
+            raise EmulatorError(409, f"Deployment with name {request.name} already exists.")
+        now = self.clock.now()
+        source_config = request.source_config
+        if request.integration_id is not None:
+            source_config = source_config.model_copy(update={"integration_id": request.integration_id})
+        resource = Deployment(
+            name=request.name,
+            source=request.source.value,
+            source_config=SourceConfig.model_validate(merge_model(SourceConfig(), source_config)),
+            source_revision_config=SourceRevisionConfig.model_validate(
+                merge_model(SourceRevisionConfig(), request.source_revision_config)
+            ),
+            secrets=[secret.model_copy() for secret in request.secrets],
+            secret_references=request.secret_references,
+            id=str(uuid.uuid4()),
+            tenant_id=tenant_id,
+            created_at=now,
+            updated_at=now,
+            status=DeploymentStatus.AWAITING_DATABASE,
+            latest_revision_id=None,
+            active_revision_id=None,
+            image_version=request.image_version,
+        )
+        record = DeploymentRecord(
+            resource=resource,
+            deployment_type=request.deployment_type,
+            tag_value_ids=list(request.tag_value_ids),
+            remote_reconciled=request.remote_reconciled,
+            build_seconds=request.build_seconds,
+        )
+        self._deployments[record.id] = record
+        self._new_revision(record, resource.source_revision_config, now)
+        return record.to_json()
+
+    # ------------------------------------------------------------------------------ admin side
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward by ``seconds`` and return the new time."""
+        with self._lock:
+            now = self.clock.advance(seconds)
+            self._settle()
+            return now
+
+    @_locked
+    def fail_next_build(
+        self, deployment_id: str, status: RevisionStatus | str = RevisionStatus.BUILD_FAILED, message: str | None = None
+    ) -> str | None:
+        """Make the next build of a deployment fail with ``BUILD_FAILED`` or ``DEPLOY_FAILED``.
+
+        The failure applies to the earliest unfinished revision that has not yet passed that point,
+        else to the next revision created. Returns the id of the revision already marked, if any.
+        """
+        return self._record(deployment_id, None).fail_next_build(_failure(status), message)
+
+    @_locked
+    def fail_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        status: RevisionStatus | str = RevisionStatus.BUILD_FAILED,
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """End an unfinished revision now with ``BUILD_FAILED`` or ``DEPLOY_FAILED``; return it.
+
+        :raises EmulatorError: 409 if the revision already finished.
+        """
+        record = self._record(deployment_id, None)
+        revision = self._revision(record, revision_id)
+        if revision.finished:
+            raise EmulatorError(409, f"Revision {revision.id} already finished with {revision.status.value}.")
+        record.fail_revision(revision, _failure(status), message, self.clock.now())
+        return revision.to_json()
+
+    @_locked
+    def set_status(self, deployment_id: str, status: DeploymentStatus | str) -> dict[str, Any]:
+        """Set a deployment's status (e.g. ``AWAITING_DELETE``); it then stays until set again."""
+        record = self._record(deployment_id, None)
+        allowed = [value.value for value in DeploymentStatus]
+        if isinstance(status, str) and status not in allowed:
+            raise EmulatorError(422, f"status must be one of {', '.join(allowed)}, got {status!r}")
+        record.resource.status = DeploymentStatus(status)
+        record.status_pinned = True
+        record.touch(self.clock.now())
+        return record.to_json()
+
+    @_locked
+    def update_deployment_options(
+        self,
+        deployment_id: str,
+        *,
+        build_seconds: float | None = None,
+        deployment_type: DeploymentType | str | None = None,
+        tag_value_ids: Iterable[str] | None = None,
+        remote_reconciled: bool | None = None,
+        image_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Change emulator-side settings of a deployment (``None``: unchanged); return its snapshot."""
+        record = self._record(deployment_id, None)
+        if build_seconds is not None:
+            if build_seconds < 0:
+                raise EmulatorError(422, "build_seconds must be >= 0")
+            record.build_seconds = build_seconds
+        if deployment_type is not None:
+            record.deployment_type = DeploymentType(deployment_type)
+        if tag_value_ids is not None:
+            record.tag_value_ids = list(tag_value_ids)
+        if remote_reconciled is not None:
+            record.remote_reconciled = remote_reconciled
+        if image_version is not None:
+            record.resource.image_version = image_version
+            record.touch(self.clock.now())
+        return record.admin_json()
+
+    @_locked
+    def delete_deployment(self, deployment_id: str) -> None:
+        """Remove a deployment at once (it then answers 404)."""
+        del self._deployments[self._record(deployment_id, None).id]
+
+    @_locked
+    def deployment(self, deployment_id: str) -> dict[str, Any]:
+        """Admin view of one deployment: resource, emulator-only data and revisions."""
+        return self._record(deployment_id, None).admin_json()
+
+    @_locked
+    def find_deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Admin view of the deployment named exactly ``name``."""
+        for record in self._deployments.values():
+            if record.resource.name == name and (tenant is None or record.resource.tenant_id == tenant):
+                return record.admin_json()
+        raise NotFound(f"Deployment named {name} not found.")
+
+    @_locked
+    def snapshot(self) -> dict[str, Any]:
+        """Everything, as JSON: time, deployments with their revisions, faults, chaos."""
+        records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))
+        return {
+            "now": self.clock.now().isoformat(),
+            "deployments": [record.admin_json() for record in records],
+            "faults": [rule.model_dump(mode="json") for rule in self._faults.rules],
+            "chaos": self._faults.chaos.model_dump(mode="json") if self._faults.chaos else None,
+        }
+
+    def reset(self) -> None:
+        """Reload the seed data and clear faults, chaos, the request log and counters (clock kept)."""
+        seed = self._load()
+        with self._lock:
+            self._seed(seed)
+            self._faults.clear()
+            self._log.clear()
+            self._counters.clear()
+
+    # ------------------------------------------------------------------------------ faults
+    def add_fault(self, rule: FaultRule | None = None, /, **fields: Any) -> FaultRule:
+        """Add a fault rule (a :class:`FaultRule`, or its fields as keywords) and return it.
+
+        Example: ``state.add_fault(kind="status", status_code=503, method="GET",
+        path="/v2/deployments", count=2)``.
+        """
+        rule = rule if rule is not None else FaultRule(**fields)
+        with self._lock:
+            return self._faults.add(rule)
+
+    def faults(self) -> list[FaultRule]:
+        """The fault rules still active."""
+        with self._lock:
+            return [rule.model_copy() for rule in self._faults.rules]
+
+    def clear_faults(self) -> None:
+        """Remove every fault rule and turn chaos off."""
+        with self._lock:
+            self._faults.clear()
+
+    def set_chaos(self, chaos: ChaosSettings | None = None, /, **fields: Any) -> ChaosSettings | None:
+        """Turn seeded chaos on (a :class:`ChaosSettings` or its fields as keywords), or off if none."""
+        settings = chaos if chaos is not None or not fields else ChaosSettings(**fields)
+        with self._lock:
+            self._faults.set_chaos(settings)
+        return settings
+
+    def take_fault(self, method: str, path: str) -> FaultRule | None:
+        """Decide the fault for one incoming request (consumes a rule use or a chaos draw)."""
+        with self._lock:
+            return self._faults.take(method, path)
+
+    # ------------------------------------------------------------------------------ request log
+    def count_request(self, route: str) -> None:
+        """Count one service request on ``route`` (``METHOD /path/template``)."""
+        with self._lock:
+            self._counters[route] += 1
+
+    def record_request(self, record: RequestRecord) -> None:
+        """Append one answered service request to the log."""
+        with self._lock:
+            self._log.append(record)
+
+    @property
+    def request_log(self) -> list[RequestRecord]:
+        """A copy of the request log, oldest first."""
+        with self._lock:
+            return list(self._log)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Requests per ``METHOD /path/template`` (e.g. ``GET /v2/deployments``), faulted ones included."""
+        with self._lock:
+            return dict(self._counters)
+
+    def count(self, route: str) -> int:
+        """Requests counted on ``route``, e.g. ``count("PATCH /v2/deployments/{deployment_id}")``."""
+        with self._lock:
+            return self._counters[route]
+
+    def reset_requests(self) -> None:
+        """Clear the request log and the counters."""
+        with self._lock:
+            self._log.clear()
+            self._counters.clear()
+
+
+def _failure(status: RevisionStatus | str) -> RevisionStatus:
+    value = RevisionStatus(status) if isinstance(status, str) else status
+    if value not in FAILURE_STATUSES:
+        raise EmulatorError(422, f"a build can fail with BUILD_FAILED or DEPLOY_FAILED, not {status!r}")
+    return value

@@ -1,0 +1,714 @@
+"""Typed resources, requests and enums of the Deployment Management Service.
+
+This module knows nothing of Airflow or HTTP. Two rules hold throughout:
+
+* **Responses tolerate what they do not know.** Every model keeps unknown fields (``extra="allow"``)
+  so the service can add fields without breaking a running DAG.
+* **Requests refuse what they do not know.** A request root (:class:`PatchDeploymentRequest`,
+  :class:`CreateDeploymentRequest`, :class:`ListDeploymentsQuery`) rejects unknown or misspelled
+  fields at every nesting level, naming the full path of the field, before anything is sent.
+
+Secret values are :class:`pydantic.SecretStr`: every ``repr``, ``str`` and ``model_dump`` shows
+``**********``. Only :meth:`PatchDeploymentRequest.to_request_body` (and its create twin) reveals
+them, for the wire.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    StringConstraints,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+REDACTED = "**********"
+"""What a secret value looks like wherever it is shown (logs, XCom, reprs)."""
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 20
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_HYPHENATED_UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+def canonical_uuid(value: object, field: str = "value") -> str:
+    """Return ``value`` as a canonical lower-case UUID string, or raise ``ValueError`` naming ``field``.
+
+    :param value: a UUID or a string in any form ``uuid.UUID`` accepts.
+    :param field: the name to put in the error message.
+    """
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str) and _CANONICAL_UUID.fullmatch(value):
+        return value  # the common case (every id the service sends): skip the slow uuid.UUID round trip
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a UUID string, got {type(value).__name__}")
+    try:
+        return str(uuid.UUID(value.strip()))
+    except ValueError:
+        raise ValueError(f"{field} must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000), got {value!r}") from None
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """pydantic's message for one validation error, with a malformed UUID said in words."""
+    context = error.get("ctx") or {}
+    if error.get("type") == "string_pattern_mismatch" and context.get("pattern") == _HYPHENATED_UUID_PATTERN:
+        return "Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)"
+    return str(error.get("msg", ""))
+
+
+UuidStr = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, to_lower=True, pattern=_HYPHENATED_UUID_PATTERN),
+]
+"""A UUID kept as its canonical (lower-case, hyphenated) string, so models dump to JSON without conversion.
+Checked inside pydantic-core: parsing a page of deployments stays cheap."""
+
+
+# --------------------------------------------------------------------------------------------- enums
+class DeploymentSource(str, Enum):
+    """Where a deployment's code comes from. Cannot change after creation."""
+
+    CODEHOST = "codehost"
+    EXTERNAL_DOCKER = "external_docker"
+    INTERNAL_DOCKER = "internal_docker"
+    INTERNAL_SOURCE = "internal_source"
+    INTERNAL_TEMPLATE = "internal_template"
+
+
+class RevisionSource(str, Enum):
+    """The source override a patch may give for one revision."""
+
+    CODEHOST = "codehost"
+    INTERNAL_DOCKER = "internal_docker"
+    INTERNAL_SOURCE = "internal_source"
+
+
+class DeploymentStatus(str, Enum):
+    """A deployment's status. An unrecognised value from the service reads as ``UNKNOWN``."""
+
+    AWAITING_DATABASE = "AWAITING_DATABASE"
+    READY = "READY"
+    UNUSED = "UNUSED"
+    AWAITING_DELETE = "AWAITING_DELETE"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def _missing_(cls, value: object) -> DeploymentStatus:
+        return cls.UNKNOWN
+
+
+class DeploymentType(str, Enum):
+    """Deployment tiers accepted by the ``deployment_type`` filter."""
+
+    DEV_FREE = "dev_free"
+    DEV = "dev"
+    PROD = "prod"
+
+
+class RevisionStatus(str, Enum):
+    """Status of one revision (production endpoint not shown in the spec; see NOTES.md)."""
+
+    CREATING = "CREATING"
+    QUEUED = "QUEUED"
+    AWAITING_BUILD = "AWAITING_BUILD"
+    BUILDING = "BUILDING"
+    AWAITING_DEPLOY = "AWAITING_DEPLOY"
+    DEPLOYING = "DEPLOYING"
+    DEPLOYED = "DEPLOYED"
+    CREATE_FAILED = "CREATE_FAILED"
+    BUILD_FAILED = "BUILD_FAILED"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    SKIPPED = "SKIPPED"
+    INTERRUPTED = "INTERRUPTED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def _missing_(cls, value: object) -> RevisionStatus:
+        return cls.UNKNOWN
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the revision will not change status any more."""
+        return self in _TERMINAL_REVISION_STATUSES
+
+    @property
+    def is_failed(self) -> bool:
+        """Whether the revision ended without being deployed."""
+        return self.is_terminal and self is not RevisionStatus.DEPLOYED
+
+
+_TERMINAL_REVISION_STATUSES = frozenset(
+    {
+        RevisionStatus.DEPLOYED,
+        RevisionStatus.CREATE_FAILED,
+        RevisionStatus.BUILD_FAILED,
+        RevisionStatus.DEPLOY_FAILED,
+        RevisionStatus.SKIPPED,
+        RevisionStatus.INTERRUPTED,
+    }
+)
+
+
+# ------------------------------------------------------------------------------------------ bases
+class ServiceModel(BaseModel):
+    """Base of every model: keeps unknown fields, so newer service responses still parse."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def unknown_fields(self, prefix: str = "") -> Iterator[tuple[str, list[str]]]:
+        """Yield ``(dotted path, known field names)`` for every unknown field, nested models included."""
+        known = sorted(type(self).model_fields)
+        for name in self.model_extra or {}:
+            yield f"{prefix}{name}", known
+        for name in type(self).model_fields:
+            yield from _unknown_in(getattr(self, name), f"{prefix}{name}")
+
+
+def _unknown_in(value: Any, path: str) -> Iterator[tuple[str, list[str]]]:
+    if isinstance(value, ServiceModel):
+        yield from value.unknown_fields(f"{path}.")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unknown_in(item, f"{path}[{index}]")
+
+
+class RequestModel(ServiceModel):
+    """Base of request roots: unknown fields anywhere below are refused with their full path."""
+
+    @model_validator(mode="after")
+    def _refuse_unknown_fields(self) -> RequestModel:
+        problems = []
+        for path, known in self.unknown_fields():
+            leaf = path.rsplit(".", 1)[-1]
+            close = difflib.get_close_matches(leaf, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(known)}"
+            problems.append(f"unknown field {path!r}{hint}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+# ------------------------------------------------------------------------------- resource spec
+class ImagePullSecret(ServiceModel):
+    """Name of an image pull secret."""
+
+    name: str
+
+
+class Volume(ServiceModel):
+    """A Kubernetes volume: a name plus one free-form source member."""
+
+    name: str
+    configMap: dict[str, Any] | None = None
+    secret: dict[str, Any] | None = None
+    emptyDir: dict[str, Any] | None = None
+    persistentVolumeClaim: dict[str, Any] | None = None
+    nfs: dict[str, Any] | None = None
+    projected: dict[str, Any] | None = None
+    downwardAPI: dict[str, Any] | None = None
+    csi: dict[str, Any] | None = None
+
+
+class VolumeMount(ServiceModel):
+    """Where a volume is mounted in a container."""
+
+    name: str | None = None
+    mountPath: str | None = None
+    subPath: str | None = None
+    mountPropagation: str | None = None
+    readOnly: bool | None = None
+    subPathExpr: str | None = None
+
+
+class EnvVar(ServiceModel):
+    """One environment variable of a container."""
+
+    name: str
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None
+
+
+class ContainerResources(ServiceModel):
+    """Resource ``limits`` and ``requests`` of a container (free-form)."""
+
+    limits: dict[str, Any] | None = None
+    requests: dict[str, Any] | None = None
+
+
+class Container(ServiceModel):
+    """An init container or sidecar."""
+
+    name: str | None = None
+    image: str | None = None
+    imagePullPolicy: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    workingDir: str | None = None
+    env: list[EnvVar] | None = None
+    envFrom: list[dict[str, Any]] | None = None
+    resources: ContainerResources | None = None
+    volumeMounts: list[VolumeMount] | None = None
+    securityContext: dict[str, Any] | None = None
+    restartPolicy: str | None = None
+
+
+class ResourceSpec(ServiceModel):
+    """Compute resources and Kubernetes extras of a deployment. Numbers are ``float`` where the spec
+    shows fractions (CPU amounts) and also where it leaves fractions open; replica counts are ints."""
+
+    # main service
+    min_scale: int | None = None
+    max_scale: int | None = None
+    cpu: float | None = None
+    cpu_limit: float | None = None
+    memory_mb: float | None = None
+    memory_limit_mb: float | None = None
+    # queue
+    queue_min_scale: int | None = None
+    queue_max_scale: int | None = None
+    queue_cpu: float | None = None
+    queue_cpu_limit: float | None = None
+    queue_memory_mb: float | None = None
+    queue_memory_limit_mb: float | None = None
+    # orchestrator
+    orchestrator_cpu: float | None = None
+    orchestrator_cpu_limit: float | None = None
+    orchestrator_memory_mb: float | None = None
+    orchestrator_memory_limit_mb: float | None = None
+    orchestrator_min_scale: int | None = None
+    orchestrator_max_scale: int | None = None
+    # executor
+    executor_cpu: float | None = None
+    executor_cpu_limit: float | None = None
+    executor_memory_mb: float | None = None
+    executor_memory_limit_mb: float | None = None
+    # cache
+    redis_cpu: float | None = None
+    redis_cpu_limit: float | None = None
+    redis_memory_mb: float | None = None
+    redis_memory_limit_mb: float | None = None
+    # database
+    db_cpu: float | None = None
+    db_cpu_limit: float | None = None
+    db_memory_mb: float | None = None
+    db_memory_limit_mb: float | None = None
+    db_storage_gi: float | None = None
+    db_max_connections: int | None = None
+    # kubernetes extras
+    labels: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: list[ImagePullSecret] | None = None
+    volumes: list[Volume] | None = None
+    volume_mounts: list[VolumeMount] | None = None
+    init_containers: list[Container] | None = None
+    sidecars: list[Container] | None = None
+
+
+class ListenerConfig(ServiceModel):
+    """Settings of a self-hosted listener."""
+
+    k8s_namespace: str | None = None
+
+
+class SourceConfig(ServiceModel):
+    """Source settings that need no new revision when changed (or cannot change)."""
+
+    integration_id: UuidStr | None = None
+    repo_url: str | None = None
+    build_on_push: bool | None = None
+    custom_url: str | None = None
+    resource_spec: ResourceSpec | None = None
+    listener_id: UuidStr | None = None
+    listener_config: ListenerConfig | None = None
+    install_command: str | None = None
+    build_command: str | None = None
+
+
+class SourceRevisionConfigPatch(ServiceModel):
+    """Revision settings a patch may set; any non-null field creates a new revision."""
+
+    repo_ref: str | None = None
+    graph_config_path: str | None = None
+    image_uri: str | None = None
+    source_tarball_path: str | None = None
+
+    @property
+    def changes_revision(self) -> bool:
+        """Whether a patch carrying this config creates a revision (any field is set)."""
+        return any(getattr(self, name) is not None for name in type(self).model_fields)
+
+
+class SourceRevisionConfig(SourceRevisionConfigPatch):
+    """Revision settings as the service reports them (adds the resolved commit)."""
+
+    repo_commit_sha: str | None = None
+
+
+# ----------------------------------------------------------------------------------------- secrets
+class Secret(ServiceModel):
+    """A named secret value. The value is hidden in every repr and dump except the wire body.
+
+    A request must carry the value; a response may omit it (the service need not echo secrets).
+    """
+
+    name: str = Field(min_length=1)
+    value: SecretStr | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("secret name must not be blank")
+        return name
+
+    @field_serializer("value", when_used="always")
+    def _serialize_value(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
+        if value is None:
+            return None
+        if isinstance(info.context, dict) and info.context.get("reveal_secrets"):
+            return value.get_secret_value()
+        return REDACTED
+
+    @property
+    def revealed(self) -> str:
+        """The value itself (``""`` when the service did not send one). Never log it."""
+        return "" if self.value is None else self.value.get_secret_value()
+
+
+class SecretReference(ServiceModel):
+    """Reference to an existing Kubernetes secret (``external_docker`` deployments only)."""
+
+    name: str
+    secret_name: str
+    secret_key: str
+
+
+# -------------------------------------------------------------------------------------- resources
+class OAuthProvider(ServiceModel):
+    """An OAuth provider configured for the organization."""
+
+    id: str
+    organization_id: str
+    provider_id: str
+    name: str
+    client_id: str
+    auth_url: str
+    token_url: str
+    uses_pkce: bool
+    code_challenge_method: str | None
+    created_at: datetime
+    updated_at: datetime
+    provider_type: str | None = None
+    mcp_server_url: str | None = None
+    token_endpoint_auth_method: str = "client_secret_post"
+    is_dynamic_client: bool = False
+
+
+class DeploymentCreationValues(ServiceModel):
+    """The three values a repository listing contributes to ``POST /v2/deployments``."""
+
+    integration_id: UuidStr
+    source_config: SourceConfig
+    source_revision_config: SourceRevisionConfigPatch
+
+
+class Repository(ServiceModel):
+    """A source-host repository an integration makes available for deployment."""
+
+    host_integration_id: UuidStr
+    id: int
+    name: str
+    owner: str
+    url: str
+    default_branch: str
+
+    @property
+    def full_name(self) -> str:
+        """``owner/name``."""
+        return f"{self.owner}/{self.name}"
+
+    def deployment_creation_values(self) -> DeploymentCreationValues:
+        """Map this repository to the fields of a deployment-creation request, as the spec says."""
+        return DeploymentCreationValues(
+            integration_id=self.host_integration_id,
+            source_config=SourceConfig(repo_url=self.url),
+            source_revision_config=SourceRevisionConfigPatch(repo_ref=self.default_branch),
+        )
+
+
+class Deployment(ServiceModel):
+    """A hosted application deployment, as returned by the service (secret values redacted on dump)."""
+
+    name: str
+    source: DeploymentSource | str = Field(union_mode="left_to_right")
+    source_config: SourceConfig
+    source_revision_config: SourceRevisionConfig
+    secrets: list[Secret]
+    id: UuidStr
+    tenant_id: UuidStr
+    created_at: datetime
+    updated_at: datetime
+    status: DeploymentStatus
+    latest_revision_id: UuidStr | None
+    active_revision_id: UuidStr | None
+    secret_references: list[SecretReference] | None = None
+    image_version: str | None = None
+
+    @property
+    def is_rolling_out(self) -> bool:
+        """Whether a newer revision than the active one exists."""
+        return self.latest_revision_id is not None and self.latest_revision_id != self.active_revision_id
+
+    def summary(self) -> str:
+        """One line for logs: name, id, status and revisions (never secrets)."""
+        return (
+            f"deployment {self.name!r} ({self.id}) status={self.status.value} "
+            f"active_revision={self.active_revision_id} latest_revision={self.latest_revision_id}"
+        )
+
+
+class DeploymentListPage(ServiceModel):
+    """One page of ``GET /v2/deployments``: the resources and the offset of the next page."""
+
+    resources: list[Deployment]
+    offset: int
+
+
+class Revision(ServiceModel):
+    """One revision of a deployment (production-only endpoint; only ``id`` and ``status`` are relied on)."""
+
+    id: UuidStr
+    status: RevisionStatus = RevisionStatus.UNKNOWN
+    deployment_id: UuidStr | None = None
+    source_revision_config: SourceRevisionConfig | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    status_message: str | None = None
+
+
+# ---------------------------------------------------------------------------------------- requests
+def _revealed_body(model: BaseModel) -> dict[str, Any]:
+    body: dict[str, Any] = model.model_dump(mode="json", exclude_none=True, context={"reveal_secrets": True})
+    return body
+
+
+def _checked_secrets(secrets: list[Secret] | None) -> list[Secret] | None:
+    """Secrets of a request: every one with a value, names unique."""
+    for index, secret in enumerate(secrets or []):
+        if secret.value is None:
+            raise ValueError(f"secrets.{index}.value is required (secret {secret.name!r} has none)")
+    names = [secret.name for secret in secrets or []]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"secret names must be unique, repeated: {', '.join(duplicates)}")
+    return secrets
+
+
+class PatchDeploymentRequest(RequestModel):
+    """Body of ``PATCH /v2/deployments/{id}``. Null fields are never sent (their effect is not shown in
+    the spec, and a null could clear a setting); at least one field must be given.
+
+    :param revision_source: source override for the new revision.
+    :param source_config: settings that change without a new revision.
+    :param source_revision_config: settings that create a new revision (``image_uri``, ``repo_ref``...).
+    :param secrets: secret values; any list (even empty) creates a new revision.
+    :param secret_references: Kubernetes secret references (``external_docker`` only).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    revision_source: RevisionSource | None = None
+    source_config: SourceConfig | None = None
+    source_revision_config: SourceRevisionConfigPatch | None = None
+    secrets: list[Secret] | None = None
+    secret_references: list[SecretReference] | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> PatchDeploymentRequest:
+        if not _prune_empty(_revealed_body(self)):
+            raise ValueError(
+                "empty patch: set at least one of revision_source, source_config, "
+                "source_revision_config, secrets, secret_references"
+            )
+        return self
+
+    @field_validator("secrets")
+    @classmethod
+    def _unique_secret_names(cls, secrets: list[Secret] | None) -> list[Secret] | None:
+        return _checked_secrets(secrets)
+
+    @property
+    def creates_revision(self) -> bool:
+        """Whether the service will create a revision for this patch (see NOTES.md)."""
+        return self.secrets is not None or (
+            self.source_revision_config is not None and self.source_revision_config.changes_revision
+        )
+
+    def to_request_body(self) -> dict[str, Any]:
+        """The JSON body for the wire, secret values revealed. Never log this."""
+        return _revealed_body(self)
+
+    def is_reflected_in(self, deployment: Deployment) -> bool:
+        """Whether ``deployment`` already shows every value this patch sets.
+
+        Used to recognise a patch that reached the service although its answer was lost, and a patch
+        already applied by an earlier try of the same task. ``revision_source`` is not visible on a
+        deployment and is not compared; secret values are compared only where the service echoes them.
+
+        :param deployment: the deployment as the service reports it now.
+        """
+        if self.source_revision_config is not None:
+            wanted = self.source_revision_config.model_dump(mode="json", exclude_none=True)
+            current = deployment.source_revision_config.model_dump(mode="json")
+            if any(current.get(name) != value for name, value in wanted.items()):
+                return False
+        if self.source_config is not None:
+            wanted = self.source_config.model_dump(mode="json", exclude_none=True)
+            if not _is_subset(wanted, deployment.source_config.model_dump(mode="json", exclude_none=True)):
+                return False
+        if self.secrets is not None:
+            shown = {secret.name: secret.revealed for secret in deployment.secrets}
+            if set(shown) != {secret.name for secret in self.secrets}:
+                return False
+            for secret in self.secrets:
+                echoed = shown[secret.name]
+                if echoed not in ("", REDACTED) and echoed != secret.revealed:
+                    return False
+        if self.secret_references is not None:
+            wanted_refs = [ref.model_dump(mode="json") for ref in self.secret_references]
+            current_refs = [ref.model_dump(mode="json") for ref in deployment.secret_references or []]
+            if wanted_refs != current_refs:
+                return False
+        return True
+
+
+def _prune_empty(value: Any) -> Any:
+    """``value`` without empty objects, recursively (``{"a": {}}`` is as empty as ``{}``)."""
+    if isinstance(value, dict):
+        pruned = {key: _prune_empty(item) for key, item in value.items()}
+        return {key: item for key, item in pruned.items() if item != {}}
+    return value
+
+
+def _is_subset(wanted: Any, current: Any) -> bool:
+    """Whether every value in ``wanted`` appears, equal, in ``current`` (dicts compared key by key)."""
+    if isinstance(wanted, dict) and isinstance(current, dict):
+        return all(key in current and _is_subset(value, current[key]) for key, value in wanted.items())
+    return bool(wanted == current)
+
+
+class CreateDeploymentRequest(RequestModel):
+    """Body of ``POST /v2/deployments``. The spec shows this contract only in part (the fields fed by
+    the repository listing); the emulator implements it, production may ask for more.
+
+    :param name: deployment name (cannot change later).
+    :param source: where the code comes from.
+    :param integration_id: source-host integration (``codehost`` deployments).
+    :param source_config: source settings.
+    :param source_revision_config: settings of the first revision.
+    :param secrets: secret values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    source: DeploymentSource
+    integration_id: UuidStr | None = None
+    source_config: SourceConfig = Field(default_factory=SourceConfig)
+    source_revision_config: SourceRevisionConfigPatch = Field(default_factory=SourceRevisionConfigPatch)
+    secrets: list[Secret] = Field(default_factory=list)
+    secret_references: list[SecretReference] | None = None
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets_have_values(cls, secrets: list[Secret]) -> list[Secret]:
+        return _checked_secrets(secrets) or []
+
+    def to_request_body(self) -> dict[str, Any]:
+        """The JSON body for the wire, secret values revealed. Never log this."""
+        return _revealed_body(self)
+
+
+def _no_commas(values: list[str] | None, field: str) -> list[str] | None:
+    for value in values or []:
+        if not value or "," in value:
+            raise ValueError(f"{field} entries must be non-empty and contain no comma, got {value!r}")
+    return values
+
+
+class ListDeploymentsQuery(RequestModel):
+    """Filters and paging of ``GET /v2/deployments`` under the production parameter names.
+
+    :param limit: page size, 1..100 (server default 20).
+    :param offset: offset of the page, >= 0.
+    :param name_contains: substring of the deployment name.
+    :param status: deployment status.
+    :param remote_reconciled: only remote-reconciled (or only not) deployments.
+    :param tag_value_ids: tag value ids, any of which matches.
+    :param image_version: image version.
+    :param deployment_type: ``dev_free``, ``dev`` or ``prod``.
+    :param deployment_ids: deployment ids (UUIDs).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, strict=True)
+    offset: int = Field(default=0, ge=0, strict=True)
+    name_contains: str | None = None
+    status: DeploymentStatus | None = None
+    remote_reconciled: bool | None = Field(default=None, strict=True)
+    tag_value_ids: list[str] | None = Field(default=None, min_length=1)
+    image_version: str | None = None
+    deployment_type: DeploymentType | None = None
+    deployment_ids: list[UuidStr] | None = Field(default=None, min_length=1)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known_status(cls, value: object) -> object:
+        # The response enum maps unknown values to UNKNOWN; a filter must refuse them instead.
+        allowed = [status.value for status in DeploymentStatus]
+        if value is not None and not isinstance(value, DeploymentStatus) and value not in allowed:
+            raise ValueError(f"status must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    @field_validator("tag_value_ids")
+    @classmethod
+    def _check_tags(cls, values: list[str] | None) -> list[str] | None:
+        return _no_commas(values, "tag_value_ids")
+
+    def to_query_params(self) -> dict[str, str]:
+        """Query parameters as the service expects them: lists comma-joined, booleans lower-case."""
+        params: dict[str, str] = {}
+        for name, value in self.model_dump(mode="json", exclude_none=True).items():
+            if isinstance(value, bool):
+                params[name] = "true" if value else "false"
+            elif isinstance(value, list):
+                params[name] = ",".join(str(item) for item in value)
+            else:
+                params[name] = str(value)
+        return params
+
+
+class ErrorDetail(ServiceModel):
+    """One entry of a 422 ``detail`` list."""
+
+    loc: list[str | int] = Field(default_factory=list)
+    msg: str = ""
+    type: str = ""

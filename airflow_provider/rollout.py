@@ -1,0 +1,214 @@
+"""The rollout verdict shared by the sensor, the operator and the trigger (pure: no Airflow, no HTTP).
+
+A rollout of revision ``R`` is finished when the deployment is ``READY`` **and** its active revision
+is ``R``. ``READY`` alone is not enough: the previous revision keeps the deployment ``READY`` while the
+new one builds (the stale-READY trap). The verdict fails fast when waiting can never succeed: the
+deployment is gone or going away, the revision's build failed, or a newer revision superseded it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from airflow_provider.models import Deployment, DeploymentStatus, Revision
+
+__all__ = [
+    "RevisionCheckSchedule",
+    "RolloutState",
+    "RolloutVerdict",
+    "awaits_revision_build",
+    "rollout_verdict",
+]
+
+
+class RolloutState(str, Enum):
+    """Where a rollout stands."""
+
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def is_done(self) -> bool:
+        """Whether waiting is over (succeeded or failed)."""
+        return self is not RolloutState.WAITING
+
+
+@dataclass(frozen=True)
+class RolloutVerdict:
+    """The outcome of one look at a deployment.
+
+    :param state: waiting, succeeded or failed.
+    :param message: one line for a person: deployment name and id, revision, status (never a secret).
+    :param key: compact description of what was seen; log only when it changes.
+    """
+
+    state: RolloutState
+    message: str
+    key: tuple[str | None, ...]
+
+    @property
+    def is_done(self) -> bool:
+        """Whether waiting is over."""
+        return self.state.is_done
+
+
+def awaits_revision_build(deployment: Deployment | None, revision_id: str | None) -> bool:
+    """Whether ``revision_id`` is the deployment's latest revision but not yet its active one.
+
+    Only then can the revision's own status (the optional revision endpoint) tell something the
+    deployment does not: that its build or deploy failed.
+
+    :param deployment: the deployment as last seen (``None`` if not found).
+    :param revision_id: the awaited revision.
+    """
+    return (
+        deployment is not None
+        and revision_id is not None
+        and deployment.latest_revision_id == revision_id
+        and deployment.active_revision_id != revision_id
+    )
+
+
+def _describe(deployment: Deployment) -> str:
+    return f"deployment {deployment.name!r} ({deployment.id})"
+
+
+def rollout_verdict(
+    deployment: Deployment | None,
+    revision_id: str | None,
+    revision: Revision | None = None,
+    *,
+    deployment_id: str | None = None,
+) -> RolloutVerdict:
+    """Decide whether the rollout of ``revision_id`` succeeded, failed, or needs more waiting.
+
+    :param deployment: the deployment as the service reports it now; ``None`` when it was not found.
+    :param revision_id: the awaited revision; ``None`` waits for the deployment to be ``READY`` with no newer
+        revision still rolling out.
+    :param revision: the awaited revision as the revision endpoint reports it, if known (ignored when it
+        is another revision).
+    :param deployment_id: the awaited deployment's id, named in the message when it was not found.
+    """
+    if deployment is None:
+        return RolloutVerdict(
+            RolloutState.FAILED,
+            f"deployment {deployment_id or '(unknown id)'} disappeared: the service no longer lists it "
+            f"(awaited revision {revision_id or '(any)'})",
+            ("gone",),
+        )
+    status = deployment.status
+    name = _describe(deployment)
+    active, latest = deployment.active_revision_id, deployment.latest_revision_id
+    revision_status = revision.status.value if revision is not None and revision.id == revision_id else None
+    key: tuple[str | None, ...] = (status.value, active, latest, revision_status)
+
+    def verdict(state: RolloutState, message: str) -> RolloutVerdict:
+        return RolloutVerdict(state, message, (state.value, *key))
+
+    if status is DeploymentStatus.AWAITING_DELETE:
+        return verdict(
+            RolloutState.FAILED,
+            f"{name} is being deleted (status AWAITING_DELETE); revision {revision_id or '(any)'} will never go live",
+        )
+    if revision_id is None:
+        # Without a revision to wait for, READY is not enough either: a newer revision still building means
+        # the deployment is about to change (the old revision keeps it READY meanwhile).
+        if status is DeploymentStatus.READY and not deployment.is_rolling_out:
+            return verdict(RolloutState.SUCCEEDED, f"{name} is READY (active revision {active})")
+        if status is DeploymentStatus.READY:
+            return verdict(
+                RolloutState.WAITING,
+                f"{name} is READY but revision {latest} is still rolling out (active {active}); waiting for it",
+            )
+        return verdict(RolloutState.WAITING, f"{name} has status {status.value}, waiting for READY")
+
+    if active == revision_id and status is DeploymentStatus.READY:
+        return verdict(RolloutState.SUCCEEDED, f"{name}: revision {revision_id} is live (status READY)")
+    if revision_status is not None and revision is not None and revision.status.is_failed:
+        detail = f": {revision.status_message}" if revision.status_message else ""
+        return verdict(
+            RolloutState.FAILED,
+            f"{name}: revision {revision_id} ended with status {revision_status}{detail} "
+            f"(active revision is still {active})",
+        )
+    if latest is not None and latest != revision_id and active != revision_id:
+        return verdict(
+            RolloutState.FAILED,
+            f"{name}: revision {revision_id} was superseded by {latest}, a newer revision; it is not active "
+            f"(active revision {active}, status {status.value})",
+        )
+    if active == revision_id:
+        return verdict(
+            RolloutState.WAITING,
+            f"{name}: revision {revision_id} is active, waiting for status READY (now {status.value})",
+        )
+    building = f", revision status {revision_status}" if revision_status else ""
+    if status is DeploymentStatus.READY:
+        return verdict(
+            RolloutState.WAITING,
+            f"{name} is READY but still serves revision {active}; waiting for revision {revision_id}{building}",
+        )
+    return verdict(
+        RolloutState.WAITING,
+        f"{name} has status {status.value} (active revision {active}); waiting for revision {revision_id}{building}",
+    )
+
+
+class RevisionCheckSchedule:
+    """Decide when the optional revision endpoint is worth a call for one awaited rollout.
+
+    A call is due only while the awaited revision is the latest but not yet active, and then only when
+    the deployment's ``updated_at`` changed since the last look (a revision moving through its statuses
+    touches its deployment), or ``interval`` seconds passed without a call (a safety net), or for a
+    final check. So a rollout costs a few revision calls over its whole build, not one per interval.
+    After the endpoint answered 404 or 405 (or another non-transient error) it is :attr:`disabled`.
+
+    :param interval: longest time in seconds between two calls while nothing visibly changes.
+    :param clock: monotonic time source (tests may pass their own).
+    """
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval < 0:
+            raise ValueError(f"revision_check_interval must be >= 0 seconds, got {interval}")
+        self.interval = interval
+        self.disabled = False
+        self._clock = clock
+        self._last_at: float | None = None
+        self._last_updated_at: datetime | None = None
+
+    def reason(self, deployment: Deployment | None, revision_id: str | None, *, force: bool = False) -> str | None:
+        """Why to ask the revision endpoint now (``"final"``, ``"first"``, ``"changed"``, ``"timer"``),
+        or ``None`` not to.
+
+        :param deployment: the deployment as just seen.
+        :param revision_id: the awaited revision.
+        :param force: a final check: ask whenever the other conditions hold.
+        """
+        if self.disabled or deployment is None or not awaits_revision_build(deployment, revision_id):
+            return None
+        if force:
+            return "final"
+        if self._last_at is None:
+            return "first"
+        if deployment.updated_at != self._last_updated_at:
+            return "changed"
+        return "timer" if self._clock() - self._last_at >= self.interval else None
+
+    def due(self, deployment: Deployment | None, revision_id: str | None, *, force: bool = False) -> bool:
+        """Whether to ask the revision endpoint now (see :meth:`reason`)."""
+        return self.reason(deployment, revision_id, force=force) is not None
+
+    @property
+    def last_asked(self) -> float:
+        """Monotonic time of the last call; ``-inf`` before the first."""
+        return float("-inf") if self._last_at is None else self._last_at
+
+    def mark(self, deployment: Deployment) -> None:
+        """Record that the endpoint was asked about ``deployment`` just now."""
+        self._last_at = self._clock()
+        self._last_updated_at = deployment.updated_at

@@ -1,0 +1,410 @@
+"""Trigger that waits for a deployment's revision to go live, batching polls across triggers.
+
+Every :class:`DeploymentRolloutTrigger` of one triggerer process (one event loop) with the same hook
+settings and poll interval subscribes to one shared :class:`_BatchPoller`. Each interval the poller
+asks the list endpoint for up to 100 deployments at once (``deployment_ids``), so N waiting rollouts
+cost ``ceil(N / 100)`` list requests per interval instead of N. The optional revision endpoint (fail
+fast on a failed build) is asked only for rollouts whose revision is the latest but not yet active:
+whenever the deployment changed (a few times per build), and otherwise (first look, and every
+``revision_check_interval`` as a safety net) for at most ``ceil(N / 100)`` rollouts per round. A quiet
+fleet thus costs at most ``2 * ceil(N / 100)`` requests per interval. A 404/405 from the revision
+endpoint switches it off for that poller.
+When the last subscriber leaves, the poller task is cancelled and awaited and its client closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider.client import DeploymentServiceError, InvalidRequestError, TransportError
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import MAX_PAGE_SIZE, Deployment, Revision, canonical_uuid
+from airflow_provider.rollout import RevisionCheckSchedule, RolloutState, rollout_verdict
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = 30.0
+DEFAULT_REVISION_CHECK_INTERVAL = 600.0
+"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
+REVISION_CHECK_CONCURRENCY = 10
+"""Revision-endpoint calls one poller makes at the same time."""
+
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+
+
+# ------------------------------------------------------------------------------------ the poller
+@dataclass
+class _Update:
+    """What one poll round found for one subscriber."""
+
+    round: int
+    started: float
+    """Wall-clock time the round started (a check made after a deadline counts as the final check)."""
+    deployment: Deployment | None = None
+    revision: Revision | None = None
+    error: Exception | None = None
+    """A non-transient failure: the rollout cannot be watched (auth, 4xx, bad connection)."""
+    transient: Exception | None = None
+    """A transient failure that outlived the client's retries: try again next round."""
+
+
+@dataclass(eq=False)
+class _Subscription:
+    """One waiting rollout inside a poller."""
+
+    deployment_id: str
+    revision_id: str | None
+    schedule: RevisionCheckSchedule
+    queue: asyncio.Queue[_Update] = field(default_factory=asyncio.Queue)
+    revision: Revision | None = None
+    """The awaited revision as the revision endpoint last reported it."""
+    final: bool = False
+    """The subscriber's deadline passed: its next round is its final check."""
+
+
+_REGISTRY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, float], _BatchPoller]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def active_pollers() -> list[_BatchPoller]:
+    """The pollers alive in the running event loop (diagnostics and tests)."""
+    return list(_REGISTRY.get(asyncio.get_running_loop(), {}).values())
+
+
+class _BatchPoller:
+    """One polling task shared by every rollout trigger with the same hook settings and poll interval.
+
+    :param key: the registry key (hook settings as JSON, poll interval).
+    :param hook_params: arguments recreating the hook.
+    :param poll_interval: seconds between rounds.
+    """
+
+    def __init__(self, key: tuple[str, float], hook_params: dict[str, Any], poll_interval: float) -> None:
+        self.key = key
+        self.poll_interval = poll_interval
+        self.hook = DeploymentServiceHook(**hook_params)
+        self.subscribers: dict[_Subscription, None] = {}
+        self.rounds_started = 0
+        self.rounds_completed = 0
+        self.list_requests = 0
+        self.revision_requests = 0
+        self.revision_endpoint = True
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._list_failing = False
+
+    @classmethod
+    def acquire(cls, hook_params: dict[str, Any], poll_interval: float) -> _BatchPoller:
+        """The poller of the running loop for these settings, created if needed."""
+        pollers = _REGISTRY.setdefault(asyncio.get_running_loop(), {})
+        key = (json.dumps(hook_params, sort_keys=True), float(poll_interval))
+        poller = pollers.get(key)
+        if poller is None:
+            poller = pollers[key] = cls(key, hook_params, poll_interval)
+        return poller
+
+    def subscribe(self, subscription: _Subscription) -> None:
+        """Add a rollout; it gets an :class:`_Update` from every following round."""
+        self.subscribers[subscription] = None
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"deployment-rollout-poller-{self.poll_interval}s"
+            )
+
+    def request_final_check(self, subscription: _Subscription) -> None:
+        """Start a round soon; it asks the revision endpoint for ``subscription`` regardless of interval."""
+        subscription.final = True
+        self._wake.set()
+
+    async def unsubscribe(self, subscription: _Subscription) -> None:
+        """Remove a rollout; the last one out stops the task and closes the client."""
+        self.subscribers.pop(subscription, None)
+        if self.subscribers:
+            return
+        pollers = _REGISTRY.get(asyncio.get_running_loop(), {})
+        if pollers.get(self.key) is self:
+            del pollers[self.key]
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.hook.aclose()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.subscribers:
+            round_start = loop.time()
+            try:
+                await self._round()
+            except Exception as err:  # a bug must end the waits with an error, not leave them hanging
+                log.exception("A rollout poll round failed")
+                for sub in list(self.subscribers):
+                    sub.queue.put_nowait(_Update(self.rounds_started, time.time(), error=err))
+            pause = max(0.0, self.poll_interval - (loop.time() - round_start))  # rounds start every interval
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), pause)
+            self._wake.clear()
+
+    async def _round(self) -> None:
+        self.rounds_started += 1
+        number = self.rounds_started
+        started = time.time()
+        subscribers = list(self.subscribers)
+        ids = list(dict.fromkeys(sub.deployment_id for sub in subscribers))
+        chunks = [ids[start : start + MAX_PAGE_SIZE] for start in range(0, len(ids), MAX_PAGE_SIZE)]
+        outcomes: list[list[Deployment] | Exception]
+        try:
+            # Create the client once, before the concurrent calls (they would each create one otherwise).
+            await self.hook.get_async_client()
+        except Exception as err:  # every subscriber hears it: final for a missing or bad connection only
+            outcomes = [err if _is_final_setup_error(err) else _transient_setup_error(err)] * len(chunks)
+        else:
+            outcomes = list(await asyncio.gather(*(self._list(chunk) for chunk in chunks)))
+        found: dict[str, Deployment] = {}
+        failures: dict[str, Exception] = {}
+        for chunk, outcome in zip(chunks, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                failures.update(dict.fromkeys(chunk, outcome))
+            else:
+                found.update({item.id: item for item in outcome if item.id in chunk})
+        await self._check_revisions(subscribers, found)
+        for sub in subscribers:
+            update = _Update(number, started, deployment=found.get(sub.deployment_id), revision=sub.revision)
+            error = failures.get(sub.deployment_id)
+            if error is not None and getattr(error, "transient", False):
+                update.transient = error
+            elif error is not None:
+                update.error = error
+            sub.queue.put_nowait(update)
+        self.rounds_completed = number
+
+    async def _list(self, chunk: list[str]) -> list[Deployment] | Exception:
+        self.list_requests += 1
+        try:
+            page = await self.hook.a_list_deployments(deployment_ids=chunk, limit=MAX_PAGE_SIZE)
+        except Exception as err:  # every failure goes to the subscribers; the poller must live on
+            if not self._list_failing:
+                log.warning("Listing %d deployment(s) failed: %s", len(chunk), err)
+            self._list_failing = True
+            return err
+        if self._list_failing:
+            log.info("Listing deployments works again")
+        self._list_failing = False
+        return page.resources
+
+    async def _check_revisions(self, subscribers: list[_Subscription], found: dict[str, Deployment]) -> None:
+        if not self.revision_endpoint:
+            return
+        wanted: dict[tuple[str, str], list[_Subscription]] = {}
+        unhurried: dict[tuple[str, str], list[_Subscription]] = {}
+        for sub in subscribers:
+            deployment = found.get(sub.deployment_id)
+            if deployment is None or not sub.revision_id:
+                continue
+            reason = sub.schedule.reason(deployment, sub.revision_id, force=sub.final)
+            if reason in ("first", "timer"):
+                unhurried.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
+            elif reason is not None:  # the deployment changed, or a final check
+                wanted.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
+        # First-sight and safety-net calls are spread out: at most one per 100 rollouts per round, never
+        # asked first, then longest unasked, so a quiet fleet costs at most as many revision calls per
+        # interval as list calls, however many rollouts start at once.
+        budget = -(-len(subscribers) // MAX_PAGE_SIZE)
+        by_age = sorted(unhurried.items(), key=lambda item: min(sub.schedule.last_asked for sub in item[1]))
+        for pair, subs in by_age[:budget]:
+            wanted.setdefault(pair, []).extend(subs)
+        for subs in wanted.values():
+            for sub in subs:
+                sub.schedule.mark(found[sub.deployment_id])
+        if not wanted:
+            return
+        limit = asyncio.Semaphore(REVISION_CHECK_CONCURRENCY)
+
+        async def ask(deployment_id: str, revision_id: str) -> Revision | None:
+            async with limit:
+                if not self.revision_endpoint:
+                    return None
+                self.revision_requests += 1
+                try:
+                    return await self.hook.a_get_revision(deployment_id, revision_id)
+                except DeploymentServiceError as err:
+                    self._revision_failed(err)
+                    return None
+
+        results = await asyncio.gather(*(ask(*pair) for pair in wanted))
+        for subs, revision in zip(wanted.values(), results, strict=True):
+            for sub in subs:
+                if revision is not None:
+                    sub.revision = revision
+
+    def _revision_failed(self, err: DeploymentServiceError) -> None:
+        if err.transient or not self.revision_endpoint:
+            return
+        self.revision_endpoint = False
+        if err.status_code in (404, 405):
+            log.info("The revision endpoint is not available (%s); watching rollouts through the list only", err)
+        else:
+            log.warning("The revision endpoint failed (%s); watching rollouts through the list only", err)
+
+
+def _is_final_setup_error(err: Exception) -> bool:
+    """A connection that does not exist or cannot work (waiting will not fix it)."""
+    return isinstance(err, (InvalidRequestError, AirflowNotFoundException))
+
+
+def _transient_setup_error(err: Exception) -> TransportError:
+    """Any other failure to resolve the connection (e.g. the API server briefly unreachable)."""
+    return TransportError(f"could not resolve the connection yet ({type(err).__name__}: {err}); trying again")
+
+
+# ---------------------------------------------------------------------------------------- trigger
+class DeploymentRolloutTrigger(BaseTrigger):
+    """Wait until a deployment's revision is live (``READY`` and active), failing fast when it cannot be.
+
+    Yields exactly one event: ``{"status": "success" | "failed" | "timeout" | "error", "message": ...,
+    "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``.
+
+    :param deployment_id: the deployment to watch.
+    :param revision_id: the revision that must become active; ``None`` waits only for ``READY``.
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
+    :param poll_interval: seconds between two looks at the deployment.
+    :param deadline: wall-clock deadline (Unix epoch seconds) after which, following one final check,
+        the trigger reports ``timeout``; ``None`` waits forever.
+    :param revision_check_interval: longest time in seconds between two calls to the revision endpoint
+        while the deployment does not change.
+    """
+
+    def __init__(
+        self,
+        deployment_id: str,
+        revision_id: str | None,
+        hook_params: dict[str, Any],
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        deadline: float | None = None,
+        revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
+    ) -> None:
+        super().__init__()
+        self.deployment_id = deployment_id
+        self.revision_id = revision_id
+        self.hook_params = dict(hook_params)
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.revision_check_interval = float(revision_check_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and JSON-only keyword arguments (no secret: the API key stays in the connection)."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "revision_check_interval": self.revision_check_interval,
+            },
+        )
+
+    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "message": message,
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Subscribe to the shared poller until the rollout is decided, then yield one event."""
+        try:
+            self.deployment_id = canonical_uuid(self.deployment_id, "deployment_id")
+            if self.revision_id is not None:
+                self.revision_id = canonical_uuid(self.revision_id, "revision_id")
+            if self.poll_interval <= 0:
+                raise ValueError(f"poll_interval must be > 0 seconds, got {self.poll_interval}")
+            schedule = RevisionCheckSchedule(self.revision_check_interval)
+        except ValueError as err:
+            yield self._event("error", f"invalid trigger arguments: {err}", None)
+            return
+        poller = _BatchPoller.acquire(self.hook_params, self.poll_interval)
+        subscription = _Subscription(self.deployment_id, self.revision_id, schedule)
+        poller.subscribe(subscription)
+        try:
+            event = await self._wait(poller, subscription)
+        finally:
+            # Leave before yielding: the triggerer may never resume the generator after the event.
+            await poller.unsubscribe(subscription)
+        yield event
+
+    async def _wait(self, poller: _BatchPoller, subscription: _Subscription) -> TriggerEvent:
+        started = time.monotonic()
+        last_key: tuple[Any, ...] | None = None
+        last_deployment: Deployment | None = None
+        final_requested = False
+        target = f"revision {self.revision_id}" if self.revision_id else "READY"
+
+        def waited() -> str:
+            return f"{time.monotonic() - started:.1f} s"
+
+        while True:
+            timeout = None
+            if self.deadline is not None and not final_requested:
+                timeout = max(0.0, self.deadline - time.time())
+            try:
+                update = await asyncio.wait_for(subscription.queue.get(), timeout)
+            except asyncio.TimeoutError:
+                poller.request_final_check(subscription)
+                final_requested = True
+                continue
+            final = self.deadline is not None and update.started >= self.deadline
+            if update.error is not None:
+                message = f"cannot watch deployment {self.deployment_id} ({target}): {update.error}"
+                self.log.error("%s", message)
+                return self._event("error", message, last_deployment)
+            if update.transient is not None:
+                key: tuple[Any, ...] = ("transient", type(update.transient).__name__)
+                if key != last_key:
+                    self.log.warning(
+                        "Deployment %s: the service is unavailable (%s); retrying every %.1f s (waited %s)",
+                        self.deployment_id,
+                        update.transient,
+                        self.poll_interval,
+                        waited(),
+                    )
+                last_key = key
+                if final:
+                    return self._event(
+                        "timeout",
+                        f"timed out after {waited()} waiting for deployment {self.deployment_id} ({target}); "
+                        f"the final check failed: {update.transient}",
+                        last_deployment,
+                    )
+                continue
+            last_deployment = update.deployment or last_deployment
+            verdict = rollout_verdict(
+                update.deployment, self.revision_id, subscription.revision, deployment_id=self.deployment_id
+            )
+            if verdict.key != last_key:
+                self.log.info("%s (waited %s)", verdict.message, waited())
+                last_key = verdict.key
+            if verdict.state is RolloutState.SUCCEEDED:
+                return self._event("success", verdict.message, update.deployment)
+            if verdict.state is RolloutState.FAILED:
+                return self._event("failed", verdict.message, update.deployment)
+            if final:
+                return self._event("timeout", f"timed out after {waited()}: {verdict.message}", update.deployment)

@@ -1,0 +1,66 @@
+"""Run every benchmark script (each in its own process) and assemble ``bench/RESULTS.md``.
+
+``python bench/run_all.py [--quick]``; ``make bench`` runs it without ``--quick``. A script that fails
+is reported and makes the exit status non-zero; a missed goal does not (it is a result).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+from common import BENCH_DIR, GOALS_DIR, QUICK_RESULTS, RESULTS, header, now_text, parse_options, table
+
+SCRIPTS = (
+    "requests_while_waiting",
+    "waiting_cost",
+    "listing_throughput",
+    "import_cost",
+    "detection_latency",
+)
+
+
+def section_block(text: str, name: str) -> str | None:
+    """The marked block of section ``name`` in ``text``, markers included."""
+    found = re.search(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", text, re.DOTALL)
+    return found.group(0) if found else None
+
+
+def summary(quick: bool) -> str:
+    """A table of every goal: question, goal, measured figure, met or missed."""
+    rows = []
+    for name in SCRIPTS:
+        path = GOALS_DIR / f"{name}{'.quick' if quick else ''}.json"
+        if not path.exists():
+            rows.append((name, "(no result: the script failed)", "", "FAILED"))
+            continue
+        for goal in json.loads(path.read_text()):
+            rows.append((name, goal["goal"], goal["figure"], "MET" if goal["met"] else "**MISSED**"))
+    return "## Goals\n\n" + table(["script", "goal", "measured", ""], rows) + "\n"
+
+
+def main() -> int:
+    options = parse_options(__doc__ or "")
+    started_at, started = now_text(), time.perf_counter()
+    failed = []
+    for name in SCRIPTS:
+        path = GOALS_DIR / f"{name}{'.quick' if options.quick else ''}.json"
+        path.unlink(missing_ok=True)
+        print(f"\n=== {name} ===", flush=True)
+        command = [sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if options.quick else [])]
+        if subprocess.run(command, check=False).returncode != 0:
+            failed.append(name)
+    total = time.perf_counter() - started
+    target = QUICK_RESULTS if options.quick else RESULTS
+    current = target.read_text() if target.exists() else ""
+    blocks = [block for block in (section_block(current, name) for name in SCRIPTS) if block]
+    target.write_text("\n\n".join([header(started_at, total), summary(options.quick), *blocks]).rstrip() + "\n")
+    print(f"\nwrote {target} in {total:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

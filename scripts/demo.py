@@ -1,0 +1,229 @@
+"""``make demo``: roll out a new revision through Airflow against the local emulator, then summarise.
+
+Starts the emulator on a free loopback port with the shipped example data, sets up a throwaway
+AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` (and the fleet DAG unless
+``--only-rollout``) with ``airflow dags test``, prints what happened, and stops everything it started.
+Exits non-zero when a rollout did not land. Safe to run again: every run starts from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow_provider.emulator.admin_client import EmulatorAdmin
+
+REPO = Path(__file__).resolve().parent.parent
+WORK = Path(os.environ.get("DEMO_WORK_DIR", REPO / ".demo")).resolve()
+API_KEY = "demo-api-key-not-a-real-secret"
+PAYMENT_TOKEN = "demo-payment-token-masked-in-logs"
+BUILD_SECONDS = 6.0
+POLL_INTERVAL = 1.0
+STEP_TIMEOUT = 300
+
+
+@dataclass
+class DemoRun:
+    """One DAG run of the demo: what to run and which deployments it should move."""
+
+    dag_id: str
+    conf: dict[str, Any]
+    deployments: list[str]
+
+
+RUNS = [
+    DemoRun(
+        "rollout_after_build", {"deployment_name": "checkout-api-staging", "version": "2.0.0"}, ["checkout-api-staging"]
+    ),
+    DemoRun(
+        "deploy_fleet_after_build",
+        {"version": "2.0.0"},
+        ["checkout-api-dev", "search-staging", "catalog-graph-dev", "checkout-api-prod", "support-bot-prod"],
+    ),
+]
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def start_emulator(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start the emulator in its own process group; return it and its base URL."""
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_provider.emulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--build-seconds",
+        str(BUILD_SECONDS),
+        "--ready-seconds",
+        "1",
+    ]
+    process = subprocess.Popen(
+        command,
+        env={**env, "DEPLOYMENT_SERVICE_EMULATOR_API_KEY": API_KEY},
+        stdout=subprocess.PIPE,
+        stderr=log_path.open("w"),
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if "listening on " not in line:
+        stop(process)
+        raise SystemExit(f"the emulator did not start: {line or log_path.read_text()[-2000:]}")
+    return process, line.rsplit(" ", 1)[-1]
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """Stop a process group we started (TERM, then KILL after 10 s)."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def airflow(env: dict[str, str], log_path: Path, *args: str) -> int:
+    """Run an Airflow CLI command, its output to ``log_path``; echo the provider's own log lines."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        deadline = time.monotonic() + STEP_TIMEOUT
+        for line in process.stdout:
+            log.write(line)
+            if _worth_showing(line):
+                say("   " + _short(line))
+            if time.monotonic() > deadline:
+                stop(process)
+                raise SystemExit(f"`airflow {' '.join(args)}` took more than {STEP_TIMEOUT} s; see {log_path}")
+        return process.wait()
+
+
+def _worth_showing(line: str) -> bool:
+    """The provider's own log lines and the reason a task failed; Airflow's chatter stays in the file."""
+    ours = "airflow_provider" in line and any(level in line for level in ("[info", "[warning", "[error"))
+    return ours or "AirflowFailException:" in line or "AirflowSensorTimeout:" in line
+
+
+def _short(line: str) -> str:
+    """Drop the timestamp and the logger suffix of a structlog line."""
+    text = line.strip()
+    if "] " in text:
+        text = text.split("] ", 1)[1]
+    return text.split(" [airflow", 1)[0].strip()
+
+
+def revision_times(deployment: dict[str, Any], revision_id: str) -> float | None:
+    """Seconds from the revision's creation to it being deployed, as the emulator recorded it."""
+    for revision in deployment["revisions"]:
+        if revision["id"] == revision_id and revision["status"] == "DEPLOYED":
+            created = datetime.fromisoformat(revision["created_at"].replace("Z", "+00:00"))
+            done = datetime.fromisoformat(revision["updated_at"].replace("Z", "+00:00"))
+            return (done - created).total_seconds()
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only-rollout", action="store_true", help="skip the fleet DAG")
+    args = parser.parse_args()
+    runs = RUNS[:1] if args.only_rollout else RUNS
+
+    started = time.monotonic()
+    shutil.rmtree(WORK, ignore_errors=True)
+    home = WORK / "airflow-home"
+    logs = WORK / "logs"
+    home.mkdir(parents=True)
+    logs.mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "example_dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN": PAYMENT_TOKEN,
+        "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
+        "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": "120",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+    say("== Deployment Management Service provider: demo (local emulator, no network, SQLite) ==")
+    emulator, base_url = start_emulator(env, logs / "emulator.log")
+    admin = EmulatorAdmin(base_url)
+    failures: list[str] = []
+    try:
+        say(f"1. emulator listening on {base_url} (builds take {BUILD_SECONDS:.0f} s)")
+        env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"] = json.dumps(
+            {"conn_type": "deployment_service", "host": base_url, "password": API_KEY}
+        )
+        say(f"2. throwaway Airflow home {home} (SQLite); migrating the database")
+        if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
+            raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
+        before = {d["name"]: d for d in admin.state()["deployments"]}
+        for step, run in enumerate(runs, start=3):
+            say(f"{step}. airflow dags test {run.dag_id} {json.dumps(run.conf)}")
+            run_started = time.monotonic()
+            code = airflow(env, logs / f"{run.dag_id}.log", "dags", "test", run.dag_id, "-c", json.dumps(run.conf))
+            took = time.monotonic() - run_started
+            say(f"   -> {'succeeded' if code == 0 else 'FAILED'} in {took:.1f} s (full log: {logs / run.dag_id}.log)")
+            if code != 0:
+                failures.append(run.dag_id)
+        after = {d["name"]: d for d in admin.state()["deployments"]}
+        counters = admin.counters()
+    finally:
+        admin.close()
+        stop(emulator)
+
+    say()
+    say("== Summary ==")
+    landed = True
+    for run in runs:
+        for name in run.deployments:
+            old, new = before[name], after[name]
+            created = len(new["revisions"]) - len(old["revisions"])
+            active = new["active_revision_id"]
+            live = active != old["active_revision_id"] and active == new["latest_revision_id"]
+            waited = revision_times(new, active) if live else None
+            serving = {k: v for k, v in new["source_revision_config"].items() if v and k != "repo_commit_sha"}
+            mark = "ok " if live and created == 1 else "!! "
+            landed = landed and live and created == 1
+            timing = f", built and live {waited:.1f} s after the patch" if waited is not None else ""
+            say(f" {mark}{name}: {created} new revision, now serving {serving} (revision {active[:8]}{timing})")
+    total = sum(counters.values())
+    say(f" API calls the emulator answered: {total} ({', '.join(f'{k}: {v}' for k, v in sorted(counters.items()))})")
+    say(f" Task logs and Airflow output: {logs}")
+    say(f" Wall time: {time.monotonic() - started:.0f} s")
+    if failures or not landed:
+        say(f" RESULT: a rollout did not land ({', '.join(failures) or 'see above'})")
+        return 1
+    say(" RESULT: every rollout landed; the sensor waited for the new revision, not just READY.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

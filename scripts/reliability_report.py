@@ -1,0 +1,317 @@
+"""Run the reliability suite and render ``docs/RELIABILITY.md`` from what it recorded.
+
+    python scripts/reliability_report.py                 # run pytest tests/reliability, write the report
+    python scripts/reliability_report.py --from-json F   # render an earlier run's JSON only
+    python scripts/reliability_report.py -- -k chaos     # extra pytest arguments after --
+
+The tests record their figures through the session fixture ``report`` (``tests/reliability/conftest.py``)
+into the JSON file named by ``RELIABILITY_REPORT_JSON``; nothing in the rendered file is typed by hand
+except the section introductions below. Exits with pytest's exit status (the report is written anyway,
+listing the failing tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO_ROOT / "docs" / "RELIABILITY.md"
+REPORT_ENV = "RELIABILITY_REPORT_JSON"
+
+ENDPOINT_COLUMNS = (
+    ("list providers", "sync"),
+    ("list repos", "sync"),
+    ("list deployments", "sync"),
+    ("list deployments", "async"),
+    ("get deployment (via list)", "sync"),
+    ("patch", "sync"),
+    ("patch", "async"),
+)
+
+
+# ----------------------------------------------------------------------------------------- running
+def run_suite(pytest_args: list[str]) -> tuple[dict[str, Any], int, float]:
+    """Run ``pytest tests/reliability`` recording into a temporary JSON file; return (data, exit, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="reliability-") as workdir:
+        target = Path(workdir) / "report.json"
+        env = {**os.environ, REPORT_ENV: str(target)}
+        command = [sys.executable, "-m", "pytest", "tests/reliability", "-q", "-p", "no:cacheprovider", *pytest_args]
+        print("$", " ".join(command), flush=True)
+        started = time.monotonic()
+        exit_status = subprocess.call(command, cwd=REPO_ROOT, env=env)
+        seconds = time.monotonic() - started
+        if not target.exists():
+            raise SystemExit(f"pytest wrote no report (exit status {exit_status})")
+        data: dict[str, Any] = json.loads(target.read_text())
+    return data, exit_status, seconds
+
+
+# --------------------------------------------------------------------------------------- rendering
+def cell(value: Any) -> str:
+    """One Markdown table cell."""
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        value = ", ".join(str(item) for item in value) or "none"
+    text = " ".join(str(value).split())
+    return text.replace("|", "\\|")
+
+
+def table(rows: list[dict[str, Any]], columns: list[str] | None = None, headers: dict[str, str] | None = None) -> str:
+    """A Markdown table of ``rows`` (columns in first-seen order unless given)."""
+    if not rows:
+        return "_(no rows recorded: the tests of this section did not run)_\n"
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [key for key in row if key != "table" and key not in columns]
+    names = [(headers or {}).get(column, column.replace("_", " ")) for column in columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(column)) for column in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def short(text: str, limit: int = 170) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def matrix_cell(row: dict[str, Any]) -> str:
+    """``ok, 2 req, 1 wait (+1 rev)`` or ``ServerError, 3 req, 2 waits``."""
+    outcome = row["outcome"]
+    verdict = "ok" if outcome == "ok" else outcome.split(":", 1)[0]
+    waits = row["waits"] or []
+    parts = [f"**{verdict}**" if verdict == "ok" else verdict, f"{row['requests']} req"]
+    if row.get("read_backs"):
+        parts.append(f"{row['read_backs']} read-back")
+    if waits:
+        shown = f"{waits[0]:g} s" if len(waits) == 1 else f"{len(waits)} waits"
+        parts.append(f"wait {shown}" if len(waits) == 1 else shown)
+    if row.get("new_revisions") is not None:
+        parts.append(f"+{row['new_revisions']} rev")
+    return ", ".join(parts)
+
+
+def fault_matrix(rows: list[dict[str, Any]]) -> str:
+    by_mode: dict[str, dict[str, dict[tuple[str, str], dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    faults: list[str] = []
+    for row in rows:
+        by_mode[row["mode"]][row["fault"]][(row["endpoint"], row["twin"])] = row
+        if row["fault"] not in faults:
+            faults.append(row["fault"])
+    columns = [column for column in ENDPOINT_COLUMNS if any(column in f for m in by_mode.values() for f in m.values())]
+    out = []
+    for mode, title in (("once", "Fault injected once"), ("every request", "Fault on every request")):
+        if mode not in by_mode:
+            continue
+        header = ["fault"] + [f"{name}{' (async)' if twin == 'async' else ''}" for name, twin in columns]
+        lines = [f"**{title}**\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for fault in faults:
+            cells = [by_mode[mode][fault].get(column) for column in columns]
+            lines.append("| " + " | ".join([fault] + [matrix_cell(c) if c else "-" for c in cells]) + " |")
+        out.append("\n".join(lines) + "\n")
+    samples = [
+        {"fault": row["fault"], "endpoint": row["endpoint"], "error": short(row["outcome"], 230)}
+        for row in rows
+        if row["mode"] == "every request"
+        and row["twin"] == "sync"
+        and row["endpoint"] in ("list deployments", "patch")
+        and row["outcome"] != "ok"
+    ]
+    out.append("**The errors (fault on every request, sync client)**\n\n" + table(samples))
+    return "\n".join(out)
+
+
+def headline(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]], wall: float | None) -> str:
+    counters = data.get("headline", {})
+    tests = data.get("tests", {})
+    failed = sorted(node for node, result in tests.items() if result["outcome"] != "passed")
+    matrix = rows.get("fault_matrix", [])
+    chaos = [row for row in rows.get("chaos", []) if row["seed"] != "fault-free"]
+    scans = rows.get("leak_scan", [])
+    bad = rows.get("bad_input", [])
+    duplicates = counters.get("chaos_duplicate_revisions", 0) + counters.get("duplicate_revisions_retries", 0)
+    figures = [
+        (
+            "Faults injected (fault matrix)",
+            f"{counters.get('faults_injected', 0)} faulted requests in {len(matrix)} cases "
+            f"({len({row['fault'] for row in matrix})} fault kinds x {len({row['endpoint'] for row in matrix})} "
+            "endpoints, injected once and on every request, sync and async clients)",
+        ),
+        (
+            "Chaos rollouts landed",
+            f"{counters.get('chaos_rollouts_landed', 0)} of {counters.get('chaos_rollouts_attempted', 0)} over "
+            f"{len(chaos)} seeds; {counters.get('chaos_faults_injected', 0)} faults injected, "
+            f"{counters.get('chaos_extra_requests', 0)} extra requests against the fault-free run",
+        ),
+        (
+            "Duplicate revisions",
+            f"{duplicates} (chaos rollouts, plus {counters.get('retried_tasks', 0)} retried patch tasks)",
+        ),
+        (
+            "Secret and API key occurrences",
+            f"{counters.get('secret_occurrences', 0)} in "
+            + "; ".join(f"{row['scanned']}: {row['extent']}" for row in scans)
+            + f" ({counters.get('leak_scan_dag_runs', 0)} DAG runs)",
+        ),
+        (
+            "Bad inputs refused",
+            f"{counters.get('bad_inputs_refused', 0)} of {len(bad)}, naming the field, 0 requests sent",
+        ),
+        ("Transport checks", f"{counters.get('transport_checks', 0)} (TLS, plain http, redirects)"),
+        (
+            "Tests",
+            f"{sum(1 for r in tests.values() if r['outcome'] == 'passed')} passed, {len(failed)} not passed; "
+            f"suite wall time {wall if wall is not None else data.get('wall_seconds')} s on this machine",
+        ),
+    ]
+    text = table([{"figure": name, "value": value} for name, value in figures])
+    if failed:
+        text += (
+            "\n**Tests that did not pass in this run** (each is a product gap with a fix proposed in its "
+            "docstring or the review; the figures above are what the code does today):\n\n"
+        )
+        text += "\n".join(f"- `{node}` ({tests[node]['outcome']})" for node in failed) + "\n"
+    return text
+
+
+SECTIONS: list[tuple[str, str, list[str]]] = [
+    (
+        "1. Fault matrix",
+        "Every endpoint against every fault the emulator injects, through the provider's client over real "
+        "HTTP. Retry policy: {fault_matrix_settings}. Request counts come from the emulator's counters; waits "
+        "are the client's recorded `sleep=` calls (nothing really sleeps). A PATCH whose failure may have "
+        "reached the service (502, 504, timeout, dropped connection) is never re-sent blindly: the client "
+        "reads the deployment back (`read-back`) and re-sends only if the patch did not land. `+N rev` is the "
+        "number of revisions the PATCH created.",
+        ["fault_matrix", "patch_resend_backoff", "patch_exhausted"],
+    ),
+    (
+        "2. Chaos rollout",
+        "`deploy_fleet_after_build` (5 deployments, mapped deferrable rollouts) with `dag.test()` against a "
+        "real-time emulator: {chaos_settings}; plus one guaranteed drop-after-processing on the first PATCH. "
+        "Extra requests are counted against the fault-free run.",
+        ["chaos"],
+    ),
+    (
+        "3. Retried and resumed tasks",
+        "A patch task killed after its patch reached the service, then retried (with and without a "
+        "`task_state_store`); a deferred rollout whose trigger is cancelled mid-poll and rebuilt from its "
+        "stored form (`Trigger.from_object(...)`, class path + kwargs, as after a triggerer restart).",
+        ["retried_tasks", "resumed_trigger"],
+    ),
+    (
+        "4. Secret leak scan",
+        "Every example DAG in success and failure scenarios with distinctive values: the API key (and a wrong "
+        "one), the payment token patched from a Variable, a secret seeded into every emulator deployment (the "
+        "service echoes secrets), plus literal and Variable-sourced patch secrets. Then every table and column "
+        "of the metadata database, every file under AIRFLOW_HOME (the SQLite database and WAL byte for byte) and "
+        "all captured output are searched. `dag.test()` runs tasks in-process and prints task logs to stdout, "
+        "so the task log lines are in the captured output; the task log file is written the way the task "
+        "supervisor writes them (Airflow's log processors, secret masker included).",
+        ["leak_scenarios", "leak_scan", "masker", "error_echo"],
+    ),
+    (
+        "5. Bad input",
+        "Each bad input must fail with an error naming the field, and the emulator must have received nothing.",
+        ["bad_input"],
+    ),
+    (
+        "6. Transport security",
+        "The emulator served over HTTPS with a certificate from a throwaway CA generated by the test.",
+        ["transport", "redirects"],
+    ),
+]
+
+TITLES = {
+    "patch_resend_backoff": "Backoff before re-sending an ambiguous PATCH",
+    "patch_exhausted": "The error after every PATCH attempt failed",
+    "retried_tasks": "Retried patch tasks",
+    "resumed_trigger": "Trigger torn down and rebuilt",
+    "leak_scenarios": "DAG runs",
+    "leak_scan": "What was scanned",
+    "masker": "Secret masker in task log files",
+    "error_echo": "Service errors that echo a secret",
+    "redirects": "Redirects",
+}
+
+VERIFY_FALSE_RISK = (
+    "**About `verify=false`.** It turns certificate checking off: anyone who can intercept the connection "
+    "(a proxy, a compromised network, DNS spoofing) can pose as the service and read the API key from "
+    "`X-Api-Key` and every secret value in the PATCH bodies. Use it only against a throwaway local service; "
+    "for a private CA set the connection extra `ca_bundle` to the CA's PEM file instead."
+)
+
+
+def render(data: dict[str, Any], wall: float | None) -> str:
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in data.get("rows", []):
+        rows[row["table"]].append(row)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "# Reliability\n",
+        f"Generated by `scripts/reliability_report.py` from a run of `pytest tests/reliability` ({when}). "
+        "Do not edit by hand: run `python scripts/reliability_report.py` again.\n",
+        "## Headline\n",
+        headline(data, rows, wall),
+    ]
+    for title, intro, tables in SECTIONS:
+        notes = defaultdict(lambda: "(not recorded)", data.get("notes", {}))
+        parts += [f"## {title}\n", intro.format_map(notes) + "\n"]
+        for name in tables:
+            if name in TITLES:
+                parts.append(f"### {TITLES[name]}\n")
+            if name == "fault_matrix":
+                parts.append(fault_matrix(rows[name]))
+            elif name == "bad_input":
+                shown = [{**row, "error": short(row["error"])} for row in rows[name]]
+                parts.append(table(shown))
+            else:
+                parts.append(table(rows[name]))
+        if title.startswith("6."):
+            parts.append(VERIFY_FALSE_RISK + "\n")
+    return "\n".join(parts)
+
+
+def secret_values() -> dict[str, str]:
+    """The distinctive secret values the suite uses (the report must never show one)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.reliability import support
+
+    names = ("API_KEY", "WRONG_API_KEY", "PAYMENT_TOKEN", "SEEDED_SECRET_PREFIX", "OPERATOR_SECRET", "VARIABLE_SECRET")
+    return {name: str(getattr(support, name)) for name in names}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from-json", type=Path, help="render this recorded run instead of running the suite")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the Markdown")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        data, exit_status, wall = json.loads(args.from_json.read_text()), 0, None
+    else:
+        data, exit_status, seconds = run_suite(args.pytest_args)
+        wall = round(seconds, 1)
+    text = render(data, wall)
+    leaked = [name for name, value in secret_values().items() if value in text]
+    if leaked:
+        raise SystemExit(f"refusing to write {args.output}: the rendered report contains {', '.join(leaked)}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"wrote {args.output} ({len(data.get('rows', []))} rows; pytest exit status {exit_status})")
+    return exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Shared test set-up: a throwaway AIRFLOW_HOME and an Airflow connection pointing at the emulator.
+
+The emulator fixtures (``deployment_service_emulator``, ``deployment_service_emulator_factory``) come
+from the package's own pytest plugin, ``airflow_provider.emulator.pytest_plugin``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Must be set before anything imports airflow.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="airflow-provider-tests-")
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "example_dags")
+# One explicit database for the in-process engine and the migration subprocess alike (unit-test mode
+# would switch some readers to a second, unmigrated file).
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME}/airflow.db"
+os.environ.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
+os.environ["AIRFLOW__CORE__PARALLELISM"] = "4"
+os.environ.pop("AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT", None)
+# The example DAGs poll every 15 s in production; here rollouts take about a second.
+os.environ["DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL"] = "0.2"
+os.environ["DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT"] = "60"
+
+CONN_ENV = "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"
+
+# Migrate the metadata database (about 5 s) before anything in this process imports airflow: a process
+# that touched the file before the migration keeps answering "no such table".
+subprocess.run(
+    [sys.executable, "-m", "airflow", "db", "migrate"],
+    check=True,
+    capture_output=True,
+    timeout=300,
+    env=os.environ.copy(),
+)
+
+
+def connection_json(base_url: str, api_key: str, **extra: Any) -> str:
+    """The JSON form of a ``deployment_service`` connection, as users put it in an env var."""
+    return json.dumps({"conn_type": "deployment_service", "host": base_url, "password": api_key, "extra": extra})
+
+
+@pytest.fixture
+def service_connection(deployment_service_emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Point ``deployment_service_default`` at a fresh emulator (fast retries) and yield the emulator."""
+    monkeypatch.setenv(
+        CONN_ENV,
+        connection_json(
+            deployment_service_emulator.base_url,
+            deployment_service_emulator.api_key,
+            backoff_initial=0.01,
+            backoff_max=0.05,
+        ),
+    )
+    yield deployment_service_emulator
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """The session's AIRFLOW_HOME, whose SQLite metadata database was migrated at start-up."""
+    return _AIRFLOW_HOME

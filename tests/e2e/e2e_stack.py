@@ -1,0 +1,91 @@
+"""One scenario's stack: the emulator plus a set of Airflow services, and the wall times measured."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e_airflow import CONN_ENV, PAYMENT_TOKEN_ENV, AirflowConfig, AirflowServices, Emulator
+from e2e_backends import E2E_DIR
+
+BUILD_SECONDS = 6.0
+"""Emulated build time of every revision: long enough that each waiting task really defers."""
+POLL_INTERVAL = 1.0
+ROLLOUT_TIMEOUT = 180.0
+PAYMENT_TOKEN = "e2e-payment-token-" + secrets.token_hex(6)
+
+_TIMINGS: dict[str, dict[str, float]] = {}
+
+
+def record_timing(scenario: str, **seconds: float) -> None:
+    """Keep wall times of a scenario for the summary (and ``.e2e/timings.json``)."""
+    _TIMINGS.setdefault(scenario, {}).update({name: round(value, 1) for name, value in seconds.items()})
+
+
+def timing_lines() -> list[str]:
+    """One line per scenario that ran: its measured wall times; also written to ``.e2e/timings.json``."""
+    if not _TIMINGS:
+        return []
+    with contextlib.suppress(OSError):
+        E2E_DIR.mkdir(exist_ok=True)
+        (E2E_DIR / "timings.json").write_text(json.dumps(_TIMINGS, indent=2) + "\n")
+    return [
+        f"{scenario}: " + ", ".join(f"{name} {value}" for name, value in seconds.items())
+        for scenario, seconds in _TIMINGS.items()
+    ]
+
+
+@dataclass
+class Stack:
+    """The emulator and the Airflow services that talk to it.
+
+    :param name: scenario name (for timings and messages).
+    :param emulator: the running emulator.
+    :param airflow: the running Airflow services.
+    """
+
+    name: str
+    emulator: Emulator
+    airflow: AirflowServices
+
+
+@contextlib.contextmanager
+def airflow_stack(
+    name: str,
+    workdir: Path,
+    bin_dir: Path,
+    *,
+    sql_alchemy_conn: str | None = None,
+    executor: str = "LocalExecutor",
+    extra_env: dict[str, str] | None = None,
+    celery_queue: str | None = None,
+) -> Iterator[Stack]:
+    """Start the emulator and the Airflow services; stop both afterwards (also after a failure)."""
+    started = time.monotonic()
+    with Emulator(Path(sys.executable), workdir, build_seconds=BUILD_SECONDS) as emulator:
+        env = {
+            CONN_ENV: emulator.connection_json(),
+            PAYMENT_TOKEN_ENV: PAYMENT_TOKEN,
+            "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
+            "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": str(ROLLOUT_TIMEOUT),
+            **(extra_env or {}),
+        }
+        home = workdir / "airflow-home"
+        home.mkdir()
+        config = AirflowConfig(
+            bin_dir, home, sql_alchemy_conn=sql_alchemy_conn, executor=executor, env=env, celery_queue=celery_queue
+        )
+        try:
+            with AirflowServices(config) as airflow:
+                record_timing(name, **airflow.timings, **{"stack ready": time.monotonic() - started})
+                yield Stack(name, emulator, airflow)
+                stopping = time.monotonic()
+            record_timing(name, **{"stack stopped": time.monotonic() - stopping})
+        finally:
+            record_timing(name, **{"stack total": time.monotonic() - started})

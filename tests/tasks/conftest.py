@@ -1,0 +1,139 @@
+"""Helpers for the task tests: a fake task instance and state store, and emulators wired to a connection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+CONN_ENV = "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"
+SECRET = "zq-Distinctive-S3cret-7f2a9c41"
+"""A secret value no test output may contain."""
+
+LIST_ROUTE = "GET /v2/deployments"
+PATCH_ROUTE = "PATCH /v2/deployments/{deployment_id}"
+REVISION_ROUTE = "GET /v2/deployments/{deployment_id}/revisions/{revision_id}"
+
+
+class FakeTI:
+    """What the operators use of a task instance: ``xcom_push`` (JSON-checked) and ``try_number``."""
+
+    def __init__(self, try_number: int = 1) -> None:
+        self.try_number = try_number
+        self.xcoms: dict[str, Any] = {}
+        self.task_id = "task"
+        self.dag_id = "dag"
+        self.run_id = "run"
+        self.map_index = -1
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        json.dumps(value)  # XCom values must be JSON
+        self.xcoms[key] = value
+
+
+class FakeStore:
+    """``context["task_state_store"]``: ``get``/``set`` over a dict that survives between tries."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return json.loads(json.dumps(self.data[key])) if key in self.data else default
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = json.loads(json.dumps(value))
+
+
+def make_context(ti: FakeTI | None = None, store: FakeStore | None = None) -> dict[str, Any]:
+    """A minimal task context."""
+    context: dict[str, Any] = {"ti": ti or FakeTI()}
+    if store is not None:
+        context["task_state_store"] = store
+    return context
+
+
+def connection_json(base_url: str, api_key: str, **extra: Any) -> str:
+    return json.dumps({"conn_type": "deployment_service", "host": base_url, "password": api_key, "extra": extra})
+
+
+@pytest.fixture
+def service(
+    deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Any]:
+    """Start an emulator with the given options and point ``deployment_service_default`` at it."""
+
+    def start(**options: Any) -> Any:
+        emulator = deployment_service_emulator_factory(**options)
+        monkeypatch.setenv(
+            CONN_ENV,
+            connection_json(emulator.base_url, emulator.api_key, backoff_initial=0.01, backoff_max=0.02),
+        )
+        return emulator
+
+    return start
+
+
+@pytest.fixture
+def emulator(service: Callable[..., Any]) -> Any:
+    """The default emulator (example data, frozen clock, 2 s builds) behind the default connection."""
+    return service()
+
+
+def deployment_named(emulator: Any, name: str) -> dict[str, Any]:
+    return dict(emulator.state.find_deployment(name))
+
+
+def seed(count: int, **fields: Any) -> dict[str, Any]:
+    """Seed data with ``count`` codehost deployments named ``app-0000``... (extra ``fields`` on each)."""
+    deployments = [
+        {
+            "name": f"app-{index:04d}",
+            "source": "codehost",
+            "secrets": [{"name": "TOKEN", "value": SECRET}],
+            **fields,
+        }
+        for index in range(count)
+    ]
+    return {"deployments": deployments}
+
+
+@pytest.fixture
+def advance_later() -> Iterator[Callable[[Any, float, float], None]]:
+    """Advance an emulator's clock by ``seconds`` after ``delay`` real seconds, from another thread."""
+    timers: list[threading.Timer] = []
+
+    def schedule(emulator: Any, seconds: float, delay: float) -> None:
+        timer = threading.Timer(delay, emulator.state.advance, args=(seconds,))
+        timers.append(timer)
+        timer.start()
+
+    yield schedule
+    for timer in timers:
+        timer.cancel()
+        if timer.is_alive():
+            timer.join()
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Yield to the event loop until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+async def collect(run: Awaitable[Any], timeout: float = 10.0) -> Any:
+    return await asyncio.wait_for(run, timeout)
+
+
+def scan_for_secret(*texts: Any) -> None:
+    """Fail if the distinctive secret appears in any of ``texts`` (JSON-dumped when not a string)."""
+    for text in texts:
+        shown = text if isinstance(text, str) else json.dumps(text, default=str)
+        assert SECRET not in shown

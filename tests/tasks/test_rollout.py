@@ -1,0 +1,142 @@
+"""The pure rollout verdict and the revision-check schedule."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from airflow_provider.models import Deployment, Revision
+from airflow_provider.rollout import (
+    RevisionCheckSchedule,
+    RolloutState,
+    awaits_revision_build,
+    rollout_verdict,
+)
+
+DEP = "11111111-1111-4111-8111-111111111111"
+OLD = "22222222-2222-4222-8222-222222222222"
+OURS = "33333333-3333-4333-8333-333333333333"
+NEWER = "44444444-4444-4444-8444-444444444444"
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def deployment(status: str = "READY", active: str | None = OLD, latest: str | None = OURS, **extra: Any) -> Deployment:
+    return Deployment.model_validate(
+        {
+            "name": "shop-api",
+            "source": "codehost",
+            "source_config": {},
+            "source_revision_config": {},
+            "secrets": [],
+            "id": DEP,
+            "tenant_id": DEP,
+            "created_at": T0,
+            "updated_at": extra.pop("updated_at", T0),
+            "status": status,
+            "latest_revision_id": latest,
+            "active_revision_id": active,
+            **extra,
+        }
+    )
+
+
+def revision(status: str, revision_id: str = OURS, message: str | None = None) -> Revision:
+    return Revision(id=revision_id, status=status, status_message=message)
+
+
+@pytest.mark.parametrize(
+    ("dep", "revision_id", "rev", "state", "words"),
+    [
+        (None, OURS, None, RolloutState.FAILED, ["disappeared", DEP]),
+        (deployment("AWAITING_DELETE"), OURS, None, RolloutState.FAILED, ["AWAITING_DELETE", "shop-api"]),
+        (deployment("AWAITING_DELETE", active=OLD, latest=OLD), None, None, RolloutState.FAILED, ["being deleted"]),
+        (deployment("READY", active=OURS, latest=OURS), OURS, None, RolloutState.SUCCEEDED, ["live", OURS]),
+        # the stale-READY trap: READY, but the old revision still serves
+        (deployment("READY", active=OLD, latest=OURS), OURS, None, RolloutState.WAITING, ["still serves", OLD]),
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("BUILDING"), RolloutState.WAITING, ["BUILDING"]),
+        (deployment("AWAITING_DATABASE", active=OURS, latest=OURS), OURS, None, RolloutState.WAITING, ["active"]),
+        (deployment("READY", active=OLD, latest=NEWER), OURS, None, RolloutState.FAILED, ["superseded by", NEWER]),
+        (
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            revision("BUILD_FAILED", message="npm ci failed"),
+            RolloutState.FAILED,
+            ["BUILD_FAILED", "npm ci failed", "shop-api", DEP],
+        ),
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("DEPLOY_FAILED"), RolloutState.FAILED, []),
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("SKIPPED"), RolloutState.FAILED, ["SKIPPED"]),
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("INTERRUPTED"), RolloutState.FAILED, []),
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("CREATE_FAILED"), RolloutState.FAILED, []),
+        # a failed status of another revision says nothing about ours
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("BUILD_FAILED", NEWER), RolloutState.WAITING, []),
+        (deployment("READY", active=OLD, latest=OLD), None, None, RolloutState.SUCCEEDED, ["READY"]),
+        (deployment("UNUSED", active=OLD, latest=OLD), None, None, RolloutState.WAITING, ["UNUSED"]),
+    ],
+)
+def test_verdict(
+    dep: Deployment | None, revision_id: str | None, rev: Revision | None, state: RolloutState, words: list[str]
+) -> None:
+    verdict = rollout_verdict(dep, revision_id, rev, deployment_id=DEP)
+    assert verdict.state is state
+    assert verdict.is_done is (state is not RolloutState.WAITING)
+    for word in words:
+        assert word in verdict.message
+
+
+def test_state_key_changes_only_with_what_was_seen() -> None:
+    first = rollout_verdict(deployment(updated_at=T0), OURS)
+    same = rollout_verdict(deployment(updated_at=T0 + timedelta(seconds=5)), OURS)
+    building = rollout_verdict(deployment(), OURS, revision("BUILDING"))
+    live = rollout_verdict(deployment(active=OURS), OURS)
+    assert first.key == same.key
+    assert len({first.key, building.key, live.key}) == 3
+
+
+def test_awaits_revision_build() -> None:
+    assert awaits_revision_build(deployment(active=OLD, latest=OURS), OURS)
+    assert not awaits_revision_build(deployment(active=OURS, latest=OURS), OURS)
+    assert not awaits_revision_build(deployment(active=OLD, latest=NEWER), OURS)
+    assert not awaits_revision_build(None, OURS)
+    assert not awaits_revision_build(deployment(), None)
+
+
+def test_revision_check_schedule() -> None:
+    now = [0.0]
+    schedule = RevisionCheckSchedule(60.0, clock=lambda: now[0])
+    building = deployment(active=OLD, latest=OURS, updated_at=T0)
+    assert schedule.due(building, OURS)
+    schedule.mark(building)
+    now[0] = 30.0
+    assert not schedule.due(building, OURS)  # nothing changed, interval not over
+    assert schedule.due(building, OURS, force=True)  # a final check asks anyway
+    assert schedule.due(deployment(active=OLD, latest=OURS, updated_at=T0 + timedelta(seconds=1)), OURS)
+    now[0] = 60.0
+    assert schedule.due(building, OURS)  # interval over
+    assert not schedule.due(deployment(active=OURS, latest=OURS), OURS)  # already active: no use
+    schedule.disabled = True
+    assert not schedule.due(building, OURS, force=True)
+    with pytest.raises(ValueError, match="revision_check_interval"):
+        RevisionCheckSchedule(-1)
+
+
+def test_schedule_reasons_tell_urgent_from_unhurried_calls() -> None:
+    now = [100.0]
+    schedule = RevisionCheckSchedule(600.0, clock=lambda: now[0])
+    building = deployment(active=OLD, latest=OURS)
+    assert schedule.reason(building, OURS) == "first"
+    schedule.mark(building)
+    assert schedule.reason(building, OURS) is None
+    assert schedule.reason(building, OURS, force=True) == "final"
+    assert schedule.reason(deployment(active=OLD, latest=OURS, updated_at=T0 + timedelta(seconds=1)), OURS) == "changed"
+    now[0] += 600
+    assert schedule.reason(building, OURS) == "timer"
+    assert schedule.last_asked == 100.0
+
+
+def test_without_a_revision_ready_with_a_newer_revision_building_is_not_done() -> None:
+    # A template that rendered "None" must not fall into the stale-READY trap.
+    verdict = rollout_verdict(deployment(active=OLD, latest=OURS), None)
+    assert verdict.state is RolloutState.WAITING and "still rolling out" in verdict.message
+    assert rollout_verdict(deployment(active=OURS, latest=OURS), None).state is RolloutState.SUCCEEDED

@@ -1,0 +1,598 @@
+"""The transport: auth headers, retries and Retry-After, error mapping, pagination, PATCH safety, secrets.
+
+These tests use ``httpx.MockTransport`` with scripted answers and recorded sleeps (no real waiting);
+the emulator tests exercise the same client over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_provider.client import (
+    AsyncDeploymentServiceClient,
+    AuthError,
+    ClientSettings,
+    ConflictError,
+    DeploymentServiceClient,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitedError,
+    RequestRejectedError,
+    RetryPolicy,
+    ServerError,
+    TransportError,
+    UnexpectedResponseError,
+)
+from airflow_provider.models import ErrorDetail
+from tests.test_models import DEPLOYMENT_ID, REV_NEW, REV_OLD, TENANT_ID, deployment_json
+
+API_KEY = "key-0123456789-do-not-leak"
+SECRET = "patch-secret-value-xyz"
+Answer = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
+
+
+class ScriptedService:
+    """Answers requests from per-route scripts; records every request it saw."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.scripts: dict[tuple[str, str], list[Answer]] = {}
+        self.default: dict[tuple[str, str], Answer] = {}
+
+    def script(self, method: str, path: str, *answers: Answer) -> None:
+        self.scripts.setdefault((method, path), []).extend(answers)
+
+    def always(self, method: str, path: str, answer: Answer) -> None:
+        self.default[(method, path)] = answer
+
+    def count(self, method: str, path: str | None = None) -> int:
+        return sum(1 for r in self.requests if r.method == method and (path is None or r.url.path == path))
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        key = (request.method, request.url.path)
+        queue = self.scripts.get(key)
+        answer = queue.pop(0) if queue else self.default.get(key)
+        if answer is None:
+            return httpx.Response(404, json={"detail": f"no script for {key}"})
+        if isinstance(answer, Exception):
+            raise answer
+        if callable(answer):
+            return answer(request)
+        return answer
+
+
+@pytest.fixture
+def service() -> ScriptedService:
+    return ScriptedService()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+def make_client(
+    service: ScriptedService, sleeps: list[float], base_url: str = "https://api.example.test/api-host", **settings: Any
+) -> DeploymentServiceClient:
+    return DeploymentServiceClient(
+        ClientSettings(base_url=base_url, **settings),
+        API_KEY,
+        transport=httpx.MockTransport(service),
+        sleep=sleeps.append,
+        rng=random.Random(7),
+    )
+
+
+@pytest.fixture
+def client(service: ScriptedService, sleeps: list[float]) -> DeploymentServiceClient:
+    return make_client(service, sleeps, tenant_id=TENANT_ID)
+
+
+PREFIX = "/api-host"
+LIST = f"{PREFIX}/v2/deployments"
+PATCH = f"{PREFIX}/v2/deployments/{DEPLOYMENT_ID}"
+
+
+def page(*deployments: dict[str, Any], offset: int) -> httpx.Response:
+    return httpx.Response(200, json={"resources": list(deployments), "offset": offset})
+
+
+def numbered(index: int) -> dict[str, Any]:
+    return deployment_json(id=f"00000000-0000-4000-8000-{index:012d}", name=f"svc-{index}")
+
+
+# ------------------------------------------------------------------------------------- requests
+def test_requests_carry_auth_workspace_agent_and_path_prefix(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    service.always("GET", f"{PREFIX}/v2/auth/providers", httpx.Response(200, json=[]))
+    assert client.list_oauth_providers() == []
+    sent = service.requests[0]
+    assert sent.url == httpx.URL("https://api.example.test/api-host/v2/auth/providers")
+    assert sent.headers["x-api-key"] == API_KEY
+    assert sent.headers["x-tenant-id"] == TENANT_ID
+    assert sent.headers["user-agent"].startswith("airflow-provider-deployment-service/")
+
+
+def test_every_endpoint_parses_typed_results(client: DeploymentServiceClient, service: ScriptedService) -> None:
+    integration = "33333333-3333-4333-8333-333333333333"
+    repo = {
+        "host_integration_id": integration,
+        "id": 1,
+        "name": "r",
+        "owner": "o",
+        "url": "u",
+        "default_branch": "main",
+    }
+    service.always(
+        "GET", f"{PREFIX}/v1/integrations/forge/codehost/{integration}/repos", httpx.Response(200, json=[repo])
+    )
+    service.always("GET", LIST, page(deployment_json(), offset=1))
+    service.always("PATCH", PATCH, httpx.Response(200, json=deployment_json()))
+    service.always(
+        "GET", f"{PATCH}/revisions/{REV_NEW}", httpx.Response(200, json={"id": REV_NEW, "status": "BUILDING"})
+    )
+    assert client.list_repositories(integration)[0].default_branch == "main"
+    assert client.list_deployments(limit=5).resources[0].id == DEPLOYMENT_ID
+    assert client.get_deployment(DEPLOYMENT_ID.upper()).name == "checkout-api"
+    assert service.requests[-1].url.params["deployment_ids"] == DEPLOYMENT_ID
+    patched = client.patch_deployment(DEPLOYMENT_ID, {"source_revision_config": {"image_uri": "img:2"}})
+    assert patched.latest_revision_id == REV_NEW
+    assert json.loads(service.requests[-1].content) == {"source_revision_config": {"image_uri": "img:2"}}
+    assert client.get_revision(DEPLOYMENT_ID, REV_NEW).status.value == "BUILDING"
+
+
+def test_get_deployment_absent_from_list_is_not_found(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    service.always("GET", LIST, page(offset=0))
+    with pytest.raises(NotFoundError, match=DEPLOYMENT_ID):
+        client.get_deployment(DEPLOYMENT_ID)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.get_deployment("not-a-uuid"), "deployment_id must be a UUID"),
+        (lambda c: c.list_repositories("42"), "integration_id must be a UUID"),
+        (lambda c: c.get_revision(DEPLOYMENT_ID, "rev"), "revision_id must be a UUID"),
+        (lambda c: c.list_deployments(limit=0), "limit"),
+        (lambda c: c.list_deployments(limit=101), "limit"),
+        (lambda c: c.list_deployments(offset=-1), "offset"),
+        (lambda c: c.list_deployments(deployment_type="qa"), "deployment_type"),
+        (lambda c: c.list_deployments(stauts="READY"), "stauts"),
+        (lambda c: list(c.iter_deployments(max_results=0)), "max_results"),
+        (lambda c: c.patch_deployment(DEPLOYMENT_ID, {}), "empty patch"),
+        (lambda c: c.patch_deployment(DEPLOYMENT_ID, {"image_uri": "x"}), "image_uri"),
+        (lambda c: c.patch_deployment("x", {"secrets": []}), "deployment_id"),
+    ],
+)
+def test_invalid_input_raises_before_anything_is_sent(
+    client: DeploymentServiceClient, service: ScriptedService, call: Callable[[Any], Any], message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        call(client)
+    assert service.requests == []
+
+
+@pytest.mark.parametrize(
+    ("base_url", "message"),
+    [
+        ("api.example.com", "must start with https://"),
+        ("ftp://api.example.com", "must start with https://"),
+        ("", "base_url is empty"),
+        ("https://api.example.com?x=1", "query"),
+    ],
+)
+def test_bad_base_url_is_refused(base_url: str, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        ClientSettings(base_url=base_url)
+
+
+def test_api_key_is_not_sent_over_plain_http_to_a_remote_host(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(InvalidRequestError, match="plain http"):
+        DeploymentServiceClient(ClientSettings(base_url="http://api.example.com"), API_KEY)
+    with caplog.at_level(logging.WARNING):
+        DeploymentServiceClient(ClientSettings(base_url="http://api.example.com", allow_insecure_http=True), API_KEY)
+    assert "plain http" in caplog.text
+    DeploymentServiceClient(ClientSettings(base_url="http://127.0.0.1:8000"), API_KEY).close()
+    DeploymentServiceClient(ClientSettings(base_url="http://localhost:8000"), API_KEY).close()
+
+
+def test_redirects_are_not_followed(client: DeploymentServiceClient, service: ScriptedService) -> None:
+    service.always("GET", LIST, httpx.Response(302, headers={"location": "https://evil.example/v2/deployments"}))
+    with pytest.raises(UnexpectedResponseError, match="redirects are not followed"):
+        client.list_deployments()
+    assert service.count("GET") == 1
+
+
+def test_settings_round_trip_as_plain_json() -> None:
+    settings = ClientSettings(base_url="https://x.test/", tenant_id=TENANT_ID, retry=RetryPolicy(max_attempts=3))
+    data = json.loads(json.dumps(settings.to_dict()))
+    assert ClientSettings.from_dict(data) == settings
+    assert settings.base_url == "https://x.test"
+
+
+# --------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("status", "body", "error", "text"),
+    [
+        (401, {"detail": "Invalid API key"}, AuthError, "check the API key"),
+        (403, {"detail": "requires workspace specification"}, AuthError, "tenant_id"),
+        (404, {"detail": f"Deployment ID {DEPLOYMENT_ID} not found."}, NotFoundError, "not found"),
+        (400, {"detail": "bad source"}, RequestRejectedError, "bad source"),
+        (409, {"detail": "busy"}, ConflictError, "busy"),
+        (500, {"detail": "boom"}, ServerError, "boom"),
+    ],
+)
+def test_error_statuses_map_to_specific_errors_without_retry(
+    client: DeploymentServiceClient,
+    service: ScriptedService,
+    sleeps: list[float],
+    status: int,
+    body: dict[str, Any],
+    error: type[Exception],
+    text: str,
+) -> None:
+    service.always("PATCH", PATCH, httpx.Response(status, json=body))
+    with pytest.raises(error) as caught:
+        client.patch_deployment(
+            DEPLOYMENT_ID, {"source_revision_config": {"image_uri": "img:2"}}, previous_latest_revision_id=REV_OLD
+        )
+    assert text in str(caught.value)
+    assert f"PATCH /v2/deployments/{DEPLOYMENT_ID}" in str(caught.value)
+    assert caught.value.status_code == status  # type: ignore[attr-defined]
+    assert service.count("PATCH") == 1 and sleeps == []
+
+
+def test_422_detail_is_parsed_into_loc_msg_type_and_secrets_are_scrubbed(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    detail = [{"loc": ["body", "secrets", 0, "value"], "msg": f"bad value {SECRET}", "type": "value_error"}]
+    service.always("PATCH", PATCH, httpx.Response(422, json={"detail": detail}))
+    with pytest.raises(RequestRejectedError) as caught:
+        client.patch_deployment(
+            DEPLOYMENT_ID, {"secrets": [{"name": "TOKEN", "value": SECRET}]}, previous_latest_revision_id=REV_OLD
+        )
+    assert caught.value.detail == [
+        ErrorDetail(loc=["body", "secrets", 0, "value"], msg="bad value **********", type="value_error")
+    ]
+    assert "body.secrets.0.value" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("response", "text"),
+    [
+        (httpx.Response(200, content=b""), "empty body"),
+        (
+            httpx.Response(200, text="<html>oops</html>", headers={"content-type": "text/html"}),
+            "not JSON (text/html, 17 bytes)",
+        ),
+        (httpx.Response(200, json={"items": []}), "resources: Field required"),
+        (httpx.Response(200, json=[1, 2]), "does not match the expected shape"),
+    ],
+)
+def test_unusable_success_bodies_are_clear_errors(
+    client: DeploymentServiceClient, service: ScriptedService, response: httpx.Response, text: str
+) -> None:
+    service.always("GET", LIST, response)
+    with pytest.raises(UnexpectedResponseError, match="GET /v2/deployments answered 200") as caught:
+        client.list_deployments()
+    assert text in str(caught.value)
+
+
+def test_a_cut_off_body_is_not_quoted_in_the_error(client: DeploymentServiceClient, service: ScriptedService) -> None:
+    cut = json.dumps({"resources": [deployment_json(secrets=[{"name": "OTHER", "value": "echoed-secret-42"}])]})
+    service.always(
+        "GET", LIST, httpx.Response(200, content=cut[:-40].encode(), headers={"content-type": "application/json"})
+    )
+    with pytest.raises(UnexpectedResponseError, match="not JSON") as caught:
+        client.list_deployments()
+    assert "echoed-secret-42" not in str(caught.value)
+
+
+def test_html_error_page_from_a_gateway_is_a_server_error(
+    client: DeploymentServiceClient, service: ScriptedService, sleeps: list[float]
+) -> None:
+    service.always(
+        "GET",
+        LIST,
+        httpx.Response(502, text="<html><h1>Bad Gateway</h1></html>", headers={"content-type": "text/html"}),
+    )
+    with pytest.raises(ServerError, match="Bad Gateway") as caught:
+        client.list_deployments()
+    assert "after 5 attempt(s)" in str(caught.value)
+    assert service.count("GET") == 5 and len(sleeps) == 4
+
+
+# -------------------------------------------------------------------------------------- retries
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_transient_statuses_are_retried_with_capped_full_jitter_backoff(
+    client: DeploymentServiceClient, service: ScriptedService, sleeps: list[float], status: int
+) -> None:
+    service.script("GET", LIST, *[httpx.Response(status, json={"detail": "busy"})] * 3, page(offset=0))
+    assert client.list_deployments().resources == []
+    assert service.count("GET") == 4
+    assert len(sleeps) == 3
+    for retry, delay in enumerate(sleeps, start=1):
+        assert 0 <= delay <= min(30.0, 0.5 * 2 ** (retry - 1))
+
+
+def test_backoff_ceiling_grows_exponentially_and_is_capped() -> None:
+    policy = RetryPolicy(backoff_initial=1, backoff_max=5)
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b
+
+    assert [policy.backoff(n, Top()) for n in range(1, 6)] == [1, 2, 4, 5, 5]
+
+
+def test_retry_after_seconds_and_http_date_are_honoured_up_to_the_cap(
+    service: ScriptedService, sleeps: list[float]
+) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(retry_after_max=60))
+    in_20s = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=20), usegmt=True)
+    service.script(
+        "GET",
+        LIST,
+        httpx.Response(429, headers={"Retry-After": "7"}),
+        httpx.Response(503, headers={"Retry-After": in_20s}),
+        httpx.Response(429, headers={"Retry-After": "3600"}),
+        page(offset=0),
+    )
+    client.list_deployments()
+    assert sleeps[0] == 7
+    assert 17 <= sleeps[1] <= 20
+    assert sleeps[2] == 60
+
+
+def test_rate_limit_exhausting_the_budget_is_rate_limited_error(service: ScriptedService, sleeps: list[float]) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=3))
+    service.always("GET", LIST, httpx.Response(429, json={"detail": "slow down"}))
+    with pytest.raises(RateLimitedError, match="after 3 attempt"):
+        client.list_deployments()
+    assert service.count("GET") == 3 and len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("dropped")],
+)
+def test_get_is_retried_after_transport_failures(
+    client: DeploymentServiceClient, service: ScriptedService, sleeps: list[float], failure: Exception
+) -> None:
+    service.script("GET", LIST, failure, page(offset=0))
+    client.list_deployments()
+    assert service.count("GET") == 2 and len(sleeps) == 1
+
+
+def test_transport_failure_exhausting_the_budget_names_request_and_fault(
+    service: ScriptedService, sleeps: list[float]
+) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=2))
+    service.always("GET", LIST, httpx.ReadTimeout("slow"))
+    with pytest.raises(TransportError, match=r"GET /v2/deployments timed out \(ReadTimeout") as caught:
+        client.list_deployments()
+    assert caught.value.transient
+
+
+# ---------------------------------------------------------------------------------------- PATCH
+PATCH_BODY = {"source_revision_config": {"image_uri": "img:2"}}
+
+
+def applied_deployment() -> dict[str, Any]:
+    return deployment_json(source_revision_config={"image_uri": "img:2"}, latest_revision_id=REV_NEW)
+
+
+def unapplied_deployment() -> dict[str, Any]:
+    return deployment_json(source_revision_config={"image_uri": "img:1"}, latest_revision_id=REV_OLD)
+
+
+@pytest.mark.parametrize("refusal", [httpx.ConnectError("refused"), httpx.Response(503), httpx.Response(429)])
+def test_patch_is_resent_when_it_provably_did_not_reach_the_service(
+    client: DeploymentServiceClient, service: ScriptedService, refusal: Answer
+) -> None:
+    service.script("PATCH", PATCH, refusal, httpx.Response(200, json=applied_deployment()))
+    client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert service.count("PATCH") == 2 and service.count("GET") == 0
+
+
+@pytest.mark.parametrize(
+    "ambiguous",
+    [httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("dropped"), httpx.Response(502), httpx.Response(504)],
+)
+def test_ambiguous_patch_failure_reads_back_and_does_not_resend_an_applied_patch(
+    client: DeploymentServiceClient, service: ScriptedService, ambiguous: Answer, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.script("PATCH", PATCH, ambiguous)
+    service.always("GET", LIST, page(applied_deployment(), offset=1))
+    with caplog.at_level(logging.WARNING):
+        result = client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("PATCH") == 1 and service.count("GET") == 1
+    assert "already applied" in caplog.text
+
+
+@pytest.mark.parametrize("ambiguous", [httpx.ReadTimeout("slow"), httpx.Response(502)])
+def test_ambiguous_patch_failure_resends_once_when_the_patch_did_not_land(
+    client: DeploymentServiceClient, service: ScriptedService, ambiguous: Answer
+) -> None:
+    service.script("PATCH", PATCH, ambiguous, httpx.Response(200, json=applied_deployment()))
+    service.always("GET", LIST, page(unapplied_deployment(), offset=1))
+    result = client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("PATCH") == 2 and service.count("GET") == 1
+
+
+def test_same_values_without_a_new_revision_count_as_not_applied(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    # The deployment already had image img:2 but no new revision appeared: the patch did not land.
+    same_image_old_revision = deployment_json(source_revision_config={"image_uri": "img:2"}, latest_revision_id=REV_OLD)
+    service.script("PATCH", PATCH, httpx.ReadTimeout("slow"), httpx.Response(200, json=applied_deployment()))
+    service.always("GET", LIST, page(same_image_old_revision, offset=1))
+    client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert service.count("PATCH") == 2
+
+
+def test_a_moved_latest_revision_means_landed_even_when_the_service_echoes_values_differently(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    # The service keeps the old secret and adds the new one: the values differ from the patch, but the
+    # revision moved, so the patch landed and must not be sent again (that would be a second revision).
+    merged = deployment_json(
+        latest_revision_id=REV_NEW,
+        secrets=[{"name": "OLD", "value": "x"}, {"name": "TOKEN", "value": "**********"}],
+    )
+    service.script("PATCH", PATCH, httpx.Response(504))
+    service.always("GET", LIST, page(merged, offset=1))
+    result = client.patch_deployment(
+        DEPLOYMENT_ID, {"secrets": [{"name": "TOKEN", "value": SECRET}]}, previous_latest_revision_id=REV_OLD
+    )
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("PATCH") == 1
+
+
+def test_without_the_previous_revision_the_client_reads_it_before_patching(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    # Values already equal to the patch (a re-deploy of the same image) must not fool the read-back.
+    same_image = deployment_json(source_revision_config={"image_uri": "img:2"}, latest_revision_id=REV_OLD)
+    service.always("GET", LIST, page(same_image, offset=1))
+    service.script("PATCH", PATCH, httpx.ReadTimeout("slow"), httpx.Response(200, json=applied_deployment()))
+    client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY)
+    assert [r.method for r in service.requests] == ["GET", "PATCH", "GET", "PATCH"]
+
+
+def test_patch_that_never_gets_an_answer_gives_up_after_the_budget(
+    service: ScriptedService, sleeps: list[float]
+) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=3))
+    service.always("PATCH", PATCH, httpx.ReadTimeout("slow"))
+    service.always("GET", LIST, page(unapplied_deployment(), offset=1))
+    with pytest.raises(TransportError, match="PATCH"):
+        client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY)
+    assert service.count("PATCH") == 3
+
+
+def test_create_is_never_resent_after_an_ambiguous_failure(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    service.always("POST", LIST, httpx.ReadTimeout("slow"))
+    with pytest.raises(TransportError):
+        client.create_deployment({"name": "svc", "source": "internal_docker"})
+    assert service.count("POST") == 1
+
+
+# ------------------------------------------------------------------------------------ pagination
+def paged_service(service: ScriptedService, total: int, *, ignore_offset: bool = False) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        limit = int(request.url.params["limit"])
+        offset = 0 if ignore_offset else int(request.url.params.get("offset", "0"))
+        items = [numbered(i) for i in range(offset, min(total, offset + limit))]
+        return page(*items, offset=offset + len(items))
+
+    service.always("GET", LIST, answer)
+
+
+@pytest.mark.parametrize(
+    ("total", "limit", "expected_requests"),
+    [(0, 10, 1), (7, 10, 1), (10, 10, 2), (25, 10, 3), (30, 10, 4), (250, 100, 3)],
+)
+def test_iteration_reads_every_page_and_stops_on_a_short_or_empty_page(
+    client: DeploymentServiceClient, service: ScriptedService, total: int, limit: int, expected_requests: int
+) -> None:
+    paged_service(service, total)
+    names = [d.name for d in client.iter_deployments(limit=limit)]
+    assert names == [f"svc-{i}" for i in range(total)]
+    assert service.count("GET") == expected_requests
+
+
+def test_iteration_honours_max_results(client: DeploymentServiceClient, service: ScriptedService) -> None:
+    paged_service(service, 95)
+    assert len(list(client.iter_deployments(limit=10, max_results=25))) == 25
+    assert service.count("GET") == 3
+
+
+def test_iteration_refuses_to_loop_on_a_server_that_ignores_offset(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    paged_service(service, 50, ignore_offset=True)
+    with pytest.raises(UnexpectedResponseError, match="ignore 'offset'"):
+        list(client.iter_deployments(limit=10))
+    assert service.count("GET") == 2
+
+
+def test_iteration_sends_filters_on_every_page(client: DeploymentServiceClient, service: ScriptedService) -> None:
+    paged_service(service, 15)
+    list(client.iter_deployments(limit=10, deployment_type="dev", tag_value_ids=["a", "b"]))
+    assert [r.url.params["offset"] for r in service.requests] == ["0", "10"]
+    assert all(
+        r.url.params["deployment_type"] == "dev" and r.url.params["tag_value_ids"] == "a,b" for r in service.requests
+    )
+
+
+# --------------------------------------------------------------------------------------- secrets
+def test_secrets_and_api_key_never_reach_logs_reprs_or_errors(
+    service: ScriptedService, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=2))
+    echo = deployment_json(secrets=[{"name": "TOKEN", "value": SECRET}])
+    service.script(
+        "PATCH",
+        PATCH,
+        httpx.Response(503, text=f"upstream said {SECRET}"),
+        httpx.Response(200, text=f"<p>{SECRET}</p>"),
+    )
+    service.always("GET", LIST, page(echo, offset=1))
+    texts = [repr(client)]
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(UnexpectedResponseError) as caught:
+            client.patch_deployment(DEPLOYMENT_ID, {"secrets": [{"name": "TOKEN", "value": SECRET}]})
+        texts.append(str(caught.value))
+        deployment = client.get_deployment(DEPLOYMENT_ID)
+        texts += [repr(deployment), json.dumps(deployment.model_dump(mode="json"))]
+    texts.append(caplog.text)
+    for text in texts:
+        assert SECRET not in text and API_KEY not in text
+
+
+# ----------------------------------------------------------------------------------------- async
+async def test_async_twin_shares_retries_pagination_and_patch_safety(service: ScriptedService) -> None:
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+
+    client = AsyncDeploymentServiceClient(
+        ClientSettings(base_url="https://api.example.test/api-host"),
+        API_KEY,
+        transport=httpx.MockTransport(service),
+        sleep=record,
+    )
+    async with client:
+        service.script("PATCH", PATCH, httpx.Response(503), httpx.ReadTimeout("slow"))
+        service.script("GET", LIST, page(applied_deployment(), offset=1))
+        result = await client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+        assert result.latest_revision_id == REV_NEW
+        assert service.count("PATCH") == 2 and len(waits) == 1
+        paged_service(service, 25)
+        names = [d.name async for d in client.iter_deployments(limit=10)]
+        assert len(names) == 25
+        assert (await client.get_deployment(numbered(0)["id"])).name == "svc-0"
+        with pytest.raises(NotFoundError):  # a server ignoring the filter never yields the wrong deployment
+            await client.get_deployment(numbered(3)["id"])
+        with pytest.raises(InvalidRequestError):
+            await client.list_repositories("nope")

@@ -1,0 +1,30 @@
+"""``make demo`` is the README's first command: its rollout part runs here end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "DEPLOYMENT_SERVICE"))}
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "demo.py"), "--only-rollout"],
+        env={**env, "DEMO_WORK_DIR": str(tmp_path / "demo")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "ok checkout-api-staging: 1 new revision" in out
+    assert "registry.example.com/acme/checkout-api:2.0.0" in out
+    assert "RESULT: every rollout landed" in out
+    assert "demo-payment-token-masked-in-logs" not in out
+    logs = (tmp_path / "demo" / "logs" / "rollout_after_build.log").read_text()
+    assert "demo-payment-token-masked-in-logs" not in logs
+    assert "demo-api-key-not-a-real-secret" not in logs

@@ -1,0 +1,235 @@
+"""The example DAGs are system tests: each runs with ``dag.test()`` against the emulator, and the test
+asserts what the emulator ends up serving, not only that the run succeeded. Each DAG also has failure
+scenarios that must fail in the right task with a clear message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider.models import PatchDeploymentRequest
+from tests.conftest import connection_json
+from tests.dag_runs import DAGS, run_dag
+
+PAYMENT_TOKEN = "pt-Example-Dag-Token-58d1c0"
+
+
+@pytest.fixture
+def emulator(
+    airflow_db: str, deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """A real-time emulator (builds take 1 s) wired to the default connection and the DAGs' Variable."""
+    server = deployment_service_emulator_factory(frozen_clock=False, build_seconds=1.0, ready_seconds=0.5)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
+        connection_json(server.base_url, server.api_key, backoff_initial=0.05, backoff_max=0.2),
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN", PAYMENT_TOKEN)
+    return server
+
+
+def revisions_of(emulator: Any, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    deployment = emulator.admin.find_deployment(name)
+    return deployment, deployment["revisions"]
+
+
+class WhenRevisionAppears:
+    """Run ``action`` from a watcher thread as soon as ``name`` gets a new revision (simulates a colleague
+    or the platform acting while our rollout is in flight)."""
+
+    def __init__(self, emulator: Any, name: str, action: Callable[[dict[str, Any]], None]) -> None:
+        self.emulator, self.name, self.action = emulator, name, action
+        self.before = emulator.admin.find_deployment(name)["latest_revision_id"]
+        self.stop = threading.Event()
+        self.fired = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + 60
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            deployment = self.emulator.admin.find_deployment(self.name)
+            if deployment["latest_revision_id"] != self.before:
+                self.action(deployment)
+                self.fired.set()
+                return
+            time.sleep(0.01)
+
+    def __enter__(self) -> WhenRevisionAppears:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def task_logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> Iterator[Callable[[], str]]:
+    """Everything the run printed or logged, for message assertions."""
+    captured: list[str] = []
+
+    def read() -> str:
+        out, err = capfd.readouterr()
+        captured.append(out + err)
+        return "\n".join([*captured, caplog.text])
+
+    yield read
+
+
+# ------------------------------------------------------------------------------- rollout_after_build
+def test_rollout_after_build_serves_the_new_image_as_the_new_revision(emulator: Any) -> None:
+    before, old_revisions = revisions_of(emulator, "checkout-api-staging")
+    state, tasks = run_dag("rollout_after_build", version="2.3.4")
+    assert state == "success", tasks
+    after, revisions = revisions_of(emulator, "checkout-api-staging")
+    assert len(revisions) == len(old_revisions) + 1
+    new = revisions[-1]
+    assert after["active_revision_id"] == after["latest_revision_id"] == new["id"] != before["active_revision_id"]
+    assert after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == "registry.example.com/acme/checkout-api:2.3.4"
+    assert {s["name"]: s["value"] for s in after["secrets"]} == {"PAYMENT_API_TOKEN": PAYMENT_TOKEN}
+    assert tasks["wait_for_rollout"] == "success" and tasks["verify_rollout"] == "success"
+
+
+def test_rollout_after_build_fails_in_the_wait_when_the_build_fails(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    target = emulator.admin.find_deployment("checkout-api-staging")
+    emulator.admin.fail_next_build(target["id"], status="BUILD_FAILED")
+    state, tasks = run_dag("rollout_after_build", version="2.3.5")
+    assert state == "failed"
+    assert tasks["patch_deployment"] == "success"
+    assert tasks["wait_for_rollout"] == "failed" and tasks["verify_rollout"] == "upstream_failed"
+    after = emulator.admin.find_deployment("checkout-api-staging")
+    assert after["active_revision_id"] == target["active_revision_id"]
+    logs = task_logs()
+    assert "BUILD_FAILED" in logs and "checkout-api-staging" in logs
+
+
+def test_rollout_after_build_fails_clearly_when_superseded(emulator: Any, task_logs: Callable[[], str]) -> None:
+    emulator.admin.update_deployment(emulator.admin.find_deployment("checkout-api-staging")["id"], build_seconds=3)
+
+    def colleague_patches(deployment: dict[str, Any]) -> None:
+        hotfix = {"source_revision_config": {"image_uri": "registry.example.com/acme/checkout-api:hotfix"}}
+        emulator.state.patch_deployment(deployment["id"], PatchDeploymentRequest.model_validate(hotfix))
+
+    with WhenRevisionAppears(emulator, "checkout-api-staging", colleague_patches) as watcher:
+        state, tasks = run_dag("rollout_after_build", version="2.3.6")
+    assert watcher.fired.is_set()
+    assert state == "failed" and tasks["wait_for_rollout"] == "failed"
+    assert "superseded" in task_logs()
+
+
+def test_rollout_after_build_fails_fast_when_the_deployment_is_being_deleted(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    emulator.admin.update_deployment(emulator.admin.find_deployment("checkout-api-staging")["id"], build_seconds=30)
+
+    def platform_deletes(deployment: dict[str, Any]) -> None:
+        emulator.admin.set_status(deployment["id"], "AWAITING_DELETE")
+
+    started = time.monotonic()
+    with WhenRevisionAppears(emulator, "checkout-api-staging", platform_deletes):
+        state, tasks = run_dag("rollout_after_build", version="2.3.7")
+    assert state == "failed" and tasks["wait_for_rollout"] == "failed"
+    assert time.monotonic() - started < 25, "the sensor waited for the build instead of failing fast"
+    assert "AWAITING_DELETE" in task_logs()
+
+
+def test_rollout_after_build_fails_before_any_patch_for_an_unknown_deployment(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    state, tasks = run_dag("rollout_after_build", deployment_name="no-such-service")
+    assert state == "failed" and tasks["pick_deployment"] == "failed"
+    assert emulator.admin.count("PATCH /v2/deployments/{deployment_id}") == 0
+    assert "expected exactly one deployment named 'no-such-service'" in task_logs()
+
+
+# -------------------------------------------------------------------------- deploy_fleet_after_build
+FLEET_DEV = {"checkout-api-dev": "repo_ref", "search-staging": "image_uri", "catalog-graph-dev": "source_tarball_path"}
+FLEET_PROD = {"checkout-api-prod": "repo_ref", "support-bot-prod": "repo_ref"}
+
+
+def test_fleet_rolls_out_to_every_dev_then_every_prod_deployment(emulator: Any) -> None:
+    before = {name: emulator.admin.find_deployment(name) for name in [*FLEET_DEV, *FLEET_PROD]}
+    emulator.admin.reset_requests()
+    state, tasks = run_dag("deploy_fleet_after_build", version="5.0.0")
+    assert state == "success", tasks
+    expected = {"repo_ref": "v5.0.0", "source_tarball_path": "uploads/acme-release/5.0.0.tar.gz"}
+    for name, field in {**FLEET_DEV, **FLEET_PROD}.items():
+        after = emulator.admin.find_deployment(name)
+        assert len(after["revisions"]) == len(before[name]["revisions"]) + 1, name
+        assert after["active_revision_id"] == after["revisions"][-1]["id"], name
+        value = after["source_revision_config"][field]
+        assert value == expected.get(field, "registry.example.com/acme/acme-release:5.0.0"), name
+    assert sum(1 for name in tasks if name.startswith("roll_out_dev[")) == 3
+    assert sum(1 for name in tasks if name.startswith("roll_out_prod[")) == 2
+    assert tasks["summary"] == "success"
+
+
+def test_fleet_failure_fails_that_mapped_rollout_by_name_and_leaves_prod_alone(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    emulator.admin.fail_next_build(emulator.admin.find_deployment("search-staging")["id"], status="DEPLOY_FAILED")
+    prod_before = {name: emulator.admin.find_deployment(name) for name in FLEET_PROD}
+    state, tasks = run_dag("deploy_fleet_after_build", version="5.0.1")
+    assert state == "failed"
+    dev_states = sorted(state for name, state in tasks.items() if name.startswith("roll_out_dev["))
+    assert dev_states == ["failed", "success", "success"]
+    assert tasks["list_prod_deployments"] == "upstream_failed"
+    for name, deployment in prod_before.items():
+        after = emulator.admin.find_deployment(name)
+        assert after["revisions"] == deployment["revisions"], f"{name} was touched although dev failed"
+    logs = task_logs()
+    assert "search-staging" in logs and "DEPLOY_FAILED" in logs
+
+
+# ------------------------------------------------------------------------------- onboard_repository
+def test_onboarding_builds_creation_values_without_creating_by_default(emulator: Any) -> None:
+    count_before = len(emulator.admin.state()["deployments"])
+    state, tasks = run_dag("onboard_repository")
+    assert state == "success", tasks
+    assert tasks["create_deployment"] == "skipped"
+    assert len(emulator.admin.state()["deployments"]) == count_before
+    assert emulator.admin.count("GET /v2/auth/providers") == 1
+
+
+def test_onboarding_can_create_the_deployment_from_the_listing(emulator: Any) -> None:
+    state, tasks = run_dag("onboard_repository", create_deployment=True, deployment_name="support-bot-preview")
+    assert state == "success", tasks
+    created = emulator.admin.find_deployment("support-bot-preview")
+    assert created["source"] == "codehost"
+    assert created["source_config"]["repo_url"].endswith("/acme-corp/support-bot")
+    assert created["source_config"]["integration_id"] == "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+    assert created["source_revision_config"]["repo_ref"] == "master"  # support-bot's default branch
+
+
+def test_onboarding_fails_clearly_when_no_repository_matches(emulator: Any, task_logs: Callable[[], str]) -> None:
+    state, tasks = run_dag("onboard_repository", repository_name="not-there")
+    assert state == "failed" and tasks["select_repository"] == "failed"
+    assert "no repository matches repository_name=acme-corp/not-there" in task_logs()
+
+
+def test_every_operator_and_the_sensor_appear_in_an_example() -> None:
+    text = "\n".join(path.read_text() for path in DAGS.glob("*.py"))
+    for name in (
+        "ListOAuthProvidersOperator",
+        "ListRepositoriesOperator",
+        "ListDeploymentsOperator",
+        "PatchDeploymentOperator",
+        "DeploymentRolloutSensor",
+    ):
+        assert f"{name}(" in text or f"{name}.partial(" in text, name
+
+
+def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert not bag.import_errors
+    assert set(bag.dag_ids) == {"rollout_after_build", "deploy_fleet_after_build", "onboard_repository"}
