@@ -486,13 +486,27 @@ class TaskLog:
         """Each event's message (only of loggers whose name contains ``logger``, when given)."""
         return [str(event.get("event", "")) for event in self.events if logger in str(event.get("logger", ""))]
 
+    def exception_values(self) -> list[str]:
+        """The value (message) of every exception in the log's error details, chained ones included.
+
+        A task that raises logs "Task failed with exception" with the exception under ``error_detail``
+        (structlog's dict form: a list of ``{exc_type, exc_value, frames, ...}``), not in the message.
+        """
+        values = []
+        for event in self.events:
+            details = event.get("error_detail")
+            for detail in details if isinstance(details, list) else []:
+                if isinstance(detail, dict) and detail.get("exc_value"):
+                    values.append(str(detail["exc_value"]))
+        return values
+
+    def mentions(self, fragment: str) -> bool:
+        """Whether any message or any logged exception's value contains ``fragment``."""
+        return any(fragment in text for text in [*self.messages(), *self.exception_values()])
+
     def count(self, fragment: str) -> int:
         """How many messages contain ``fragment``."""
         return sum(fragment in message for message in self.messages())
-
-    def errors(self) -> list[str]:
-        """Every error-level event as JSON (message, exception type and value)."""
-        return [json.dumps(event) for event in self.events if event.get("level") in ("error", "critical")]
 
     def text(self) -> str:
         """Every event as one JSON line (messages, levels and error details)."""

@@ -115,9 +115,10 @@ def check_deferred_once(log: TaskLog, what: str, outcome: str) -> set[int]:
         problems.append("no triggerer started its trigger")
     if not log.messages(logger=TRIGGER_LOGGER):
         problems.append("the trigger logged nothing from the triggerer")
-    # The outcome is logged by the trigger and again by the resumed task; the trigger's last lines are
-    # sometimes cut off with its log file (see above), so either counts.
-    if not any(outcome in message for message in log.messages()):
+    # The outcome is logged by the trigger and again by the resumed task (as a message when it succeeds,
+    # as the raised exception's value when it fails); the trigger's last lines are sometimes cut off with
+    # its log file (see above), so either counts.
+    if not log.mentions(outcome):
         problems.append(f"neither the trigger nor the resumed task logged {outcome!r}")
     if log.count(TRIGGER_FIRED) > 1:
         problems.append(f"the trigger fired {log.count(TRIGGER_FIRED)} times")
@@ -205,7 +206,7 @@ def rollout_scenario(stack: Stack, version: str) -> None:
         triggerers |= check_deferred_once(log, name, LIVE)
     failing_log = api.task_log(failing.dag_id, failing.run_id, "wait_for_rollout")
     triggerers |= check_deferred_once(failing_log, f"{failing.run_id}:wait_for_rollout", failure)
-    assert any(failure in error and "BUILD_FAILED" in error for error in failing_log.errors()), (
+    assert any(failure in error and "BUILD_FAILED" in error for error in failing_log.exception_values()), (
         f"the task did not fail with the service's message {failure!r}:\n" + "\n".join(failing_log.messages()[-20:])
     )
     assert triggerers == api.alive_triggerer_jobs(), f"triggers ran on {triggerers}, not the stack's one triggerer"
