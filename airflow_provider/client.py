@@ -316,6 +316,9 @@ def scrub(text: str, secrets: tuple[str, ...]) -> str:
 _SAFE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 """Failures where the request provably never reached the server."""
 
+_LOCAL_TRANSPORT_ERRORS = (httpx.UnsupportedProtocol, httpx.LocalProtocolError)
+"""Failures of the request itself (a bad URL scheme or header): sending it again fails the same way."""
+
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _SAFE_RETRY_STATUSES = frozenset({429, 503})
 """Statuses where the server refused without processing: safe to re-send even a PATCH."""
@@ -335,8 +338,15 @@ class _ClientCore:
     """Request building, response reading and retry decisions shared by both twins."""
 
     def __init__(self, settings: ClientSettings, api_key: str, *, rng: random.Random | None = None) -> None:
+        api_key = (api_key or "").strip()  # a key pasted with a trailing newline is still the key
         if not api_key:
             raise InvalidRequestError("API key is empty: set the connection's password to the service API key")
+        if not (api_key.isascii() and api_key.isprintable()):
+            # Not quoted: httpx would refuse the header with the key in its message.
+            raise InvalidRequestError(
+                "API key contains characters an HTTP header cannot carry (line breaks, control or non-ASCII "
+                "characters): check the connection's password (the key is not shown here)"
+            )
         parts = urlsplit(settings.base_url)
         if parts.scheme == "http" and not is_loopback_host(parts.hostname or ""):
             if not settings.allow_insecure_http:
@@ -346,6 +356,7 @@ class _ClientCore:
                 )
             log.warning("Sending the API key over plain http to %s (allow_insecure_http is set)", parts.hostname)
         self.settings = settings
+        self._api_key = api_key
         self._rng = rng or random.Random()
         self._headers = {
             "X-Api-Key": api_key,
@@ -383,6 +394,10 @@ class _ClientCore:
             return ssl.create_default_context(capath=verify)
         return ssl.create_default_context(cafile=verify)
 
+    def _secrets_of(self, call: Call[Any]) -> tuple[str, ...]:
+        """What must never appear in an error about ``call``: its secret values and the API key."""
+        return (*call.secrets, self._api_key)
+
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
         return http.build_request(call.method, call.path.lstrip("/"), params=call.params, json=call.json_body)
 
@@ -390,7 +405,7 @@ class _ClientCore:
     def _after_exception(self, call: Call[Any], exc: httpx.HTTPError, attempt: int) -> _Decision:
         kind = type(exc).__name__
         error = TransportError(
-            scrub(f"{call.label} failed: {kind} ({exc}) after {attempt} attempt(s)", call.secrets),
+            scrub(f"{call.label} failed: {kind} ({exc}) after {attempt} attempt(s)", self._secrets_of(call)),
             method=call.method,
             path=call.path,
         )
@@ -404,14 +419,18 @@ class _ClientCore:
         if _is_certificate_error(exc):
             return _Decision(
                 error=TlsError(
-                    f"{call.label} failed: the TLS certificate of {self.settings.base_url} could not be verified "
-                    f"({exc}); if the service uses a private CA, set the connection extra ca_bundle to its PEM file",
+                    scrub(
+                        f"{call.label} failed: the TLS certificate of {self.settings.base_url} could not be "
+                        f"verified ({exc}); if the service uses a private CA, set the connection extra ca_bundle "
+                        "to its PEM file",
+                        self._secrets_of(call),
+                    ),
                     method=call.method,
                     path=call.path,
                 )
             )
         safe = isinstance(exc, _SAFE_TRANSPORT_ERRORS)
-        if not isinstance(exc, httpx.TransportError) or isinstance(exc, httpx.UnsupportedProtocol):
+        if not isinstance(exc, httpx.TransportError) or isinstance(exc, _LOCAL_TRANSPORT_ERRORS):
             return _Decision(error=error)
         if not safe and not call.retry_ambiguous:
             return _Decision(error=error, ambiguous=True)
@@ -474,7 +493,7 @@ class _ClientCore:
         def unexpected(what: str) -> _Decision:
             return _Decision(
                 error=UnexpectedResponseError(
-                    scrub(f"{call.label} answered {response.status_code} {what}", call.secrets),
+                    scrub(f"{call.label} answered {response.status_code} {what}", self._secrets_of(call)),
                     method=call.method,
                     path=call.path,
                     status_code=response.status_code,
@@ -494,9 +513,10 @@ class _ClientCore:
 
     def _error_for(self, call: Call[Any], response: httpx.Response, attempt: int) -> ApiError:
         status = response.status_code
-        detail = _scrub_detail(_parse_detail(response), call.secrets)
-        shown = _detail_text(detail, response)
-        message = scrub(f"{call.label} failed with {status} {response.reason_phrase}: {shown}", call.secrets)
+        secrets = self._secrets_of(call)
+        detail = _scrub_detail(_parse_detail(response), secrets)
+        shown = _detail_text(detail, response, secrets)
+        message = scrub(f"{call.label} failed with {status} {response.reason_phrase}: {shown}", secrets)
         error_class: type[ApiError]
         if status in (401, 403):
             error_class = AuthError
@@ -579,6 +599,21 @@ class _ClientCore:
             status_code=200,
         )
 
+    def _patch_plan(
+        self,
+        deployment_id: str,
+        request: PatchDeploymentRequest | dict[str, Any],
+        previous_latest_revision_id: str | None,
+    ) -> _PatchPlan:
+        """Validate a patch and prepare its call and its read-back (shared by both twins)."""
+        patch = _validated(PatchDeploymentRequest, request)
+        call = self._patch_deployment(deployment_id, patch)
+        previous_latest = previous_latest_revision_id
+        if previous_latest is not None:  # compared with the service's lower-case ids after an ambiguous failure
+            previous_latest = _path_id(previous_latest, "previous_latest_revision_id")
+        read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
+        return _PatchPlan(patch, call, read_back, previous_latest)
+
     @staticmethod
     def _patch_landed(
         request: PatchDeploymentRequest, failure: AmbiguousFailure, current: Deployment, previous_latest: str | None
@@ -596,6 +631,16 @@ class _ClientCore:
         outcome = "the patch is already applied, not sending it again" if landed else "the patch did not land"
         log.warning("%s; read the deployment back: %s", failure.error, outcome)
         return landed
+
+
+@dataclass
+class _PatchPlan:
+    """A validated PATCH, the read-back that decides an ambiguous failure, and the revision before it."""
+
+    patch: PatchDeploymentRequest
+    call: Call[Deployment]
+    read_back: Call[DeploymentListPage]
+    previous_latest: str | None
 
 
 class _Paginator:
@@ -683,7 +728,7 @@ def _parse_detail(response: httpx.Response) -> str | list[ErrorDetail] | None:
     return None
 
 
-def _detail_text(detail: str | list[ErrorDetail] | None, response: httpx.Response) -> str:
+def _detail_text(detail: str | list[ErrorDetail] | None, response: httpx.Response, secrets: tuple[str, ...]) -> str:
     if isinstance(detail, str):
         return detail
     if isinstance(detail, list):
@@ -691,7 +736,9 @@ def _detail_text(detail: str | list[ErrorDetail] | None, response: httpx.Respons
     content_type = response.headers.get("content-type", "")
     if not response.content:
         return "(empty body)"
-    return f"(no JSON detail; {content_type or 'no content type'} body {_snippet(response.text, 80)!r})"
+    # Scrubbed before it is cut: a secret cut in half would no longer be recognised.
+    body = _snippet(scrub(response.text, secrets), 80)
+    return f"(no JSON detail; {content_type or 'no content type'} body {body!r})"
 
 
 # -------------------------------------------------------------------------------------------- sync
@@ -788,33 +835,32 @@ class DeploymentServiceClient(_ClientCore):
     ) -> Deployment:
         """``PATCH /v2/deployments/{id}``, never applied twice.
 
-        Re-sent only when it provably did not reach the service; after an ambiguous failure the
-        deployment is read back, and the patch is sent once more only if it did not land (for a patch
-        that creates a revision: ``latest_revision_id`` did not move).
+        Re-sent only when it provably did not reach the service; after an ambiguous failure the client
+        waits one backoff (a request that timed out may still be processed meanwhile), reads the
+        deployment back, and sends the patch once more only if it did not land (for a patch that creates
+        a revision: ``latest_revision_id`` did not move).
 
         :param deployment_id: the deployment's UUID.
         :param request: the patch (a model, or a dict validated into one before anything is sent).
         :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this patch;
             when not given for a patch that creates a revision, the client reads it first (one GET).
         """
-        patch = _validated(PatchDeploymentRequest, request)
-        call = self._patch_deployment(deployment_id, patch)
-        read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
-        previous_latest = previous_latest_revision_id
-        if patch.creates_revision and previous_latest is None:  # the read-back needs the revision before
-            previous_latest = self._found(deployment_id, self.execute(read_back)).latest_revision_id
+        plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
+        if plan.patch.creates_revision and plan.previous_latest is None:  # the read-back needs the revision before
+            plan.previous_latest = self._found(deployment_id, self.execute(plan.read_back)).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):
             try:
-                return self.execute(call)
+                return self.execute(plan.call)
             except AmbiguousFailure as failure:
-                current = self._found(deployment_id, self.execute(read_back))
-                if self._patch_landed(patch, failure, current, previous_latest):
+                # Wait before reading back: a request that timed out may still be processed meanwhile.
+                self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                current = self._found(deployment_id, self.execute(plan.read_back))
+                if self._patch_landed(plan.patch, failure, current, plan.previous_latest):
                     return current
                 if round_number == rounds:
                     raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending PATCH %s once more (round %d of %d)", call.path, round_number + 1, rounds)
-                self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                log.warning("Sending PATCH %s once more (round %d of %d)", plan.call.path, round_number + 1, rounds)
         raise AssertionError("unreachable")
 
     def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:
@@ -918,24 +964,22 @@ class AsyncDeploymentServiceClient(_ClientCore):
         previous_latest_revision_id: str | None = None,
     ) -> Deployment:
         """``PATCH /v2/deployments/{id}``, never applied twice (see the sync twin)."""
-        patch = _validated(PatchDeploymentRequest, request)
-        call = self._patch_deployment(deployment_id, patch)
-        read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
-        previous_latest = previous_latest_revision_id
-        if patch.creates_revision and previous_latest is None:  # the read-back needs the revision before
-            previous_latest = self._found(deployment_id, await self.execute(read_back)).latest_revision_id
+        plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
+        if plan.patch.creates_revision and plan.previous_latest is None:  # the read-back needs the revision before
+            plan.previous_latest = self._found(deployment_id, await self.execute(plan.read_back)).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):
             try:
-                return await self.execute(call)
+                return await self.execute(plan.call)
             except AmbiguousFailure as failure:
-                current = self._found(deployment_id, await self.execute(read_back))
-                if self._patch_landed(patch, failure, current, previous_latest):
+                # Wait before reading back: a request that timed out may still be processed meanwhile.
+                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                current = self._found(deployment_id, await self.execute(plan.read_back))
+                if self._patch_landed(plan.patch, failure, current, plan.previous_latest):
                     return current
                 if round_number == rounds:
                     raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending PATCH %s once more (round %d of %d)", call.path, round_number + 1, rounds)
-                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                log.warning("Sending PATCH %s once more (round %d of %d)", plan.call.path, round_number + 1, rounds)
         raise AssertionError("unreachable")
 
     async def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:

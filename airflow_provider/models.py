@@ -19,11 +19,12 @@ import difflib
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -78,6 +79,15 @@ UuidStr = Annotated[
 ]
 """A UUID kept as its canonical (lower-case, hyphenated) string, so models dump to JSON without conversion.
 Checked inside pydantic-core: parsing a page of deployments stays cheap."""
+
+
+def _utc_when_naive(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+Timestamp = Annotated[datetime, AfterValidator(_utc_when_naive)]
+"""A service timestamp. One without a time zone is read as UTC, so it compares with Airflow's aware
+datetimes (a naive one would raise ``TypeError`` there)."""
 
 
 # --------------------------------------------------------------------------------------------- enums
@@ -413,8 +423,8 @@ class OAuthProvider(ServiceModel):
     token_url: str
     uses_pkce: bool
     code_challenge_method: str | None
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     provider_type: str | None = None
     mcp_server_url: str | None = None
     token_endpoint_auth_method: str = "client_secret_post"
@@ -463,8 +473,8 @@ class Deployment(ServiceModel):
     secrets: list[Secret]
     id: UuidStr
     tenant_id: UuidStr
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     status: DeploymentStatus
     latest_revision_id: UuidStr | None
     active_revision_id: UuidStr | None
@@ -498,8 +508,8 @@ class Revision(ServiceModel):
     status: RevisionStatus = RevisionStatus.UNKNOWN
     deployment_id: UuidStr | None = None
     source_revision_config: SourceRevisionConfig | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
     status_message: str | None = None
 
 

@@ -17,12 +17,19 @@ from enum import Enum
 from airflow_provider.models import Deployment, DeploymentStatus, Revision
 
 __all__ = [
+    "REVISION_ENDPOINT_MISSING",
     "RevisionCheckSchedule",
     "RolloutState",
     "RolloutVerdict",
     "awaits_revision_build",
     "rollout_verdict",
 ]
+
+
+REVISION_ENDPOINT_MISSING = frozenset({404, 405})
+"""Answers of the optional revision endpoint meaning the service does not have it. The revision asked
+about is always the deployment's own latest one, so a 404 means the endpoint, not the revision, is
+missing. Any other error skips one check and leaves fail-fast on."""
 
 
 class RolloutState(str, Enum):

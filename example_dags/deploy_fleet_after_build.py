@@ -9,6 +9,10 @@ Each deployment gets the revision field its source needs: ``repo_ref`` (the rele
 codehost deployments, ``image_uri`` for image-based ones, ``source_tarball_path`` for uploaded source.
 A failed rollout fails its own mapped task, with the deployment's name in the message, and prod is not
 touched.
+
+Only deployments that are ``READY`` when a stage starts are rolled out (one still being created or
+going away is left alone); the plan task logs which ones. The list operator stops at ``max_results``
+(1000 by default) with a warning in its log: raise it for a larger fleet.
 """
 
 from __future__ import annotations

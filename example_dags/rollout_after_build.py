@@ -29,6 +29,8 @@ from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 POLL_INTERVAL = float(os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL", "15"))
 ROLLOUT_TIMEOUT = float(os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT", "1800"))
 
+# Every secret the deployment needs, not only the changed one: the spec does not show whether a patch's
+# secrets merge with the deployment's or replace them (the emulator replaces them).
 SECRETS = {"PAYMENT_API_TOKEN": {"variable": "checkout_api_payment_token"}}
 
 

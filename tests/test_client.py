@@ -569,6 +569,96 @@ def test_secrets_and_api_key_never_reach_logs_reprs_or_errors(
         assert SECRET not in text and API_KEY not in text
 
 
+def test_a_secret_cut_by_the_quoted_body_snippet_is_still_hidden(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    # The 80-character snippet of a non-JSON body ends inside the secret: scrubbing after cutting would
+    # miss the half that is left, so the body is scrubbed first.
+    body = "x" * 55 + f" invalid value {SECRET} please fix"  # the secret spans characters 70 to 92
+    service.script("PATCH", PATCH, httpx.Response(400, text=body, headers={"content-type": "text/plain"}))
+    with pytest.raises(RequestRejectedError) as caught:
+        client.patch_deployment(
+            DEPLOYMENT_ID, {"secrets": [{"name": "TOKEN", "value": SECRET}]}, previous_latest_revision_id=REV_OLD
+        )
+    assert SECRET[:8] not in str(caught.value)
+    assert "invalid value **********" in str(caught.value)
+
+
+def test_the_api_key_is_scrubbed_from_transport_errors_and_retry_warnings(
+    service: ScriptedService, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=2))
+    service.always("GET", "/api-host/v2/auth/providers", httpx.ConnectError(f"proxy refused header {API_KEY}"))
+    with caplog.at_level(logging.WARNING), pytest.raises(TransportError) as caught:
+        client.list_oauth_providers()
+    assert service.count("GET") == 2
+    assert API_KEY not in str(caught.value) and API_KEY not in caplog.text
+    assert "proxy refused header **********" in str(caught.value)
+
+
+def test_a_request_httpx_cannot_build_is_not_retried(service: ScriptedService, sleeps: list[float]) -> None:
+    client = make_client(service, sleeps)
+    service.always("GET", "/api-host/v2/auth/providers", httpx.LocalProtocolError("Illegal header value"))
+    with pytest.raises(TransportError, match="LocalProtocolError"):
+        client.list_oauth_providers()
+    assert service.count("GET") == 1 and sleeps == []
+
+
+def test_an_api_key_pasted_with_a_trailing_newline_is_sent_trimmed(service: ScriptedService) -> None:
+    service.always("GET", "/api-host/v2/auth/providers", httpx.Response(200, json=[]))
+    with DeploymentServiceClient(
+        ClientSettings(base_url="https://api.example.test/api-host"),
+        f"  {API_KEY}\n",
+        transport=httpx.MockTransport(service),
+    ) as client:
+        client.list_oauth_providers()
+    assert service.requests[0].headers["X-Api-Key"] == API_KEY
+
+
+@pytest.mark.parametrize("bad_key", [f"{API_KEY[:5]}\n{API_KEY[5:]}", f"{API_KEY}\u00e9", f"{API_KEY}\x00"])
+def test_an_api_key_a_header_cannot_carry_is_refused_without_showing_it(bad_key: str) -> None:
+    with pytest.raises(InvalidRequestError, match="API key contains characters") as caught:
+        DeploymentServiceClient(ClientSettings(base_url="https://api.example.test"), bad_key)
+    assert API_KEY[5:] not in str(caught.value)
+
+
+def test_the_previous_revision_is_compared_in_canonical_form(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    # The caller gives the old revision in upper case; the read-back reports it in lower case. The
+    # latest revision did not move, so the patch did not land and must be sent again, not reported done.
+    service.script("PATCH", PATCH, httpx.Response(502), httpx.Response(200, json=applied_deployment()))
+    service.always("GET", LIST, page(unapplied_deployment(), offset=1))
+    result = client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD.upper())
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("PATCH") == 2
+
+
+def test_a_bad_previous_revision_is_refused_before_any_request(
+    client: DeploymentServiceClient, service: ScriptedService
+) -> None:
+    with pytest.raises(InvalidRequestError, match="previous_latest_revision_id"):
+        client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id="not-a-uuid")
+    assert service.requests == []
+
+
+def test_after_an_ambiguous_failure_the_client_waits_before_reading_back(service: ScriptedService) -> None:
+    # A PATCH that timed out may still be processed: reading back at once could see "not landed" and
+    # send a second patch. The client waits one backoff first.
+    events: list[str] = []
+    client = DeploymentServiceClient(
+        ClientSettings(base_url="https://api.example.test/api-host"),
+        API_KEY,
+        transport=httpx.MockTransport(lambda request: (events.append(request.method), service(request))[1]),
+        sleep=lambda delay: events.append(f"sleep {delay:.3f}" if delay > 0 else "sleep 0"),
+        rng=random.Random(7),
+    )
+    service.script("PATCH", PATCH, httpx.ReadTimeout("slow"))
+    service.always("GET", LIST, page(applied_deployment(), offset=1))
+    client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert [event.split()[0] for event in events] == ["PATCH", "sleep", "GET"]
+
+
 # ----------------------------------------------------------------------------------------- async
 async def test_async_twin_shares_retries_pagination_and_patch_safety(service: ScriptedService) -> None:
     waits: list[float] = []
@@ -587,7 +677,8 @@ async def test_async_twin_shares_retries_pagination_and_patch_safety(service: Sc
         service.script("GET", LIST, page(applied_deployment(), offset=1))
         result = await client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
         assert result.latest_revision_id == REV_NEW
-        assert service.count("PATCH") == 2 and len(waits) == 1
+        # one wait before re-sending after the 503, one before reading back after the timeout
+        assert service.count("PATCH") == 2 and len(waits) == 2
         paged_service(service, 25)
         names = [d.name async for d in client.iter_deployments(limit=10)]
         assert len(names) == 25

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,6 +214,52 @@ def test_onboarding_fails_clearly_when_no_repository_matches(emulator: Any, task
     state, tasks = run_dag("onboard_repository", repository_name="not-there")
     assert state == "failed" and tasks["select_repository"] == "failed"
     assert "no repository matches repository_name=acme-corp/not-there" in task_logs()
+
+
+CONFIG_ONLY_PATCH_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG, XComArg
+
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
+
+with DAG("config_only_patch", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    patch = PatchDeploymentOperator(
+        task_id="patch", deployment_id="{deployment_id}", source_config={{"custom_url": "https://checkout.example.com"}}
+    )
+    DeploymentRolloutSensor(
+        task_id="wait",
+        deployment_id=XComArg(patch, key="deployment_id"),
+        revision_id=XComArg(patch, key="revision_id"),
+        poke_interval=0.1,
+        timeout=30,
+    )
+"""
+
+
+def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's wiring (``revision_id=XComArg(patch, key="revision_id")``) with a ``source_config``-only
+    patch: no revision is created, and the sensor must wait for READY instead of failing on a missing XCom
+    (Airflow reads a pushed ``None`` as missing, so the operator pushes ``""``)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    deployment, revisions_before = revisions_of(emulator, "checkout-api-dev")
+    dag_file = tmp_path / "config_only_patch.py"
+    dag_file.write_text(CONFIG_ONLY_PATCH_DAG.format(deployment_id=deployment["id"]))
+    from airflow import settings
+
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))  # dag.test() runs DAGs of the dags folder
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag("config_only_patch").test()
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert (str(run.state), states) == ("success", {"patch": "success", "wait": "success"})
+    after, revisions_after = revisions_of(emulator, "checkout-api-dev")
+    assert len(revisions_after) == len(revisions_before)
+    assert after["source_config"]["custom_url"] == "https://checkout.example.com"
 
 
 def test_every_operator_and_the_sensor_appear_in_an_example() -> None:

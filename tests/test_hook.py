@@ -146,6 +146,11 @@ async def test_async_twins_reach_every_endpoint_over_http(service_connection: An
         revision = await hook.a_get_revision(target["id"], patched.latest_revision_id or "")
         assert revision.id == patched.latest_revision_id
         assert emulator.admin.count("PATCH /v2/deployments/{deployment_id}") == 1
+        created = await hook.a_create_deployment(
+            {"name": "async-created", "source": "internal_docker", "source_revision_config": {"image_uri": "img:1"}}
+        )
+        assert created.name == "async-created" and created.latest_revision_id is not None
+        assert emulator.admin.find_deployment("async-created")["id"] == created.id
     finally:
         await hook.aclose()
 
@@ -153,8 +158,10 @@ async def test_async_twins_reach_every_endpoint_over_http(service_connection: An
 def test_test_connection_reports_success_and_a_rejected_key(
     service_connection: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ok, message = DeploymentServiceHook().test_connection()
+    hook = DeploymentServiceHook()
+    ok, message = hook.test_connection()
     assert ok and "API key accepted" in message
+    assert "client" not in hook.__dict__, "test_connection left its pooled client open"
     from tests.conftest import connection_json
 
     monkeypatch.setenv("AIRFLOW_CONN_BAD_KEY", connection_json(service_connection.base_url, "wrong-key"))

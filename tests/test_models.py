@@ -90,6 +90,18 @@ def test_unknown_status_reads_as_unknown_and_unknown_source_is_kept() -> None:
     assert deployment.source == "new_source"
 
 
+def test_timestamps_without_a_zone_read_as_utc_and_compare_with_aware_ones() -> None:
+    from datetime import datetime, timezone
+
+    naive = Deployment.model_validate(
+        deployment_json(created_at="2026-01-01T00:00:00", updated_at="2026-01-02T00:00:00")
+    )
+    assert naive.updated_at == datetime(2026, 1, 2, tzinfo=timezone.utc)
+    assert naive.updated_at < datetime(2026, 1, 3, tzinfo=timezone.utc)  # a naive value would raise TypeError
+    aware = Deployment.model_validate(deployment_json(updated_at="2026-01-02T02:00:00+02:00"))
+    assert aware.updated_at == datetime(2026, 1, 2, tzinfo=timezone.utc)
+
+
 def test_secret_values_are_redacted_in_repr_str_and_dump() -> None:
     deployment = Deployment.model_validate(deployment_json())
     dumped = deployment.model_dump(mode="json")

@@ -348,6 +348,12 @@ def _resolve_secret_value(value: Any, where: str) -> str:
             )
     if not isinstance(value, str) or not value:
         raise AirflowFailException(f"{where}: the secret value must be a non-empty string")
+    if "{{" in value and "}}" in value:  # not shown: the value may be a real secret
+        raise AirflowFailException(
+            f"{where}: the value looks like a Jinja template, but secrets are never templated (rendered "
+            "values are stored in the rendered-fields table); use {'variable': key} or "
+            "{'connection': conn_id, 'field': 'password'} instead"
+        )
     return value
 
 
@@ -380,6 +386,11 @@ def resolve_secrets(secrets: Any) -> list[dict[str, str]] | None:
     return resolved
 
 
+def _is_missing_render(value: str) -> bool:
+    """Whether a rendered revision value is what a missing XCom or param renders to."""
+    return value.strip() in ("", "None", "null")
+
+
 def _fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> tuple[str, str]:
     """``(deployment_id, digest)`` of what a patch sets; secret values are left out (names only)."""
     shown = json.dumps(request.model_dump(mode="json", exclude_none=True), sort_keys=True)
@@ -400,14 +411,17 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
     The deployment is read first; on a retry the task reattaches to the revision its earlier try created
     (recorded in ``task_state_store``, or recognised on the deployment when no store is available)
     instead of patching again. Pushes the XComs ``deployment_id``, ``revision_id`` (the new latest
-    revision, ``None`` when the patch created none), ``previous_active_revision_id`` and, when the service
-    reports a ``source_config.custom_url``, ``deployment_url`` (the ``Deployment`` extra link). Returns the
-    deployment as redacted JSON (after the rollout when ``wait_for_rollout``).
+    revision, ``""`` when the patch created none), ``previous_active_revision_id`` (``""`` when there was
+    no active revision) and, when the service reports a ``source_config.custom_url``, ``deployment_url``
+    (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
+    ``wait_for_rollout``).
 
     Secret values are not templated (they must never reach rendered template fields); give them as
     ``{"NAME": value}`` or ``[{"name": "NAME", "value": value}]`` where a value is a string, a callable,
     ``{"variable": "<key>"}`` or ``{"connection": "<conn_id>", "field": "password"}``, resolved when the
-    task runs and registered with Airflow's secret masker.
+    task runs and registered with Airflow's secret masker. Give every secret the deployment needs: the
+    spec does not show whether a ``secrets`` list merges with the deployment's or replaces it (the
+    emulator replaces it).
 
     :param deployment_id: the deployment (UUID). Templated.
     :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
@@ -487,10 +501,16 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
                 f"source_revision_config must be a mapping, got {type(revision_config).__name__}"
             )
         revision_config = dict(revision_config or {})
+        for name, value in revision_config.items():
+            if isinstance(value, str) and _is_missing_render(value):
+                raise AirflowFailException(
+                    f"source_revision_config.{name} rendered to {value!r}: expected a value (is the upstream "
+                    "XCom or param missing?); leave the field out, or set it to None, to keep the current value"
+                )
         for name, value in (("image_uri", self.image_uri), ("repo_ref", self.repo_ref)):
             if value is None:
                 continue
-            if not isinstance(value, str) or value.strip() in ("", "None", "null"):
+            if not isinstance(value, str) or _is_missing_render(value):
                 raise AirflowFailException(
                     f"{name} rendered to {value!r}: expected an image URI or git ref (is the upstream XCom or "
                     "param missing?); pass None to leave it out"
@@ -534,8 +554,10 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
             else:
                 self.log.info("Patched; no new revision was created (active revision %s)", previous_active)
         ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=deployment_id)
-        ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id)
-        ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active)
+        # "" rather than None for "no revision": Airflow reads a pushed None under a custom key as a missing
+        # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
+        ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
+        ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)

@@ -13,7 +13,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow_provider.client import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook, hook_overrides
 from airflow_provider.models import Deployment, Revision, canonical_uuid
-from airflow_provider.rollout import RevisionCheckSchedule, RolloutState, RolloutVerdict, rollout_verdict
+from airflow_provider.rollout import (
+    REVISION_ENDPOINT_MISSING,
+    RevisionCheckSchedule,
+    RolloutState,
+    RolloutVerdict,
+    rollout_verdict,
+)
 from airflow_provider.triggers.deployment_service import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
@@ -127,11 +133,11 @@ class RolloutCheck:
         except DeploymentServiceError as err:
             if err.transient:
                 return
-            self.schedule.disabled = True
-            if err.status_code in (404, 405):
+            if err.status_code in REVISION_ENDPOINT_MISSING:
+                self.schedule.disabled = True
                 self.log.info("The revision endpoint is not available (%s); watching the deployment only", err)
             else:
-                self.log.warning("The revision endpoint failed (%s); watching the deployment only", err)
+                self.log.warning("The revision endpoint failed (%s); asking again when the deployment changes", err)
 
     def outcome(self, verdict: RolloutVerdict) -> dict[str, Any] | None:
         """The redacted deployment JSON on success, ``None`` while waiting; :class:`AirflowFailException`

@@ -30,7 +30,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider.client import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, Revision, canonical_uuid
-from airflow_provider.rollout import RevisionCheckSchedule, RolloutState, rollout_verdict
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
 
 log = logging.getLogger(__name__)
 
@@ -251,13 +251,15 @@ class _BatchPoller:
                     sub.revision = revision
 
     def _revision_failed(self, err: DeploymentServiceError) -> None:
+        """Stop asking the revision endpoint only when it is missing (404 for the deployment's own latest
+        revision, or 405); any other failure skips this check and leaves fail-fast on for the next."""
         if err.transient or not self.revision_endpoint:
             return
-        self.revision_endpoint = False
-        if err.status_code in (404, 405):
+        if err.status_code in REVISION_ENDPOINT_MISSING:
+            self.revision_endpoint = False
             log.info("The revision endpoint is not available (%s); watching rollouts through the list only", err)
         else:
-            log.warning("The revision endpoint failed (%s); watching rollouts through the list only", err)
+            log.warning("The revision endpoint failed (%s); asking again when the deployment changes", err)
 
 
 def _is_final_setup_error(err: Exception) -> bool:

@@ -143,14 +143,16 @@ def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
     assert emulator.state.count(PATCH_ROUTE) == 1
 
 
-def test_patch_without_new_revision_pushes_none_and_the_link(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     ti = FakeTI()
     url = "https://checkout.example.com"
     task = patch_op(dep["id"], source_config={"custom_url": url})
     result = task.execute(make_context(ti))
     assert result["latest_revision_id"] == dep["latest_revision_id"]
-    assert ti.xcoms["revision_id"] is None
+    assert ti.xcoms["revision_id"] == ""  # not None: Airflow would read that as a missing XCom
     assert ti.xcoms["deployment_url"] == url
 
     from airflow.sdk.execution_time.xcom import XCom
@@ -175,6 +177,9 @@ def test_patch_without_new_revision_pushes_none_and_the_link(emulator: Any, monk
         ({"secrets": [{"name": "A", "value": "x"}, {"name": "A", "value": "y"}]}, "secret names must be unique"),
         ({"image_uri": "None"}, "image_uri rendered to 'None'"),
         ({"repo_ref": "", "secrets": {"A": "x"}}, "repo_ref rendered to ''"),
+        ({"source_revision_config": {"image_uri": "None"}}, "source_revision_config.image_uri rendered to 'None'"),
+        ({"source_revision_config": {"repo_ref": " "}}, "source_revision_config.repo_ref rendered to ' '"),
+        ({"secrets": {"TOKEN": "{{ var.value.token }}"}}, r"secrets\['TOKEN'\]: the value looks like a Jinja template"),
     ],
 )
 def test_patch_is_validated_before_any_request(emulator: Any, kwargs: dict[str, Any], message: str) -> None:
@@ -270,7 +275,7 @@ def test_retried_patch_creates_no_second_revision(emulator: Any, with_store: boo
     assert revisions_of(emulator, dep["id"]) == revisions
     assert second.xcoms["revision_id"] == first.xcoms["revision_id"] == result["active_revision_id"]
     # without a store the revision active before the patch is no longer known
-    assert second.xcoms["previous_active_revision_id"] == (dep["active_revision_id"] if with_store else None)
+    assert second.xcoms["previous_active_revision_id"] == (dep["active_revision_id"] if with_store else "")
 
 
 def test_retry_with_a_changed_patch_patches_anew(emulator: Any) -> None:

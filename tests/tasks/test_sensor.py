@@ -121,6 +121,24 @@ def test_build_failure_without_revision_endpoint_falls_back(service: Any, capfd:
     assert (out + err).count("revision endpoint is not available") == 1
 
 
+def test_one_failed_revision_check_does_not_turn_fail_fast_off(
+    emulator: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    revision_id = patch(emulator, dep["id"])
+    # a 200 whose body is not JSON: a non-transient error that says nothing about the endpoint existing
+    emulator.state.add_fault(kind="not_json", method="GET", path="/v2/deployments/*/revisions/*")
+    task = sensor(dep["id"], revision_id, revision_check_interval=0)
+    context = make_context()
+    assert task.poke(context) is False  # the revision check failed: skipped, not switched off
+    emulator.state.advance(2.5)
+    with pytest.raises(AirflowFailException, match="BUILD_FAILED: npm ci exited with 1"):
+        task.poke(context)
+    out, err = capfd.readouterr()
+    assert "asking again when the deployment changes" in out + err
+
+
 def test_transient_errors_are_retried_on_the_next_poke(emulator: Any, capfd: pytest.CaptureFixture[str]) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     emulator.state.add_fault(kind="status", status_code=503, method="GET", path="/v2/deployments", count=2)

@@ -152,6 +152,18 @@ async def test_without_revision_endpoint_falls_back_silently(service: Any) -> No
     assert [r.status_code for r in asked] == [404]
 
 
+async def test_one_failed_revision_check_does_not_turn_fail_fast_off(emulator: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    revision_id = patch(emulator, dep["id"])
+    # a 200 whose body is not JSON: a non-transient error that says nothing about the endpoint existing
+    emulator.state.add_fault(kind="not_json", method="GET", path="/v2/deployments/*/revisions/*")
+    emulator.state.advance(2.5)
+    event = await outcome(trigger(dep["id"], revision_id, revision_check_interval=0, deadline=time.time() + 5))
+    assert event["status"] == "failed" and "npm ci exited with 1" in event["message"]
+    assert emulator.state.count(REVISION_ROUTE) == 2
+
+
 async def test_revision_endpoint_asked_only_on_change_or_interval(emulator: Any) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     revision_id = patch(emulator, dep["id"])
