@@ -192,8 +192,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "HTTP. Retry policy: {fault_matrix_settings}. Request counts come from the emulator's counters; waits "
         "are the client's recorded `sleep=` calls (nothing really sleeps). A PATCH whose failure may have "
         "reached the service (502, 504, timeout, dropped connection) is never re-sent blindly: the client "
-        "reads the deployment back (`read-back`) and re-sends only if the patch did not land. `+N rev` is the "
-        "number of revisions the PATCH created.",
+        "waits one backoff (a request that timed out may still be processed), reads the deployment back "
+        "(`read-back`) and re-sends only if the patch did not land. `+N rev` is the number of revisions the "
+        "PATCH created.",
         ["fault_matrix", "patch_resend_backoff", "patch_exhausted"],
     ),
     (
