@@ -8,9 +8,11 @@ pass, with ``tracemalloc`` on) Python-heap growth / N, plus the Revision model e
 its first revision check is done (the checks are spread at ceil(N/100) per round, so only a few are
 done within the run). CPU per poll cycle: process CPU time between two completed rounds; a cycle is
 ceil(N/100) list calls plus up to ceil(N/100) revision calls (first looks, spread over N/100 rounds).
-``revision_check_interval`` keeps the ratio of the defaults to ``poll_interval``. Poke mode: RSS of a
-fresh process that imported ``airflow.sdk`` and our sensor and pokes one rollout; each waiting sensor
-holds one worker slot and at least one such process.
+``revision_check_interval`` keeps the ratio of the defaults to ``poll_interval``. Beside it, in the same
+process: the CPU per poll cycle of per-rollout polling (one ``httpx`` GET and ``json`` parse per rollout
+per interval, as a hand-written deferrable ``HttpSensor`` loop would do), so the figure is also a ratio
+measured in the same run. Poke mode: RSS of a fresh process that imported ``airflow.sdk`` and our
+sensor and pokes one rollout; each waiting sensor holds one worker slot and at least one such process.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common import (
+    CONN_ENV,
     HOOK_PARAMS,
     Goal,
     bench_data,
@@ -35,6 +38,7 @@ from common import (
     cpu_seconds,
     default_revision_check_interval,
     deployment_id,
+    fmt,
     median,
     parse_options,
     publish,
@@ -136,6 +140,7 @@ async def measure(count: int, steady_rounds: int) -> dict[str, Any]:
     for task in [*tasks, *warm]:
         task.cancel()
     await asyncio.gather(*tasks, *warm, return_exceptions=True)
+    per_rollout_cpu, per_rollout_errors = await per_rollout_polling_cpu(count, steady_rounds)
     return {
         "rss_per_rollout": rss_growth / count,
         "traced_per_rollout": (traced - traced_before) / count,
@@ -144,7 +149,53 @@ async def measure(count: int, steady_rounds: int) -> dict[str, Any]:
         "first_round_cpu": first_round_cpu,
         "round_cpu": [cpu for cpu, _ in rounds],
         "round_revision_calls": [calls for _, calls in rounds],
+        "per_rollout_round_cpu": per_rollout_cpu,
+        "per_rollout_errors": per_rollout_errors,
     }
+
+
+async def per_rollout_polling_cpu(count: int, rounds: int) -> tuple[list[float], int]:
+    """CPU per interval of ``count`` independent polling loops (one GET + ``json`` parse per rollout per
+    interval, started at spread moments), measured over ``rounds`` intervals once all are polling; and how
+    many of their requests failed."""
+    import httpx
+
+    conn = json.loads(os.environ[CONN_ENV])
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    headers = {"X-Api-Key": conn["password"]}
+    async with httpx.AsyncClient(base_url=conn["host"], headers=headers, limits=limits, timeout=60) as http:
+
+        async def poll(index: int) -> None:
+            await asyncio.sleep(INTERVAL * index / count)
+            wanted, awaited = deployment_id(index), revision_id(index, "building")
+            while True:
+                try:
+                    response = await http.get("/v2/deployments", params={"deployment_ids": wanted, "limit": 1})
+                    response.raise_for_status()
+                except httpx.HTTPError:  # 1000 concurrent pollers can overrun the server: try next interval
+                    errors.append(index)
+                else:
+                    deployment = json.loads(response.content)["resources"][0]
+                    if deployment["status"] == "READY" and deployment["active_revision_id"] == awaited:
+                        return
+                await asyncio.sleep(INTERVAL)
+
+        errors: list[int] = []
+
+        tasks = [asyncio.create_task(poll(index)) for index in range(count)]
+        await asyncio.sleep(INTERVAL * 1.5)
+        per_round = []
+        for _ in range(rounds):
+            cpu = cpu_seconds()
+            await asyncio.sleep(INTERVAL)
+            per_round.append(cpu_seconds() - cpu)
+        failed = [task for task in tasks if task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if failed:
+            raise RuntimeError(f"a per-rollout poller ended early: {failed[0].exception()!r}")
+    return per_round, len(errors)
 
 
 def poke_process() -> dict[str, Any]:
@@ -198,6 +249,8 @@ def main() -> None:
     revision_kib = median(run["revision_bytes"] for run in runs) / 1024
     per_rollout = max(rss_kib, traced_kib) + revision_kib
     cycle_cpu = median(cpu for run in runs for cpu in run["round_cpu"])
+    naive_cpu = median(cpu for run in runs for cpu in run["per_rollout_round_cpu"])
+    naive_errors = median(run["per_rollout_errors"] for run in runs)
     revision_calls = median(calls for run in runs for calls in run["round_revision_calls"])
     first_cpu = median(run["first_round_cpu"] for run in runs)
     peak_mib = median(run["round_peak"] for run in runs) / 2**20
@@ -212,6 +265,9 @@ def main() -> None:
             f"CPU per poll cycle, all {count} ({math.ceil(count / 100)} list + {revision_calls:g} revision calls)",
             f"{cycle_cpu:.3f} s",
         ),
+        (f"per-rollout polling, same process: CPU per poll cycle, all {count} ({count} GETs)", f"{naive_cpu:.3f} s"),
+        ("per-rollout polling: requests that failed (connection errors, 5xx) during its run", f"{naive_errors:g}"),
+        ("ratio: CPU per cycle, batched triggers / per-rollout polling", fmt(cycle_cpu / naive_cpu)),
         (f"CPU to start {count} triggers and run their first round", f"{first_cpu:.3f} s"),
         ("poke mode: RSS of one task process (airflow.sdk + our sensor, poking)", f"{poke_mib:.0f} MiB"),
         (
@@ -234,7 +290,9 @@ def main() -> None:
         body += "\n\n" + (
             f"**Why CPU per cycle misses the goal.** {cycle_cpu:.3f} s per cycle: parsing {count} deployments "
             f"from {math.ceil(count / 100)} pages into models, {revision_calls:g} revision calls and {count} "
-            "verdicts; see question 3 for the parsing cost and its fix."
+            "verdicts. The goal is absolute CPU time, so it moves with this machine's speed at the moment of the "
+            f"run; the ratio measured beside it ({fmt(cycle_cpu / naive_cpu)} of per-rollout polling's CPU) is "
+            "the stable comparison."
         )
     if per_rollout >= GOAL_KIB:
         body += "\n\n" + (
