@@ -163,6 +163,7 @@ async def per_rollout_polling_cpu(count: int, rounds: int) -> tuple[list[float],
     conn = json.loads(os.environ[CONN_ENV])
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     headers = {"X-Api-Key": conn["password"]}
+    errors: list[int] = []  # indexes of the pollers whose request failed, once per failure
     async with httpx.AsyncClient(base_url=conn["host"], headers=headers, limits=limits, timeout=60) as http:
 
         async def poll(index: int) -> None:
@@ -179,8 +180,6 @@ async def per_rollout_polling_cpu(count: int, rounds: int) -> tuple[list[float],
                     if deployment["status"] == "READY" and deployment["active_revision_id"] == awaited:
                         return
                 await asyncio.sleep(INTERVAL)
-
-        errors: list[int] = []
 
         tasks = [asyncio.create_task(poll(index)) for index in range(count)]
         await asyncio.sleep(INTERVAL * 1.5)

@@ -28,6 +28,7 @@ from airflow_provider.models import (
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
 from airflow_provider.sensors.deployment_service import (
     DEFERRAL_GRACE,
+    MISSING_RENDERS,
     RolloutCheck,
     checked_ids,
     positive_seconds,
@@ -388,7 +389,7 @@ def resolve_secrets(secrets: Any) -> list[dict[str, str]] | None:
 
 def _is_missing_render(value: str) -> bool:
     """Whether a rendered revision value is what a missing XCom or param renders to."""
-    return value.strip() in ("", "None", "null")
+    return value.strip() in MISSING_RENDERS
 
 
 def _fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> tuple[str, str]:

@@ -44,12 +44,17 @@ def positive_seconds(value: float | timedelta, name: str) -> float:
     return float(seconds)
 
 
+MISSING_RENDERS = ("", "None", "null")
+"""What a template renders to when the XCom or param it pulls is missing."""
+
+
 def checked_ids(deployment_id: Any, revision_id: Any) -> tuple[str, str | None]:
     """Canonical ``(deployment_id, revision_id)``; :class:`AirflowFailException` naming the bad field."""
     try:
         deployment = canonical_uuid(deployment_id, "deployment_id")
         # A template that pulls a missing revision renders "None": treat it as no revision.
-        revision = None if revision_id in (None, "", "None", "null") else canonical_uuid(revision_id, "revision_id")
+        missing = revision_id is None or revision_id in MISSING_RENDERS
+        revision = None if missing else canonical_uuid(revision_id, "revision_id")
     except ValueError as err:
         raise AirflowFailException(str(err)) from None
     return deployment, revision
