@@ -29,6 +29,28 @@ import httpx
 import pydantic
 
 from airflow_provider import __version__
+from airflow_provider.defaults import (
+    DEFAULT_BACKOFF_INITIAL,
+    DEFAULT_BACKOFF_MAX,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_RETRY_AFTER_MAX,
+)
+from airflow_provider.errors import (
+    ApiError,
+    AuthError,
+    ConflictError,
+    DeploymentServiceError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitedError,
+    RequestRejectedError,
+    ServerError,
+    TlsError,
+    TransportError,
+    UnexpectedResponseError,
+)
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     CreateDeploymentRequest,
@@ -52,88 +74,6 @@ USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
-# ------------------------------------------------------------------------------------------ errors
-class DeploymentServiceError(Exception):
-    """Base of every error this provider raises about the service.
-
-    :param message: what went wrong, for a person (never holds the API key or a secret value).
-    :param method: HTTP method of the request, if one was made.
-    :param path: path of the request (without base URL or query).
-    :param status_code: HTTP status of the answer, if one came.
-    :param detail: the parsed ``detail`` of the error body: a string, or a list of :class:`ErrorDetail`.
-    """
-
-    transient = False
-    """Whether waiting and asking again may succeed (used by sensors and triggers)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        method: str | None = None,
-        path: str | None = None,
-        status_code: int | None = None,
-        detail: str | list[ErrorDetail] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.method = method
-        self.path = path
-        self.status_code = status_code
-        self.detail = detail
-
-
-class InvalidRequestError(DeploymentServiceError, ValueError):
-    """A request was refused before sending: a parameter is missing or has the wrong form."""
-
-
-class ApiError(DeploymentServiceError):
-    """The service answered with an error status."""
-
-
-class AuthError(ApiError):
-    """401 or 403: the API key is wrong, or the workspace (``X-Tenant-Id``) is missing or not allowed."""
-
-
-class NotFoundError(ApiError):
-    """404: the deployment, integration or revision does not exist (or is not visible to this key)."""
-
-
-class RequestRejectedError(ApiError):
-    """400 or 422: the service refused the request's content."""
-
-
-class ConflictError(ApiError):
-    """Any other 4xx the service answered."""
-
-
-class RateLimitedError(ApiError):
-    """429 after the retry budget was spent."""
-
-    transient = True
-
-
-class ServerError(ApiError):
-    """5xx from the service or a gateway in front of it."""
-
-    transient = True
-
-
-class TransportError(DeploymentServiceError):
-    """No usable answer: connection refused or dropped, timeout, TLS failure."""
-
-    transient = True
-
-
-class TlsError(TransportError):
-    """The service's TLS certificate could not be verified: waiting will not fix it, so it is not transient."""
-
-    transient = False
-
-
-class UnexpectedResponseError(DeploymentServiceError):
-    """The service answered 2xx (or a redirect) with something that is not what the spec promises."""
-
-
 # -------------------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -145,10 +85,10 @@ class RetryPolicy:
     :param retry_after_max: cap in seconds on how long a ``Retry-After`` header is honoured.
     """
 
-    max_attempts: int = 5
-    backoff_initial: float = 0.5
-    backoff_max: float = 30.0
-    retry_after_max: float = 120.0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff_initial: float = DEFAULT_BACKOFF_INITIAL
+    backoff_max: float = DEFAULT_BACKOFF_MAX
+    retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -178,8 +118,8 @@ class ClientSettings:
 
     base_url: str
     tenant_id: str | None = None
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
     verify: bool | str = True
     allow_insecure_http: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)

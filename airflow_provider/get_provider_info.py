@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider import __version__
+from airflow_provider import __version__, defaults
 
 PACKAGE_NAME = "airflow-provider-deployment-service"
-CONN_TYPE = "deployment_service"
 HOOK_CLASS = "airflow_provider.hooks.deployment_service.DeploymentServiceHook"
 
 
@@ -24,8 +23,12 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "string",
         "Sent as X-Tenant-Id. Required for organization-scoped API keys.",
     ),
-    "connect_timeout": _field("Connect timeout (s)", "number", "Seconds to open a connection.", default=10),
-    "read_timeout": _field("Read timeout (s)", "number", "Seconds to wait for an answer.", default=30),
+    "connect_timeout": _field(
+        "Connect timeout (s)", "number", "Seconds to open a connection.", default=defaults.DEFAULT_CONNECT_TIMEOUT
+    ),
+    "read_timeout": _field(
+        "Read timeout (s)", "number", "Seconds to wait for an answer.", default=defaults.DEFAULT_READ_TIMEOUT
+    ),
     "verify": _field("Verify TLS", "boolean", "Verify the service's TLS certificate.", default=True),
     "ca_bundle": _field("CA bundle path", "string", "PEM file of CAs to trust instead of the system ones."),
     "allow_insecure_http": _field(
@@ -34,11 +37,20 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "Only for trusted networks: send the key to a non-loopback http:// URL.",
         default=False,
     ),
-    "max_attempts": _field("Attempts per call", "integer", "Including the first; 1 = no retry.", default=5),
-    "backoff_initial": _field("First backoff (s)", "number", "Doubles each retry, full jitter.", default=0.5),
-    "backoff_max": _field("Longest backoff (s)", "number", "Cap of one backoff delay.", default=30),
+    "max_attempts": _field(
+        "Attempts per call", "integer", "Including the first; 1 = no retry.", default=defaults.DEFAULT_MAX_ATTEMPTS
+    ),
+    "backoff_initial": _field(
+        "First backoff (s)", "number", "Doubles each retry, full jitter.", default=defaults.DEFAULT_BACKOFF_INITIAL
+    ),
+    "backoff_max": _field(
+        "Longest backoff (s)", "number", "Cap of one backoff delay.", default=defaults.DEFAULT_BACKOFF_MAX
+    ),
     "retry_after_max": _field(
-        "Longest Retry-After honoured (s)", "number", "Cap on waiting for a Retry-After header.", default=120
+        "Longest Retry-After honoured (s)",
+        "number",
+        "Cap on waiting for a Retry-After header.",
+        default=defaults.DEFAULT_RETRY_AFTER_MAX,
     ),
 }
 
@@ -92,7 +104,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": [
             {
-                "connection-type": CONN_TYPE,
+                "connection-type": defaults.CONN_TYPE,
                 "hook-class-name": HOOK_CLASS,
                 "hook-name": "Deployment Management Service",
                 "conn-fields": CONN_FIELDS,

@@ -9,16 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider.client import (
-    AsyncDeploymentServiceClient,
-    AuthError,
-    ClientSettings,
-    DeploymentServiceClient,
-    DeploymentServiceError,
-    InvalidRequestError,
-    RetryPolicy,
-    TransportError,
-)
+from airflow_provider.client import AsyncDeploymentServiceClient, ClientSettings, DeploymentServiceClient, RetryPolicy
+from airflow_provider.defaults import CONN_TYPE, DEFAULT_CONN_ID, SETTING_OVERRIDES
+from airflow_provider.errors import AuthError, DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,
@@ -33,37 +26,7 @@ from airflow_provider.models import (
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-CONN_TYPE = "deployment_service"
 _BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
-SETTING_OVERRIDES = (
-    "connect_timeout",
-    "read_timeout",
-    "max_attempts",
-    "backoff_initial",
-    "backoff_max",
-    "retry_after_max",
-)
-"""Hook arguments that override the connection's numbers; they travel into triggers unchanged."""
-
-
-def hook_overrides(
-    connect_timeout: float | None,
-    read_timeout: float | None,
-    max_attempts: int | None,
-    backoff_initial: float | None,
-    backoff_max: float | None,
-    retry_after_max: float | None,
-) -> dict[str, Any]:
-    """The override numbers that were given (``None`` means: use the connection's value)."""
-    given = {
-        "connect_timeout": connect_timeout,
-        "read_timeout": read_timeout,
-        "max_attempts": max_attempts,
-        "backoff_initial": backoff_initial,
-        "backoff_max": backoff_max,
-        "retry_after_max": retry_after_max,
-    }
-    return {name: value for name, value in given.items() if value is not None}
 
 
 class DeploymentServiceHook(BaseHook):
@@ -77,35 +40,33 @@ class DeploymentServiceHook(BaseHook):
     ``scheme`` extra says so), the connection's port and its schema as a path prefix.
 
     :param deployment_service_conn_id: the Airflow connection to use.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per call (first included).
-    :param backoff_initial: overrides the first backoff delay (seconds).
-    :param backoff_max: overrides the longest backoff delay (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
+    :param overrides: numbers that win over the connection's, by the names in
+        :data:`~airflow_provider.defaults.SETTING_OVERRIDES` (meanings in
+        :class:`~airflow_provider.client.ClientSettings` and :class:`~airflow_provider.client.RetryPolicy`);
+        ``None`` keeps the connection's value.
     """
 
     conn_name_attr = "deployment_service_conn_id"
-    default_conn_name = "deployment_service_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = CONN_TYPE
     hook_name = "Deployment Management Service"
 
     def __init__(
         self,
         deployment_service_conn_id: str = default_conn_name,
-        *,
-        connect_timeout: float | None = None,
-        read_timeout: float | None = None,
-        max_attempts: int | None = None,
-        backoff_initial: float | None = None,
-        backoff_max: float | None = None,
-        retry_after_max: float | None = None,
+        **overrides: float | None,
     ) -> None:
         super().__init__()
+        unknown = sorted(set(overrides) - set(SETTING_OVERRIDES))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected argument(s) {', '.join(unknown)}; "
+                f"the overrides are {', '.join(SETTING_OVERRIDES)}"
+            )
         self.deployment_service_conn_id = deployment_service_conn_id
-        self.setting_overrides = hook_overrides(
-            connect_timeout, read_timeout, max_attempts, backoff_initial, backoff_max, retry_after_max
-        )
+        self.setting_overrides: dict[str, float] = {
+            name: value for name, value in overrides.items() if value is not None
+        }
         self._async_client: AsyncDeploymentServiceClient | None = None
         self._async_client_lock = asyncio.Lock()
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -17,8 +15,8 @@ from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, Variable, conf
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_provider.client import DeploymentServiceError, NotFoundError, describe_validation_error
-from airflow_provider.hooks.deployment_service import DeploymentServiceHook, hook_overrides
+from airflow_provider.client import describe_validation_error
+from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
     Deployment,
     ListDeploymentsQuery,
@@ -26,19 +24,17 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
-from airflow_provider.sensors.deployment_service import (
-    DEFERRAL_GRACE,
-    MISSING_RENDERS,
-    RolloutCheck,
-    checked_ids,
-    positive_seconds,
-    rollout_event_result,
-)
-from airflow_provider.triggers.deployment_service import (
+from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
-    DeploymentRolloutTrigger,
+    DEFAULT_ROLLOUT_TIMEOUT,
+    MISSING_RENDERS,
+    DeploymentServiceBaseTask,
+    checked_ids,
+    non_negative_seconds,
+    positive_seconds,
 )
+from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -51,7 +47,6 @@ XCOM_DEPLOYMENT_URL = "deployment_url"
 TASK_STATE_KEY = "deployment_service_patch"
 """Key of the patch record in ``context["task_state_store"]`` (renaming it breaks in-flight retries)."""
 
-DEFAULT_ROLLOUT_TIMEOUT = 3600.0
 DEFAULT_MAX_RESULTS = 1000
 
 SecretValue = str | Callable[[], str] | Mapping[str, str]
@@ -76,66 +71,76 @@ def _fail_on_invalid(what: str, err: pydantic.ValidationError) -> AirflowFailExc
     return AirflowFailException(f"invalid {what}: {describe_validation_error(err)}")
 
 
-class _DeploymentServiceOperator(BaseOperator):
-    """Shared plumbing: the connection id and hook override numbers.
-
-    :param deployment_service_conn_id: the Airflow connection. Templated.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per API call (first included).
-    :param backoff_initial: overrides the first retry backoff (seconds).
-    :param backoff_max: overrides the longest retry backoff (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
-    """
-
-    ui_color = "#d6eaf8"
-
-    def __init__(
-        self,
-        *,
-        deployment_service_conn_id: str = DeploymentServiceHook.default_conn_name,
-        connect_timeout: float | None = None,
-        read_timeout: float | None = None,
-        max_attempts: int | None = None,
-        backoff_initial: float | None = None,
-        backoff_max: float | None = None,
-        retry_after_max: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.deployment_service_conn_id = deployment_service_conn_id
-        self.hook_overrides = hook_overrides(
-            connect_timeout, read_timeout, max_attempts, backoff_initial, backoff_max, retry_after_max
-        )
-
-    @cached_property
-    def hook(self) -> DeploymentServiceHook:
-        """The hook for this task's connection and overrides (one pooled client per task run)."""
-        return DeploymentServiceHook(self.deployment_service_conn_id, **self.hook_overrides)
+class _DeploymentServiceOperator(DeploymentServiceBaseTask):
+    """An operator of this provider: runs :meth:`_run`, then closes the hook's pooled connections."""
 
     def execute(self, context: Context) -> Any:
         """Run the task, then close the hook's pooled connections (also when deferring or failing)."""
         try:
             return self._run(context)
         finally:
-            self.hook.close()
+            self.close_hook()
 
     def _run(self, context: Context) -> Any:
         """The task's work (subclasses)."""
         raise NotImplementedError
 
 
+class _RolloutWaitingOperator(_DeploymentServiceOperator):
+    """An operator that can wait for a revision to go live, on the worker or in the triggerer.
+
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between two looks while waiting.
+    :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
+    :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
+        deployment does not change.
+    """
+
+    def __init__(
+        self,
+        *,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        timeout: float | timedelta = DEFAULT_ROLLOUT_TIMEOUT,
+        revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
+        self.poll_interval = positive_seconds(poll_interval, "poll_interval")
+        self.timeout = positive_seconds(timeout, "timeout")
+        self.revision_check_interval = non_negative_seconds(revision_check_interval, "revision_check_interval")
+
+    def _wait(self, deployment: Deployment, revision_id: str | None) -> dict[str, Any]:
+        """Wait until ``revision_id`` (or, when ``None``, ``READY``) is live; returns the deployment JSON.
+
+        Decided at once when the deployment already shows the outcome; otherwise defers (raises
+        ``TaskDeferred``, resuming in :meth:`execute_complete`) or blocks on the worker.
+        """
+        verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
+        if verdict.state is RolloutState.SUCCEEDED:
+            self.log.info("%s", verdict.message)
+            return deployment.model_dump(mode="json")
+        if verdict.state is RolloutState.FAILED:
+            raise AirflowFailException(verdict.message)
+        check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
+        check.deployment = deployment
+        if self.deferrable:
+            defer_until_live(self, check)
+        return check.wait(self.poll_interval, self.timeout)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired: return the live deployment JSON or raise what the event says."""
+        return rollout_event_result(event, self.log)
+
+
 # ------------------------------------------------------------------------------------------ lists
 class ListOAuthProvidersOperator(_DeploymentServiceOperator):
     """List the OAuth providers configured for the organization; returns them as JSON.
 
-    :param deployment_service_conn_id: the Airflow connection. Templated.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per API call (first included).
-    :param backoff_initial: overrides the first retry backoff (seconds).
-    :param backoff_max: overrides the longest retry backoff (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
     template_fields = ("deployment_service_conn_id",)
@@ -160,13 +165,9 @@ class ListRepositoriesOperator(_DeploymentServiceOperator):
     :param repository_owner: only repositories of this owner (case-insensitive). Templated. (Not ``owner``:
         that is the Airflow task's owner.)
     :param repository_name: the one repository to pick (case-insensitive). Templated.
-    :param deployment_service_conn_id: the Airflow connection. Templated.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per API call (first included).
-    :param backoff_initial: overrides the first retry backoff (seconds).
-    :param backoff_max: overrides the longest retry backoff (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
     template_fields = ("integration_id", "repository_owner", "repository_name", "deployment_service_conn_id")
@@ -237,13 +238,9 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
     :param deployment_ids: deployment ids (list, or comma-separated string). Templated.
     :param page_size: deployments per request, 1..100.
     :param max_results: stop after this many deployments (default 1000).
-    :param deployment_service_conn_id: the Airflow connection. Templated.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per API call (first included).
-    :param backoff_initial: overrides the first retry backoff (seconds).
-    :param backoff_max: overrides the longest retry backoff (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
     template_fields = (
@@ -405,7 +402,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class PatchDeploymentOperator(_DeploymentServiceOperator):
+class PatchDeploymentOperator(_RolloutWaitingOperator):
     """Patch a deployment and, optionally, wait until the revision it created is live.
 
     The patch is built and validated before any request (a misspelled field fails the task, naming it).
@@ -432,19 +429,12 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
     :param secret_references: Kubernetes secret references (``external_docker`` only).
     :param image_uri: shortcut for ``source_revision_config["image_uri"]``. Templated.
     :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``. Templated.
-    :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active).
-    :param deferrable: wait in the triggerer instead of a worker slot.
-    :param poll_interval: seconds between two looks while waiting.
-    :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
-    :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
-        deployment does not change.
-    :param deployment_service_conn_id: the Airflow connection. Templated.
-    :param connect_timeout: overrides the connection's connect timeout (seconds).
-    :param read_timeout: overrides the connection's read timeout (seconds).
-    :param max_attempts: overrides attempts per API call (first included).
-    :param backoff_initial: overrides the first retry backoff (seconds).
-    :param backoff_max: overrides the longest retry backoff (seconds).
-    :param retry_after_max: overrides the longest ``Retry-After`` honoured (seconds).
+    :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
+        ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
+        :class:`_RolloutWaitingOperator`).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
     template_fields = (
@@ -470,10 +460,6 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
         image_uri: str | None = None,
         repo_ref: str | None = None,
         wait_for_rollout: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        timeout: float | timedelta = DEFAULT_ROLLOUT_TIMEOUT,
-        revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -486,12 +472,6 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
         self.image_uri = image_uri
         self.repo_ref = repo_ref
         self.wait_for_rollout = wait_for_rollout
-        self.deferrable = deferrable
-        self.poll_interval = positive_seconds(poll_interval, "poll_interval")
-        self.timeout = positive_seconds(timeout, "timeout")
-        self.revision_check_interval = float(revision_check_interval)
-        if self.revision_check_interval < 0:
-            raise ValueError(f"revision_check_interval must be >= 0 seconds, got {revision_check_interval!r}")
 
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
@@ -650,34 +630,6 @@ class PatchDeploymentOperator(_DeploymentServiceOperator):
             )
         except Exception as err:  # not fatal: a retry still recognises the patch on the deployment
             self.log.warning("Could not record the patch in task_state_store (%s)", err)
-
-    def _wait(self, deployment: Deployment, revision_id: str | None) -> dict[str, Any]:
-        verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
-        if verdict.state is RolloutState.SUCCEEDED:
-            self.log.info("%s", verdict.message)
-            return deployment.model_dump(mode="json")
-        if verdict.state is RolloutState.FAILED:
-            raise AirflowFailException(verdict.message)
-        if self.deferrable:
-            self.defer(
-                trigger=DeploymentRolloutTrigger(
-                    deployment_id=deployment.id,
-                    revision_id=revision_id,
-                    hook_params=self.hook.hook_params,
-                    poll_interval=self.poll_interval,
-                    deadline=time.time() + self.timeout,
-                    revision_check_interval=self.revision_check_interval,
-                ),
-                method_name="execute_complete",
-                timeout=timedelta(seconds=self.timeout + max(DEFERRAL_GRACE, 2 * self.poll_interval)),
-            )
-        check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
-        check.deployment = deployment
-        return check.wait(self.poll_interval, self.timeout)
-
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Resume after the trigger fired: return the live deployment JSON or raise what the event says."""
-        return rollout_event_result(event, self.log)
 
 
 __all__ = [

@@ -27,20 +27,16 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider.client import DeploymentServiceError, InvalidRequestError, TransportError
+from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, Revision, canonical_uuid
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
+from airflow_provider.tasks.base import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POLL_INTERVAL = 30.0
-DEFAULT_REVISION_CHECK_INTERVAL = 600.0
-"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
 REVISION_CHECK_CONCURRENCY = 10
 """Revision-endpoint calls one poller makes at the same time."""
-
-EVENT_STATUSES = ("success", "failed", "timeout", "error")
 
 
 # ------------------------------------------------------------------------------------ the poller

@@ -14,7 +14,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_provider.client import AuthError
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor, RolloutCheck
+from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
+from airflow_provider.tasks.waiting import RolloutCheck
 from airflow_provider.triggers.deployment_service import DeploymentRolloutTrigger
 from tests.tasks.conftest import LIST_ROUTE, REVISION_ROUTE, deployment_named, make_context
 

@@ -1,0 +1,34 @@
+"""Constants every layer agrees on, defined once: the connection type and the transport's defaults.
+
+Imports nothing, so ``get_provider_info`` (run on every Airflow start-up) can read it for free.
+"""
+
+from __future__ import annotations
+
+CONN_TYPE = "deployment_service"
+"""The Airflow connection type of this provider."""
+DEFAULT_CONN_ID = "deployment_service_default"
+"""The connection every hook and task uses when given none."""
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Seconds to open a connection to the service."""
+DEFAULT_READ_TIMEOUT = 30.0
+"""Seconds to wait for the service's answer."""
+DEFAULT_MAX_ATTEMPTS = 5
+"""Attempts per API call, the first included (1 = no retry)."""
+DEFAULT_BACKOFF_INITIAL = 0.5
+"""Base delay in seconds of the first retry; doubles each retry (full jitter)."""
+DEFAULT_BACKOFF_MAX = 30.0
+"""Cap in seconds of one backoff delay."""
+DEFAULT_RETRY_AFTER_MAX = 120.0
+"""Cap in seconds on how long a ``Retry-After`` header is honoured."""
+
+SETTING_OVERRIDES = (
+    "connect_timeout",
+    "read_timeout",
+    "max_attempts",
+    "backoff_initial",
+    "backoff_max",
+    "retry_after_max",
+)
+"""Numbers a hook (and every task) may set over the connection's; they travel into triggers unchanged."""
