@@ -312,12 +312,12 @@ def parse_patch(body: PatchBody | BaseModel | Mapping[str, Any]) -> PatchBody:
 
 def stored_resource_spec(spec: ResourceSpecIn, *, default_limits: bool) -> dict[str, Any]:
     """The resource spec to store for ``spec``: nulls dropped, CPU amounts rounded, and (production)
-    each unset ``*_limit`` set to twice its request.
+    each unset ``*_limit`` set to twice its (rounded) request.
 
     :param spec: the validated spec of a PATCH.
     :param default_limits: fill unset limits from their requests.
     """
-    stored: dict[str, Any] = spec.model_dump(exclude_none=True)
+    stored = render_resource_spec(spec.model_dump(exclude_none=True))
     if default_limits:
         for request, limit in LIMIT_OF.items():
             if request in stored and limit not in stored:
