@@ -28,10 +28,12 @@ LAYERS = {
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
     "airflow_provider.client": 3,
+    "airflow_provider.fleet": 3,
     "airflow_provider.hooks": 4,
     "airflow_provider.tasks.base": 5,
     "airflow_provider.triggers": 6,
     "airflow_provider.tasks.waiting": 7,
+    "airflow_provider.tasks.fleet": 7,
     "airflow_provider.operators": 8,
     "airflow_provider.sensors": 8,
 }
