@@ -34,6 +34,8 @@ LAYERS = {
     "airflow_provider.triggers": 6,
     "airflow_provider.tasks.waiting": 7,
     "airflow_provider.tasks.fleet": 7,
+    "airflow_provider.tasks.rollback": 7,
+    "airflow_provider.tasks.build_logs": 7,
     "airflow_provider.operators": 8,
     "airflow_provider.sensors": 8,
 }
