@@ -190,6 +190,8 @@ class FleetRow:
     :param finished_at: wall-clock time the outcome was decided.
     :param fingerprint: digest of the patch sent (to recognise it on a retry; no secret values).
     :param previous_latest: the latest revision before the patch (to read back an ambiguous patch).
+    :param went_live: whether its new revision served at some point (only then is a rollback needed).
+    :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
     """
 
     deployment_id: str
@@ -203,6 +205,8 @@ class FleetRow:
     finished_at: float | None = None
     fingerprint: str | None = None
     previous_latest: str | None = None
+    went_live: bool = False
+    rollback_revision: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -242,7 +246,7 @@ class WaveRecord:
     :param name: ``"canary"``, ``"wave 1"``...
     :param rows: its deployments.
     :param phase: ``planned`` (nothing sent), ``patched`` (every patch sent), ``watched`` (every rollout
-        decided), ``done`` (verified and counted).
+        decided), ``rolling_back`` (rollbacks sent, waiting for them), ``done`` (verified and counted).
     """
 
     name: str

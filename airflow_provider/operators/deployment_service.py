@@ -1181,6 +1181,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         or raising fails that deployment. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
+        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
+        when the wave exceeds the budget, every deployment of that wave that landed; a restored one is
+        ``rolled_back`` in the table.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -1224,6 +1228,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         pause_seconds: float = 0,
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -1276,6 +1281,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
 
     # ---- the change
     def _fixed_change(self) -> dict[str, Any]:
@@ -1362,6 +1368,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 fleet_tasks.apply_outcomes(wave, event.get("outcomes") or {}, self.log)
                 wave.phase = "watched"
                 progress_store.save(progress, int(event["wave"]))
+            elif event["status"] == "done" and wave.phase == "rolling_back":
+                fleet_tasks.apply_rollbacks(wave, event.get("outcomes") or {}, self.log)
+                progress_store.save(progress, int(event["wave"]))
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()
@@ -1418,6 +1427,28 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             if wave.phase == "watched":
                 if self.verify is not None:
                     fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                if self.rollback_on_failure:
+                    over = len(progress.failures) > progress.allowed_failures
+                    rollbacks = fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, log=self.log)
+                    wave.phase = "rolling_back"
+                    progress_store.save(progress, index)
+                    if rollbacks:
+                        deadline = time.time() + self.timeout
+                        if self.deferrable:
+                            self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                        outcomes = fleet_tasks.watch_wave(
+                            self.hook,
+                            rollbacks,
+                            poll_interval=self.poll_interval,
+                            deadline=deadline,
+                            bake_seconds=0,
+                            revision_check_interval=self.revision_check_interval,
+                            log=self.log,
+                        )
+                        fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
+                else:
+                    wave.phase = "rolling_back"
+            if wave.phase == "rolling_back":
                 wave.phase = "done"
                 self._log_wave(progress, index)
                 if progress.budget_exceeded:
@@ -1437,6 +1468,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         progress_store: fleet_tasks.ProgressStore,
         progress: fleet.FleetProgress,
         resume_at: float | None,
+        *,
+        bake: bool = True,
     ) -> None:
         wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
         self.defer(
@@ -1446,7 +1479,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 hook_params=self.hook.hook_params,
                 poll_interval=self.poll_interval,
                 deadline=deadline,
-                bake_seconds=self.bake_seconds,
+                bake_seconds=self.bake_seconds if bake else 0.0,
                 revision_check_interval=self.revision_check_interval,
                 resume_at=resume_at,
                 # Without a task state store the progress travels with the trigger (JSON, no secrets).

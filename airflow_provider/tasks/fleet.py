@@ -358,6 +358,7 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
             continue
         outcome, message, at = decision
         row.decide(str(outcome), str(message), float(at))
+        row.went_live = row.outcome == Outcome.LANDED or row.message.startswith("left service during the bake")
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
 
@@ -478,3 +479,80 @@ def verify_wave(
         else:
             row.decide(Outcome.FAILED, f"verification failed on revision {row.to_revision}: {reason}", now)
             log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+# ------------------------------------------------------------------------------------ rolling back
+def start_rollbacks(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    *,
+    whole_wave: bool,
+    log: logging.Logger | Any,
+) -> dict[str, str | None]:
+    """Roll back every deployment of the wave whose new revision went live and failed (and, with
+    ``whole_wave``, every one that landed: the budget was exceeded); do not wait.
+
+    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
+    the old config patched back; never twice; refuses over a newer revision someone else rolled out).
+    A rollback that cannot start leaves its row ``failed`` with the reason.
+
+    :param hook: the hook.
+    :param wave: the wave.
+    :param whole_wave: also roll back the rows that landed.
+    :param log: the task's logger.
+    :returns: ``{deployment_id: revision to wait for}`` of the rollbacks started.
+    """
+    from airflow_provider.tasks.rollback import start_rollback
+
+    wanted = [
+        row
+        for row in wave.rows
+        if row.went_live
+        and row.from_revision
+        and row.to_revision
+        and row.rollback_revision is None
+        and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
+    ]
+    live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
+    started: dict[str, str | None] = {}
+    for row in wanted:
+        deployment = live.get(row.deployment_id)
+        if deployment is None:
+            continue
+        assert row.from_revision is not None
+        try:
+            rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
+        except AirflowFailException as err:
+            row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
+            continue
+        if row.outcome == Outcome.LANDED:
+            row.decide(
+                Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
+            )
+        row.rollback_revision = rollback.revision_id
+        started[row.deployment_id] = rollback.revision_id
+    return started
+
+
+def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
+    """Record how the rollbacks ended: restored rows become ``rolled_back``; the others stay ``failed``.
+
+    :param wave: the wave.
+    :param outcomes: ``{deployment_id: (outcome, message, at)}`` of the rollbacks' watch.
+    :param log: the task's logger.
+    """
+    for row in wave.rows:
+        decision = outcomes.get(row.deployment_id)
+        if row.rollback_revision is None or decision is None or row.outcome != Outcome.FAILED:
+            continue
+        outcome, message, at = decision
+        if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
+            row.decide(
+                Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)
+            )
+            log.warning(
+                "%s: %s rolled back to %s (revision %s)", wave.name, row.name, row.from_revision, row.rollback_revision
+            )
+        else:
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
+            log.error("%s: %s: %s", wave.name, row.name, row.message)

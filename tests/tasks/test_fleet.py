@@ -383,3 +383,39 @@ def test_unknown_names_and_canary_fail_before_any_patch(fleet: Any) -> None:
     with pytest.raises(AirflowFailException, match="canary names deployments that are not among the targets: other"):
         fleet_op(deployment_names="app-0000,app-0001", canary=["other"]).execute(make_context())
     assert emulator.state.count(PATCH_ROUTE) == 0
+
+
+# ------------------------------------------------------------------------------------------ rollback
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_rollback_on_failure_restores_the_failing_wave(fleet: Any, deferrable: bool) -> None:
+    emulator = fleet(5)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+
+    def verify(deployment: Deployment) -> bool:
+        return deployment.name != "app-0002"
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            canary=1,
+            wave_size=2,
+            verify=verify,
+            rollback_on_failure=True,
+            deferrable=deferrable,
+        )
+
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException, match="app-0002") as raised:
+        run_deferred(make, make_context(ti, FakeStore()))
+    assert "2 deployment(s) in later waves were not patched" in str(raised.value)
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == Outcome.LANDED  # the canary's wave passed: it stays
+    for name in ("app-0001", "app-0002"):  # wave 1 broke the budget: both restored
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        deployment = emulator.state.deployment(ids[name])
+        restored = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
+        old = next(rev for rev in deployment["revisions"] if rev["id"] == before[name])
+        assert restored["source_revision_config"]["repo_ref"] == old["source_revision_config"]["repo_ref"]
+        assert deployment["status"] == "READY"
+    assert table["app-0003"]["outcome"] == table["app-0004"]["outcome"] == Outcome.NOT_PATCHED
