@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-LINT_PATHS := airflow_provider tests example_dags bench scripts
+LINT_PATHS := airflow_provider tests example_dags bench scripts docs
 
 .PHONY: demo test lint typecheck unit docs dist bench e2e lock clean
 
@@ -33,7 +33,8 @@ unit: $(STAMP)
 
 ## make docs: the documentation site in docs/_build/html; any warning (a broken reference) fails it
 docs: $(STAMP)
-	$(BIN)/sphinx-build -b html -W --keep-going -n -q docs docs/_build/html
+	rm -rf docs/_build/html
+	$(BIN)/sphinx-build -b html -E -W --keep-going -n -q docs docs/_build/html
 
 ## make dist: sdist and wheel in dist/ (the wheel is built from the sdist, as an installer would)
 dist: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -28,14 +29,13 @@ atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(DOCS / "_ext"))
 
-from airflow_provider import __version__  # noqa: E402
-
 # Import the Airflow-facing modules (and so Airflow) before Sphinx's autodoc machinery is in play.
 import airflow_provider.operators.deployment_service  # noqa: E402, F401
+from airflow_provider import __version__  # noqa: E402
 
 project = "Deployment Management Service provider for Apache Airflow"
 author = "airflow-provider-deployment-service contributors"
-copyright = "the airflow-provider-deployment-service contributors; Apache-2.0"  # noqa: A001
+copyright = "the airflow-provider-deployment-service contributors; Apache-2.0"
 version = release = __version__
 
 extensions = [
@@ -95,7 +95,6 @@ nitpick_ignore = [
 ]
 
 
-
 def _resolve_short_names(app: Sphinx, env: BuildEnvironment, node: pending_xref, contnode: Element) -> Element | None:
     """Resolve a reference by the end of its name when it is unique (``:class:`EmulatorServer``` written in
     another module's docstring): the docstrings name classes the way a reader of that module would."""
@@ -116,9 +115,22 @@ def _drop_missing_pages(app: Sphinx, docname: str, source: list[str]) -> None:
         source[0] = "\n".join(line for line in source[0].splitlines() if line.strip() not in names) + "\n"
 
 
+_HTML_TAG = re.compile(r"<(?=/?[A-Za-z!])")
+
+
+def _escape_html_in_report_tables(app: Sphinx, docname: str, source: list[str]) -> None:
+    """The generated reports quote service answers (an HTML error page) in table cells as plain text:
+    show those tags as text instead of letting them into the page."""
+    if docname == "RELIABILITY":
+        source[0] = "\n".join(
+            _HTML_TAG.sub("&lt;", line) if line.startswith("|") else line for line in source[0].splitlines()
+        )
+
+
 def setup(app: Sphinx) -> None:
     app.connect("missing-reference", _resolve_short_names)
     app.connect("source-read", _drop_missing_pages)
+    app.connect("source-read", _escape_html_in_report_tables)
 
 
 html_theme = "furo"
