@@ -49,13 +49,6 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]
 
-# Pages of modules that work in progress adds. Until its module exists a page stays out of the build and
-# out of the API toctree (see _drop_missing_pages), so the site builds on every branch; remove an entry
-# once its module has landed on main.
-OPTIONAL_API_PAGES = {"api/errors": "airflow_provider/errors.py"}
-MISSING_PAGES = [page for page, module in OPTIONAL_API_PAGES.items() if not (REPO / module).exists()]
-exclude_patterns += [f"{page}.rst" for page in MISSING_PAGES]
-
 # Markdown pages (the generated reports and the changelog) get anchors for their headings.
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
@@ -91,7 +84,6 @@ nitpick_ignore_regex = [
 ]
 nitpick_ignore = [
     # An instance attribute set in RevisionCheckSchedule.__init__ without a docstring: autodoc cannot see it.
-    ("py:attr", "disabled"),
 ]
 
 
@@ -108,13 +100,6 @@ def _resolve_short_names(app: Sphinx, env: BuildEnvironment, node: pending_xref,
         node["refspecific"] = False
 
 
-def _drop_missing_pages(app: Sphinx, docname: str, source: list[str]) -> None:
-    """Leave toctree entries of MISSING_PAGES out of the API index."""
-    if docname == "api/index":
-        names = {page.split("/", 1)[1] for page in MISSING_PAGES}
-        source[0] = "\n".join(line for line in source[0].splitlines() if line.strip() not in names) + "\n"
-
-
 _HTML_TAG = re.compile(r"<(?=/?[A-Za-z!])")
 
 
@@ -129,7 +114,6 @@ def _escape_html_in_report_tables(app: Sphinx, docname: str, source: list[str]) 
 
 def setup(app: Sphinx) -> None:
     app.connect("missing-reference", _resolve_short_names)
-    app.connect("source-read", _drop_missing_pages)
     app.connect("source-read", _escape_html_in_report_tables)
 
 
