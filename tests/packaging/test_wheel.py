@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider import __version__
-from airflow_provider.get_provider_info import CONN_TYPE, PACKAGE_NAME
+from airflow_provider.defaults import CONN_TYPE
+from airflow_provider.get_provider_info import PACKAGE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DAGS = sorted(path.name for path in (REPO / "example_dags").glob("*.py"))
