@@ -170,6 +170,12 @@ def headline(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]], wall: 
         ),
         ("Transport checks", f"{counters.get('transport_checks', 0)} (TLS, plain http, redirects)"),
         (
+            "Duplicate rollback revisions",
+            f"{counters.get('duplicate_rollback_revisions', 0)} after "
+            f"{counters.get('rollback_faults_injected', 0)} faults on the rollback request "
+            f"({len(rows.get('rollback_faults', []))} cases)",
+        ),
+        (
             "Tests",
             f"{sum(1 for r in tests.values() if r['outcome'] == 'passed')} passed, {len(failed)} not passed; "
             f"suite wall time {wall if wall is not None else data.get('wall_seconds')} s on this machine",
@@ -226,6 +232,16 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "5. Bad input",
         "Each bad input must fail with an error naming the field, and the emulator must have received nothing.",
         ["bad_input"],
+    ),
+    (
+        "7. Rollback requests",
+        "One fault injected on `POST .../revisions/{revision_id}/redeploy` (the rollback), through the sync and "
+        "async clients over real HTTP, then a whole `RollbackDeploymentOperator` run whose redeploy answer is "
+        "dropped after processing, and its retry. A rollback that may have reached the service is read back "
+        "before anything is re-sent: it landed when the latest revision moved and shows the redeployed "
+        "revision's config (another config is someone else's rollout: refused). `rollback_revisions` is the "
+        "number of revisions the deployment gained; the retry reattaches to the recorded rollback.",
+        ["rollback_faults"],
     ),
     (
         "6. Transport security",
