@@ -23,6 +23,11 @@ DEFAULT_BACKOFF_MAX = 30.0
 DEFAULT_RETRY_AFTER_MAX = 120.0
 """Cap in seconds on how long a ``Retry-After`` header is honoured."""
 
+DEFAULT_POLL_INTERVAL = 30.0
+"""Seconds between two looks at a rollout (tasks and triggers)."""
+DEFAULT_REVISION_CHECK_INTERVAL = 600.0
+"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
+
 SETTING_OVERRIDES = (
     "connect_timeout",
     "read_timeout",

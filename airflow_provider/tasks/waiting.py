@@ -24,8 +24,8 @@ from airflow_provider.rollout import (
     bake_verdict,
     rollout_verdict,
 )
-from airflow_provider.tasks.base import DEFERRAL_GRACE, EVENT_STATUSES
-from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
+from airflow_provider.tasks.base import DEFERRAL_GRACE
+from airflow_provider.triggers.deployment_service import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
 
 if TYPE_CHECKING:
     import logging
