@@ -390,13 +390,15 @@ async def test_deferrable_verify_runs_on_the_worker_and_the_rollback_defers_too(
     assert kwargs is not None and kwargs["landing"]["previous_active_revision_id"] == good
     scan_for_secret(kwargs, deferred.value.trigger.serialize())
     emulator.state.advance(2.5)
-    event = next(item async for item in deferred.value.trigger.run())
+    events = [item async for item in deferred.value.trigger.run()]
+    event = events[0]
     with pytest.raises(TaskDeferred) as rollback:
         task.execute_complete(make_context(ti), event.payload, **kwargs)
     assert rollback.value.method_name == "execute_rollback_complete"
     assert emulator.state.count(REDEPLOY_ROUTE) == 1
     emulator.state.advance(1.0)
-    event = next(item async for item in rollback.value.trigger.run())
+    events = [item async for item in rollback.value.trigger.run()]
+    event = events[0]
     with pytest.raises(AirflowFailException, match=f"rolled back to revision {good} \\(redeploy\\)"):
         task.execute_rollback_complete(make_context(ti), event.payload, **(rollback.value.kwargs or {}))
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
@@ -409,12 +411,14 @@ async def test_deferrable_bake_goes_to_a_trigger(emulator: Any) -> None:
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(make_context(ti))
     emulator.state.advance(2.5)
-    event = next(item async for item in deferred.value.trigger.run())
+    events = [item async for item in deferred.value.trigger.run()]
+    event = events[0]
     with pytest.raises(TaskDeferred) as baking:
         task.execute_complete(make_context(ti), event.payload, **(deferred.value.kwargs or {}))
     assert isinstance(baking.value.trigger, DeploymentBakeTrigger)
     assert baking.value.method_name == "execute_bake_complete"
-    event = next(item async for item in baking.value.trigger.run())
+    events = [item async for item in baking.value.trigger.run()]
+    event = events[0]
     assert event.payload["status"] == "baked"
     result = task.execute_bake_complete(make_context(ti), event.payload, **(baking.value.kwargs or {}))
     assert result["active_revision_id"] == ti.xcoms["revision_id"]
