@@ -809,6 +809,18 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         """The one place where the patch's revision is known to be live (verified and baked when asked)."""
         return live
 
+    def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
+        """Log the build log's tail; with ``rollback_on_failure``, say why a failed revision needs no rollback."""
+        revision = super()._explain_failure(deployment_id, revision_id)
+        if self.rollback_on_failure and revision is not None and revision.status.is_failed:
+            self.log.warning(
+                "Revision %s ended %s without going live: the previous revision kept serving, so there is "
+                "nothing to roll back",
+                revision_id,
+                revision.status.value,
+            )
+        return revision
+
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 

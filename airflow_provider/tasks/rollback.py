@@ -16,7 +16,8 @@ Which path:
    ``previous_source_revision_config`` XCom, or the user's ``source_revision_config=``). A branch
    ``repo_ref`` rebuilds the branch's current head, not the old commit: logged as a warning. Never
    applied twice (see ``DeploymentServiceClient.patch_deployment``).
-3. **none**: the revision asked for already serves and nothing newer exists.
+3. **none**: the revision asked for already serves and nothing newer exists, or the newer revision's build
+   failed (it never went live; the revision endpoint says so).
 
 Secrets are never re-sent unless the caller gives them. A rollback refuses, naming both revisions, when
 ``latest_revision_id`` moved past the revision being rolled back (someone else rolled out meanwhile),
@@ -70,7 +71,7 @@ class RollbackStarted:
     """What :func:`start_rollback` did.
 
     :param path: ``redeploy`` (the same build again), ``patch`` (the old config patched back) or ``none``
-        (the revision already serves; nothing was sent).
+        (the revision already serves and nothing newer will replace it: the newer one failed; nothing sent).
     :param to_revision_id: the revision asked to return to.
     :param revision_id: the revision to wait for: the one the rollback created, or ``to_revision_id``
         for ``none``.
@@ -250,6 +251,18 @@ def start_rollback(
     if active == target and latest == target:
         log.info("%s already serves revision %s; nothing to roll back", name, target)
         return RollbackStarted("none", target, target, rolled_back_from, deployment, exact=True)
+
+    if active == target and latest is not None:
+        newest = _read_revision(hook, deployment.id, latest, log)
+        if newest is not None and newest.status.is_failed:
+            log.info(
+                "%s: revision %s never went live (status %s) and revision %s still serves; nothing to roll back",
+                name,
+                latest,
+                newest.status.value,
+                target,
+            )
+            return RollbackStarted("none", target, target, rolled_back_from, deployment, exact=True)
 
     revision = _read_revision(hook, deployment.id, target, log)
     if revision is not None and revision.status in NOT_BUILT:
