@@ -1299,6 +1299,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _fixed_change(self) -> dict[str, Any]:
         values = {name: getattr(self, name) for name in PATCH_FIELDS}
         values["secrets"] = resolve_secrets(self.secrets)  # once per run, not once per deployment
+        self._resolved_secrets = values["secrets"]  # scrubbed from build logs
         return {name: value for name, value in values.items() if value is not None}
 
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
@@ -1377,7 +1378,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 raise AirflowException(str(event.get("message")))  # a retry resumes from the progress
             wave = progress.waves[int(event["wave"])]
             if event["status"] == "done" and wave.phase == "patched":
-                fleet_tasks.apply_outcomes(wave, event.get("outcomes") or {}, self.log)
+                self._record_outcomes(wave, event.get("outcomes") or {})
                 wave.phase = "watched"
                 progress_store.save(progress, int(event["wave"]))
             elif event["status"] == "done" and wave.phase == "rolling_back":
@@ -1433,7 +1434,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         revision_check_interval=self.revision_check_interval,
                         log=self.log,
                     )
-                    fleet_tasks.apply_outcomes(wave, outcomes, self.log)
+                    self._record_outcomes(wave, outcomes)
                 wave.phase = "watched"
                 progress_store.save(progress, index)
             if wave.phase == "watched":
@@ -1471,6 +1472,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     )
                 progress_store.save(progress)
         return self._finish(context, progress)
+
+    def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
+        """Record what the watch decided; show the build log's tail of each failed build."""
+        fleet_tasks.apply_outcomes(wave, outcomes, self.log)
+        fleet_tasks.explain_failed_builds(self.hook, wave, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _defer_wave(
         self,

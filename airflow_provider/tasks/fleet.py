@@ -32,6 +32,7 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
+from airflow_provider.tasks.build_logs import log_failed_build
 
 if TYPE_CHECKING:
     import logging
@@ -361,6 +362,54 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
         row.went_live = row.outcome == Outcome.LANDED or row.message.startswith("left service during the bake")
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
+
+
+BUILD_FAILURES = ("BUILD_FAILED", "CREATE_FAILED")
+"""Revision statuses of a failed build (the rows whose build log is worth showing)."""
+BUILD_LOGS_PER_WAVE = 5
+"""At most this many failed builds of one wave get their build log's tail in the task log."""
+
+
+def explain_failed_builds(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    log: logging.Logger | Any,
+    *,
+    secrets: Iterable[str] = (),
+    limit: int = BUILD_LOGS_PER_WAVE,
+) -> list[str]:
+    """Log the last lines of the build log of each revision of the wave whose build failed.
+
+    Only rows that failed because their revision's build failed are explained (a timeout, a deletion or a
+    refused verify has no build log to show), at most ``limit`` per wave; reading a log never fails the
+    task (see :func:`~airflow_provider.tasks.build_logs.log_failed_build`).
+
+    :param hook: the hook.
+    :param wave: the wave, its outcomes recorded.
+    :param log: the task's logger.
+    :param secrets: secret values to scrub from the lines.
+    :param limit: most build logs shown for the wave.
+    :returns: names of the deployments whose build log was asked for.
+    """
+    failed = [
+        row
+        for row in wave.rows
+        if row.outcome == Outcome.FAILED
+        and row.to_revision
+        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
+    ]
+    known = tuple(secrets)
+    for row in failed[:limit]:
+        log.error("%s: the build of %s's revision %s failed", wave.name, row.name, row.to_revision)
+        log_failed_build(hook, row.deployment_id, row.to_revision, log, secrets=known)
+    if len(failed) > limit:
+        log.warning(
+            "%s: %d more failed build(s), build logs not shown: %s",
+            wave.name,
+            len(failed) - limit,
+            ", ".join(row.name for row in failed[limit:]),
+        )
+    return [row.name for row in failed[:limit]]
 
 
 # ------------------------------------------------------------------------------------ waiting

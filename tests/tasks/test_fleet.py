@@ -30,6 +30,7 @@ from tests.tasks.conftest import (
     seed,
 )
 
+LOGS_ROUTE = "GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs"
 FAST = {"frozen_clock": False, "build_seconds": 0.3, "ready_seconds": 0.1}
 
 
@@ -419,3 +420,44 @@ def test_rollback_on_failure_restores_the_failing_wave(fleet: Any, deferrable: b
         assert restored["source_revision_config"]["repo_ref"] == old["source_revision_config"]["repo_ref"]
         assert deployment["status"] == "READY"
     assert table["app-0003"]["outcome"] == table["app-0004"]["outcome"] == Outcome.NOT_PATCHED
+
+
+# ------------------------------------------------------------------------------------------ build logs
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_failed_build_in_a_wave_shows_its_build_log(
+    fleet: Any, deferrable: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0001"], "BUILD_FAILED", "compile error in agent.py line 12")
+    emulator.state.fail_next_build(ids["app-0002"], "DEPLOY_FAILED", "pod crash loop")
+    options = {"deployment_names": sorted(ids), "wave_size": 2, "max_failures": 2, "secrets": {"TOKEN": SECRET}}
+    if deferrable:
+        table, _triggers = run_deferred(lambda: fleet_op(deferrable=True, **options), make_context())
+    else:
+        table = fleet_op(**options).execute(make_context())
+    rows = {row["name"]: row for row in table}
+    assert [rows[name]["outcome"] for name in sorted(rows)] == ["landed", "failed", "failed", "landed"]
+    out = capfd.readouterr().out
+    revision = rows["app-0001"]["to_revision"]
+    assert f"wave 1: the build of app-0001's revision {revision} failed" in out
+    tail = out[out.index(f"line(s) of the build log of revision {revision}") :]
+    assert "ERROR: compile error in agent.py line 12" in tail.split("\n\n")[0]
+    assert out.count("line(s) of the build log of revision") == 1  # a failed deploy has no build log to show
+    assert "app-0002" in out and "pod crash loop" in out
+    scan_for_secret(out)
+
+
+def test_build_logs_are_shown_for_at_most_five_failed_builds_per_wave(
+    fleet: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(7)
+    ids = ids_by_name(emulator)
+    for name in ids:
+        emulator.state.fail_next_build(ids[name], "BUILD_FAILED", f"broken {name}")
+    table = fleet_op(deployment_names=sorted(ids), wave_size=7, max_failures=7).execute(make_context())
+    assert {row["outcome"] for row in table} == {"failed"}
+    out = capfd.readouterr().out
+    assert out.count("line(s) of the build log of revision") == 5
+    assert "wave 1: 2 more failed build(s), build logs not shown: app-0005, app-0006" in out
+    assert emulator.state.count(LOGS_ROUTE) == 5
