@@ -21,6 +21,7 @@ SCRIPTS = (
     "import_cost",
     "detection_latency",
     "rollback_time",
+    "fleet_rollout",
 )
 
 
