@@ -27,6 +27,11 @@ TEST_CONNECTION_CONNECT_TIMEOUT = 5.0
 TEST_CONNECTION_READ_TIMEOUT = 10.0
 """Seconds ``test_connection`` waits at most for the answer."""
 
+DEFAULT_POLL_INTERVAL = 30.0
+"""Seconds between two looks at a rollout (tasks and triggers)."""
+DEFAULT_REVISION_CHECK_INTERVAL = 600.0
+"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
+
 SETTING_OVERRIDES = (
     "connect_timeout",
     "read_timeout",
