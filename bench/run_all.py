@@ -20,6 +20,7 @@ SCRIPTS = (
     "listing_throughput",
     "import_cost",
     "detection_latency",
+    "rollback_time",
 )
 
 
