@@ -69,7 +69,7 @@ def test_exactly_the_spec_operations_outside_the_flagged_extras() -> None:
 
 def test_optional_endpoints_leave_the_document_when_disabled() -> None:
     keys = set(operations(openapi(optional_endpoints=False)))
-    assert ("GET", "/v2/deployments/{deployment_id}") not in keys
+    assert not {key for key in keys if key[1].startswith("/v2/deployments/{deployment_id}") and key[0] != "PATCH"}
     assert ("POST", "/v2/deployments") in keys
 
 

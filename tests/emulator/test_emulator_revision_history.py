@@ -156,6 +156,14 @@ def test_redeploy_refusals(server: EmulatorServer, http: httpx.Client) -> None:
     assert http.post(f"/v2/deployments/{target['id']}/revisions/not-a-uuid/redeploy").status_code == 422
 
 
+def test_a_deployment_going_away_cannot_redeploy(server: EmulatorServer, http: httpx.Client) -> None:
+    target = named(http, "checkout-api-dev")
+    server.admin.set_status(target["id"], "AWAITING_DELETE")
+    refused = http.post(f"/v2/deployments/{target['id']}/revisions/{target['active_revision_id']}/redeploy")
+    assert refused.status_code == 400 and "being deleted" in refused.json()["detail"]
+    assert named(http, "checkout-api-dev")["latest_revision_id"] == target["latest_revision_id"]
+
+
 def test_a_failing_deploy_can_still_fail_a_redeploy(server: EmulatorServer, http: httpx.Client) -> None:
     target = named(http, "checkout-api-dev")
     server.admin.fail_next_build(target["id"], "DEPLOY_FAILED", "pods crash")
