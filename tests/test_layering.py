@@ -27,11 +27,13 @@ LAYERS = {
     "airflow_provider.models": 1,
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
+    "airflow_provider.assets": 2,
     "airflow_provider.client": 3,
     "airflow_provider.hooks": 4,
     "airflow_provider.tasks.base": 5,
     "airflow_provider.triggers": 6,
     "airflow_provider.tasks.waiting": 7,
+    "airflow_provider.tasks.events": 7,
     "airflow_provider.operators": 8,
     "airflow_provider.sensors": 8,
 }

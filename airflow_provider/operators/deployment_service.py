@@ -34,6 +34,7 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
+from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:
@@ -94,6 +95,10 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
     :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
         deployment does not change.
+
+    Its outlets get the provider's revisions alias (:func:`~airflow_provider.tasks.events.with_revision_outlets`),
+    so a subclass that lands a revision emits the deployment's asset event with one call to
+    :func:`~airflow_provider.tasks.events.emit_revision_event`.
     """
 
     def __init__(
@@ -105,6 +110,8 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         **kwargs: Any,
     ) -> None:
+        # A task that lands a revision emits an asset event on the deployment (through this alias).
+        kwargs["outlets"] = with_revision_outlets(kwargs.get("outlets"))
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self.poll_interval = positive_seconds(poll_interval, "poll_interval")
@@ -544,7 +551,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
-        return self._wait(deployment, revision_id)
+        live = self._wait(deployment, revision_id)
+        if revision_id:
+            emit_revision_event(context, live, previous_revision_id=previous_active, outlets=self.outlets, log=self.log)
+        return live
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired: emit the asset event of the live revision, return the deployment."""
+        live = rollout_event_result(event, self.log)
+        if isinstance(event, dict) and event.get("revision_id"):
+            ti = context["ti"]
+            previous = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, map_indexes=ti.map_index)
+            emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
+        return live
 
     def _read(self, deployment_id: str) -> Deployment:
         try:
