@@ -24,6 +24,7 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     assert "ok checkout-api-staging: 1 new revision" in out
     assert "registry.example.com/acme/checkout-api:2.0.0" in out
     assert "RESULT: every rollout landed" in out
+    assert "watcher fired revision_live: checkout-api-staging now serves revision" in out
     assert "demo-payment-token-masked-in-logs" not in out
     logs = (tmp_path / "demo" / "logs" / "rollout_after_build.log").read_text()
     assert "demo-payment-token-masked-in-logs" not in logs
