@@ -36,7 +36,12 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from airflow_provider.assets import EVENT_KINDS, event_payload
-from airflow_provider.defaults import DEFAULT_CONN_ID, SETTING_OVERRIDES
+from airflow_provider.defaults import (
+    DEFAULT_CONN_ID,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_REVISION_CHECK_INTERVAL,
+    SETTING_OVERRIDES,
+)
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
@@ -48,10 +53,11 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
-from airflow_provider.tasks.base import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 
 log = logging.getLogger(__name__)
 
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+"""The ``status`` values of a :class:`DeploymentRolloutTrigger` event."""
 REVISION_CHECK_CONCURRENCY = 10
 """Revision-endpoint calls one poller makes at the same time."""
 
