@@ -78,7 +78,8 @@ nitpick_ignore_regex = [
     # Airflow's task-facing names as the docstrings spell them (``AirflowFailException``, ...).
     (
         r"py:.*",
-        r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseEventTrigger|BaseOperator|BaseSensorOperator|BaseHook|Context)",
+        r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseEventTrigger|BaseOperator|BaseSensorOperator"
+        r"|BaseHook|Context)",
     ),
     # Private helpers (a leading underscore) are deliberately not documented: a public class may still
     # name its private base, and a TypeVar shows up in generic signatures.

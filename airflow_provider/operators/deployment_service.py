@@ -560,10 +560,25 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         """Resume after the trigger fired: emit the asset event of the live revision, return the deployment."""
         live = rollout_event_result(event, self.log)
         if isinstance(event, dict) and event.get("revision_id"):
-            ti = context["ti"]
-            previous = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, map_indexes=ti.map_index)
+            previous = self._previous_active(context)
             emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
         return live
+
+    def _previous_active(self, context: Context) -> str | None:
+        """The revision active before the patch, as recorded before deferring (store, else own XCom)."""
+        store = context.get("task_state_store")
+        with contextlib.suppress(Exception):
+            record = store.get(TASK_STATE_KEY) if store is not None else None
+            if isinstance(record, dict) and "previous_active_revision_id" in record:
+                recorded = record["previous_active_revision_id"]
+                return recorded if isinstance(recorded, str) and recorded else None
+        ti = context["ti"]
+        try:
+            previous = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, map_indexes=ti.map_index)
+        except Exception as err:  # the event still goes out, without the previous revision
+            self.log.warning("Could not read the previous active revision back (%s)", err)
+            return None
+        return previous if isinstance(previous, str) and previous else None
 
     def _read(self, deployment_id: str) -> Deployment:
         try:

@@ -76,7 +76,7 @@ def test_patch_and_wait_emits_one_event_with_the_revisions_and_no_secret(emulato
     ticking(emulator)
     ti = FakeTI()
     context = context_with_events(ti)
-    task = patch_op(dep["id"], image_uri="registry.example.com/app:2", secrets={"TOKEN": SECRET}, wait_for_rollout=True)
+    task = patch_op(dep["id"], repo_ref="release/2", secrets={"TOKEN": SECRET}, wait_for_rollout=True)
     task.execute(context)
     [(uri, extra)] = emitted(context)
     assert uri == f"deployment-service://deployments/{dep['id']}"
@@ -84,7 +84,7 @@ def test_patch_and_wait_emits_one_event_with_the_revisions_and_no_secret(emulato
     assert extra["deployment_id"] == dep["id"] and extra["deployment_name"] == "checkout-api-dev"
     assert extra["revision_id"] == ti.xcoms["revision_id"] != dep["active_revision_id"]
     assert extra["previous_revision_id"] == dep["active_revision_id"]
-    assert extra["source_revision_config"]["image_uri"] == "registry.example.com/app:2"
+    assert extra["source_revision_config"]["repo_ref"] == "release/2"
     assert extra["status"] == "READY"
     scan_for_secret(extra)
     assert deployment_event({"from_trigger": False, **extra}) == {"from_trigger": False, **extra}
@@ -94,7 +94,7 @@ def test_a_declared_deployment_asset_gets_the_extra_instead_of_the_alias(emulato
     dep = deployment_named(emulator, "checkout-api-dev")
     ticking(emulator)
     context = context_with_events()
-    task = patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True, outlets=[deployment_asset(dep["id"])])
+    task = patch_op(dep["id"], repo_ref="release/2", wait_for_rollout=True, outlets=[deployment_asset(dep["id"])])
     task.execute(context)
     [(uri, extra)] = emitted(context)
     assert uri == deployment_asset_uri(dep["id"]) and extra["kind"] == "revision_live"
@@ -108,17 +108,17 @@ def test_no_event_without_waiting_or_when_the_rollout_fails(emulator: Any, ticki
     ticking(emulator)
     failing = context_with_events()
     with pytest.raises(AirflowFailException):
-        patch_op(dep["id"], image_uri="app:3", wait_for_rollout=True, timeout=30).execute(failing)
+        patch_op(dep["id"], repo_ref="release/3", wait_for_rollout=True, timeout=30).execute(failing)
     assert emitted(failing) == []
     context = context_with_events()
-    patch_op(dep["id"], image_uri="app:2").execute(context)
+    patch_op(dep["id"], repo_ref="release/2").execute(context)
     assert emitted(context) == []
 
 
 def test_deferred_patch_emits_when_it_resumes(emulator: Any) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     ti = ResumingTI()
-    task = patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True, deferrable=True)
+    task = patch_op(dep["id"], repo_ref="release/2", wait_for_rollout=True, deferrable=True)
     with pytest.raises(TaskDeferred):
         task.execute(make_context(ti))
     emulator.state.advance(2.5)

@@ -74,8 +74,8 @@ def watcher(**kwargs: Any) -> DeploymentEventTrigger:
     return DeploymentEventTrigger(**{"poll_interval": INTERVAL, "max_attempts": 2, **kwargs})
 
 
-def roll_out(emulator: Any, deployment_id: str, image: str = "registry.example.com/app:2") -> str:
-    body = PatchDeploymentRequest(source_revision_config={"image_uri": image})
+def roll_out(emulator: Any, deployment_id: str, ref: str = "release/2") -> str:
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": ref})
     revision_id = str(emulator.state.patch_deployment(deployment_id, body)["latest_revision_id"])
     emulator.state.advance(3.5)
     return revision_id
@@ -154,10 +154,10 @@ async def test_nothing_at_start_then_one_event_per_revision_rolled_out_outside_a
     assert payload["deployment_id"] == dep["id"] and payload["deployment_name"] == "checkout-api-dev"
     assert payload["revision_id"] == revision_id
     assert payload["previous_revision_id"] == dep["active_revision_id"]
-    assert payload["source_revision_config"]["image_uri"] == "registry.example.com/app:2"
+    assert payload["source_revision_config"]["repo_ref"] == "release/2"
     assert payload["status"] == "READY"
     scan_for_secret(payload)
-    second = roll_out(emulator, dep["id"], "registry.example.com/app:3")
+    second = roll_out(emulator, dep["id"], "release/3")
     await wait_until(lambda: len(run.payloads) == 2)
     assert run.payloads[1]["revision_id"] == second and run.payloads[1]["previous_revision_id"] == revision_id
     await run.stop()
@@ -187,7 +187,7 @@ async def test_failed_revision_through_the_revision_endpoint(emulator: Any) -> N
     await wait_until(lambda: len(active_pollers()) == 1)
     await rounds(2)
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
-    body = PatchDeploymentRequest(source_revision_config={"image_uri": "registry.example.com/app:bad"})
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": "release/bad"})
     failed = str(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
     await rounds(3)
     emulator.state.advance(3.5)
@@ -197,7 +197,7 @@ async def test_failed_revision_through_the_revision_endpoint(emulator: Any) -> N
     assert payload["kind"] == "revision_failed" and payload["failed_revision_id"] == failed
     assert payload["failed_revision_status"] == "BUILD_FAILED"
     assert payload["revision_id"] == dep["active_revision_id"]  # the old revision still serves
-    assert payload["source_revision_config"]["image_uri"] == "registry.example.com/app:bad"
+    assert payload["source_revision_config"]["repo_ref"] == "release/bad"
     assert emulator.state.count(REVISION_ROUTE) <= 3  # asked when the deployment changed, not every round
     await run.stop()
 
@@ -209,9 +209,9 @@ async def test_without_the_revision_endpoint_failures_stay_silent(service: Any) 
     await wait_until(lambda: len(active_pollers()) == 1)
     await rounds(2)
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
-    roll_out(emulator, dep["id"], "registry.example.com/app:bad")
+    roll_out(emulator, dep["id"], "release/bad")
     await rounds(5)
-    revision_id = roll_out(emulator, dep["id"], "registry.example.com/app:good")
+    revision_id = roll_out(emulator, dep["id"], "release/good")
     await wait_until(lambda: len(run.payloads) == 1)
     assert run.payloads[0]["kind"] == "revision_live" and run.payloads[0]["revision_id"] == revision_id
     await run.stop()

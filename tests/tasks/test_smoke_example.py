@@ -11,9 +11,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.triggers.deployment_service import DeploymentEventTrigger
+from airflow_provider.triggers.deployment_service import DeploymentEventTrigger, active_pollers
 from tests.dag_runs import load_dag
-from tests.tasks.conftest import deployment_named
+from tests.tasks.conftest import deployment_named, wait_until
 
 
 def test_the_dag_is_scheduled_on_the_watched_asset() -> None:
@@ -32,7 +32,7 @@ async def test_the_task_checks_the_revision_the_watcher_reported(
     trigger = DeploymentEventTrigger(deployment_names=["checkout-api-staging"], poll_interval=0.05)
     events = trigger.run()
     first = asyncio.ensure_future(events.__anext__())
-    await asyncio.sleep(0.3)  # the first look (nothing fires for what is there)
+    await wait_until(lambda: any(p.rounds_completed for p in active_pollers()))  # first look: nothing fires
     body = PatchDeploymentRequest(source_revision_config={"image_uri": "registry.example.com/acme/checkout-api:9"})
     revision_id = emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"]
     emulator.state.advance(5)
@@ -41,7 +41,10 @@ async def test_the_task_checks_the_revision_the_watcher_reported(
     smoke_test = load_dag("smoke_test_on_new_revision").get_task("smoke_test")
     asset_event = SimpleNamespace(extra={"from_trigger": True, "payload": event.payload})
     checked = await asyncio.to_thread(smoke_test.python_callable, triggering_asset_events={"a": [asset_event]})
-    assert checked == [{"deployment": "checkout-api-staging", "revision_id": revision_id, "check": "no URL to check"}]
+    [result] = checked
+    assert (result["deployment"], result["revision_id"]) == ("checkout-api-staging", revision_id)
+    url = event.payload["deployment_url"]
+    assert url and result["check"] == f"GET {url} -> 200"  # the emulator serves each deployment's app
     assert "registry.example.com/acme/checkout-api:9" in capfd.readouterr().out
     with pytest.raises(AirflowFailException, match="without a revision_live event"):
         smoke_test.python_callable(triggering_asset_events={})
