@@ -876,6 +876,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
                         # Every earlier snapshot now waits for these events too.
                         pending = [(last_event_at, snap) for _, snap in pending]
                 pending = await self._commit(pending)
+                del update, payloads  # the round's deployments are not kept between rounds
         finally:
             await poller.unsubscribe(watch)
 
