@@ -21,6 +21,7 @@ SCRIPTS = (
     "import_cost",
     "detection_latency",
     "watcher_cost",
+    "rollback_time",
 )
 
 

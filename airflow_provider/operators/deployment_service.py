@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, Variable, conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_provider.client import describe_validation_error
+from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
     Deployment,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
+    Revision,
     canonical_uuid,
 )
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
@@ -34,8 +35,21 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
+from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
-from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
+from airflow_provider.tasks.rollback import (
+    RollbackStarted,
+    checked_fallback_config,
+    revision_config_snapshot,
+    start_rollback,
+)
+from airflow_provider.tasks.waiting import (
+    RolloutCheck,
+    bake,
+    defer_bake,
+    defer_until_live,
+    rollout_event_result,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,8 +59,13 @@ XCOM_DEPLOYMENT_ID = "deployment_id"
 XCOM_REVISION_ID = "revision_id"
 XCOM_PREVIOUS_ACTIVE_REVISION_ID = "previous_active_revision_id"
 XCOM_DEPLOYMENT_URL = "deployment_url"
+XCOM_PREVIOUS_SOURCE_REVISION_CONFIG = "previous_source_revision_config"
+XCOM_ROLLED_BACK_FROM = "rolled_back_from"
+XCOM_ROLLBACK_PATH = "rollback_path"
 TASK_STATE_KEY = "deployment_service_patch"
 """Key of the patch record in ``context["task_state_store"]`` (renaming it breaks in-flight retries)."""
+ROLLBACK_STATE_KEY = "deployment_service_rollback"
+"""Key of the rollback record in ``context["task_state_store"]``."""
 
 DEFAULT_MAX_RESULTS = 1000
 
@@ -66,6 +85,17 @@ class DeploymentLink(BaseOperatorLink):
 
         url = XCom.get_value(ti_key=ti_key, key=XCOM_DEPLOYMENT_URL)
         return url if isinstance(url, str) else ""
+
+
+def _own_xcom(context: Context, key: str, log: Any) -> str | None:
+    """A string this task pushed under ``key`` earlier in this try (``None`` when absent or unreadable)."""
+    ti = context["ti"]
+    try:
+        value = ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=ti.map_index)
+    except Exception as err:  # an asset event still goes out, without this value
+        log.warning("Could not read the XCom %r back (%s)", key, err)
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _fail_on_invalid(what: str, err: pydantic.ValidationError) -> AirflowFailException:
@@ -98,7 +128,7 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
 
     Its outlets get the provider's revisions alias (:func:`~airflow_provider.tasks.events.with_revision_outlets`),
     so a subclass that lands a revision emits the deployment's asset event with one call to
-    :func:`~airflow_provider.tasks.events.emit_revision_event`.
+    :func:`~airflow_provider.tasks.events.emit_revision_event` (from its ``_landed``).
     """
 
     def __init__(
@@ -118,27 +148,54 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         self.timeout = positive_seconds(timeout, "timeout")
         self.revision_check_interval = non_negative_seconds(revision_check_interval, "revision_check_interval")
 
-    def _wait(self, deployment: Deployment, revision_id: str | None) -> dict[str, Any]:
+    def _wait(
+        self,
+        deployment: Deployment,
+        revision_id: str | None,
+        *,
+        resume: str = "execute_complete",
+        resume_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Wait until ``revision_id`` (or, when ``None``, ``READY``) is live; returns the deployment JSON.
 
         Decided at once when the deployment already shows the outcome; otherwise defers (raises
-        ``TaskDeferred``, resuming in :meth:`execute_complete`) or blocks on the worker.
+        ``TaskDeferred``, resuming in ``resume``, by default :meth:`execute_complete`, with
+        ``resume_kwargs``) or blocks on the worker. A failed build's log tail is logged before failing.
         """
-        verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
-        if verdict.state is RolloutState.SUCCEEDED:
-            self.log.info("%s", verdict.message)
-            return deployment.model_dump(mode="json")
-        if verdict.state is RolloutState.FAILED:
-            raise AirflowFailException(verdict.message)
-        check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
-        check.deployment = deployment
-        if self.deferrable:
-            defer_until_live(self, check)
-        return check.wait(self.poll_interval, self.timeout)
+        try:
+            verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
+            if verdict.state is RolloutState.SUCCEEDED:
+                self.log.info("%s", verdict.message)
+                return deployment.model_dump(mode="json")
+            if verdict.state is RolloutState.FAILED:
+                raise AirflowFailException(verdict.message)
+            check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
+            check.deployment = deployment
+            if self.deferrable:
+                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs)
+            return check.wait(self.poll_interval, self.timeout)
+        except AirflowFailException:
+            self._explain_failure(deployment.id, revision_id)
+            raise
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired: return the live deployment JSON or raise what the event says."""
-        return rollout_event_result(event, self.log)
+        try:
+            return rollout_event_result(event, self.log)
+        except AirflowFailException:
+            if isinstance(event, dict):
+                self._explain_failure(event.get("deployment_id"), event.get("revision_id"))
+            raise
+        finally:
+            self.close_hook()
+
+    def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
+        """After a failed rollout: log the build log's last lines when the revision's build failed."""
+        return log_failed_build(self.hook, deployment_id, revision_id, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        """Secret values this task knows (scrubbed from build logs)."""
+        return ()
 
 
 # ------------------------------------------------------------------------------------------ lists
@@ -417,7 +474,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     (recorded in ``task_state_store``, or recognised on the deployment when no store is available)
     instead of patching again. Pushes the XComs ``deployment_id``, ``revision_id`` (the new latest
     revision, ``""`` when the patch created none), ``previous_active_revision_id`` (``""`` when there was
-    no active revision) and, when the service reports a ``source_config.custom_url``, ``deployment_url``
+    no active revision), ``previous_source_revision_config`` (the non-secret revision fields that served
+    before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say) and,
+    when the service reports a ``source_config.custom_url``, ``deployment_url``
     (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
 
@@ -439,6 +498,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
+    :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
+        once the new revision is live; returning a false value or raising marks the revision bad. Runs on
+        the worker (also with ``deferrable=True``: after the task resumes). Needs ``wait_for_rollout``.
+    :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
+        it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
+        Needs ``wait_for_rollout``.
+    :param rollback_on_failure: when ``verify`` or the bake fails, roll back to the revision active before
+        the patch (redeploy, else its config patched back; secrets not re-sent), wait until it serves again,
+        then fail naming both revisions. A failed build needs no rollback (the old revision never stopped
+        serving): the task says so and fails.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -467,9 +536,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         image_uri: str | None = None,
         repo_ref: str | None = None,
         wait_for_rollout: bool = False,
+        verify: Callable[[Deployment], Any] | None = None,
+        bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if verify is not None and not callable(verify):
+            raise ValueError(f"verify must be a callable given the live Deployment, got {type(verify).__name__}")
+        self.verify = verify
+        self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
+        if (verify is not None or self.bake_seconds or self.rollback_on_failure) and not wait_for_rollout:
+            raise ValueError("verify, bake_seconds and rollback_on_failure need wait_for_rollout=True")
         self.deployment_id = deployment_id
         self.revision_source = revision_source
         self.source_config = source_config
@@ -513,13 +592,18 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "revision_source": self.revision_source or None,
             "source_config": _plain(self.source_config),
             "source_revision_config": revision_config or None,
-            "secrets": resolve_secrets(self.secrets),
+            "secrets": self._remember_secrets(resolve_secrets(self.secrets)),
             "secret_references": self.secret_references,
         }
         try:
             return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
         except pydantic.ValidationError as err:
             raise _fail_on_invalid(f"patch for deployment {self.deployment_id}", err) from None
+
+    def _remember_secrets(self, resolved: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
+        """Keep the resolved values in memory only, to scrub them from build logs and ``verify`` errors."""
+        self._resolved_secrets = resolved
+        return resolved
 
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
@@ -530,13 +614,22 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         store = context.get("task_state_store")
         current = self._read(deployment_id)
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
+        previous_config = self._recorded_previous_config(store) if deployment is not None else {}
         if deployment is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
+            previous_config = revision_config_snapshot(self.hook, current, self.log)
             self.log.info("Patching %s (fields: %s)", current.summary(), ", ".join(sorted(request.to_request_body())))
             deployment = self.hook.patch_deployment(deployment_id, request, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
-            self._record(store, _fingerprint(deployment_id, request), revision_id, previous_active, previous_latest)
+            self._record(
+                store,
+                _fingerprint(deployment_id, request),
+                revision_id,
+                previous_active,
+                previous_latest,
+                previous_config=previous_config,
+            )
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
             else:
@@ -546,39 +639,185 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
+        ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
-        live = self._wait(deployment, revision_id)
-        if revision_id:
-            emit_revision_event(context, live, previous_revision_id=previous_active, outlets=self.outlets, log=self.log)
-        return live
+        self._previous_active_id = previous_active
+        landing = self._landing(deployment_id, revision_id, previous_active, previous_config)
+        live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
+        return self._judge_live(context, live, landing)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Resume after the trigger fired: emit the asset event of the live revision, return the deployment."""
-        live = rollout_event_result(event, self.log)
-        if isinstance(event, dict) and event.get("revision_id"):
-            previous = self._previous_active(context)
+    # ---- automatic rollback (verify, bake, roll back)
+    def _landing(
+        self,
+        deployment_id: str,
+        revision_id: str | None,
+        previous_active: str | None,
+        previous_config: dict[str, str],
+    ) -> dict[str, Any] | None:
+        """What judging the live revision needs after a deferral (JSON, no secret); ``None`` when there is
+        nothing to judge (no ``verify``, no bake)."""
+        if self.verify is None and not self.bake_seconds:
+            return None
+        return {
+            "deployment_id": deployment_id,
+            "revision_id": revision_id,
+            "previous_active_revision_id": previous_active,
+            "previous_source_revision_config": previous_config,
+        }
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the rollout trigger fired; then verify and bake the live revision (on the worker)."""
+        live = super().execute_complete(context, event)
+        try:
+            return self._judge_live(context, live, landing)
+        finally:
+            self.close_hook()
+
+    def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
+        """Run ``verify`` on the live deployment, then the bake; roll back (or fail) when either fails."""
+        if landing is None:
+            return self._landed(context, live)
+        reason = self._verify_failure(live)
+        revision_id = landing["revision_id"]
+        if reason is None and self.bake_seconds and revision_id:
+            if self.deferrable:
+                defer_bake(
+                    self,
+                    self.hook,
+                    landing["deployment_id"],
+                    revision_id,
+                    self.bake_seconds,
+                    method_name="execute_bake_complete",
+                    kwargs={"landing": landing},
+                )
+            reason = bake(
+                self.hook, landing["deployment_id"], revision_id, self.bake_seconds, self.poll_interval, self.log
+            )
+        if reason is None:
+            return self._landed(context, live)
+        return self._roll_back(landing, reason)
+
+    def execute_bake_complete(
+        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the bake trigger fired: landed, or roll back when the revision left."""
+        try:
+            if not isinstance(event, dict) or landing is None:
+                raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
+            message = str(event.get("message", ""))
+            if event.get("status") == "baked":
+                self.log.info("%s", message)
+                return self._landed(context, event.get("deployment") or {})
+            if event.get("status") == "left":
+                return self._roll_back(landing, message)
+            raise AirflowException(f"could not watch the bake: {message}")
+        finally:
+            self.close_hook()
+
+    def _verify_failure(self, live: dict[str, Any]) -> str | None:
+        """Why ``verify`` says the live revision is bad, or ``None`` (also when there is no ``verify``)."""
+        if self.verify is None:
+            return None
+        deployment = Deployment.model_validate(live)
+        try:
+            verdict = self.verify(deployment)
+        except Exception as err:  # any failure of the user's check means the revision is bad
+            shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
+            return f"verify raised {shown}"
+        if not verdict:
+            return f"verify returned {verdict!r}"
+        self.log.info("verify accepted revision %s", deployment.active_revision_id)
+        return None
+
+    def _roll_back(self, landing: dict[str, Any], reason: str) -> dict[str, Any]:
+        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``."""
+        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
+        previous = landing.get("previous_active_revision_id")
+        bad = f"deployment {deployment_id}: revision {revision_id} went live but {reason}"
+        if not self.rollback_on_failure:
+            raise AirflowFailException(
+                f"{bad}; not rolling back (rollback_on_failure is off; revision {previous} served before the patch)"
+            )
+        if not revision_id or not previous:
+            what = "the patch created no revision" if not revision_id else "no revision served before the patch"
+            raise AirflowFailException(f"{bad}; cannot roll back: {what}")
+        self.log.error("%s; rolling back to revision %s", bad, previous)
+        current = self._read(deployment_id)
+        started = start_rollback(
+            self.hook,
+            current,
+            previous,
+            rolling_back_from=revision_id,
+            fallback_config=landing.get("previous_source_revision_config") or None,
+            log=self.log,
+        )
+        rollback = {"path": started.path, "revision_id": started.revision_id, "reason": reason}
+        self._wait(
+            started.deployment,
+            started.revision_id,
+            resume="execute_rollback_complete",
+            resume_kwargs={"landing": landing, "rollback": rollback},
+        )
+        raise AirflowFailException(self._rolled_back_message(landing, rollback))
+
+    def execute_rollback_complete(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        landing: dict[str, Any] | None = None,
+        rollback: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Resume after the rollback's revision went live (or not): fail naming both revisions."""
+        super().execute_complete(context, event)
+        raise AirflowFailException(self._rolled_back_message(landing or {}, rollback or {}))
+
+    @staticmethod
+    def _rolled_back_message(landing: dict[str, Any], rollback: dict[str, Any]) -> str:
+        return (
+            f"deployment {landing.get('deployment_id')}: revision {landing.get('revision_id')} went live but "
+            f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} "
+            f"({rollback.get('path')}), which serves again as revision {rollback.get('revision_id')}"
+        )
+
+    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
+        """The one place where the patch's revision is known to be live (verified and baked when asked):
+        emit the deployment's asset event when the patch changed the revision serving."""
+        previous = getattr(self, "_previous_active_id", None) or _own_xcom(
+            context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
+        )
+        if live.get("active_revision_id") and live.get("active_revision_id") != previous:
             emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
         return live
 
-    def _previous_active(self, context: Context) -> str | None:
-        """The revision active before the patch, as recorded before deferring (store, else own XCom)."""
-        store = context.get("task_state_store")
-        with contextlib.suppress(Exception):
-            record = store.get(TASK_STATE_KEY) if store is not None else None
-            if isinstance(record, dict) and "previous_active_revision_id" in record:
-                recorded = record["previous_active_revision_id"]
-                return recorded if isinstance(recorded, str) and recorded else None
-        ti = context["ti"]
+    def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
+        """Log the build log's tail; with ``rollback_on_failure``, say why a failed revision needs no rollback."""
+        revision = super()._explain_failure(deployment_id, revision_id)
+        if self.rollback_on_failure and revision is not None and revision.status.is_failed:
+            self.log.warning(
+                "Revision %s ended %s without going live: the previous revision kept serving, so there is "
+                "nothing to roll back",
+                revision_id,
+                revision.status.value,
+            )
+        return revision
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+
+    def _recorded_previous_config(self, store: Any) -> dict[str, str]:
+        """The ``previous_source_revision_config`` an earlier try recorded (``{}`` when unknown)."""
         try:
-            previous = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, map_indexes=ti.map_index)
-        except Exception as err:  # the event still goes out, without the previous revision
-            self.log.warning("Could not read the previous active revision back (%s)", err)
-            return None
-        return previous if isinstance(previous, str) and previous else None
+            recorded = store.get(TASK_STATE_KEY) if store is not None else None
+        except Exception:  # the store is an optimisation
+            return {}
+        config = recorded.get("previous_source_revision_config") if isinstance(recorded, dict) else None
+        return dict(config) if isinstance(config, dict) else {}
 
     def _read(self, deployment_id: str) -> Deployment:
         try:
@@ -647,6 +886,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revision_id: str | None,
         previous_active: str | None,
         previous_latest: str | None,
+        *,
+        previous_config: dict[str, str] | None = None,
     ) -> None:
         if store is None:
             return
@@ -660,10 +901,218 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     "revision_id": revision_id,
                     "previous_active_revision_id": previous_active,
                     "previous_latest_revision_id": previous_latest,
+                    "previous_source_revision_config": previous_config or {},
                 },
             )
         except Exception as err:  # not fatal: a retry still recognises the patch on the deployment
             self.log.warning("Could not record the patch in task_state_store (%s)", err)
+
+
+# ------------------------------------------------------------------------------------------ rollback
+class RollbackDeploymentOperator(_RolloutWaitingOperator):
+    """Roll a deployment back to an earlier revision and (by default) wait until it serves again.
+
+    Where the service has it, the revision's build is redeployed exactly (``POST .../redeploy``, commit
+    included); otherwise (404/405) its non-secret ``source_revision_config`` is patched back, read from the
+    revision endpoint, else from ``source_revision_config=`` (e.g. the patch task's
+    ``previous_source_revision_config`` XCom). A restored branch ``repo_ref`` rebuilds the branch's current
+    head (logged as a warning); an image or a tag is exact. Secrets are not re-sent unless given. When
+    ``rolling_back_from`` is given and a newer revision exists (someone rolled out meanwhile), the task
+    refuses, naming both revisions, unless ``force``. Neither request is ever applied twice; a retry after
+    a rollback reattaches to it (recorded in ``task_state_store``) instead of rolling back again.
+
+    Pushes the XComs ``revision_id`` (the revision that serves after the rollback: the one it created, or
+    ``revision_id`` itself when it already served), ``rolled_back_from`` (the revision rolled back),
+    ``deployment_id`` and ``rollback_path`` (``redeploy``, ``patch`` or ``none``). Returns the deployment
+    as redacted JSON (after the rollout when ``wait_for_rollout``).
+
+    :param revision_id: the revision to return to (UUID). Templated.
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name. Templated.
+    :param rolling_back_from: the revision being rolled back (e.g. a patch task's ``revision_id`` XCom);
+        the rollback refuses when a newer revision exists. ``None``: the deployment's latest. Templated.
+    :param source_revision_config: the revision's non-secret fields, used when the service can neither
+        redeploy nor show the revision (``image_uri``, ``repo_ref``...). Templated.
+    :param secrets: secret values to send with the restore (as on :class:`PatchDeploymentOperator`; forces
+        the patch path). Not templated. Default: none sent, the deployment keeps its current secrets.
+    :param force: roll back even over a newer revision than ``rolling_back_from``.
+    :param wait_for_rollout: wait until the restored revision is active and the deployment ``READY``; how
+        is set by ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
+        :class:`_RolloutWaitingOperator`).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "revision_id",
+        "deployment_id",
+        "deployment_name",
+        "rolling_back_from",
+        "source_revision_config",
+        "deployment_service_conn_id",
+    )
+    operator_extra_links = (DeploymentLink(),)
+
+    def __init__(
+        self,
+        *,
+        revision_id: str,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
+        rolling_back_from: str | None = None,
+        source_revision_config: dict[str, Any] | None = None,
+        secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
+        force: bool = False,
+        wait_for_rollout: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if deployment_id is None and deployment_name is None:
+            raise ValueError("give deployment_id or deployment_name")
+        if deployment_id is not None and deployment_name is not None:
+            raise ValueError("give deployment_id or deployment_name, not both")
+        self.revision_id = revision_id
+        self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
+        self.rolling_back_from = rolling_back_from
+        self.source_revision_config = source_revision_config
+        self.secrets = secrets
+        self.force = force
+        self.wait_for_rollout = wait_for_rollout
+        self._resolved_secrets: list[dict[str, str]] | None = None
+
+    def _checked_revisions(self) -> tuple[str, str | None]:
+        """Canonical ``(revision_id, rolling_back_from)``; fails naming the field (before any request)."""
+        value = self.revision_id
+        if value is None or (isinstance(value, str) and _is_missing_render(value)):
+            raise AirflowFailException(
+                f"revision_id rendered to {value!r}: expected the revision to return to (is the upstream XCom, "
+                "e.g. the patch task's previous_active_revision_id, missing or empty?)"
+            )
+        try:
+            target = canonical_uuid(value, "revision_id")
+            given = self.rolling_back_from
+            source = None if given is None or given in MISSING_RENDERS else canonical_uuid(given, "rolling_back_from")
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        return target, source
+
+    def _resolve_deployment(self) -> Deployment:
+        """The deployment by id, or by exact name through ``hook.get_deployment_by_name``."""
+        if self.deployment_id is not None:
+            deployment_id, _ = checked_ids(self.deployment_id, None)
+            try:
+                return self.hook.get_deployment(deployment_id)
+            except NotFoundError as err:
+                raise AirflowFailException(str(err)) from None
+        name = (self.deployment_name or "").strip()
+        if not name or name in MISSING_RENDERS:
+            raise AirflowFailException(f"deployment_name rendered to {self.deployment_name!r}: expected a name")
+        by_name = getattr(self.hook, "get_deployment_by_name", None)
+        if by_name is None:
+            raise AirflowFailException(
+                "deployment_name needs DeploymentServiceHook.get_deployment_by_name, which this version of the "
+                "provider lacks; give deployment_id"
+            )
+        try:
+            deployment: Deployment = by_name(name)
+        except (NotFoundError, LookupError) as err:
+            raise AirflowFailException(str(err)) from None
+        return deployment
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
+        target, source = self._checked_revisions()
+        fallback = checked_fallback_config(self.source_revision_config)
+        self._resolved_secrets = resolve_secrets(self.secrets)
+        current = self._resolve_deployment()
+        ti = context["ti"]
+        store = context.get("task_state_store")
+        started = self._reattach(store, current, target)
+        if started is None:
+            started = start_rollback(
+                self.hook,
+                current,
+                target,
+                rolling_back_from=source,
+                fallback_config=fallback,
+                secrets=self._resolved_secrets,
+                force=self.force,
+                log=self.log,
+            )
+            self._record(store, started)
+        ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=current.id)
+        ti.xcom_push(key=XCOM_REVISION_ID, value=started.revision_id)
+        ti.xcom_push(key=XCOM_ROLLED_BACK_FROM, value=started.rolled_back_from or "")
+        ti.xcom_push(key=XCOM_ROLLBACK_PATH, value=started.path)
+        url = started.deployment.source_config.custom_url
+        ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
+        if not self.wait_for_rollout:
+            return started.deployment.model_dump(mode="json")
+        return self._landed(context, self._wait(started.deployment, started.revision_id))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired: the restored revision is live (or the event's error is raised)."""
+        return self._landed(context, super().execute_complete(context, event))
+
+    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
+        """The one place where the restored revision is known to be live."""
+        self.log.info(
+            "Rolled back: deployment %s serves revision %s again (status %s)",
+            live.get("name"),
+            live.get("active_revision_id"),
+            live.get("status"),
+        )
+        previous = _own_xcom(context, XCOM_ROLLED_BACK_FROM, self.log)
+        emit_revision_event(
+            context, live, previous_revision_id=previous, outcome="rolled_back", outlets=self.outlets, log=self.log
+        )
+        return live
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in self._resolved_secrets or [])
+
+    def _reattach(self, store: Any, current: Deployment, target: str) -> RollbackStarted | None:
+        """The rollback an earlier try of this task started, when recorded; ``None`` to roll back now."""
+        try:
+            recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
+        except Exception as err:  # the store is an optimisation
+            self.log.warning("Could not read task_state_store (%s); rolling back as if for the first time", err)
+            return None
+        if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
+            current.id,
+            target,
+        ):
+            return None
+        revision_id = str(recorded.get("revision_id"))
+        self.log.info("Reattaching to the rollback an earlier try started: waiting for revision %s", revision_id)
+        return RollbackStarted(
+            recorded.get("path", "none"),
+            target,
+            revision_id,
+            recorded.get("rolled_back_from"),
+            current,
+            dict(recorded.get("restored_config") or {}),
+        )
+
+    def _record(self, store: Any, started: RollbackStarted) -> None:
+        if store is None or started.path == "none":
+            return
+        try:
+            store.set(
+                ROLLBACK_STATE_KEY,
+                {
+                    "deployment_id": started.deployment.id,
+                    "to_revision_id": started.to_revision_id,
+                    "revision_id": started.revision_id,
+                    "rolled_back_from": started.rolled_back_from,
+                    "path": started.path,
+                    "restored_config": started.restored_config,
+                },
+            )
+        except Exception as err:  # not fatal: the never-twice read-back still guards the request itself
+            self.log.warning("Could not record the rollback in task_state_store (%s)", err)
 
 
 __all__ = [
@@ -672,4 +1121,5 @@ __all__ = [
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",
     "PatchDeploymentOperator",
+    "RollbackDeploymentOperator",
 ]

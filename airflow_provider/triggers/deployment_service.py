@@ -52,7 +52,13 @@ from airflow_provider.models import (
     Revision,
     canonical_uuid,
 )
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
+from airflow_provider.rollout import (
+    REVISION_ENDPOINT_MISSING,
+    RevisionCheckSchedule,
+    RolloutState,
+    bake_verdict,
+    rollout_verdict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -519,6 +525,92 @@ class DeploymentRolloutTrigger(BaseTrigger):
                 return self._event("failed", verdict.message, update.deployment)
             if final:
                 return self._event("timeout", f"timed out after {waited()}: {verdict.message}", update.deployment)
+
+
+class DeploymentBakeTrigger(BaseTrigger):
+    """Watch a live revision for a bake period: it must stay active with the deployment ``READY``.
+
+    Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
+    more. Yields one event: ``{"status": "baked" | "left" | "error", "message": ..., "deployment_id": ...,
+    "revision_id": ..., "deployment": <redacted deployment JSON or None>}``: ``left`` as soon as another
+    revision is active or the status is not ``READY``. Transient errors are retried until the deadline.
+
+    :param deployment_id: the deployment.
+    :param revision_id: the revision that must stay live.
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
+    :param poll_interval: seconds between two looks.
+    :param deadline: wall-clock end of the bake (Unix epoch seconds).
+    """
+
+    def __init__(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        hook_params: dict[str, Any],
+        poll_interval: float,
+        deadline: float,
+    ) -> None:
+        super().__init__()
+        self.deployment_id = deployment_id
+        self.revision_id = revision_id
+        self.hook_params = dict(hook_params)
+        self.poll_interval = float(poll_interval)
+        self.deadline = float(deadline)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and JSON-only keyword arguments (no secret)."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "message": message,
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Look until the deadline; yield ``baked``, ``left`` or ``error``."""
+        hook = DeploymentServiceHook(**self.hook_params)
+        try:
+            yield await self._bake(hook)
+        finally:
+            await hook.aclose()
+
+    async def _bake(self, hook: DeploymentServiceHook) -> TriggerEvent:
+        last: Deployment | None = None
+        while True:
+            final = time.time() >= self.deadline
+            try:
+                deployment = await hook.a_get_deployment(self.deployment_id)
+            except DeploymentServiceError as err:
+                if not err.transient:
+                    return self._event("error", f"cannot watch deployment {self.deployment_id}: {err}", last)
+                if final:
+                    return self._event("error", f"the last check of the bake failed: {err}", last)
+                self.log.warning("Deployment %s: the service is unavailable (%s)", self.deployment_id, err)
+            else:
+                last = deployment
+                verdict = bake_verdict(deployment, self.revision_id)
+                if verdict is not None:
+                    return self._event("left", verdict, deployment)
+                if final:
+                    return self._event(
+                        "baked", f"{deployment.summary()}: revision {self.revision_id} stayed live", deployment
+                    )
+            await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())))
 
 
 # -------------------------------------------------------------------------------- event trigger

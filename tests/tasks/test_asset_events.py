@@ -17,6 +17,7 @@ from airflow_provider.assets import (
     deployment_asset_uri,
     deployment_event,
 )
+from airflow_provider.models import PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
 from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from tests.tasks.conftest import SECRET, FakeTI, deployment_named, make_context, scan_for_secret
@@ -146,3 +147,23 @@ def test_emit_is_a_no_op_without_outlet_events_or_outlets(emulator: Any) -> None
     context = context_with_events()
     assert emit_revision_event(context, dep, previous_revision_id=None, outlets=[]) is None
     assert emitted(context) == []
+
+
+def test_rollback_emits_rolled_back_with_the_revision_it_replaced(emulator: Any, ticking: Any) -> None:
+    from airflow_provider.operators.deployment_service import RollbackDeploymentOperator
+
+    dep = deployment_named(emulator, "checkout-api-staging")
+    good = dep["active_revision_id"]
+    body = PatchDeploymentRequest(source_revision_config={"image_uri": "registry.example.com/acme/checkout-api:broken"})
+    bad = str(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
+    emulator.state.advance(5)
+    ticking(emulator)
+    ti = ResumingTI()
+    context = context_with_events(ti)
+    task = RollbackDeploymentOperator(task_id="rollback", deployment_id=dep["id"], revision_id=good, poll_interval=0.05)
+    result = task.execute(context)
+    [(uri, extra)] = emitted(context)
+    assert uri == deployment_asset_uri(dep["id"])
+    assert extra["outcome"] == "rolled_back" and extra["kind"] == "revision_live"
+    assert extra["revision_id"] == result["active_revision_id"] and extra["previous_revision_id"] == bad
+    scan_for_secret(extra)
