@@ -22,6 +22,7 @@ SCRIPTS = (
     "detection_latency",
     "watcher_cost",
     "rollback_time",
+    "fleet_rollout",
 )
 
 

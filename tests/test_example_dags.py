@@ -297,6 +297,7 @@ def test_every_operator_and_the_sensor_appear_in_an_example() -> None:
         "ListDeploymentsOperator",
         "PatchDeploymentOperator",
         "DeploymentRolloutSensor",
+        "FleetRolloutOperator",
     ):
         assert f"{name}(" in text or f"{name}.partial(" in text, name
 
@@ -306,4 +307,9 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
 
     bag = DagBag(dag_folder=str(DAGS))
     assert not bag.import_errors
-    assert set(bag.dag_ids) == {"rollout_after_build", "deploy_fleet_after_build", "onboard_repository"}
+    assert set(bag.dag_ids) == {
+        "rollout_after_build",
+        "deploy_fleet_after_build",
+        "onboard_repository",
+        "progressive_rollout",
+    }

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -15,9 +16,11 @@ from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, Variable, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
+from airflow_provider import fleet
 from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
+    MAX_PAGE_SIZE,
     Deployment,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
@@ -25,10 +28,12 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
+from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
     DEFAULT_ROLLOUT_TIMEOUT,
+    DEFERRAL_GRACE,
     MISSING_RENDERS,
     DeploymentServiceBaseTask,
     checked_ids,
@@ -50,6 +55,7 @@ from airflow_provider.tasks.waiting import (
     defer_until_live,
     rollout_event_result,
 )
+from airflow_provider.triggers.deployment_service import FleetWaveTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -466,6 +472,67 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def build_patch_request(
+    what: str,
+    *,
+    revision_source: str | None = None,
+    source_config: Any = None,
+    source_revision_config: Any = None,
+    secrets: Any = None,
+    secret_references: Any = None,
+    image_uri: str | None = None,
+    repo_ref: str | None = None,
+) -> PatchDeploymentRequest:
+    """A validated patch built from a patch task's arguments (secret values resolved and masked); nothing
+    is sent. Shared by :class:`PatchDeploymentOperator` and :class:`FleetRolloutOperator`, so both apply
+    the same rules.
+
+    :param what: names the patch in error messages (``"patch for deployment <id>"``).
+    :param revision_source: see :class:`PatchDeploymentOperator`; so are the other arguments.
+    :param source_config: settings that change without a new revision.
+    :param source_revision_config: settings that create a new revision.
+    :param secrets: secret values (see :func:`resolve_secrets`).
+    :param secret_references: Kubernetes secret references.
+    :param image_uri: shortcut for ``source_revision_config["image_uri"]``.
+    :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``.
+    """
+    revision_config = _plain(source_revision_config)
+    if revision_config is not None and not isinstance(revision_config, Mapping):
+        raise AirflowFailException(f"source_revision_config must be a mapping, got {type(revision_config).__name__}")
+    revision_config = dict(revision_config or {})
+    for name, value in revision_config.items():
+        if isinstance(value, str) and _is_missing_render(value):
+            raise AirflowFailException(
+                f"source_revision_config.{name} rendered to {value!r}: expected a value (is the upstream "
+                "XCom or param missing?); leave the field out, or set it to None, to keep the current value"
+            )
+    for name, value in (("image_uri", image_uri), ("repo_ref", repo_ref)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or _is_missing_render(value):
+            raise AirflowFailException(
+                f"{name} rendered to {value!r}: expected an image URI or git ref (is the upstream XCom or "
+                "param missing?); pass None to leave it out"
+            )
+        if revision_config.get(name) not in (None, value):
+            raise AirflowFailException(
+                f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
+                "give one of them"
+            )
+        revision_config[name] = value
+    body = {
+        "revision_source": revision_source or None,
+        "source_config": _plain(source_config),
+        "source_revision_config": revision_config or None,
+        "secrets": resolve_secrets(secrets),
+        "secret_references": secret_references,
+    }
+    try:
+        return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
+    except pydantic.ValidationError as err:
+        raise _fail_on_invalid(what, err) from None
+
+
 class PatchDeploymentOperator(_RolloutWaitingOperator):
     """Patch a deployment and, optionally, wait until the revision it created is live.
 
@@ -562,43 +629,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
         """The validated patch (secret values resolved and masked); nothing is sent."""
-        revision_config = _plain(self.source_revision_config)
-        if revision_config is not None and not isinstance(revision_config, Mapping):
-            raise AirflowFailException(
-                f"source_revision_config must be a mapping, got {type(revision_config).__name__}"
-            )
-        revision_config = dict(revision_config or {})
-        for name, value in revision_config.items():
-            if isinstance(value, str) and _is_missing_render(value):
-                raise AirflowFailException(
-                    f"source_revision_config.{name} rendered to {value!r}: expected a value (is the upstream "
-                    "XCom or param missing?); leave the field out, or set it to None, to keep the current value"
-                )
-        for name, value in (("image_uri", self.image_uri), ("repo_ref", self.repo_ref)):
-            if value is None:
-                continue
-            if not isinstance(value, str) or _is_missing_render(value):
-                raise AirflowFailException(
-                    f"{name} rendered to {value!r}: expected an image URI or git ref (is the upstream XCom or "
-                    "param missing?); pass None to leave it out"
-                )
-            if revision_config.get(name) not in (None, value):
-                raise AirflowFailException(
-                    f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
-                    "give one of them"
-                )
-            revision_config[name] = value
-        body = {
-            "revision_source": self.revision_source or None,
-            "source_config": _plain(self.source_config),
-            "source_revision_config": revision_config or None,
-            "secrets": self._remember_secrets(resolve_secrets(self.secrets)),
-            "secret_references": self.secret_references,
-        }
-        try:
-            return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
-        except pydantic.ValidationError as err:
-            raise _fail_on_invalid(f"patch for deployment {self.deployment_id}", err) from None
+        return build_patch_request(
+            f"patch for deployment {self.deployment_id}",
+            revision_source=self.revision_source,
+            source_config=self.source_config,
+            source_revision_config=self.source_revision_config,
+            secrets=self._remember_secrets(resolve_secrets(self.secrets)),
+            secret_references=self.secret_references,
+            image_uri=self.image_uri,
+            repo_ref=self.repo_ref,
+        )
 
     def _remember_secrets(self, resolved: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
         """Keep the resolved values in memory only, to scrub them from build logs and ``verify`` errors."""
@@ -1115,8 +1155,475 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             self.log.warning("Could not record the rollback in task_state_store (%s)", err)
 
 
+# ------------------------------------------------------------------------------------------ fleet
+PATCH_FIELDS = (
+    "revision_source",
+    "source_config",
+    "source_revision_config",
+    "secrets",
+    "secret_references",
+    "image_uri",
+    "repo_ref",
+)
+"""What a fleet's change (or its ``patch_for`` callable) may set: the patch operator's arguments."""
+XCOM_FLEET_SUMMARY = "fleet_summary"
+
+
+class FleetRolloutOperator(_RolloutWaitingOperator):
+    """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a
+    failure budget.
+
+    The targets are resolved when the task runs and logged as a plan (waves and their deployments)
+    before anything is patched. Each wave is patched, then watched until every rollout in it is decided
+    (its revision live, ``READY`` and active, for ``bake_seconds``; or failed: build or deploy failed,
+    superseded, deleted, timed out), then ``verify`` runs on each deployment that landed. Failures count
+    against ``max_failures``; when more fail, the rollout stops, later waves are never patched, and the
+    task fails naming the deployments that failed. Within the budget the task succeeds and its table
+    shows the failures.
+
+    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
+    "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back``, ``not_patched`` (also pushed as the return
+    value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes
+    the counts per outcome under ``fleet_summary``.
+
+    Deferrable: between and during waves the task waits in the triggerer, one
+    :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
+    batched poller; ``patch_for`` and ``verify`` run on the worker when it resumes. A retry resumes from
+    ``task_state_store``: deployments that landed are skipped, revisions the first try created are
+    reattached to, and no deployment is patched twice.
+
+    The change is the patch operator's arguments (same rules, same secret handling: ``secrets`` are not
+    templated and never reach logs, XCom or trigger arguments), or ``patch_for``, a callable given each
+    target ``Deployment`` that returns those arguments for it (sources differ: a git ref for codehost, an
+    image for docker, a tarball for uploaded source); the fixed arguments are the defaults for what it
+    leaves out.
+
+    :param deployment_ids: the targets by id (list, or comma-separated string). Templated.
+    :param deployment_names: the targets by exact name (list, or comma-separated string). Templated.
+    :param filters: the targets by list-endpoint filters (``tag_value_ids``, ``deployment_type``,
+        ``name_contains``, ``status``, ``image_version``, ``remote_reconciled``, ``deployment_ids``),
+        ordered by name. Templated. Give exactly one of ``deployment_ids``, ``deployment_names``,
+        ``filters``.
+    :param image_uri: the image to roll out. Templated.
+    :param repo_ref: the git ref to roll out. Templated.
+    :param source_revision_config: settings that create a new revision. Templated.
+    :param source_config: settings that change without a new revision. Templated.
+    :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
+    :param secrets: secret values, as for :class:`PatchDeploymentOperator`. Not templated.
+    :param secret_references: Kubernetes secret references (``external_docker`` only).
+    :param patch_for: callable ``Deployment -> {argument: value}`` giving each deployment's change (keys
+        among the arguments above). Runs on the worker.
+    :param canary: how many of the first targets, or which names, to roll out and verify first.
+    :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
+        (``"25%"``). Default 100.
+    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
+    :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
+    :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
+        or raising fails that deployment. Runs on the worker.
+    :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
+        as landed.
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
+        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
+        when the wave exceeds the budget, every deployment of that wave that landed; a restored one is
+        ``rolled_back`` in the table.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between two looks at a wave.
+    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
+    :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
+        rollout that does not change.
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "deployment_ids",
+        "deployment_names",
+        "filters",
+        "image_uri",
+        "repo_ref",
+        "source_revision_config",
+        "source_config",
+        "revision_source",
+        "deployment_service_conn_id",
+    )
+    ui_color = "#d5f5e3"
+
+    def __init__(
+        self,
+        *,
+        deployment_ids: list[str] | str | None = None,
+        deployment_names: list[str] | str | None = None,
+        filters: dict[str, Any] | str | None = None,
+        image_uri: str | None = None,
+        repo_ref: str | None = None,
+        source_revision_config: dict[str, Any] | None = None,
+        source_config: dict[str, Any] | None = None,
+        revision_source: str | None = None,
+        secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
+        secret_references: list[dict[str, str]] | None = None,
+        patch_for: Callable[[Deployment], Mapping[str, Any]] | None = None,
+        canary: int | list[str] | str | None = None,
+        wave_size: int | str = 100,
+        max_failures: int | float = 0,
+        pause_seconds: float = 0,
+        verify: Callable[[Deployment], Any] | None = None,
+        bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        given = {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
+        named = [name for name, value in given.items() if value is not None]
+        if len(named) != 1:
+            problem = "no targets" if not named else f"{' and '.join(named)} given together"
+            raise ValueError(f"{problem}: give exactly one of deployment_ids, deployment_names, filters")
+        value = given[named[0]]
+        if value in ("", []) or (isinstance(value, (list, tuple)) and not any(value)):
+            raise ValueError(f"{named[0]} is empty: no targets")
+        if isinstance(filters, Mapping):
+            fleet_tasks.check_filters(filters)
+        change = {
+            name: value
+            for name, value in (
+                ("image_uri", image_uri),
+                ("repo_ref", repo_ref),
+                ("source_revision_config", source_revision_config),
+                ("source_config", source_config),
+                ("revision_source", revision_source),
+                ("secrets", secrets),
+                ("secret_references", secret_references),
+            )
+            if value is not None
+        }
+        if patch_for is not None and not callable(patch_for):
+            raise ValueError(f"patch_for must be a callable Deployment -> patch arguments, got {patch_for!r}")
+        if not change and patch_for is None:
+            raise ValueError(
+                "no change: give image_uri, repo_ref, source_revision_config, source_config, revision_source, "
+                "secrets or secret_references, or patch_for"
+            )
+        if verify is not None and not callable(verify):
+            raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
+        self.deployment_ids = deployment_ids
+        self.deployment_names = deployment_names
+        self.filters = filters
+        self.image_uri = image_uri
+        self.repo_ref = repo_ref
+        self.source_revision_config = source_revision_config
+        self.source_config = source_config
+        self.revision_source = revision_source
+        self.secrets = secrets
+        self.secret_references = secret_references
+        self.patch_for = patch_for
+        self.canary = fleet.check_canary(canary)
+        self.wave_size = fleet.check_wave_size(wave_size)
+        self.max_failures = fleet.check_max_failures(max_failures)
+        self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
+        self.verify = verify
+        self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
+
+    # ---- the change
+    def _fixed_change(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in PATCH_FIELDS}
+        values["secrets"] = resolve_secrets(self.secrets)  # once per run, not once per deployment
+        self._resolved_secrets = values["secrets"]  # scrubbed from build logs
+        return {name: value for name, value in values.items() if value is not None}
+
+    def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
+        """The patch for each deployment, and a digest of the whole request (no secret values)."""
+        fixed = self._fixed_change()
+        digest_parts: dict[str, Any] = {
+            "targets": [self.deployment_ids, self.deployment_names, self.filters],
+            "plan": [self.canary, self.wave_size, self.max_failures],
+            "patch_for": getattr(self.patch_for, "__qualname__", None),
+        }
+        if self.patch_for is None:
+            request = build_patch_request("patch for the fleet", **fixed)
+            digest_parts["request"] = request.model_dump(mode="json", exclude_none=True)
+            return (lambda deployment: request), fleet_tasks.change_digest(digest_parts)
+        digest_parts["fixed"] = {
+            name: value if name != "secrets" else sorted(item["name"] for item in value)
+            for name, value in fixed.items()
+        }
+        patch_for = self.patch_for
+
+        def request_for(deployment: Deployment) -> PatchDeploymentRequest:
+            given = patch_for(deployment)
+            if not isinstance(given, Mapping):
+                raise AirflowFailException(f"patch_for returned {type(given).__name__}, expected a mapping")
+            unknown = sorted(set(given) - set(PATCH_FIELDS))
+            if unknown:
+                raise AirflowFailException(
+                    f"patch_for returned unknown argument(s) {', '.join(unknown)}; known: {', '.join(PATCH_FIELDS)}"
+                )
+            merged = {**fixed, **{name: value for name, value in given.items() if value is not None}}
+            return build_patch_request(f"patch for deployment {deployment.name!r} ({deployment.id})", **merged)
+
+        return request_for, fleet_tasks.change_digest(digest_parts)
+
+    # ---- execute
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Plan (or resume the recorded plan), then roll out wave by wave."""
+        request_for, change = self._change()
+        progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+        progress = progress_store.load(change)
+        if progress is not None:
+            self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
+        else:
+            targets = fleet_tasks.resolve_targets(
+                self.hook,
+                deployment_ids=self.deployment_ids,
+                deployment_names=self.deployment_names,
+                filters=self.filters,
+            )
+            try:
+                plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from None
+            allowed = fleet.failure_allowance(self.max_failures, len(targets))
+            progress = fleet_tasks.new_progress(plan, {item.id: item for item in targets}, allowed, change)
+            self._log_plan(progress)
+            progress_store.save(progress)
+        return self._advance(context, progress, progress_store, request_for)
+
+    def execute_complete(  # type: ignore[override]
+        self, context: Context, event: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Resume after a wave (or a pause) in the triggerer: record the outcomes, go on with the rollout."""
+        try:
+            if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
+                raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
+            request_for, change = self._change()
+            progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+            progress = progress_store.load(change)
+            carry = event.get("carry")
+            if progress is None and isinstance(carry, dict):
+                progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
+            if progress is None:
+                raise AirflowException("the fleet rollout's progress was lost (no task_state_store record)")
+            if event["status"] == "error":
+                raise AirflowException(str(event.get("message")))  # a retry resumes from the progress
+            wave = progress.waves[int(event["wave"])]
+            if event["status"] == "done" and wave.phase == "patched":
+                self._record_outcomes(wave, event.get("outcomes") or {})
+                wave.phase = "watched"
+                progress_store.save(progress, int(event["wave"]))
+            elif event["status"] == "done" and wave.phase == "rolling_back":
+                fleet_tasks.apply_rollbacks(wave, event.get("outcomes") or {}, self.log)
+                progress_store.save(progress, int(event["wave"]))
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
+
+    def _advance(
+        self,
+        context: Context,
+        progress: fleet.FleetProgress,
+        progress_store: fleet_tasks.ProgressStore,
+        request_for: Callable[[Deployment], PatchDeploymentRequest],
+    ) -> list[dict[str, Any]]:
+        """Run the waves from where the progress stands until done, stopped or deferred."""
+        while (index := progress.current()) is not None:
+            wave = progress.waves[index]
+            if wave.phase == "planned":
+                started = any(row.patched for row in progress.rows)
+                if self.pause_seconds and started and progress.paused_before != index:
+                    progress.paused_before = index
+                    progress_store.save(progress, index)
+                    self.log.info("Pausing %g s before %s", self.pause_seconds, wave.name)
+                    if self.deferrable:
+                        self._defer_wave(index, {}, None, progress_store, progress, time.time() + self.pause_seconds)
+                    time.sleep(self.pause_seconds)
+                self.log.info("Rolling out %s: %s", wave.name, ", ".join(row.name for row in wave.rows))
+                fleet_tasks.patch_wave(
+                    self.hook,
+                    wave,
+                    request_for,
+                    save=lambda index=index: progress_store.save(progress, index),  # type: ignore[misc]
+                    earlier_try_since=self._earlier_try_since(context),
+                    log=self.log,
+                )
+                wave.phase = "patched"
+                progress_store.save(progress, index)
+            if wave.phase == "patched":
+                rollouts = fleet_tasks.in_flight(wave)
+                if rollouts:
+                    begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
+                    deadline = begun + self.timeout
+                    if self.deferrable:
+                        self._defer_wave(index, rollouts, deadline, progress_store, progress, None)
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollouts,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=self.bake_seconds,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                    )
+                    self._record_outcomes(wave, outcomes)
+                wave.phase = "watched"
+                progress_store.save(progress, index)
+            if wave.phase == "watched":
+                if self.verify is not None:
+                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                if self.rollback_on_failure:
+                    over = len(progress.failures) > progress.allowed_failures
+                    rollbacks = fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, log=self.log)
+                    wave.phase = "rolling_back"
+                    progress_store.save(progress, index)
+                    if rollbacks:
+                        deadline = time.time() + self.timeout
+                        if self.deferrable:
+                            self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                        outcomes = fleet_tasks.watch_wave(
+                            self.hook,
+                            rollbacks,
+                            poll_interval=self.poll_interval,
+                            deadline=deadline,
+                            bake_seconds=0,
+                            revision_check_interval=self.revision_check_interval,
+                            log=self.log,
+                        )
+                        fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
+                else:
+                    wave.phase = "rolling_back"
+            if wave.phase == "rolling_back":
+                wave.phase = "done"
+                self._log_wave(progress, index)
+                if progress.budget_exceeded:
+                    failed = len(progress.failures)
+                    progress.stop(
+                        f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",
+                        time.time(),
+                    )
+                progress_store.save(progress)
+        return self._finish(context, progress)
+
+    def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
+        """Record what the watch decided; show the build log's tail of each failed build."""
+        fleet_tasks.apply_outcomes(wave, outcomes, self.log)
+        fleet_tasks.explain_failed_builds(self.hook, wave, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+
+    def _defer_wave(
+        self,
+        index: int,
+        rollouts: Mapping[str, str | None],
+        deadline: float | None,
+        progress_store: fleet_tasks.ProgressStore,
+        progress: fleet.FleetProgress,
+        resume_at: float | None,
+        *,
+        bake: bool = True,
+    ) -> None:
+        wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
+        self.defer(
+            trigger=FleetWaveTrigger(
+                wave=index,
+                rollouts=[[deployment_id, revision_id] for deployment_id, revision_id in rollouts.items()],
+                hook_params=self.hook.hook_params,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                bake_seconds=self.bake_seconds if bake else 0.0,
+                revision_check_interval=self.revision_check_interval,
+                resume_at=resume_at,
+                # Without a task state store the progress travels with the trigger (JSON, no secrets).
+                carry=None if progress_store.store is not None else progress.to_json(),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=max(0.0, wait) + self.bake_seconds + max(DEFERRAL_GRACE, 2 * self.poll_interval)),
+        )
+
+    def _earlier_try_since(self, context: Context) -> datetime | None:
+        """The run's start when this is a retry (patches found on deployments may be an earlier try's)."""
+        try_number = getattr(context["ti"], "try_number", 1) or 1
+        started = getattr(context.get("dag_run"), "start_date", None)
+        if try_number <= 1:
+            return None
+        return started if isinstance(started, datetime) else datetime.min.replace(tzinfo=timezone.utc)
+
+    def _log_plan(self, progress: fleet.FleetProgress) -> None:
+        total = len(progress.rows)
+        self.log.info(
+            "Fleet rollout plan: %d deployment(s) in %d wave(s); the rollout stops when more than %d fail",
+            total,
+            len(progress.waves),
+            progress.allowed_failures,
+        )
+        for wave in progress.waves:
+            names = [row.name for row in wave.rows]
+            shown = ", ".join(names[:50]) + (f" ... and {len(names) - 50} more" if len(names) > 50 else "")
+            self.log.info("  %s (%d): %s", wave.name, len(names), shown)
+
+    def _log_wave(self, progress: fleet.FleetProgress, index: int) -> None:
+        wave = progress.waves[index]
+        counts: dict[str, int] = {}
+        for row in wave.rows:
+            counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        self.log.info(
+            "%s finished: %s; %d failure(s) so far of %d allowed",
+            wave.name,
+            ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())),
+            len(progress.failures),
+            progress.allowed_failures,
+        )
+
+    def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+        table = progress.table()
+        counts = progress.counts()
+        self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value={"counts": counts, "stopped": progress.stopped})
+        failures = progress.failures
+        if progress.stopped:
+            ti.xcom_push(key="return_value", value=table)
+            named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
+            more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
+            raise AirflowFailException(
+                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}. "
+                f"{skipped} deployment(s) in later waves were not patched."
+            )
+        if failures:
+            self.log.warning(
+                "%d deployment(s) failed, within the budget of %d: %s",
+                len(failures),
+                progress.allowed_failures,
+                ", ".join(row.name for row in failures),
+            )
+        self._emit_landed(context, progress)
+        return table
+
+    def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
+        """One asset event per deployment this rollout landed, still serving its revision (one list request
+        per 100 landed deployments reads them back)."""
+        landed = {row.deployment_id: row for row in progress.rows if row.outcome == fleet.Outcome.LANDED}
+        ids = [deployment_id for deployment_id, row in landed.items() if row.to_revision]
+        for start in range(0, len(ids), MAX_PAGE_SIZE):
+            try:
+                page = self.hook.list_deployments(
+                    deployment_ids=ids[start : start + MAX_PAGE_SIZE], limit=MAX_PAGE_SIZE
+                )
+            except DeploymentServiceError as err:  # the rollout succeeded; only its events are missing
+                self.log.warning("Could not read the landed deployments back for their asset events (%s)", err)
+                continue
+            for deployment in page.resources:
+                row = landed.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.to_revision:
+                    emit_revision_event(
+                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                    )
+
+
 __all__ = [
     "DeploymentLink",
+    "FleetRolloutOperator",
     "ListDeploymentsOperator",
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",

@@ -167,3 +167,23 @@ def test_rollback_emits_rolled_back_with_the_revision_it_replaced(emulator: Any,
     assert extra["outcome"] == "rolled_back" and extra["kind"] == "revision_live"
     assert extra["revision_id"] == result["active_revision_id"] and extra["previous_revision_id"] == bad
     scan_for_secret(extra)
+
+
+def test_fleet_rollout_emits_one_event_per_deployment_it_landed(service: Any) -> None:
+    from airflow_provider.operators.deployment_service import FleetRolloutOperator
+    from tests.tasks.conftest import seed
+
+    emulator = service(data=seed(5), frozen_clock=False, build_seconds=0.3, ready_seconds=0.1)
+    names = sorted(item["name"] for item in emulator.state.snapshot()["deployments"])
+    context = context_with_events()
+    task = FleetRolloutOperator(
+        task_id="fleet", deployment_names=names, repo_ref="v2", wave_size=2, poll_interval=0.1, timeout=30
+    )
+    table = task.execute(context)
+    events = dict(emitted(context))
+    assert set(events) == {deployment_asset_uri(row["deployment_id"]) for row in table}
+    for row in table:
+        extra = events[deployment_asset_uri(row["deployment_id"])]
+        assert (extra["revision_id"], extra["previous_revision_id"]) == (row["to_revision"], row["from_revision"])
+        assert extra["source_revision_config"]["repo_ref"] == "v2" and extra["outcome"] == "rolled_out"
+        scan_for_secret(extra)
