@@ -20,6 +20,7 @@ from airflow_provider import fleet
 from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
+    MAX_PAGE_SIZE,
     Deployment,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
@@ -40,6 +41,7 @@ from airflow_provider.tasks.base import (
     positive_seconds,
 )
 from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.rollback import (
     RollbackStarted,
     checked_fallback_config,
@@ -91,6 +93,17 @@ class DeploymentLink(BaseOperatorLink):
         return url if isinstance(url, str) else ""
 
 
+def _own_xcom(context: Context, key: str, log: Any) -> str | None:
+    """A string this task pushed under ``key`` earlier in this try (``None`` when absent or unreadable)."""
+    ti = context["ti"]
+    try:
+        value = ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=ti.map_index)
+    except Exception as err:  # an asset event still goes out, without this value
+        log.warning("Could not read the XCom %r back (%s)", key, err)
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def _fail_on_invalid(what: str, err: pydantic.ValidationError) -> AirflowFailException:
     return AirflowFailException(f"invalid {what}: {describe_validation_error(err)}")
 
@@ -118,6 +131,10 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
     :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
         deployment does not change.
+
+    Its outlets get the provider's revisions alias (:func:`~airflow_provider.tasks.events.with_revision_outlets`),
+    so a subclass that lands a revision emits the deployment's asset event with one call to
+    :func:`~airflow_provider.tasks.events.emit_revision_event` (from its ``_landed``).
     """
 
     def __init__(
@@ -129,6 +146,8 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         **kwargs: Any,
     ) -> None:
+        # A task that lands a revision emits an asset event on the deployment (through this alias).
+        kwargs["outlets"] = with_revision_outlets(kwargs.get("outlets"))
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self.poll_interval = positive_seconds(poll_interval, "poll_interval")
@@ -666,6 +685,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
+        self._previous_active_id = previous_active
         landing = self._landing(deployment_id, revision_id, previous_active, previous_config)
         live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
         return self._judge_live(context, live, landing)
@@ -806,7 +826,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         )
 
     def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
-        """The one place where the patch's revision is known to be live (verified and baked when asked)."""
+        """The one place where the patch's revision is known to be live (verified and baked when asked):
+        emit the deployment's asset event when the patch changed the revision serving."""
+        previous = getattr(self, "_previous_active_id", None) or _own_xcom(
+            context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
+        )
+        if live.get("active_revision_id") and live.get("active_revision_id") != previous:
+            emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
         return live
 
     def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
@@ -1077,6 +1103,10 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             live.get("name"),
             live.get("active_revision_id"),
             live.get("status"),
+        )
+        previous = _own_xcom(context, XCOM_ROLLED_BACK_FROM, self.log)
+        emit_revision_event(
+            context, live, previous_revision_id=previous, outcome="rolled_back", outlets=self.outlets, log=self.log
         )
         return live
 
@@ -1567,7 +1597,28 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
             )
+        self._emit_landed(context, progress)
         return table
+
+    def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
+        """One asset event per deployment this rollout landed, still serving its revision (one list request
+        per 100 landed deployments reads them back)."""
+        landed = {row.deployment_id: row for row in progress.rows if row.outcome == fleet.Outcome.LANDED}
+        ids = [deployment_id for deployment_id, row in landed.items() if row.to_revision]
+        for start in range(0, len(ids), MAX_PAGE_SIZE):
+            try:
+                page = self.hook.list_deployments(
+                    deployment_ids=ids[start : start + MAX_PAGE_SIZE], limit=MAX_PAGE_SIZE
+                )
+            except DeploymentServiceError as err:  # the rollout succeeded; only its events are missing
+                self.log.warning("Could not read the landed deployments back for their asset events (%s)", err)
+                continue
+            for deployment in page.resources:
+                row = landed.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.to_revision:
+                    emit_revision_event(
+                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                    )
 
 
 __all__ = [
