@@ -368,15 +368,15 @@ def _send_patches(
                 try:
                     _record_patch(wave, item, future.result(), log)
                 except NotFoundError as err:
-                    item.row.started_at = time.time()
-                    item.row.decide(Outcome.FAILED, f"deployment {item.row.name!r} was deleted: {err}", time.time())
+                    item.row.started_at = now = time.time()
+                    item.row.decide(Outcome.FAILED, f"deployment {item.row.name!r} was deleted: {err}", now)
                     log.warning("%s: %s", wave.name, item.row.message)
                 except DeploymentServiceError as err:
                     if err.transient:
                         stop = stop or err
                         continue
-                    item.row.started_at = time.time()
-                    item.row.decide(Outcome.FAILED, f"the service refused the patch: {err}", time.time())
+                    item.row.started_at = now = time.time()
+                    item.row.decide(Outcome.FAILED, f"the service refused the patch: {err}", now)
                     log.warning("%s: %s: %s", wave.name, item.row.name, item.row.message)
                 except Exception as err:  # not the service's verdict: end the wave, as a transient failure does
                     stop = stop or err
