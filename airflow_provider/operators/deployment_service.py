@@ -1219,6 +1219,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         (``"25%"``). Default 100.
     :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
     :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
+    :param max_parallel_patches: most PATCH requests of a wave in flight at once (a whole number >= 1;
+        default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
+        and a retry never patches a deployment twice whatever the value; the hook's client holds 20
+        connections, so more than 20 only queue.
     :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
         or raising fails that deployment. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
@@ -1268,6 +1272,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         wave_size: int | str = 100,
         max_failures: int | float = 0,
         pause_seconds: float = 0,
+        max_parallel_patches: int = 10,
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
@@ -1321,6 +1326,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.wave_size = fleet.check_wave_size(wave_size)
         self.max_failures = fleet.check_max_failures(max_failures)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
+        self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
@@ -1445,6 +1451,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     save=lambda index=index: progress_store.save(progress, index),  # type: ignore[misc]
                     earlier_try_since=self._earlier_try_since(context),
                     log=self.log,
+                    max_parallel=self.max_parallel_patches,
                 )
                 wave.phase = "patched"
                 progress_store.save(progress, index)
