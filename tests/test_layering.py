@@ -27,6 +27,7 @@ LAYERS = {
     "airflow_provider.models": 1,
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
+    "airflow_provider.patch_rules": 2,
     "airflow_provider.client": 3,
     "airflow_provider.hooks": 4,
     "airflow_provider.tasks.base": 5,

@@ -184,7 +184,7 @@ def test_patch_of_source_config_only_creates_no_revision() -> None:
         ({"source_config": {"resource_spec": {"cpuu": 1}}}, "source_config.resource_spec.cpuu"),
         ({"source_config": {"resource_spec": {"cpuu": 1}}}, "did you mean 'cpu'"),
         ({"source_revision_config": {"repo_commit_sha": "abc"}}, "source_revision_config.repo_commit_sha"),
-        ({"source_config": {"resource_spec": {"sidecars": [{"imagee": "x"}]}}}, "sidecars[0].imagee"),
+        ({"source_config": {"resource_spec": {"sidecars": [{"name": "p", "imagee": "x"}]}}}, "sidecars[0].imagee"),
         ({"revision_source": "external_docker"}, "revision_source"),
         ({"secrets": [{"name": "", "value": "x"}]}, "secrets.0.name"),
         ({"secrets": [{"value": "x"}]}, "secrets.0.name"),
