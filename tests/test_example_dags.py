@@ -246,7 +246,7 @@ def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
     (Airflow reads a pushed ``None`` as missing, so the operator pushes ``""``)."""
     from airflow.dag_processing.dagbag import DagBag
 
-    deployment, revisions_before = revisions_of(emulator, "checkout-api-dev")
+    deployment, revisions_before = revisions_of(emulator, "billing-worker-prod")  # custom_url: external_docker only
     dag_file = tmp_path / "config_only_patch.py"
     dag_file.write_text(CONFIG_ONLY_PATCH_DAG.format(deployment_id=deployment["id"]))
     from airflow import settings
@@ -257,7 +257,7 @@ def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
     run = bag.get_dag("config_only_patch").test()
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert (str(run.state), states) == ("success", {"patch": "success", "wait": "success"})
-    after, revisions_after = revisions_of(emulator, "checkout-api-dev")
+    after, revisions_after = revisions_of(emulator, "billing-worker-prod")
     assert len(revisions_after) == len(revisions_before)
     assert after["source_config"]["custom_url"] == "https://checkout.example.com"
 

@@ -141,7 +141,7 @@ async def test_async_twins_reach_every_endpoint_over_http(service_connection: An
         assert "checkout-api-dev" in names
         target = emulator.admin.find_deployment("checkout-api-dev")
         assert (await hook.a_get_deployment(target["id"])).name == "checkout-api-dev"
-        patched = await hook.a_patch_deployment(target["id"], {"source_revision_config": {"image_uri": "img:async"}})
+        patched = await hook.a_patch_deployment(target["id"], {"source_revision_config": {"repo_ref": "async-ref"}})
         assert patched.latest_revision_id != target["latest_revision_id"]
         revision = await hook.a_get_revision(target["id"], patched.latest_revision_id or "")
         assert revision.id == patched.latest_revision_id

@@ -187,7 +187,8 @@ def test_fault(
     )
     sleeps = RecordedSleeps(requests_so_far=lambda: state.count(endpoint.route))
     before = state.deployment(TARGET)
-    patch = {"source_revision_config": {"image_uri": f"registry.example.com/acme/matrix:{abs(hash(case))}"}}
+    image = f"registry.example.com/acme/matrix:{abs(hash(case))}"
+    patch = {"revision_source": "internal_docker", "source_revision_config": {"image_uri": image}}
     settings = settings_for(emulator, fault)
     outcome: Any = None
     error: DeploymentServiceError | None = None
@@ -287,7 +288,10 @@ def test_ambiguous_patch_failure_backs_off_before_sending_again(
     state.add_fault(method="PATCH", path=f"/v2/deployments/{TARGET}", kind="drop")
     sleeps = RecordedSleeps(requests_so_far=lambda: state.count(PATCH_ROUTE))
     latest = state.deployment(TARGET)["latest_revision_id"]
-    patch = {"source_revision_config": {"image_uri": f"registry.example.com/acme/backoff:{twin}"}}
+    patch = {
+        "revision_source": "internal_docker",
+        "source_revision_config": {"image_uri": f"registry.example.com/acme/backoff:{twin}"},
+    }
     settings = ClientSettings(base_url=emulator.base_url, read_timeout=READ_TIMEOUT, retry=RETRY)
     if twin == "sync":
         with DeploymentServiceClient(settings, API_KEY, sleep=sleeps, rng=random.Random(7)) as client:
@@ -326,7 +330,7 @@ def test_an_exhausted_patch_error_counts_every_attempt(emulator: EmulatorServer,
             DeploymentServiceClient(settings, API_KEY, sleep=RecordedSleeps(), rng=random.Random(7)) as client,
             pytest.raises(ServerError) as raised,
         ):
-            client.patch_deployment(TARGET, {"source_revision_config": {"image_uri": "registry.example.com/acme/x:9"}})
+            client.patch_deployment(TARGET, {"source_revision_config": {"repo_ref": "release-9"}})
     finally:
         state.clear_faults()
     report.row(

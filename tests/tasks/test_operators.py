@@ -39,6 +39,8 @@ REPOS_ROUTE = "GET /v1/integrations/forge/codehost/{integration_id}/repos"
 
 def patch_op(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
     options: dict[str, Any] = {"task_id": "patch", "poll_interval": 0.05, **kwargs}
+    if "image_uri" in kwargs:  # production takes image_uri for an internal_docker (or external_docker) revision only
+        options.setdefault("revision_source", "internal_docker")
     return PatchDeploymentOperator(deployment_id=deployment_id, **options)
 
 
@@ -127,17 +129,19 @@ def test_list_deployments_feeds_expand() -> None:
 
 # ------------------------------------------------------------------------------------------ patch
 def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     ti = FakeTI()
-    result = patch_op(dep["id"], image_uri="registry.example.com/app:2").execute(make_context(ti))
+    task = patch_op(dep["id"], repo_ref="release", source_revision_config={"graph_config_path": "agent/graph.json"})
+    result = task.execute(make_context(ti))
     new = result["latest_revision_id"]
     assert new not in (None, dep["latest_revision_id"])
-    assert result["source_revision_config"]["image_uri"] == "registry.example.com/app:2"
+    assert result["source_revision_config"]["graph_config_path"] == "agent/graph.json"
+    assert result["source_revision_config"]["repo_ref"] == "release"
     assert ti.xcoms == {
         "deployment_id": dep["id"],
         "revision_id": new,
         "previous_active_revision_id": dep["active_revision_id"],
-        "deployment_url": None,
+        "deployment_url": dep["source_config"]["custom_url"],  # the service sets it for codehost deployments
     }
     assert emulator.state.count(PATCH_ROUTE) == 1
 
@@ -145,7 +149,7 @@ def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
 def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
     emulator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "billing-worker-prod")  # custom_url is settable for external_docker only
     ti = FakeTI()
     url = "https://checkout.example.com"
     task = patch_op(dep["id"], source_config={"custom_url": url})
@@ -182,7 +186,7 @@ def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
     ],
 )
 def test_patch_is_validated_before_any_request(emulator: Any, kwargs: dict[str, Any], message: str) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     with pytest.raises(AirflowFailException, match=message):
         patch_op(dep["id"], **kwargs).execute(make_context())
     assert emulator.state.counters == {}
@@ -190,7 +194,7 @@ def test_patch_is_validated_before_any_request(emulator: Any, kwargs: dict[str, 
 
 def test_invalid_deployment_id_fails_before_any_request(emulator: Any) -> None:
     with pytest.raises(AirflowFailException, match="deployment_id"):
-        patch_op("support-bot-dev", image_uri="x").execute(make_context())
+        patch_op("checkout-api-dev", image_uri="x").execute(make_context())
     assert emulator.state.counters == {}
 
 
@@ -201,7 +205,7 @@ def test_unknown_deployment_fails(emulator: Any) -> None:
 
 
 def test_patch_and_wait(emulator: Any, advance_later: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     advance_later(emulator, 2.5, 0.2)
     ti = FakeTI()
     result = patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True).execute(make_context(ti))
@@ -210,7 +214,7 @@ def test_patch_and_wait(emulator: Any, advance_later: Any) -> None:
 
 
 def test_patch_and_wait_fails_fast_on_a_failed_build(emulator: Any, advance_later: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
     advance_later(emulator, 2.5, 0.1)
     with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
@@ -218,7 +222,7 @@ def test_patch_and_wait_fails_fast_on_a_failed_build(emulator: Any, advance_late
 
 
 async def test_patch_and_defer(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     ti = FakeTI()
     task = patch_op(
         dep["id"],
@@ -256,7 +260,7 @@ async def test_patch_and_defer(emulator: Any) -> None:
 # ------------------------------------------------------------------------------------------ retries
 @pytest.mark.parametrize("with_store", [True, False])
 def test_retried_patch_creates_no_second_revision(emulator: Any, with_store: bool) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore() if with_store else None
     first = FakeTI(try_number=1)
     kwargs = {"image_uri": "app:2", "secrets": {"TOKEN": SECRET}, "wait_for_rollout": True, "timeout": 0.2}
@@ -278,7 +282,7 @@ def test_retried_patch_creates_no_second_revision(emulator: Any, with_store: boo
 
 
 def test_retry_with_a_changed_patch_patches_anew(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     patch_op(dep["id"], image_uri="app:2").execute(make_context(FakeTI(), store))
     ti = FakeTI(try_number=2)
@@ -289,7 +293,7 @@ def test_retry_with_a_changed_patch_patches_anew(emulator: Any) -> None:
 
 
 def test_retry_without_an_earlier_patch_patches(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     # try 1 failed before patching (nothing recorded, the deployment does not show the change)
     result = patch_op(dep["id"], image_uri="app:3").execute(make_context(FakeTI(try_number=2), FakeStore()))
     assert emulator.state.count(PATCH_ROUTE) == 1
@@ -297,7 +301,7 @@ def test_retry_without_an_earlier_patch_patches(emulator: Any) -> None:
 
 
 def test_retry_after_a_failed_build_patches_again(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED")
     patch_op(dep["id"], image_uri="app:2").execute(make_context(FakeTI(), store))
@@ -309,17 +313,20 @@ def test_retry_after_a_failed_build_patches_again(emulator: Any) -> None:
 
 
 def test_retry_after_being_superseded_does_not_roll_back_the_newer_revision(emulator: Any) -> None:
-    dep = deployment_named(emulator, "support-bot-dev")
+    dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     patch_op(dep["id"], image_uri="app:ours").execute(make_context(FakeTI(), store))
     emulator.state.advance(2.5)
-    colleague = PatchDeploymentRequest(source_revision_config={"image_uri": "app:colleague"})  # type: ignore[arg-type]
+    colleague = PatchDeploymentRequest(
+        revision_source="internal_docker",  # type: ignore[arg-type]
+        source_revision_config={"image_uri": "app:colleague"},  # type: ignore[arg-type]
+    )
     newer = emulator.state.patch_deployment(dep["id"], colleague)["latest_revision_id"]
     emulator.state.advance(2.5)
     with pytest.raises(AirflowFailException, match=f"not patching again.*superseded by {newer}"):
         patch_op(dep["id"], image_uri="app:ours").execute(make_context(FakeTI(try_number=2), store))
     assert emulator.state.count(PATCH_ROUTE) == 1
-    assert deployment_named(emulator, "support-bot-dev")["source_revision_config"]["image_uri"] == "app:colleague"
+    assert deployment_named(emulator, "checkout-api-dev")["source_revision_config"]["image_uri"] == "app:colleague"
 
 
 # ------------------------------------------------------------------------------------------ secrets
@@ -328,7 +335,7 @@ def test_secrets_reach_the_service_and_nothing_else(
 ) -> None:
     from airflow.sdk._shared.secrets_masker import redact
 
-    emulator = service(data=seed(1, source="internal_docker"))
+    emulator = service(data=seed(1))
     dep_id = emulator.state.snapshot()["deployments"][0]["id"]
     from_variable = f"dbpw-{uuid.uuid4().hex}"
     monkeypatch.setenv("AIRFLOW_VAR_DB_PASSWORD", from_variable)
