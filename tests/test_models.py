@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from airflow_provider.client import _validated
+from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
     REDACTED,
     CreateDeploymentRequest,
@@ -18,6 +21,7 @@ from airflow_provider.models import (
     OAuthProvider,
     PatchDeploymentRequest,
     Repository,
+    ResourceSpecPatch,
     Revision,
     RevisionStatus,
 )
@@ -287,3 +291,143 @@ def test_a_response_may_leave_secret_values_out_but_a_request_may_not() -> None:
         PatchDeploymentRequest.model_validate({"secrets": [{"name": "TOKEN"}]})
     with pytest.raises(ValidationError, match="has none"):
         CreateDeploymentRequest.model_validate({"name": "svc", "source": "codehost", "secrets": [{"name": "T"}]})
+
+
+# ------------------------------------------------------------------ production's request schema
+INTEGER_FIELDS = [
+    name
+    for name in ResourceSpecPatch.model_fields
+    if name.endswith(("_memory_mb", "_memory_limit_mb", "_scale")) or name in ("memory_mb", "memory_limit_mb")
+] + ["db_storage_gi", "db_max_connections"]
+
+
+def test_every_integer_field_is_known() -> None:
+    assert len(INTEGER_FIELDS) == 20
+
+
+@pytest.mark.parametrize("field", INTEGER_FIELDS)
+def test_integer_fields_go_out_as_integers(field: str) -> None:
+    for given in (512, 512.0, "512"):
+        body = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {field: given}}})
+        sent = json.dumps(body.to_request_body())
+        assert f'"{field}": 512}}' in sent  # 512, never 512.0
+
+
+@pytest.mark.parametrize("field", INTEGER_FIELDS)
+@pytest.mark.parametrize("given", [512.5, -1, True])
+def test_integer_fields_refuse_fractions_negatives_and_booleans_naming_the_field(field: str, given: Any) -> None:
+    with pytest.raises(InvalidRequestError, match=rf"source_config\.resource_spec\.{field}: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {field: given}}})
+
+
+def test_a_fraction_is_said_in_words() -> None:
+    with pytest.raises(InvalidRequestError, match=r"memory_mb: must be a whole number \(the service takes an integer"):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"memory_mb": 512.5}}})
+
+
+@pytest.mark.parametrize(
+    ("field", "low", "high"),
+    [
+        ("cpu", 0.1, 8),
+        ("queue_cpu", 0.1, 8),
+        ("redis_cpu", 0.1, 8),
+        ("cpu_limit", 0.1, 16),
+        ("queue_cpu_limit", 0.1, 16),
+        ("redis_cpu_limit", 0.1, 16),
+    ],
+)
+def test_cpu_bounds(field: str, low: float, high: float) -> None:
+    for fine in (low, 0.25, high):
+        spec = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {field: fine}}})
+        assert spec.to_request_body()["source_config"]["resource_spec"][field] == fine
+    for wrong in (0.09, high + 0.01, False):
+        with pytest.raises(InvalidRequestError, match=rf"source_config\.resource_spec\.{field}: "):
+            _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {field: wrong}}})
+
+
+def test_other_cpu_fields_take_any_non_negative_amount() -> None:
+    body = {"source_config": {"resource_spec": {"db_cpu": 32.5, "orchestrator_cpu": 0}}}
+    assert PatchDeploymentRequest.model_validate(body).to_request_body() == body
+    with pytest.raises(InvalidRequestError, match=r"resource_spec\.db_cpu: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"db_cpu": -1}}})
+
+
+def test_do_not_use_fields_are_listed() -> None:
+    spec = ResourceSpecPatch(executor_memory_mb=1, orchestrator_cpu=0.5, memory_mb=2)
+    assert spec.discouraged_fields() == ["executor_memory_mb", "orchestrator_cpu"]
+    assert ResourceSpecPatch(memory_mb=2).discouraged_fields() == []
+
+
+def test_deployment_type_in_a_patch_is_one_of_the_tiers() -> None:
+    with pytest.raises(InvalidRequestError, match=r"source_config\.deployment_type: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"deployment_type": "production"}})
+
+
+def test_resource_spec_may_create_a_revision() -> None:
+    spec = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {"min_scale": 1}}})
+    assert spec.may_create_revision and not spec.creates_revision
+    url = PatchDeploymentRequest.model_validate({"source_config": {"custom_url": "https://x"}})
+    assert not url.may_create_revision
+    assert PatchDeploymentRequest(secrets=[]).may_create_revision
+
+
+# ------------------------------------------------------------------------------ tolerant reader
+def odd_deployment() -> dict[str, Any]:
+    body = deployment_json(name="odd-one", id="7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5b", status="HIBERNATING")
+    body["source"] = "quantum_source"
+    body["source_config"]["integration_id"] = ""
+    body["source_config"]["resource_spec"]["min_scale"] = 1.5
+    body["source_config"]["resource_spec"]["db_max_connections"] = 10.5
+    body["source_config"]["resource_spec"]["volumes"].append({"configMap": {"name": "no-name"}})
+    body["secrets"].append({"name": "", "value": "x"})
+    return body
+
+
+def test_one_odd_deployment_does_not_fail_the_page(caplog: pytest.LogCaptureFixture) -> None:
+    good = deployment_json()
+    also_good = deployment_json(name="other", id="7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5c")
+    page = DeploymentListPage.model_validate_json(
+        json.dumps({"resources": [good, odd_deployment(), also_good], "offset": 3})
+    )
+    assert [item.name for item in page.resources] == ["checkout-api", "odd-one", "other"]
+    odd = page.resources[1]
+    spec = odd.source_config.resource_spec
+    assert spec is not None and spec.min_scale == 1.5 and spec.db_max_connections == 10.5  # kept as sent
+    assert odd.status is DeploymentStatus.UNKNOWN and odd.source == "quantum_source"
+    assert odd.source_config.integration_id is None and odd.source_config.repo_url == good["source_config"]["repo_url"]
+    assert [secret.name for secret in odd.secrets] == ["DB_PASSWORD"]
+    assert spec.volumes is not None and [volume.name for volume in spec.volumes] == ["cfg"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert sorted(warnings) == sorted(
+        [
+            "deployment 'odd-one': ignoring the value of source_config.integration_id the service sent "
+            "(Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000))",
+            "deployment 'odd-one': ignoring the value of source_config.resource_spec.volumes.1 the service sent "
+            "(Field required)",
+            "deployment 'odd-one': ignoring the value of secrets.1 the service sent "
+            "(String should have at least 1 character)",
+        ]
+    )
+    assert "hunter2" not in caplog.text
+
+
+def test_a_deployment_without_a_usable_id_is_left_out_of_the_page_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = deployment_json(name="broken", id="not-a-uuid")
+    page = DeploymentListPage.model_validate({"resources": [broken, deployment_json()], "offset": 2})
+    assert [item.name for item in page.resources] == ["checkout-api"]
+    assert "Leaving out deployment 'broken' (entry 0 of the page): id: Value error, value must be a UUID" in caplog.text
+    with pytest.raises(ValidationError, match="id"):
+        Deployment.model_validate(broken)
+
+
+def test_a_required_field_is_never_dropped() -> None:
+    with pytest.raises(ValidationError, match="created_at"):
+        Deployment.model_validate(deployment_json(created_at="yesterday"))
+
+
+def test_an_odd_revision_value_is_dropped_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    revision = Revision.model_validate({"id": REV_NEW, "status": "BUILDING", "created_at": "not a date"})
+    assert revision.status is RevisionStatus.BUILDING and revision.created_at is None
+    assert "revision '22222222-2222-4222-8222-222222222222': ignoring the value of created_at" in caplog.text
