@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import random
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -72,6 +73,11 @@ T = TypeVar("T")
 
 USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__version__}"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+MIN_LENGTH_MASKED_SECRET = 5
+"""Secrets and keys shorter than this are not scrubbed from messages: the default of Airflow's
+``[logging] min_length_masked_secret``, whose masker skips shorter values too (replacing every ``k`` in
+a message hides nothing and garbles the rest). Such values are still never logged by the provider."""
+_API_VERSION_SUFFIX = re.compile(r"/v\d+$", re.IGNORECASE)
 
 
 # -------------------------------------------------------------------------------------- settings
@@ -114,6 +120,8 @@ class ClientSettings:
     :param verify: verify TLS certificates (``True``), not (``False``), or a CA bundle path.
     :param allow_insecure_http: allow sending the API key over plain http to a non-loopback host.
     :param retry: retry policy.
+    :param scheme_assumed: the connection's host had no scheme and ``https://`` was assumed (a TLS
+        handshake failure then says so, with how to ask for ``http://``).
     """
 
     base_url: str
@@ -123,6 +131,7 @@ class ClientSettings:
     verify: bool | str = True
     allow_insecure_http: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    scheme_assumed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
@@ -153,7 +162,7 @@ class ClientSettings:
 
 
 def normalize_base_url(base_url: str) -> str:
-    """Check ``base_url`` has a scheme and host, and drop a trailing slash; keep any path prefix."""
+    """Check ``base_url`` has a scheme and host and no API version, and drop a trailing slash; keep any path prefix."""
     if not isinstance(base_url, str) or not base_url.strip():
         raise InvalidRequestError("base_url is empty: set the connection's host, e.g. https://api.example.com")
     url = base_url.strip().rstrip("/")
@@ -162,6 +171,12 @@ def normalize_base_url(base_url: str) -> str:
         raise InvalidRequestError(f"base_url must start with https:// (or http://) and name a host, got {base_url!r}")
     if parts.query or parts.fragment:
         raise InvalidRequestError(f"base_url must not have a query or fragment, got {base_url!r}")
+    version = _API_VERSION_SUFFIX.search(parts.path)
+    if version:
+        raise InvalidRequestError(
+            f"base_url must not end in an API version, got {base_url!r}: remove the trailing {version.group(0)} "
+            f"(the provider adds it to every request path), e.g. {url[: -len(version.group(0))]!r}"
+        )
     return url
 
 
@@ -245,9 +260,12 @@ def describe_validation_error(err: pydantic.ValidationError) -> str:
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """Replace every secret value in ``text`` with ``**********``."""
+    """Replace every secret value in ``text`` with ``**********``.
+
+    Values shorter than :data:`MIN_LENGTH_MASKED_SECRET` are left alone, as Airflow's masker does.
+    """
     for secret in secrets:
-        if secret:
+        if len(secret) >= MIN_LENGTH_MASKED_SECRET:
             text = text.replace(secret, "**********")
     return text
 
@@ -260,8 +278,9 @@ _LOCAL_TRANSPORT_ERRORS = (httpx.UnsupportedProtocol, httpx.LocalProtocolError)
 """Failures of the request itself (a bad URL scheme or header): sending it again fails the same way."""
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
-_SAFE_RETRY_STATUSES = frozenset({429, 503})
-"""Statuses where the server refused without processing: safe to re-send even a PATCH."""
+_SAFE_RETRY_STATUSES = frozenset({429})
+"""Statuses where the server refused without processing: safe to re-send even a PATCH. Not 502/503/504:
+a gateway can answer them after the service applied the request, so a PATCH is read back first."""
 
 
 @dataclass
@@ -338,21 +357,30 @@ class _ClientCore:
         """What must never appear in an error about ``call``: its secret values and the API key."""
         return (*call.secrets, self._api_key)
 
+    def _url_of(self, call: Call[Any]) -> str:
+        """The full URL ``call`` goes to, without its query (and without any user-info of the base URL)."""
+        parts = urlsplit(self.settings.base_url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return f"{parts.scheme}://{netloc}{parts.path}{call.path}"
+
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
         return http.build_request(call.method, call.path.lstrip("/"), params=call.params, json=call.json_body)
 
     # ---- decisions
     def _after_exception(self, call: Call[Any], exc: httpx.HTTPError, attempt: int) -> _Decision:
         kind = type(exc).__name__
-        error = TransportError(
-            scrub(f"{call.label} failed: {kind} ({exc}) after {attempt} attempt(s)", self._secrets_of(call)),
-            method=call.method,
-            path=call.path,
-        )
+        where = f"{call.method} {self._url_of(call)}"
+        message = f"{where}: {kind} ({exc}) after {attempt} attempt(s)"
+        if self.settings.scheme_assumed and _is_tls_handshake_error(exc):
+            message += (
+                "; https:// was assumed because the connection's host has no scheme: if the server speaks "
+                "plain http (a trusted or loopback server), write the host as http://host:port or set the "
+                'connection extra "scheme" to "http"'
+            )
+        error = TransportError(scrub(message, self._secrets_of(call)), method=call.method, path=call.path)
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             error = TransportError(
-                f"{call.label} timed out ({kind}, read timeout {self.settings.read_timeout} s) "
-                f"after {attempt} attempt(s)",
+                f"{where} timed out ({kind}, read timeout {self.settings.read_timeout} s) after {attempt} attempt(s)",
                 method=call.method,
                 path=call.path,
             )
@@ -360,7 +388,7 @@ class _ClientCore:
             return _Decision(
                 error=TlsError(
                     scrub(
-                        f"{call.label} failed: the TLS certificate of {self.settings.base_url} could not be "
+                        f"{where} failed: the TLS certificate of {self.settings.base_url} could not be "
                         f"verified ({exc}); if the service uses a private CA, set the connection extra ca_bundle "
                         "to its PEM file",
                         self._secrets_of(call),
@@ -628,6 +656,17 @@ def _is_certificate_error(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _is_tls_handshake_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a TLS handshake that failed (e.g. ``WRONG_VERSION_NUMBER``: the server spoke
+    plain http), not from certificate verification."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) and not isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "[SSL:" in str(exc)
 
 
 def _scrub_detail(detail: str | list[ErrorDetail] | None, secrets: tuple[str, ...]) -> str | list[ErrorDetail] | None:

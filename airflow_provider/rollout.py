@@ -184,6 +184,7 @@ class RevisionCheckSchedule:
             raise ValueError(f"revision_check_interval must be >= 0 seconds, got {interval}")
         self.interval = interval
         self.disabled = False
+        """Whether the revision endpoint is off for this wait (the service answered that it lacks it)."""
         self._clock = clock
         self._last_at: float | None = None
         self._last_updated_at: datetime | None = None

@@ -93,11 +93,8 @@ def rollout_after_build() -> None:
     @task
     def verify_rollout(deployment_id: str, revision_id: str, image_uri: str) -> dict[str, Any]:
         """Read the deployment back and report what is serving now; fail if it is not the new build."""
-        hook = DeploymentServiceHook()
-        try:
+        with DeploymentServiceHook() as hook:
             deployment = hook.get_deployment(deployment_id)
-        finally:
-            hook.close()
         serving = deployment.source_revision_config.image_uri
         if deployment.active_revision_id != revision_id or serving != image_uri:
             raise AirflowFailException(

@@ -22,7 +22,7 @@ ignored when sent.
 
 Responses (see :func:`render_resource_spec`): integer fields are sent as JSON integers (never
 ``512.0``) and CPU amounts are rounded to the millicore (3 decimals, half to even, as Python's
-``round``). With :func:`default_limits`, a ``*_limit`` left unset defaults to twice its request.
+``round``). With ``default_limits``, a ``*_limit`` left unset defaults to twice its request.
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ class PatchBody(_Lenient):
 
 
 class PatchInvalid(ValueError):
-    """A PATCH body that fails the schema; :attr:`errors` is the FastAPI-style ``detail`` list.
+    """A PATCH body that fails the schema; ``errors`` is the FastAPI-style ``detail`` list.
 
     :param errors: ``{"type", "loc", "msg", "input"...}`` items, ``loc`` starting with ``"body"``.
     """

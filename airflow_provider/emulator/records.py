@@ -15,7 +15,7 @@ A redeploy (``POST .../revisions/{revision_id}/redeploy``) reuses the build of t
 its revision skips the build: ``QUEUED`` (if need be) -> ``AWAITING_DEPLOY`` -> ``DEPLOYING`` ->
 ``DEPLOYED``, ending 30 % of ``build_seconds`` after it starts (``DEPLOYING`` from 10 %).
 
-A revision can be marked unhealthy (emulator-only, see :meth:`RevisionRecord.unhealthy`): the service
+A revision can be marked unhealthy (emulator-only, see ``RevisionRecord.unhealthy``): the service
 still reports it ``DEPLOYED``, but the deployment's app URL answers 500 while it is the active revision.
 """
 

@@ -399,7 +399,7 @@ class EmulatorState:
         """``PATCH /v2/deployments/{deployment_id}`` with the production rules; all or nothing.
 
         ``source_config`` fields merge into the stored ones (a null or missing field keeps its value);
-        ``resource_spec`` follows :attr:`resource_spec_mode`; ``secrets`` and ``secret_references``
+        ``resource_spec`` follows ``resource_spec_mode``; ``secrets`` and ``secret_references``
         replace their lists. A revision is created by a non-null ``source_revision_config`` field,
         non-null ``secrets``, or (``replace`` mode) a non-null ``resource_spec``.
 

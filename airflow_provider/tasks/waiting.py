@@ -23,8 +23,8 @@ from airflow_provider.rollout import (
     RolloutVerdict,
     rollout_verdict,
 )
-from airflow_provider.tasks.base import DEFERRAL_GRACE, EVENT_STATUSES
-from airflow_provider.triggers.deployment_service import DeploymentRolloutTrigger
+from airflow_provider.tasks.base import DEFERRAL_GRACE
+from airflow_provider.triggers.deployment_service import EVENT_STATUSES, DeploymentRolloutTrigger
 
 if TYPE_CHECKING:
     import logging

@@ -27,14 +27,16 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider.defaults import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, Revision, canonical_uuid
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
-from airflow_provider.tasks.base import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 
 log = logging.getLogger(__name__)
 
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+"""The ``status`` values of a :class:`DeploymentRolloutTrigger` event."""
 REVISION_CHECK_CONCURRENCY = 10
 """Revision-endpoint calls one poller makes at the same time."""
 

@@ -96,7 +96,7 @@ FAULTS = (
     Fault("429, no Retry-After", {"kind": "status", "status_code": 429}, True, "retry", RateLimitedError, "429"),
     Fault("500", {"kind": "status", "status_code": 500}, False, "fail", ServerError, "500 Internal Server Error"),
     Fault("502", {"kind": "status", "status_code": 502}, True, "read_back", ServerError, "502 Bad Gateway"),
-    Fault("503", {"kind": "status", "status_code": 503}, True, "retry", ServerError, "503 Service Unavailable"),
+    Fault("503", {"kind": "status", "status_code": 503}, True, "read_back", ServerError, "503 Service Unavailable"),
     Fault("504", {"kind": "status", "status_code": 504}, True, "read_back", ServerError, "504 Gateway Timeout"),
     Fault(
         f"delay {DELAY_SECONDS} s > read timeout {DELAY_READ_TIMEOUT} s",
@@ -242,7 +242,9 @@ def test_fault(
     else:
         assert isinstance(error, fault.error), f"{case}: {shown}"
         message = str(error)
-        assert f"{endpoint.method} {endpoint.path}" in message, f"{case}: request not named in {message!r}"
+        # a transport error names the full URL (no answer came, so where it was sent is the clue)
+        where = emulator.base_url if isinstance(error, TransportError) else ""
+        assert f"{endpoint.method} {where}{endpoint.path}" in message, f"{case}: request not named in {message!r}"
         assert fault.says in message, f"{case}: fault not named in {message!r}"
         assert API_KEY not in message
         if endpoint.method == "GET" and fault.retried:
