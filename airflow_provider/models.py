@@ -35,11 +35,14 @@ from pydantic import (
     SerializationInfo,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_serializer,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +290,15 @@ class Container(ServiceModel):
     restartPolicy: str | None = None
 
 
-Number = int | float
+def _one_number_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """``int | float`` reports a bad value once (not once per member of the union)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("number_type", "Input should be a valid number") from None
+
+
+Number = Annotated[int | float, WrapValidator(_one_number_error)]
 """A number in a response, kept as the service sent it (``3`` stays ``3``, ``2.5`` stays ``2.5``): a response
 is read tolerantly, requests are where integers are demanded (see :class:`ResourceSpecPatch`)."""
 
@@ -587,6 +598,15 @@ _MAX_DROPPED_VALUES = 50
 """How many odd values one resource may lose to the tolerant reader before it is refused after all."""
 
 
+STRICT_READING = {"strict_reading": True}
+"""Validation context that switches the tolerant reader off (``Deployment.model_validate(data,
+context=STRICT_READING)``): for data that must be exactly right, such as the emulator's seed files."""
+
+
+def _is_strict(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and bool(info.context.get("strict_reading"))
+
+
 def _read_tolerantly(data: Any, handler: ValidatorFunctionWrapHandler, what: str) -> Any:
     """Validate ``data``; when one value is odd, drop it (with a warning naming ``what`` and the field) and
     validate again, so one odd value never makes the whole resource (and the page it is on) unreadable.
@@ -670,8 +690,8 @@ class Deployment(ServiceModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        return _read_tolerantly(data, handler, "deployment")
+    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "deployment")
 
     @property
     def is_rolling_out(self) -> bool:
@@ -694,15 +714,15 @@ class DeploymentListPage(ServiceModel):
 
     @field_validator("resources", mode="before")
     @classmethod
-    def _skip_unreadable(cls, resources: Any) -> Any:
+    def _skip_unreadable(cls, resources: Any, info: ValidationInfo) -> Any:
         """Read each deployment on its own: one the tolerant reader cannot read (its id or name is broken)
         is left out of the page with a warning naming it, so the others are still listed."""
-        if not isinstance(resources, list):
+        if not isinstance(resources, list) or _is_strict(info):
             return resources
         readable = []
         for index, entry in enumerate(resources):
             try:
-                readable.append(Deployment.model_validate(entry))
+                readable.append(Deployment.model_validate(entry, context=info.context))
             except ValidationError as err:
                 shown = (entry.get("name") or entry.get("id")) if isinstance(entry, dict) else None
                 problems = "; ".join(
@@ -728,8 +748,8 @@ class Revision(ServiceModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        return _read_tolerantly(data, handler, "revision")
+    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "revision")
 
 
 _REQUIRED_FIELDS: dict[str, frozenset[str]] = {

@@ -12,6 +12,7 @@ from airflow_provider.client import _validated
 from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
     REDACTED,
+    STRICT_READING,
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
@@ -431,3 +432,11 @@ def test_an_odd_revision_value_is_dropped_not_fatal(caplog: pytest.LogCaptureFix
     revision = Revision.model_validate({"id": REV_NEW, "status": "BUILDING", "created_at": "not a date"})
     assert revision.status is RevisionStatus.BUILDING and revision.created_at is None
     assert "revision '22222222-2222-4222-8222-222222222222': ignoring the value of created_at" in caplog.text
+
+
+def test_strict_reading_switches_the_tolerant_reader_off() -> None:
+    odd = odd_deployment()
+    with pytest.raises(ValidationError, match="integration_id"):
+        Deployment.model_validate(odd, context=STRICT_READING)
+    with pytest.raises(ValidationError, match=r"resources\.0"):
+        DeploymentListPage.model_validate({"resources": [odd], "offset": 1}, context=STRICT_READING)
