@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from airflow_provider.client import _validated
 from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
+    _HYPHENATED_UUID_PATTERN,
     REDACTED,
     STRICT_READING,
     CreateDeploymentRequest,
@@ -25,6 +27,8 @@ from airflow_provider.models import (
     ResourceSpecPatch,
     Revision,
     RevisionStatus,
+    canonical_uuid,
+    error_message,
 )
 
 DEPLOYMENT_ID = "7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5a"
@@ -440,3 +444,25 @@ def test_strict_reading_switches_the_tolerant_reader_off() -> None:
         Deployment.model_validate(odd, context=STRICT_READING)
     with pytest.raises(ValidationError, match=r"resources\.0"):
         DeploymentListPage.model_validate({"resources": [odd], "offset": 1}, context=STRICT_READING)
+
+
+# ------------------------------------------------------------------ validators (mutation survivors)
+def test_canonical_uuid_forms_and_errors() -> None:
+    value = "7F4B6C2E-3A51-4A8E-9D2C-0F1E2D3C4B5A"
+    assert canonical_uuid(uuid.UUID(value)) == DEPLOYMENT_ID
+    assert canonical_uuid(DEPLOYMENT_ID) == DEPLOYMENT_ID
+    assert canonical_uuid(f"  {value} ") == DEPLOYMENT_ID
+    assert canonical_uuid("{" + value + "}") == DEPLOYMENT_ID
+    with pytest.raises(ValueError, match=r"^value must be a UUID string, got int$"):
+        canonical_uuid(123)
+    with pytest.raises(ValueError, match=r"^deployment_id must be a UUID \(e\.g\. 123e4567-.*\), got 'nope'$"):
+        canonical_uuid("nope", "deployment_id")
+
+
+def test_error_message_words_only_the_uuid_pattern() -> None:
+    uuid_error = {"type": "string_pattern_mismatch", "msg": "raw", "ctx": {"pattern": _HYPHENATED_UUID_PATTERN}}
+    assert error_message(uuid_error) == "Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)"
+    assert error_message({"type": "string_pattern_mismatch", "msg": "raw", "ctx": {"pattern": "^x$"}}) == "raw"
+    assert error_message({"type": "other", "msg": "raw", "ctx": {"pattern": _HYPHENATED_UUID_PATTERN}}) == "raw"
+    assert error_message({"type": "int_from_float", "msg": "raw"}).startswith("must be a whole number")
+    assert error_message({}) == ""
