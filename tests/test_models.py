@@ -466,3 +466,12 @@ def test_error_message_words_only_the_uuid_pattern() -> None:
     assert error_message({"type": "other", "msg": "raw", "ctx": {"pattern": _HYPHENATED_UUID_PATTERN}}) == "raw"
     assert error_message({"type": "int_from_float", "msg": "raw"}).startswith("must be a whole number")
     assert error_message({}) == ""
+
+
+def test_zero_is_a_valid_integer_field_and_a_boolean_is_named() -> None:
+    body = {"source_config": {"resource_spec": {"min_scale": 0, "db_cpu": 0}}}
+    assert PatchDeploymentRequest.model_validate(body).to_request_body() == body
+    with pytest.raises(
+        InvalidRequestError, match=r"resource_spec\.max_scale: Value error, must be a number, got True$"
+    ):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"max_scale": True}}})
