@@ -27,6 +27,7 @@ from airflow_provider.models import (
     ResourceSpecPatch,
     Revision,
     RevisionStatus,
+    SourceRevisionConfigPatch,
     canonical_uuid,
     error_message,
 )
@@ -475,3 +476,67 @@ def test_zero_is_a_valid_integer_field_and_a_boolean_is_named() -> None:
         InvalidRequestError, match=r"resource_spec\.max_scale: Value error, must be a number, got True$"
     ):
         _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"max_scale": True}}})
+
+
+def test_unknown_field_messages() -> None:
+    with pytest.raises(ValidationError) as caught:
+        PatchDeploymentRequest.model_validate({"source_config": {"repo_ulr": "x", "zzz": 1}})
+    text = str(caught.value)
+    assert (
+        "unknown field 'source_config.repo_ulr'; did you mean 'repo_url'?; unknown field 'source_config.zzz'; " in text
+    )
+    assert "expected one of: build_command, build_on_push, custom_url, deployment_type, install_command, " in text
+
+
+def test_changes_revision_needs_a_set_field() -> None:
+    assert not SourceRevisionConfigPatch().changes_revision
+    assert SourceRevisionConfigPatch(graph_config_path="g.json").changes_revision
+
+
+def test_request_secret_messages() -> None:
+    with pytest.raises(ValidationError, match=r"secrets\.0\.value is required \(secret 'A' has none\)"):
+        PatchDeploymentRequest.model_validate({"secrets": [{"name": "A"}]})
+    repeated = [{"name": name, "value": "v"} for name in ("B", "A", "B", "A")]
+    with pytest.raises(ValidationError, match="secret names must be unique, repeated: A, B"):
+        PatchDeploymentRequest.model_validate({"secrets": repeated})
+    with pytest.raises(ValidationError, match="secret name must not be blank"):
+        PatchDeploymentRequest.model_validate({"secrets": [{"name": "  ", "value": "v"}]})
+
+
+def test_an_empty_nested_object_is_an_empty_patch() -> None:
+    with pytest.raises(ValidationError, match="empty patch"):
+        PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {}}})
+
+
+def test_tag_ids_with_a_comma_are_refused_by_name() -> None:
+    with pytest.raises(
+        ValidationError, match=r"tag_value_ids entries must be non-empty and contain no comma, got 'a,b'"
+    ):
+        ListDeploymentsQuery(tag_value_ids=["a,b"])
+
+
+def reflected(patch: dict[str, Any], **deployment: Any) -> bool:
+    return PatchDeploymentRequest.model_validate(patch).is_reflected_in(
+        Deployment.model_validate(deployment_json(**deployment))
+    )
+
+
+def test_is_reflected_in_compares_every_part_of_the_patch() -> None:
+    assert reflected({"source_revision_config": {"repo_ref": "main"}})
+    assert not reflected({"source_revision_config": {"repo_ref": "dev"}})
+    assert reflected({"source_config": {"resource_spec": {"min_scale": 1, "labels": {"team": "payments"}}}})
+    assert not reflected({"source_config": {"resource_spec": {"min_scale": 2}}})
+    assert not reflected({"source_config": {"install_command": "make"}})  # absent on the deployment
+    assert not reflected({"source_config": {"resource_spec": {"labels": {"team": "x"}}}})
+    secret = {"secrets": [{"name": "DB_PASSWORD", "value": "hunter2-very-secret"}]}
+    assert reflected(secret)  # echoed equal
+    assert reflected(secret, secrets=[{"name": "DB_PASSWORD", "value": REDACTED}])
+    assert reflected(secret, secrets=[{"name": "DB_PASSWORD"}])
+    assert not reflected(secret, secrets=[{"name": "DB_PASSWORD", "value": "other"}])
+    assert not reflected(secret, secrets=[{"name": "OTHER", "value": REDACTED}])
+    refs = {"secret_references": [{"name": "A", "secret_name": "s", "secret_key": "k"}]}
+    assert reflected(refs, secret_references=refs["secret_references"])
+    assert not reflected(refs, secret_references=[{"name": "A", "secret_name": "s", "secret_key": "other"}])
+    assert not reflected(refs)
+    both = {"source_revision_config": {"repo_ref": "main"}, "source_config": {"repo_url": "elsewhere"}}
+    assert not reflected(both)
