@@ -540,3 +540,8 @@ def test_is_reflected_in_compares_every_part_of_the_patch() -> None:
     assert not reflected(refs)
     both = {"source_revision_config": {"repo_ref": "main"}, "source_config": {"repo_url": "elsewhere"}}
     assert not reflected(both)
+
+
+def test_is_reflected_in_ignores_revision_fields_the_patch_does_not_set() -> None:
+    image_too = {"repo_ref": "main", "image_uri": "img:1", "graph_config_path": "g.json"}
+    assert reflected({"source_revision_config": {"repo_ref": "main"}}, source_revision_config=image_too)
