@@ -30,6 +30,7 @@ LAYERS = {
     "airflow_provider.rollout": 2,
     "airflow_provider.patch_rules": 2,
     "airflow_provider.client": 3,
+    "airflow_provider.fleet": 3,
     "airflow_provider.hooks": 4,
     "airflow_provider.triggers": 5,
     "airflow_provider.tasks": 6,

@@ -11,7 +11,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
-from airflow_provider.client import AsyncDeploymentServiceClient, ClientSettings, DeploymentServiceClient, RetryPolicy
+from airflow_provider.client import (
+    AsyncDeploymentServiceClient,
+    ClientSettings,
+    DeploymentServiceClient,
+    LogOrder,
+    LogType,
+    RetryPolicy,
+)
 from airflow_provider.defaults import (
     CONN_TYPE,
     DEFAULT_CONN_ID,
@@ -29,6 +36,10 @@ from airflow_provider.models import (
     PatchDeploymentRequest,
     Repository,
     Revision,
+    RevisionListPage,
+    RevisionLogPage,
+    RevisionStatus,
+    SourceRevisionConfig,
 )
 
 if TYPE_CHECKING:
@@ -232,6 +243,56 @@ class DeploymentServiceHook(BaseHook):
         """One revision (production endpoint outside the spec; may answer 404/405)."""
         return self.client.get_revision(deployment_id, revision_id)
 
+    def list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """One page of a deployment's revisions, newest first (production endpoint; may answer 404/405)."""
+        return self.client.list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+
+    def iter_revisions(
+        self, deployment_id: str, *, max_results: int | None = None, status: list[RevisionStatus | str] | None = None
+    ) -> Iterator[Revision]:
+        """Every revision of a deployment over all pages, newest first, at most ``max_results``."""
+        return self.client.iter_revisions(deployment_id, max_results=max_results, status=status)
+
+    def redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """Deploy an earlier revision's build again, never twice (production endpoint; may answer 404/405;
+        see :meth:`DeploymentServiceClient.redeploy_revision`)."""
+        return self.client.redeploy_revision(
+            deployment_id,
+            revision_id,
+            previous_latest_revision_id=previous_latest_revision_id,
+            expected_config=expected_config,
+        )
+
+    def get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """A page of a revision's build or deploy log (production endpoint; may answer 404/405)."""
+        return self.client.get_revision_logs(deployment_id, revision_id, type, limit=limit, order=order, offset=offset)
+
     def patch_deployment(
         self,
         deployment_id: str,
@@ -275,6 +336,60 @@ class DeploymentServiceHook(BaseHook):
     async def a_get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """Async :meth:`get_revision`."""
         return await (await self.get_async_client()).get_revision(deployment_id, revision_id)
+
+    async def a_list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """Async :meth:`list_revisions`."""
+        client = await self.get_async_client()
+        return await client.list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+
+    async def a_iter_revisions(
+        self, deployment_id: str, *, max_results: int | None = None, status: list[RevisionStatus | str] | None = None
+    ) -> AsyncIterator[Revision]:
+        """Async :meth:`iter_revisions`."""
+        client = await self.get_async_client()
+        async for revision in client.iter_revisions(deployment_id, max_results=max_results, status=status):
+            yield revision
+
+    async def a_redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """Async :meth:`redeploy_revision`."""
+        client = await self.get_async_client()
+        return await client.redeploy_revision(
+            deployment_id,
+            revision_id,
+            previous_latest_revision_id=previous_latest_revision_id,
+            expected_config=expected_config,
+        )
+
+    async def a_get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """Async :meth:`get_revision_logs`."""
+        client = await self.get_async_client()
+        return await client.get_revision_logs(deployment_id, revision_id, type, limit=limit, order=order, offset=offset)
 
     async def a_patch_deployment(
         self,

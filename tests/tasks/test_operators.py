@@ -142,6 +142,10 @@ def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
         "revision_id": new,
         "previous_active_revision_id": dep["active_revision_id"],
         "deployment_url": dep["source_config"]["custom_url"],  # the service sets it for codehost deployments
+        # What served before, for a rollback: the non-secret fields of the previously active revision.
+        "previous_source_revision_config": {
+            name: value for name, value in dep["source_revision_config"].items() if value is not None
+        },
     }
     assert emulator.state.count(PATCH_ROUTE) == 1
 
