@@ -545,3 +545,10 @@ def test_is_reflected_in_compares_every_part_of_the_patch() -> None:
 def test_is_reflected_in_ignores_revision_fields_the_patch_does_not_set() -> None:
     image_too = {"repo_ref": "main", "image_uri": "img:1", "graph_config_path": "g.json"}
     assert reflected({"source_revision_config": {"repo_ref": "main"}}, source_revision_config=image_too)
+
+
+def test_is_reflected_in_a_nested_value_the_deployment_lacks() -> None:
+    config = deployment_json()["source_config"]
+    assert not reflected(
+        {"source_config": {"resource_spec": {"min_scale": 1}}}, source_config={**config, "resource_spec": None}
+    )
