@@ -29,6 +29,7 @@ LAYERS = {
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
     "airflow_provider.assets": 2,
+    "airflow_provider.patch_rules": 2,
     "airflow_provider.client": 3,
     "airflow_provider.fleet": 3,
     "airflow_provider.hooks": 4,

@@ -27,6 +27,15 @@ from airflow_provider.models import (
     Revision,
     canonical_uuid,
 )
+from airflow_provider.patch_rules import (
+    RESOURCE_SPEC_MODES,
+    describe_refusals,
+    discouraged_fields,
+    merge_resource_spec,
+    refusals,
+    unchanged_fixed_fields,
+    without_unchanged_fixed_fields,
+)
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import (
@@ -562,6 +571,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     :param secret_references: Kubernetes secret references (``external_docker`` only).
     :param image_uri: shortcut for ``source_revision_config["image_uri"]``. Templated.
     :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``. Templated.
+    :param resource_spec_mode: ``"merge"`` (default): a ``source_config.resource_spec`` that names only some
+        fields is completed from the deployment's current one and sent whole, because production replaces
+        the whole resource_spec (a field set to ``None`` is removed); the fields kept are logged.
+        ``"replace"``: sent as given (production then drops every field not given).
+    :param check_source_rules: before sending, refuse what production refuses for this deployment (fields
+        that cannot change after creation, fields of another source, ``build_on_push`` with a tag ref),
+        naming the field, the deployment's source and the rule. ``False`` skips these local checks for a
+        server that accepts more (the server still decides); the request schema (unknown fields,
+        ResourceSpec bounds and integers) is always checked.
     :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
@@ -606,9 +624,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
+        resource_spec_mode: str = "merge",
+        check_source_rules: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if resource_spec_mode not in RESOURCE_SPEC_MODES:
+            raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
+        self.resource_spec_mode = resource_spec_mode
+        self.check_source_rules = check_source_rules
         if verify is not None and not callable(verify):
             raise ValueError(f"verify must be a callable given the live Deployment, got {type(verify).__name__}")
         self.verify = verify
@@ -653,14 +677,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti = context["ti"]
         store = context.get("task_state_store")
         current = self._read(deployment_id)
+        to_send = self._against_current(request, current)
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
         previous_config = self._recorded_previous_config(store) if deployment is not None else {}
         if deployment is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            self.log.info("Patching %s (fields: %s)", current.summary(), ", ".join(sorted(request.to_request_body())))
-            deployment = self.hook.patch_deployment(deployment_id, request, previous_latest_revision_id=previous_latest)
+            self.log.info("Patching %s (fields: %s)", current.summary(), ", ".join(sorted(to_send.to_request_body())))
+            deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
             self._record(
                 store,
@@ -859,6 +884,48 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         config = recorded.get("previous_source_revision_config") if isinstance(recorded, dict) else None
         return dict(config) if isinstance(config, dict) else {}
 
+    def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
+        """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
+        off), create-time fields that would not change left out, a partial resource_spec completed."""
+        if self.check_source_rules:
+            found = refusals(request, current)
+            if found:
+                raise AirflowFailException(
+                    f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
+                )
+        try:
+            unchanged = unchanged_fixed_fields(request, current)
+            to_send = without_unchanged_fixed_fields(request, current)
+            if unchanged:
+                self.log.info(
+                    "Not sending source_config.%s: unchanged, and it cannot change after creation",
+                    ", source_config.".join(unchanged),
+                )
+            if self.resource_spec_mode == "merge":
+                merged = merge_resource_spec(to_send, current)
+                to_send = merged.request
+                if merged.kept:
+                    self.log.info(
+                        "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
+                        "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
+                        ", ".join(merged.kept),
+                    )
+                if merged.left_out:
+                    self.log.warning(
+                        "The deployment's current resource_spec has fields this provider cannot send, left out "
+                        "of the patch (production drops them): %s",
+                        ", ".join(merged.left_out),
+                    )
+        except ValueError as err:
+            raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
+        discouraged = discouraged_fields(to_send)
+        if discouraged:
+            self.log.warning(
+                "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+                ", ".join(discouraged),
+            )
+        return to_send
+
     def _read(self, deployment_id: str) -> Deployment:
         try:
             return self.hook.get_deployment(deployment_id)
@@ -891,7 +958,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             try_number = getattr(context["ti"], "try_number", 1) or 1
             if try_number <= 1 or not self._applied_by_earlier_try(request, current, context):
                 return None, None, None
-            revision_id = current.latest_revision_id if request.creates_revision else None
+            # A resource_spec patch creates a revision in production and none under the spec's reading: an
+            # earlier try's revision is the latest one while it rolls out (once live, waiting for READY is the same).
+            created = request.creates_revision or (request.may_create_revision and current.is_rolling_out)
+            revision_id = current.latest_revision_id if created else None
             previous_active = current.active_revision_id if current.active_revision_id != revision_id else None
             source = f"found on the deployment (try {try_number}, no task_state_store record)"
         revision = None
