@@ -312,7 +312,10 @@ def patch_wave(
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
         if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
-            row.to_revision = deployment.latest_revision_id if request.creates_revision else None
+            # A resource_spec patch creates a revision in production but not under every reading: the
+            # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
+            created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
+            row.to_revision = deployment.latest_revision_id if created else None
             row.fingerprint, row.started_at, row.outcome = fingerprint, now, Outcome.ROLLING_OUT
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
