@@ -1,8 +1,9 @@
 """``make demo``: roll out a new revision through Airflow against the local emulator, then summarise.
 
 Starts the emulator on a free loopback port with the shipped example data, sets up a throwaway
-AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` (and the fleet DAG unless
-``--only-rollout``) with ``airflow dags test``, prints what happened, and stops everything it started.
+AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` twice with ``airflow dags test``
+(a release that lands, then one that goes live unhealthy and is rolled back; the mapped fleet DAG too
+with ``--with-fleet``), prints what happened, and stops everything it started.
 A deployment watcher (the trigger of ``smoke_test_on_new_revision``) runs inline meanwhile and reports
 the event the rollout fires.
 Exits non-zero when a rollout did not land. Safe to run again: every run starts from scratch.
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 WORK = Path(os.environ.get("DEMO_WORK_DIR", REPO / ".demo")).resolve()
 API_KEY = "demo-api-key-not-a-real-secret"
 PAYMENT_TOKEN = "demo-payment-token-masked-in-logs"
-BUILD_SECONDS = 6.0
+BUILD_SECONDS = 4.0
 POLL_INTERVAL = 1.0
 STEP_TIMEOUT = 300
 
@@ -169,9 +170,11 @@ def revision_times(deployment: dict[str, Any], revision_id: str) -> float | None
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--only-rollout", action="store_true", help="skip the fleet DAG")
+    parser.add_argument(
+        "--with-fleet", action="store_true", help="also run deploy_fleet_after_build (one task per deployment)"
+    )
     args = parser.parse_args()
-    runs = [run for run in RUNS if run.dag_id == "rollout_after_build"] if args.only_rollout else RUNS
+    runs = RUNS if args.with_fleet else [run for run in RUNS if run.dag_id == "rollout_after_build"]
 
     started = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)

@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "DEPLOYMENT_SERVICE"))}
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "demo.py"), "--only-rollout"],
+        [sys.executable, str(REPO_ROOT / "scripts" / "demo.py")],
         env={**env, "DEMO_WORK_DIR": str(tmp_path / "demo")},
         capture_output=True,
         text=True,
