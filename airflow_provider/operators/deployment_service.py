@@ -547,8 +547,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
     :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
-        once the new revision is live; returning a false value or raising marks the revision bad. Runs on
-        the worker (also with ``deferrable=True``: after the task resumes). Needs ``wait_for_rollout``.
+        once the new revision is live; raising, or returning a false value other than ``None`` (``False``,
+        ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check) or a true value
+        passes. Runs on the worker (also with ``deferrable=True``: after the task resumes). Needs
+        ``wait_for_rollout``.
     :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
         it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
         Needs ``wait_for_rollout``.
@@ -750,7 +752,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         except Exception as err:  # any failure of the user's check means the revision is bad
             shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
             return f"verify raised {shown}"
-        if not verdict:
+        if verdict is not None and not verdict:  # None passes: an assert-style check returns nothing when good
             return f"verify returned {verdict!r}"
         self.log.info("verify accepted revision %s", deployment.active_revision_id)
         return None
@@ -1189,8 +1191,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         (``"25%"``). Default 100.
     :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
     :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
-    :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
-        or raising fails that deployment. Runs on the worker.
+    :param verify: callable given the live ``Deployment`` of each deployment that landed; raising, or
+        returning a false value other than ``None`` (``False``, ``0``, ``""``), fails that deployment;
+        returning ``None`` (an assert-style check) or a true value passes. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
     :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not

@@ -284,6 +284,29 @@ def test_verify_raising_without_rollback_fails_and_leaves_the_revision(emulator:
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
 
 
+@pytest.mark.parametrize(("returned", "passes"), [(None, True), ("ok", True), (False, False), (0, False)])
+def test_verify_fails_only_on_a_falsy_non_none_return(emulator: Any, ticking: Any, returned: Any, passes: bool) -> None:
+    """Assert-style checks return None when the revision is good: None passes, as for fleet rollouts."""
+    dep = deployment_named(emulator, DOCKER)
+    ticking(emulator)
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=lambda deployment: returned,
+        rollback_on_failure=True,
+    )
+    if passes:
+        result = task.execute(make_context(ti))
+        assert result["active_revision_id"] == ti.xcoms["revision_id"]
+        assert emulator.state.count(REDEPLOY_ROUTE) == 0
+        assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
+    else:
+        with pytest.raises(AirflowFailException, match=f"verify returned {returned!r}"):
+            task.execute(make_context(ti))
+        assert emulator.state.count(REDEPLOY_ROUTE) == 1
+
+
 def test_leaving_ready_during_the_bake_rolls_back(emulator: Any, ticking: Any) -> None:
     dep = deployment_named(emulator, DOCKER)
     good = dep["active_revision_id"]
