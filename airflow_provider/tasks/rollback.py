@@ -64,6 +64,7 @@ RollbackPath = Literal["redeploy", "patch", "none"]
 NOT_BUILT = frozenset({RevisionStatus.BUILD_FAILED, RevisionStatus.CREATE_FAILED})
 """Statuses of revisions that have no build to return to."""
 _COMMIT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+_REVISION_NOT_FOUND = re.compile(r"\brevision\b.*\bnot found\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,43 @@ def _read_revision(
         raise
 
 
+def _read_target_revision(
+    hook: DeploymentServiceHook, deployment: Deployment, revision_id: str, name: str, log: logging.Logger | Any
+) -> Revision | None:
+    """The revision to return to from the optional revision endpoint; ``None`` when the server does not have
+    the endpoint; :class:`AirflowFailException` when it has it but not this revision (before anything is sent).
+
+    A 404 alone cannot tell a missing endpoint from a revision the deployment never had (a typo, or another
+    deployment's revision): the deployment's latest revision is asked for too, and an answer means the
+    endpoint exists.
+    """
+    try:
+        return hook.get_revision(deployment.id, revision_id)
+    except DeploymentServiceError as err:
+        if err.status_code not in REVISION_ENDPOINT_MISSING:
+            raise
+        missing = err
+    latest = deployment.latest_revision_id
+    if missing.status_code == 404 and latest is not None and latest != revision_id:
+        try:
+            hook.get_revision(deployment.id, latest)
+        except DeploymentServiceError as err:
+            if err.status_code not in REVISION_ENDPOINT_MISSING:
+                raise
+        else:
+            raise AirflowFailException(
+                f"revision {revision_id} is not a revision of {name}: the revision endpoint knows the "
+                f"deployment's latest revision {latest} but not this one; check revision_id"
+            )
+    log.info("The revision endpoint does not know revision %s (%s)", revision_id, missing)
+    return None
+
+
+def _says_revision_not_found(err: DeploymentServiceError) -> bool:
+    """Whether a 404 names a missing revision (``Revision ID ... not found.``), not a missing route."""
+    return err.status_code == 404 and isinstance(err.detail, str) and bool(_REVISION_NOT_FOUND.search(err.detail))
+
+
 def revision_config_snapshot(
     hook: DeploymentServiceHook, deployment: Deployment, log: logging.Logger | Any
 ) -> dict[str, str]:
@@ -212,8 +250,10 @@ def start_rollback(
 
     Refuses (:class:`AirflowFailException`) before sending anything when: the revision is the one being
     rolled back; the deployment's latest revision is newer than ``rolling_back_from`` and not ``force``;
-    the revision never built; or neither the redeploy endpoint, nor the revision endpoint, nor
-    ``fallback_config`` can say what to restore. Transient service errors propagate (a task retry is safe:
+    the revision never built; the revision is not the deployment's (the revision endpoint knows the
+    deployment's latest revision but not this one, or the redeploy endpoint says it is not found); or
+    neither the redeploy endpoint, nor the revision endpoint, nor ``fallback_config`` can say what to
+    restore. Transient service errors propagate (a task retry is safe:
     both requests are never applied twice).
 
     :param hook: the hook to send through.
@@ -264,7 +304,7 @@ def start_rollback(
             )
             return RollbackStarted("none", target, target, rolled_back_from, deployment, exact=True)
 
-    revision = _read_revision(hook, deployment.id, target, log)
+    revision = _read_target_revision(hook, deployment, target, name, log)
     if revision is not None and revision.status in NOT_BUILT:
         raise AirflowFailException(
             f"{name}: revision {target} has no build to return to (status {revision.status.value}); "
@@ -287,6 +327,11 @@ def start_rollback(
         except DeploymentServiceError as err:
             if err.status_code not in REVISION_ENDPOINT_MISSING:
                 raise
+            if _says_revision_not_found(err):
+                raise AirflowFailException(
+                    f"revision {target} is not a revision of {name}: the redeploy endpoint answered {err}; "
+                    "check revision_id"
+                ) from None
             log.info("The redeploy endpoint is not available (%s); patching the revision's config back", err)
         else:
             new = after.latest_revision_id or target

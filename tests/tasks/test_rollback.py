@@ -22,6 +22,7 @@ from airflow_provider.operators.deployment_service import (
 from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
 from tests.tasks.conftest import (
     PATCH_ROUTE,
+    REVISION_ROUTE,
     SECRET,
     FakeStore,
     FakeTI,
@@ -119,6 +120,46 @@ def test_without_redeploy_or_revision_endpoint_the_given_config_is_restored(serv
     config = {"image_uri": OLD_IMAGE}
     rollback_op(deployment_id=dep["id"], revision_id=good, source_revision_config=config).execute(make_context(ti))
     assert ti.xcoms["rollback_path"] == "patch"
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+@pytest.mark.parametrize("disabled", [[], ["get_revision"]], ids=["all-endpoints", "no-revision-endpoint"])
+@pytest.mark.parametrize("whose", ["typo", "other-deployment"])
+def test_a_revision_the_deployment_never_had_is_refused_before_sending(
+    service: Any, disabled: list[str], whose: str
+) -> None:
+    """A 404 for the revision is not taken as "endpoint missing": no PATCH of the given config, no redeploy."""
+    emulator = service(disabled_endpoints=disabled)
+    dep = deployment_named(emulator, DOCKER)
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    other = deployment_named(emulator, "search-prod")["active_revision_id"]
+    unknown = "0b7c2f4e-9a1d-4c3b-8e5f-6a7b8c9d0e1f" if whose == "typo" else other
+    before = serving(emulator, dep["id"])
+    task = rollback_op(deployment_id=dep["id"], revision_id=unknown, source_revision_config={"image_uri": OLD_IMAGE})
+    with pytest.raises(
+        AirflowFailException,
+        match=f"revision {unknown} is not a revision of deployment 'checkout-api-staging'.*check revision_id",
+    ):
+        task.execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    assert emulator.state.count(REDEPLOY_ROUTE) == (1 if disabled else 0)  # answered 404 "Revision ID ... not found."
+    assert serving(emulator, dep["id"])["latest_revision_id"] == before["latest_revision_id"]
+
+
+def test_without_revision_and_redeploy_endpoints_the_fallback_still_works(service: Any) -> None:
+    """With both endpoints off a 404 for the revision cannot mean "not the deployment's": the given config is
+    patched back (the latest revision is asked for once more to tell)."""
+    emulator = service(disabled_endpoints=["redeploy", "get_revision"])
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    ti = FakeTI()
+    config = {"image_uri": OLD_IMAGE}
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, source_revision_config=config, wait_for_rollout=False)
+    task.execute(make_context(ti))
+    assert ti.xcoms["rollback_path"] == "patch"
+    assert emulator.state.count(REVISION_ROUTE) == 2  # the revision, then the latest one (endpoint absent too)
+    assert emulator.state.count(PATCH_ROUTE) == 1
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
 
 
