@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
+from airflow_provider.errors import ServerError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import (
@@ -19,6 +20,7 @@ from airflow_provider.operators.deployment_service import (
     PatchDeploymentOperator,
     RollbackDeploymentOperator,
 )
+from airflow_provider.tasks.waiting import BAKE_GRACE_LOOKS
 from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
 from tests.tasks.conftest import (
     PATCH_ROUTE,
@@ -389,6 +391,70 @@ def test_a_bake_that_holds_lands(emulator: Any, ticking: Any) -> None:
     assert time.monotonic() - started >= 0.3
     assert result["active_revision_id"] == ti.xcoms["revision_id"]
     assert emulator.state.count(REDEPLOY_ROUTE) == 0
+
+
+class _Outage:
+    """Make ``DeploymentServiceHook.get_deployment`` fail (503, past the client's retries) once ``arm`` was
+    called and ``after`` seconds passed: ``calls`` looks in a row, or every look when ``None``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, after: float, calls: int | None) -> None:
+        self.after, self.calls, self.failed = after, calls, 0
+        self.since: float | None = None
+        original = DeploymentServiceHook.get_deployment
+
+        def get_deployment(hook: DeploymentServiceHook, deployment_id: str) -> Deployment:
+            started = self.since is not None and time.monotonic() >= self.since + self.after
+            if started and (self.calls is None or self.failed < self.calls):
+                self.failed += 1
+                raise ServerError("GET /v2/deployments failed with 503 Service Unavailable", status_code=503)
+            return original(hook, deployment_id)
+
+        monkeypatch.setattr(DeploymentServiceHook, "get_deployment", get_deployment)
+
+    def arm(self, deployment: Deployment) -> None:
+        self.since = time.monotonic()
+
+
+def test_an_outage_at_the_last_look_of_the_bake_is_looked_past(
+    emulator: Any, ticking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last look of the bake fails: looked again, the revision is still live, so it lands (no rollback)."""
+    dep = deployment_named(emulator, DOCKER)
+    outage = _Outage(monkeypatch, after=0.3, calls=1)
+    ticking(emulator)
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=outage.arm,  # the bake starts right after verify
+        bake_seconds=0.3,
+        rollback_on_failure=True,
+    )
+    result = task.execute(make_context(ti))
+    assert outage.failed == 1
+    assert result["active_revision_id"] == ti.xcoms["revision_id"]
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0 and emulator.state.count(PATCH_ROUTE) == 1
+
+
+def test_a_bake_that_cannot_be_finished_is_an_error_to_retry_not_a_rollback(
+    emulator: Any, ticking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    outage = _Outage(monkeypatch, after=0.3, calls=None)
+    ticking(emulator)
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=outage.arm,
+        bake_seconds=0.3,
+        rollback_on_failure=True,
+    )
+    with pytest.raises(AirflowException, match=r"could not finish the bake of revision .*503") as raised:
+        task.execute(make_context())
+    assert not isinstance(raised.value, AirflowFailException)  # a retry reattaches and bakes again
+    assert outage.failed >= 1 + BAKE_GRACE_LOOKS  # the last look and the grace looks
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
 
 
 def test_a_failed_build_needs_no_rollback_and_shows_the_build_log(
