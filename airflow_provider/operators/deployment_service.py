@@ -43,6 +43,7 @@ from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RollbackStarted,
     checked_fallback_config,
+    find_earlier_rollback,
     revision_config_snapshot,
     start_rollback,
 )
@@ -935,7 +936,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     head (logged as a warning); an image or a tag is exact. Secrets are not re-sent unless given. When
     ``rolling_back_from`` is given and a newer revision exists (someone rolled out meanwhile), the task
     refuses, naming both revisions, unless ``force``. Neither request is ever applied twice; a retry after
-    a rollback reattaches to it (recorded in ``task_state_store``) instead of rolling back again.
+    a rollback reattaches to it (recorded in ``task_state_store``; without a record, recognised on the
+    deployment: a newer latest revision, made since the DAG run started, that copies ``revision_id``'s
+    config) instead of rolling back again.
 
     Pushes the XComs ``revision_id`` (the revision that serves after the rollback: the one it created, or
     ``revision_id`` itself when it already served), ``rolled_back_from`` (the revision rolled back),
@@ -1047,6 +1050,10 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         store = context.get("task_state_store")
         started = self._reattach(store, current, target)
         if started is None:
+            started = self._earlier_try_rollback(context, current, target, source, fallback)
+            if started is not None:
+                self._record(store, started)
+        if started is None:
             started = start_rollback(
                 self.hook,
                 current,
@@ -1090,7 +1097,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
-            self.log.warning("Could not read task_state_store (%s); rolling back as if for the first time", err)
+            self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
             return None
         if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
             current.id,
@@ -1106,6 +1113,25 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             recorded.get("rolled_back_from"),
             current,
             dict(recorded.get("restored_config") or {}),
+        )
+
+    def _earlier_try_rollback(
+        self, context: Context, current: Deployment, target: str, source: str | None, fallback: dict[str, str] | None
+    ) -> RollbackStarted | None:
+        """On a retry with no record: the rollback an earlier try sent, recognised on the deployment."""
+        try_number = getattr(context["ti"], "try_number", 1) or 1
+        if try_number <= 1:
+            return None
+        started = getattr(context.get("dag_run"), "start_date", None)
+        return find_earlier_rollback(
+            self.hook,
+            current,
+            target,
+            since=started if isinstance(started, datetime) else None,
+            rolling_back_from=source,
+            fallback_config=fallback,
+            secrets_given=self._resolved_secrets is not None,
+            log=self.log,
         )
 
     def _record(self, store: Any, started: RollbackStarted) -> None:

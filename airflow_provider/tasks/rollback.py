@@ -29,12 +29,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error
+from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config
 from airflow_provider.errors import DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
     Deployment,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RollbackPath",
     "RollbackStarted",
+    "find_earlier_rollback",
     "is_branch_ref",
     "revision_config_snapshot",
     "start_rollback",
@@ -233,6 +235,79 @@ def revision_config_snapshot(
             active,
         )
     return _fields(deployment.source_revision_config)
+
+
+def _revision_if_shown(hook: DeploymentServiceHook, deployment_id: str, revision_id: str) -> Revision | None:
+    """The revision from the optional revision endpoint; ``None`` when it cannot say (transient errors
+    propagate: guessing would risk a second rollback)."""
+    try:
+        return hook.get_revision(deployment_id, revision_id)
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        return None
+
+
+def find_earlier_rollback(
+    hook: DeploymentServiceHook,
+    deployment: Deployment,
+    to_revision_id: str,
+    *,
+    since: datetime | None,
+    rolling_back_from: str | None = None,
+    fallback_config: Mapping[str, str] | None = None,
+    secrets_given: bool = False,
+    log: logging.Logger | Any,
+) -> RollbackStarted | None:
+    """The rollback to ``to_revision_id`` an earlier try sent, recognised on the deployment when it left no
+    record; ``None`` when the deployment does not show one (then roll back).
+
+    Recognised when the deployment's latest revision is not ``to_revision_id``, is newer than it (when the
+    revision endpoint shows both), was created (or the deployment updated) after ``since``, and is a copy
+    of it: the same ``source_revision_config`` (commit included when both have one), read from the revision
+    endpoint, else ``fallback_config``. When neither says what the revision was, nothing is recognised.
+
+    :param hook: the hook to ask (up to two GETs of the optional revision endpoint).
+    :param deployment: the deployment as just read.
+    :param to_revision_id: the canonical revision to return to.
+    :param since: when the DAG run started (a revision made before it is not this task's); ``None``: unknown.
+    :param rolling_back_from: the revision the task rolls back, when given (for the result).
+    :param fallback_config: the revision's non-secret fields as the user gave them.
+    :param secrets_given: whether the task sends secrets (an earlier try then took the patch path).
+    :param log: where to say what was recognised.
+    """
+    latest = deployment.latest_revision_id
+    if latest is None or latest == to_revision_id:
+        return None
+    target = _revision_if_shown(hook, deployment.id, to_revision_id)
+    newest = _revision_if_shown(hook, deployment.id, latest)
+    expected = target.source_revision_config if target is not None else None
+    if expected is None and fallback_config:
+        expected = SourceRevisionConfig.model_validate(dict(fallback_config))
+    if expected is None:
+        log.info("Cannot tell whether revision %s copies revision %s (its config is unknown)", latest, to_revision_id)
+        return None
+    shown = newest.source_revision_config if newest is not None else None
+    if not same_revision_config(shown or deployment.source_revision_config, expected):
+        return None
+    made = (target.created_at if target is not None else None, newest.created_at if newest is not None else None)
+    if made[0] is not None and made[1] is not None and made[1] <= made[0]:  # not newer than the target
+        return None
+    changed = newest.created_at if newest is not None and newest.created_at else deployment.updated_at
+    if since is not None and changed < since:
+        return None
+    path: RollbackPath = "patch" if secrets_given else "redeploy"
+    config = _fields(expected)
+    log.warning(
+        "Deployment %r (%s): its latest revision %s copies revision %s and is newer than this DAG run's start: "
+        "an earlier try's rollback (no task_state_store record). Reattaching to it instead of rolling back again",
+        deployment.name,
+        deployment.id,
+        latest,
+        to_revision_id,
+    )
+    exact = path == "redeploy" or not is_branch_ref(config.get("repo_ref")) or bool(config.get("image_uri"))
+    return RollbackStarted(path, to_revision_id, latest, rolling_back_from, deployment, config, exact=exact)
 
 
 def start_rollback(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -244,6 +245,48 @@ def test_a_retry_after_a_rollback_reattaches(emulator: Any) -> None:
     assert (
         second.xcoms["revision_id"] == first.xcoms["revision_id"] == serving(emulator, dep["id"])["active_revision_id"]
     )
+
+
+class _DagRun:
+    def __init__(self, start_date: datetime) -> None:
+        self.start_date = start_date
+
+
+def test_a_retry_without_a_record_recognises_the_earlier_rollback(emulator: Any) -> None:
+    """No task_state_store: try 2 finds try 1's redeploy on the deployment (a newer copy of the revision, made
+    since the DAG run started) and waits for it instead of redeploying again."""
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    dag_run = _DagRun(emulator.state.clock.now())
+    first = FakeTI(try_number=1)
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, timeout=0.2)
+    with pytest.raises(AirflowSensorTimeout):
+        task.execute({**make_context(first), "dag_run": dag_run})
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    emulator.state.advance(2.5)
+    second = FakeTI(try_number=2)
+    retry = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad)
+    result = retry.execute({**make_context(second), "dag_run": dag_run})
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1 and emulator.state.count(PATCH_ROUTE) == 0
+    assert second.xcoms["revision_id"] == first.xcoms["revision_id"] == result["active_revision_id"]
+    assert second.xcoms["rolled_back_from"] == bad
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_a_copy_made_before_the_dag_run_is_not_taken_for_an_earlier_try(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    copy = roll_out(emulator, dep["id"], image_uri=OLD_IMAGE)  # someone else's, before this run
+    emulator.state.advance(60)
+    ticking(emulator)
+    ti = FakeTI(try_number=2)
+    rollback_op(deployment_id=dep["id"], revision_id=good).execute(
+        {**make_context(ti), "dag_run": _DagRun(emulator.state.clock.now())}
+    )
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    assert ti.xcoms["rolled_back_from"] == copy and ti.xcoms["revision_id"] != copy
 
 
 @pytest.mark.parametrize(
