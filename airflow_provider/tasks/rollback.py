@@ -36,7 +36,7 @@ import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config
-from airflow_provider.errors import DeploymentServiceError, RequestRejectedError
+from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
     Deployment,
     PatchDeploymentRequest,
@@ -400,6 +400,8 @@ def start_rollback(
         except RequestRejectedError as err:
             raise AirflowFailException(f"{name}: the service refused to redeploy revision {target}: {err}") from None
         except DeploymentServiceError as err:
+            if isinstance(err, ConflictError) and err.status_code is None:  # the read-back's verdict, not a 4xx
+                raise AirflowFailException(f"{name}: redeploying revision {target}: {err}") from None
             if err.status_code not in REVISION_ENDPOINT_MISSING:
                 raise
             if _says_revision_not_found(err):
