@@ -637,12 +637,25 @@ class _ClientCore:
         It landed when ``latest_revision_id`` moved on from the one read before sending and the new latest
         revision's config (what the deployment shows) equals the redeployed revision's, commit included.
         A latest revision that moved to some other config is someone else's rollout: refused, never
-        redeployed over it.
+        redeployed over it. When the redeployed revision's config is unknown (``expected`` is ``None``), a
+        move cannot be told apart from someone else's rollout: :class:`ConflictError` saying the outcome is
+        unknown, neither claimed as landed nor sent again.
         """
         if current.latest_revision_id == previous_latest:
             log.warning("%s; read the deployment back: the redeploy did not land", failure.error)
             return False
-        if expected is not None and not same_revision_config(current.source_revision_config, expected):
+        if expected is None:
+            raise ConflictError(
+                f"{failure.error}; read the deployment back: its latest revision moved from {previous_latest} to "
+                f"{current.latest_revision_id}, but the redeployed revision's config is unknown, so whether that is "
+                "this redeploy or another rollout cannot be told: the outcome of the redeploy is unknown; not "
+                f"redeploying again. Check revision {current.latest_revision_id} (its source_revision_config and "
+                "commit) against the revision being redeployed; pass expected_config (for a rollback task: "
+                "source_revision_config=) so the client can tell",
+                method=failure.error.method,
+                path=failure.error.path,
+            )
+        if not same_revision_config(current.source_revision_config, expected):
             raise ConflictError(
                 f"{failure.error}; read the deployment back: its latest revision moved to "
                 f"{current.latest_revision_id}, which is not a copy of the revision being redeployed (another "
@@ -1027,13 +1040,15 @@ class DeploymentServiceClient(_ClientCore):
         dropped connection, 502/504) the client waits one backoff, reads the deployment back and counts
         the redeploy as landed when ``latest_revision_id`` moved on and the deployment shows
         ``expected_config``; a latest revision with another config is someone else's and raises
-        :class:`ConflictError` instead of redeploying over it.
+        :class:`ConflictError` instead of redeploying over it, as does any move when ``expected_config`` is
+        not given (the outcome cannot be told).
 
         :param deployment_id: the deployment's UUID.
         :param revision_id: the earlier revision to deploy again.
         :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this call; read
             first (one GET) when not given.
-        :param expected_config: the redeployed revision's ``source_revision_config``, when known.
+        :param expected_config: the redeployed revision's ``source_revision_config``, when known; without it
+            an ambiguous failure followed by a move of ``latest_revision_id`` raises :class:`ConflictError`.
         """
         call, read_back, previous = self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id)
         if previous is None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_provider.client import AsyncDeploymentServiceClient, ClientSettings, DeploymentServiceClient
-from airflow_provider.errors import InvalidRequestError, NotFoundError
+from airflow_provider.errors import ConflictError, InvalidRequestError, NotFoundError
 from airflow_provider.models import LogLine, PatchDeploymentRequest, RevisionLogPage
 
 TARGET_NAME = "checkout-api-staging"
@@ -72,6 +72,48 @@ def test_redeploy_and_build_logs(deployment_service_emulator: Any) -> None:
             client.get_revision_logs(dep["id"], good)
         with pytest.raises(NotFoundError):
             client.redeploy_revision(dep["id"], good)
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_an_unclear_redeploy_without_the_expected_config_is_not_claimed(
+    deployment_service_emulator: Any, twin: str
+) -> None:
+    """An ambiguous redeploy failure (502, not processed) while someone else rolls out: without the redeployed
+    revision's config the move of latest_revision_id is not taken for the redeploy, nor is it sent again."""
+    emulator = deployment_service_emulator
+    dep = emulator.state.find_deployment(TARGET_NAME)
+    good = dep["active_revision_id"]
+    bad = add_revisions(emulator, dep["id"], 1)[0]
+    emulator.state.add_fault(method="POST", path="/v2/deployments/*/revisions/*/redeploy", count=1, kind="html")
+    theirs: list[str] = []
+
+    def someone_rolls_out(seconds: float) -> None:  # during the client's wait before it reads back
+        if not theirs:
+            body = PatchDeploymentRequest.model_validate({"source_revision_config": {"image_uri": "acme/app:theirs"}})
+            theirs.append(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
+
+    settings = ClientSettings(base_url=emulator.base_url)
+    if twin == "sync":
+        unclear = pytest.raises(ConflictError, match="the outcome of the redeploy is unknown")
+        with DeploymentServiceClient(settings, emulator.api_key, sleep=someone_rolls_out) as client, unclear as raised:
+            client.redeploy_revision(dep["id"], good, previous_latest_revision_id=bad)
+    else:
+
+        async def asleep(seconds: float) -> None:
+            someone_rolls_out(seconds)
+
+        async def run() -> None:
+            client = AsyncDeploymentServiceClient(settings, emulator.api_key, sleep=asleep)
+            try:
+                await client.redeploy_revision(dep["id"], good, previous_latest_revision_id=bad)
+            finally:
+                await client.aclose()
+
+        with pytest.raises(ConflictError, match="the outcome of the redeploy is unknown") as raised:
+            asyncio.run(run())
+    assert theirs and theirs[0] in str(raised.value)
+    assert emulator.state.count("POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy") == 1
+    assert emulator.state.get_deployment(dep["id"])["latest_revision_id"] == theirs[0]
 
 
 def test_log_lines_are_read_tolerantly() -> None:

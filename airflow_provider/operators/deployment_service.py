@@ -54,6 +54,7 @@ from airflow_provider.tasks.events import emit_revision_event, with_revision_out
 from airflow_provider.tasks.rollback import (
     RollbackStarted,
     checked_fallback_config,
+    find_earlier_rollback,
     revision_config_snapshot,
     start_rollback,
 )
@@ -584,8 +585,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
     :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
-        once the new revision is live; returning a false value or raising marks the revision bad. Runs on
-        the worker (also with ``deferrable=True``: after the task resumes). Needs ``wait_for_rollout``.
+        once the new revision is live; raising, or returning a false value other than ``None`` (``False``,
+        ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check) or a true value
+        passes. Runs on the worker (also with ``deferrable=True``: after the task resumes). Needs
+        ``wait_for_rollout``.
     :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
         it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
         Needs ``wait_for_rollout``.
@@ -795,7 +798,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         except Exception as err:  # any failure of the user's check means the revision is bad
             shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
             return f"verify raised {shown}"
-        if not verdict:
+        if verdict is not None and not verdict:  # None passes: an assert-style check returns nothing when good
             return f"verify returned {verdict!r}"
         self.log.info("verify accepted revision %s", deployment.active_revision_id)
         return None
@@ -1029,7 +1032,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     head (logged as a warning); an image or a tag is exact. Secrets are not re-sent unless given. When
     ``rolling_back_from`` is given and a newer revision exists (someone rolled out meanwhile), the task
     refuses, naming both revisions, unless ``force``. Neither request is ever applied twice; a retry after
-    a rollback reattaches to it (recorded in ``task_state_store``) instead of rolling back again.
+    a rollback reattaches to it (recorded in ``task_state_store``; without a record, recognised on the
+    deployment: a newer latest revision, made since the DAG run started, that copies ``revision_id``'s
+    config) instead of rolling back again.
 
     Pushes the XComs ``revision_id`` (the revision that serves after the rollback: the one it created, or
     ``revision_id`` itself when it already served), ``rolled_back_from`` (the revision rolled back),
@@ -1141,6 +1146,10 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         store = context.get("task_state_store")
         started = self._reattach(store, current, target)
         if started is None:
+            started = self._earlier_try_rollback(context, current, target, source, fallback)
+            if started is not None:
+                self._record(store, started)
+        if started is None:
             started = start_rollback(
                 self.hook,
                 current,
@@ -1188,7 +1197,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
-            self.log.warning("Could not read task_state_store (%s); rolling back as if for the first time", err)
+            self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
             return None
         if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
             current.id,
@@ -1204,6 +1213,25 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             recorded.get("rolled_back_from"),
             current,
             dict(recorded.get("restored_config") or {}),
+        )
+
+    def _earlier_try_rollback(
+        self, context: Context, current: Deployment, target: str, source: str | None, fallback: dict[str, str] | None
+    ) -> RollbackStarted | None:
+        """On a retry with no record: the rollback an earlier try sent, recognised on the deployment."""
+        try_number = getattr(context["ti"], "try_number", 1) or 1
+        if try_number <= 1:
+            return None
+        started = getattr(context.get("dag_run"), "start_date", None)
+        return find_earlier_rollback(
+            self.hook,
+            current,
+            target,
+            since=started if isinstance(started, datetime) else None,
+            rolling_back_from=source,
+            fallback_config=fallback,
+            secrets_given=self._resolved_secrets is not None,
+            log=self.log,
         )
 
     def _record(self, store: Any, started: RollbackStarted) -> None:
@@ -1293,8 +1321,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
         and a retry never patches a deployment twice whatever the value; the hook's client holds 20
         connections, so more than 20 only queue.
-    :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
-        or raising fails that deployment. Runs on the worker.
+    :param verify: callable given the live ``Deployment`` of each deployment that landed; raising, or
+        returning a false value other than ``None`` (``False``, ``0``, ``""``), fails that deployment;
+        returning ``None`` (an assert-style check) or a true value passes. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
     :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not

@@ -29,13 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error
-from airflow_provider.errors import DeploymentServiceError, RequestRejectedError
+from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config
+from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
     Deployment,
     PatchDeploymentRequest,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RollbackPath",
     "RollbackStarted",
+    "find_earlier_rollback",
     "is_branch_ref",
     "revision_config_snapshot",
     "start_rollback",
@@ -64,6 +66,7 @@ RollbackPath = Literal["redeploy", "patch", "none"]
 NOT_BUILT = frozenset({RevisionStatus.BUILD_FAILED, RevisionStatus.CREATE_FAILED})
 """Statuses of revisions that have no build to return to."""
 _COMMIT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+_REVISION_NOT_FOUND = re.compile(r"\brevision\b.*\bnot found\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,43 @@ def _read_revision(
         raise
 
 
+def _read_target_revision(
+    hook: DeploymentServiceHook, deployment: Deployment, revision_id: str, name: str, log: logging.Logger | Any
+) -> Revision | None:
+    """The revision to return to from the optional revision endpoint; ``None`` when the server does not have
+    the endpoint; :class:`AirflowFailException` when it has it but not this revision (before anything is sent).
+
+    A 404 alone cannot tell a missing endpoint from a revision the deployment never had (a typo, or another
+    deployment's revision): the deployment's latest revision is asked for too, and an answer means the
+    endpoint exists.
+    """
+    try:
+        return hook.get_revision(deployment.id, revision_id)
+    except DeploymentServiceError as err:
+        if err.status_code not in REVISION_ENDPOINT_MISSING:
+            raise
+        missing = err
+    latest = deployment.latest_revision_id
+    if missing.status_code == 404 and latest is not None and latest != revision_id:
+        try:
+            hook.get_revision(deployment.id, latest)
+        except DeploymentServiceError as err:
+            if err.status_code not in REVISION_ENDPOINT_MISSING:
+                raise
+        else:
+            raise AirflowFailException(
+                f"revision {revision_id} is not a revision of {name}: the revision endpoint knows the "
+                f"deployment's latest revision {latest} but not this one; check revision_id"
+            )
+    log.info("The revision endpoint does not know revision %s (%s)", revision_id, missing)
+    return None
+
+
+def _says_revision_not_found(err: DeploymentServiceError) -> bool:
+    """Whether a 404 names a missing revision (``Revision ID ... not found.``), not a missing route."""
+    return err.status_code == 404 and isinstance(err.detail, str) and bool(_REVISION_NOT_FOUND.search(err.detail))
+
+
 def revision_config_snapshot(
     hook: DeploymentServiceHook, deployment: Deployment, log: logging.Logger | Any
 ) -> dict[str, str]:
@@ -197,6 +237,79 @@ def revision_config_snapshot(
     return _fields(deployment.source_revision_config)
 
 
+def _revision_if_shown(hook: DeploymentServiceHook, deployment_id: str, revision_id: str) -> Revision | None:
+    """The revision from the optional revision endpoint; ``None`` when it cannot say (transient errors
+    propagate: guessing would risk a second rollback)."""
+    try:
+        return hook.get_revision(deployment_id, revision_id)
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        return None
+
+
+def find_earlier_rollback(
+    hook: DeploymentServiceHook,
+    deployment: Deployment,
+    to_revision_id: str,
+    *,
+    since: datetime | None,
+    rolling_back_from: str | None = None,
+    fallback_config: Mapping[str, str] | None = None,
+    secrets_given: bool = False,
+    log: logging.Logger | Any,
+) -> RollbackStarted | None:
+    """The rollback to ``to_revision_id`` an earlier try sent, recognised on the deployment when it left no
+    record; ``None`` when the deployment does not show one (then roll back).
+
+    Recognised when the deployment's latest revision is not ``to_revision_id``, is newer than it (when the
+    revision endpoint shows both), was created (or the deployment updated) after ``since``, and is a copy
+    of it: the same ``source_revision_config`` (commit included when both have one), read from the revision
+    endpoint, else ``fallback_config``. When neither says what the revision was, nothing is recognised.
+
+    :param hook: the hook to ask (up to two GETs of the optional revision endpoint).
+    :param deployment: the deployment as just read.
+    :param to_revision_id: the canonical revision to return to.
+    :param since: when the DAG run started (a revision made before it is not this task's); ``None``: unknown.
+    :param rolling_back_from: the revision the task rolls back, when given (for the result).
+    :param fallback_config: the revision's non-secret fields as the user gave them.
+    :param secrets_given: whether the task sends secrets (an earlier try then took the patch path).
+    :param log: where to say what was recognised.
+    """
+    latest = deployment.latest_revision_id
+    if latest is None or latest == to_revision_id:
+        return None
+    target = _revision_if_shown(hook, deployment.id, to_revision_id)
+    newest = _revision_if_shown(hook, deployment.id, latest)
+    expected = target.source_revision_config if target is not None else None
+    if expected is None and fallback_config:
+        expected = SourceRevisionConfig.model_validate(dict(fallback_config))
+    if expected is None:
+        log.info("Cannot tell whether revision %s copies revision %s (its config is unknown)", latest, to_revision_id)
+        return None
+    shown = newest.source_revision_config if newest is not None else None
+    if not same_revision_config(shown or deployment.source_revision_config, expected):
+        return None
+    made = (target.created_at if target is not None else None, newest.created_at if newest is not None else None)
+    if made[0] is not None and made[1] is not None and made[1] <= made[0]:  # not newer than the target
+        return None
+    changed = newest.created_at if newest is not None and newest.created_at else deployment.updated_at
+    if since is not None and changed < since:
+        return None
+    path: RollbackPath = "patch" if secrets_given else "redeploy"
+    config = _fields(expected)
+    log.warning(
+        "Deployment %r (%s): its latest revision %s copies revision %s and is newer than this DAG run's start: "
+        "an earlier try's rollback (no task_state_store record). Reattaching to it instead of rolling back again",
+        deployment.name,
+        deployment.id,
+        latest,
+        to_revision_id,
+    )
+    exact = path == "redeploy" or not is_branch_ref(config.get("repo_ref")) or bool(config.get("image_uri"))
+    return RollbackStarted(path, to_revision_id, latest, rolling_back_from, deployment, config, exact=exact)
+
+
 def start_rollback(
     hook: DeploymentServiceHook,
     deployment: Deployment,
@@ -212,8 +325,10 @@ def start_rollback(
 
     Refuses (:class:`AirflowFailException`) before sending anything when: the revision is the one being
     rolled back; the deployment's latest revision is newer than ``rolling_back_from`` and not ``force``;
-    the revision never built; or neither the redeploy endpoint, nor the revision endpoint, nor
-    ``fallback_config`` can say what to restore. Transient service errors propagate (a task retry is safe:
+    the revision never built; the revision is not the deployment's (the revision endpoint knows the
+    deployment's latest revision but not this one, or the redeploy endpoint says it is not found); or
+    neither the redeploy endpoint, nor the revision endpoint, nor ``fallback_config`` can say what to
+    restore. Transient service errors propagate (a task retry is safe:
     both requests are never applied twice).
 
     :param hook: the hook to send through.
@@ -264,7 +379,7 @@ def start_rollback(
             )
             return RollbackStarted("none", target, target, rolled_back_from, deployment, exact=True)
 
-    revision = _read_revision(hook, deployment.id, target, log)
+    revision = _read_target_revision(hook, deployment, target, name, log)
     if revision is not None and revision.status in NOT_BUILT:
         raise AirflowFailException(
             f"{name}: revision {target} has no build to return to (status {revision.status.value}); "
@@ -285,8 +400,15 @@ def start_rollback(
         except RequestRejectedError as err:
             raise AirflowFailException(f"{name}: the service refused to redeploy revision {target}: {err}") from None
         except DeploymentServiceError as err:
+            if isinstance(err, ConflictError) and err.status_code is None:  # the read-back's verdict, not a 4xx
+                raise AirflowFailException(f"{name}: redeploying revision {target}: {err}") from None
             if err.status_code not in REVISION_ENDPOINT_MISSING:
                 raise
+            if _says_revision_not_found(err):
+                raise AirflowFailException(
+                    f"revision {target} is not a revision of {name}: the redeploy endpoint answered {err}; "
+                    "check revision_id"
+                ) from None
             log.info("The redeploy endpoint is not available (%s); patching the revision's config back", err)
         else:
             new = after.latest_revision_id or target

@@ -227,6 +227,10 @@ def defer_until_live(
     )
 
 
+BAKE_GRACE_LOOKS = 2
+"""Looks :func:`bake` makes after its last one failed (transient error) before giving up without a verdict."""
+
+
 def bake(
     hook: DeploymentServiceHook,
     deployment_id: str,
@@ -239,7 +243,11 @@ def bake(
     """Block for a bake: ``revision_id`` must stay active and the deployment ``READY`` for ``seconds``.
 
     Looks every ``poll_interval`` seconds and once at the end; returns why the revision stopped counting as
-    live (at the first look that shows it), or ``None`` when it stayed live. Transient errors skip a look.
+    live (at the first look that shows it), or ``None`` when it stayed live. Transient errors skip a look;
+    a look that could not be made never counts as "left": when the look at the end fails, up to
+    :data:`BAKE_GRACE_LOOKS` more are made ``poll_interval`` apart and the first that answers decides; when
+    none does, :class:`AirflowException` (not a failure: the task retries and reattaches, as when the
+    bake trigger reports an error).
 
     :param hook: the hook to ask.
     :param deployment_id: the deployment.
@@ -251,6 +259,7 @@ def bake(
     """
     log.info("Baking revision %s of deployment %s for %.1f s", revision_id, deployment_id, seconds)
     deadline = time.monotonic() + seconds
+    grace_looks = 0
     while True:
         final = time.monotonic() >= deadline
         try:
@@ -259,6 +268,16 @@ def bake(
             if not err.transient:
                 raise
             log.warning("Deployment %s: the service is unavailable during the bake (%s)", deployment_id, err)
+            if final:
+                if grace_looks >= BAKE_GRACE_LOOKS:
+                    raise AirflowException(
+                        f"could not finish the bake of revision {revision_id} of deployment {deployment_id}: the "
+                        f"service was unavailable at its end and for {grace_looks} more look(s) ({err}); not "
+                        "rolling back a revision that may be healthy (a retry reattaches and bakes again)"
+                    ) from None
+                grace_looks += 1
+                sleep(poll_interval)
+                continue
         else:
             reason = bake_verdict(deployment, revision_id)
             if reason is not None:
@@ -266,8 +285,6 @@ def bake(
             if final:
                 log.info("Revision %s stayed live for the %.1f s bake", revision_id, seconds)
                 return None
-        if final:
-            return f"the last check of the bake of revision {revision_id} failed: the service was unavailable"
         sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
+from airflow_provider.errors import ServerError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import (
@@ -19,9 +21,11 @@ from airflow_provider.operators.deployment_service import (
     PatchDeploymentOperator,
     RollbackDeploymentOperator,
 )
+from airflow_provider.tasks.waiting import BAKE_GRACE_LOOKS
 from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
 from tests.tasks.conftest import (
     PATCH_ROUTE,
+    REVISION_ROUTE,
     SECRET,
     FakeStore,
     FakeTI,
@@ -122,6 +126,46 @@ def test_without_redeploy_or_revision_endpoint_the_given_config_is_restored(serv
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
 
 
+@pytest.mark.parametrize("disabled", [[], ["get_revision"]], ids=["all-endpoints", "no-revision-endpoint"])
+@pytest.mark.parametrize("whose", ["typo", "other-deployment"])
+def test_a_revision_the_deployment_never_had_is_refused_before_sending(
+    service: Any, disabled: list[str], whose: str
+) -> None:
+    """A 404 for the revision is not taken as "endpoint missing": no PATCH of the given config, no redeploy."""
+    emulator = service(disabled_endpoints=disabled)
+    dep = deployment_named(emulator, DOCKER)
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    other = deployment_named(emulator, "search-prod")["active_revision_id"]
+    unknown = "0b7c2f4e-9a1d-4c3b-8e5f-6a7b8c9d0e1f" if whose == "typo" else other
+    before = serving(emulator, dep["id"])
+    task = rollback_op(deployment_id=dep["id"], revision_id=unknown, source_revision_config={"image_uri": OLD_IMAGE})
+    with pytest.raises(
+        AirflowFailException,
+        match=f"revision {unknown} is not a revision of deployment 'checkout-api-staging'.*check revision_id",
+    ):
+        task.execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    assert emulator.state.count(REDEPLOY_ROUTE) == (1 if disabled else 0)  # answered 404 "Revision ID ... not found."
+    assert serving(emulator, dep["id"])["latest_revision_id"] == before["latest_revision_id"]
+
+
+def test_without_revision_and_redeploy_endpoints_the_fallback_still_works(service: Any) -> None:
+    """With both endpoints off a 404 for the revision cannot mean "not the deployment's": the given config is
+    patched back (the latest revision is asked for once more to tell)."""
+    emulator = service(disabled_endpoints=["redeploy", "get_revision"])
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    ti = FakeTI()
+    config = {"image_uri": OLD_IMAGE}
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, source_revision_config=config, wait_for_rollout=False)
+    task.execute(make_context(ti))
+    assert ti.xcoms["rollback_path"] == "patch"
+    assert emulator.state.count(REVISION_ROUTE) == 2  # the revision, then the latest one (endpoint absent too)
+    assert emulator.state.count(PATCH_ROUTE) == 1
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
 def test_superseded_rollback_is_refused_unless_forced(emulator: Any, ticking: Any) -> None:
     dep = deployment_named(emulator, DOCKER)
     good = dep["active_revision_id"]
@@ -201,6 +245,48 @@ def test_a_retry_after_a_rollback_reattaches(emulator: Any) -> None:
     assert (
         second.xcoms["revision_id"] == first.xcoms["revision_id"] == serving(emulator, dep["id"])["active_revision_id"]
     )
+
+
+class _DagRun:
+    def __init__(self, start_date: datetime) -> None:
+        self.start_date = start_date
+
+
+def test_a_retry_without_a_record_recognises_the_earlier_rollback(emulator: Any) -> None:
+    """No task_state_store: try 2 finds try 1's redeploy on the deployment (a newer copy of the revision, made
+    since the DAG run started) and waits for it instead of redeploying again."""
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    dag_run = _DagRun(emulator.state.clock.now())
+    first = FakeTI(try_number=1)
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, timeout=0.2)
+    with pytest.raises(AirflowSensorTimeout):
+        task.execute({**make_context(first), "dag_run": dag_run})
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    emulator.state.advance(2.5)
+    second = FakeTI(try_number=2)
+    retry = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad)
+    result = retry.execute({**make_context(second), "dag_run": dag_run})
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1 and emulator.state.count(PATCH_ROUTE) == 0
+    assert second.xcoms["revision_id"] == first.xcoms["revision_id"] == result["active_revision_id"]
+    assert second.xcoms["rolled_back_from"] == bad
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_a_copy_made_before_the_dag_run_is_not_taken_for_an_earlier_try(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    copy = roll_out(emulator, dep["id"], image_uri=OLD_IMAGE)  # someone else's, before this run
+    emulator.state.advance(60)
+    ticking(emulator)
+    ti = FakeTI(try_number=2)
+    rollback_op(deployment_id=dep["id"], revision_id=good).execute(
+        {**make_context(ti), "dag_run": _DagRun(emulator.state.clock.now())}
+    )
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    assert ti.xcoms["rolled_back_from"] == copy and ti.xcoms["revision_id"] != copy
 
 
 @pytest.mark.parametrize(
@@ -284,6 +370,29 @@ def test_verify_raising_without_rollback_fails_and_leaves_the_revision(emulator:
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
 
 
+@pytest.mark.parametrize(("returned", "passes"), [(None, True), ("ok", True), (False, False), (0, False)])
+def test_verify_fails_only_on_a_falsy_non_none_return(emulator: Any, ticking: Any, returned: Any, passes: bool) -> None:
+    """Assert-style checks return None when the revision is good: None passes, as for fleet rollouts."""
+    dep = deployment_named(emulator, DOCKER)
+    ticking(emulator)
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=lambda deployment: returned,
+        rollback_on_failure=True,
+    )
+    if passes:
+        result = task.execute(make_context(ti))
+        assert result["active_revision_id"] == ti.xcoms["revision_id"]
+        assert emulator.state.count(REDEPLOY_ROUTE) == 0
+        assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
+    else:
+        with pytest.raises(AirflowFailException, match=f"verify returned {returned!r}"):
+            task.execute(make_context(ti))
+        assert emulator.state.count(REDEPLOY_ROUTE) == 1
+
+
 def test_leaving_ready_during_the_bake_rolls_back(emulator: Any, ticking: Any) -> None:
     dep = deployment_named(emulator, DOCKER)
     good = dep["active_revision_id"]
@@ -325,6 +434,70 @@ def test_a_bake_that_holds_lands(emulator: Any, ticking: Any) -> None:
     assert time.monotonic() - started >= 0.3
     assert result["active_revision_id"] == ti.xcoms["revision_id"]
     assert emulator.state.count(REDEPLOY_ROUTE) == 0
+
+
+class _Outage:
+    """Make ``DeploymentServiceHook.get_deployment`` fail (503, past the client's retries) once ``arm`` was
+    called and ``after`` seconds passed: ``calls`` looks in a row, or every look when ``None``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, after: float, calls: int | None) -> None:
+        self.after, self.calls, self.failed = after, calls, 0
+        self.since: float | None = None
+        original = DeploymentServiceHook.get_deployment
+
+        def get_deployment(hook: DeploymentServiceHook, deployment_id: str) -> Deployment:
+            started = self.since is not None and time.monotonic() >= self.since + self.after
+            if started and (self.calls is None or self.failed < self.calls):
+                self.failed += 1
+                raise ServerError("GET /v2/deployments failed with 503 Service Unavailable", status_code=503)
+            return original(hook, deployment_id)
+
+        monkeypatch.setattr(DeploymentServiceHook, "get_deployment", get_deployment)
+
+    def arm(self, deployment: Deployment) -> None:
+        self.since = time.monotonic()
+
+
+def test_an_outage_at_the_last_look_of_the_bake_is_looked_past(
+    emulator: Any, ticking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last look of the bake fails: looked again, the revision is still live, so it lands (no rollback)."""
+    dep = deployment_named(emulator, DOCKER)
+    outage = _Outage(monkeypatch, after=0.3, calls=1)
+    ticking(emulator)
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=outage.arm,  # the bake starts right after verify
+        bake_seconds=0.3,
+        rollback_on_failure=True,
+    )
+    result = task.execute(make_context(ti))
+    assert outage.failed == 1
+    assert result["active_revision_id"] == ti.xcoms["revision_id"]
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0 and emulator.state.count(PATCH_ROUTE) == 1
+
+
+def test_a_bake_that_cannot_be_finished_is_an_error_to_retry_not_a_rollback(
+    emulator: Any, ticking: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    outage = _Outage(monkeypatch, after=0.3, calls=None)
+    ticking(emulator)
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=outage.arm,
+        bake_seconds=0.3,
+        rollback_on_failure=True,
+    )
+    with pytest.raises(AirflowException, match=r"could not finish the bake of revision .*503") as raised:
+        task.execute(make_context())
+    assert not isinstance(raised.value, AirflowFailException)  # a retry reattaches and bakes again
+    assert outage.failed >= 1 + BAKE_GRACE_LOOKS  # the last look and the grace looks
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
 
 
 def test_a_failed_build_needs_no_rollback_and_shows_the_build_log(
