@@ -28,8 +28,9 @@ from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
     DEFAULT_ROLLOUT_TIMEOUT,
-    MISSING_RENDERS,
+    REVISION_VALUE_FIELDS,
     DeploymentServiceBaseTask,
+    check_rendered_value,
     checked_ids,
     non_negative_seconds,
     positive_seconds,
@@ -268,6 +269,13 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
         max_results: int | None = DEFAULT_MAX_RESULTS,
         **kwargs: Any,
     ) -> None:
+        for wire_name in ("limit", "offset"):
+            if wire_name in kwargs:
+                raise ValueError(
+                    f"ListDeploymentsOperator takes no {wire_name}={kwargs[wire_name]!r}: it pages through every "
+                    "match itself; use page_size (deployments per request, 1..100) and max_results (how many "
+                    "in total, default 1000)"
+                )
         super().__init__(**kwargs)
         self.name_contains = name_contains
         self.status = status
@@ -384,9 +392,22 @@ def resolve_secrets(secrets: Any) -> list[dict[str, str]] | None:
     return resolved
 
 
-def _is_missing_render(value: str) -> bool:
-    """Whether a rendered revision value is what a missing XCom or param renders to."""
-    return value.strip() in MISSING_RENDERS
+def describe_patch(request: PatchDeploymentRequest) -> str:
+    """The values a patch sends, for the log: ``source_revision_config.image_uri='...'``, secrets by name only.
+
+    :param request: the validated patch.
+    """
+    shown = request.model_dump(mode="json", exclude_none=True)  # secret values are masked here already
+    parts = []
+    for field, value in shown.items():
+        if field == "secrets":
+            names = ", ".join(secret["name"] for secret in value) or "none"
+            parts.append(f"secrets={len(value)} (names: {names}; values not shown)")
+        elif isinstance(value, dict):
+            parts.extend(f"{field}.{key}={item!r}" for key, item in value.items())
+        else:
+            parts.append(f"{field}={value!r}")
+    return ", ".join(parts)
 
 
 def _fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> tuple[str, str]:
@@ -483,19 +504,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             )
         revision_config = dict(revision_config or {})
         for name, value in revision_config.items():
-            if isinstance(value, str) and _is_missing_render(value):
-                raise AirflowFailException(
-                    f"source_revision_config.{name} rendered to {value!r}: expected a value (is the upstream "
-                    "XCom or param missing?); leave the field out, or set it to None, to keep the current value"
-                )
+            check_rendered_value(f"source_revision_config.{name}", value, segments=name in REVISION_VALUE_FIELDS)
         for name, value in (("image_uri", self.image_uri), ("repo_ref", self.repo_ref)):
             if value is None:
                 continue
-            if not isinstance(value, str) or _is_missing_render(value):
+            if not isinstance(value, str):
                 raise AirflowFailException(
-                    f"{name} rendered to {value!r}: expected an image URI or git ref (is the upstream XCom or "
-                    "param missing?); pass None to leave it out"
+                    f"{name} rendered to {value!r}: expected an image URI or git ref; pass None to leave it out"
                 )
+            check_rendered_value(name, value)
             if revision_config.get(name) not in (None, value):
                 raise AirflowFailException(
                     f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
@@ -526,7 +543,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if deployment is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
-            self.log.info("Patching %s (fields: %s)", current.summary(), ", ".join(sorted(request.to_request_body())))
+            self.log.info("Patching %s: %s", current.summary(), describe_patch(request))
             deployment = self.hook.patch_deployment(deployment_id, request, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
             self._record(store, _fingerprint(deployment_id, request), revision_id, previous_active, previous_latest)

@@ -8,6 +8,7 @@ arguments: they can come from ``default_args`` and be given to ``.partial()``.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -31,6 +32,65 @@ EVENT_STATUSES = ("success", "failed", "timeout", "error")
 """The ``status`` values of a rollout trigger's event."""
 MISSING_RENDERS = ("", "None", "null")
 """What a template renders to when the XCom or param it pulls is missing."""
+MISSING_RENDER_SEGMENTS = (*MISSING_RENDERS, "undefined")
+"""Parts of a rendered URI or path that mean a missing XCom or param was spliced in (``undefined`` from
+a value built in JavaScript or a shell)."""
+REVISION_VALUE_FIELDS = ("image_uri", "repo_ref", "source_tarball_path", "graph_config_path")
+"""The ``source_revision_config`` fields whose rendered value is checked for spliced-in missing renders."""
+_MISSING_RENDER_CAUSE = (
+    "what a template renders for a missing XCom or param (task id typo in xcom_pull? param not set?)"
+)
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SEPARATORS = re.compile(r"([:/@])")
+
+
+def missing_render_problem(value: str, *, segments: bool = True) -> str | None:
+    """Why ``value`` looks like a template spliced in a missing XCom or param, or ``None`` when it does not.
+
+    A whole value of ``None``, ``null`` or blank is one; so is a part after ``:``, ``/`` or ``@`` that is
+    ``None``, ``null``, ``undefined`` or empty (a value ending in ``:`` or ``/``), and such a part before the
+    first separator. Only whole parts count: ``refs/heads/none-fix``, ``ghcr.io/acme/nullable:1`` and
+    ``app@sha256:...`` pass, and a leading ``scheme://`` or ``/`` is not an empty part.
+
+    :param value: the rendered value.
+    :param segments: also look at the parts; else only at the whole value.
+    """
+    if value.strip() in MISSING_RENDERS:
+        return f"the whole value is {value.strip()!r}" if value.strip() else "the value is empty"
+    if not segments:
+        return None
+    parts = _SEPARATORS.split(_SCHEME.sub("", value, count=1))
+    first = parts[0]
+    if len(parts) == 1:
+        return f"the whole value is {first!r}" if first in MISSING_RENDER_SEGMENTS else None
+    if first in MISSING_RENDER_SEGMENTS and (first or parts[1] != "/"):
+        return f"the part before {parts[1]!r} is {first!r}" if first else f"nothing comes before {parts[1]!r}"
+    for index in range(1, len(parts), 2):
+        separator, part = parts[index], parts[index + 1]
+        if part == "" and index + 2 == len(parts):
+            return f"it ends in {separator!r}"
+        if part in MISSING_RENDER_SEGMENTS:
+            return f"the part after {separator!r} is {part!r}" if part else f"the part after {separator!r} is empty"
+    return None
+
+
+def check_rendered_value(field: str, value: Any, *, segments: bool = True) -> None:
+    """Refuse a rendered value that holds a missing render: :class:`AirflowFailException` naming ``field``,
+    the value and the likely cause.
+
+    :param field: the field's name as the user wrote it (``image_uri``, ``source_revision_config.repo_ref``).
+    :param value: the rendered value (non-strings are left to the request's own validation).
+    :param segments: also look at the parts of a URI or path (see :func:`missing_render_problem`); else only
+        at the whole value.
+    """
+    if not isinstance(value, str):
+        return
+    problem = missing_render_problem(value, segments=segments)
+    if problem is not None:
+        raise AirflowFailException(
+            f"{field} rendered to {value!r}: {problem}, {_MISSING_RENDER_CAUSE}; nothing was sent. "
+            "Leave the field out, or set it to None, to keep the current value"
+        )
 
 
 def positive_seconds(value: float | timedelta, name: str) -> float:
