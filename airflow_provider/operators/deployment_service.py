@@ -32,6 +32,9 @@ from airflow_provider.tasks.base import (
     DeploymentServiceBaseTask,
     check_rendered_value,
     checked_ids,
+    checked_name,
+    deployment_by_name,
+    exactly_one_target,
     non_negative_seconds,
     positive_seconds,
 )
@@ -442,7 +445,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     spec does not show whether a ``secrets`` list merges with the deployment's or replaces it (the
     emulator replaces it).
 
-    :param deployment_id: the deployment (UUID). Templated.
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name, looked up when the task runs (the XCom
+        ``deployment_id`` is the id found). Templated. Give this or ``deployment_id``.
     :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
     :param source_config: settings that change without a new revision. Templated.
     :param source_revision_config: settings that create a new revision. Templated.
@@ -460,6 +465,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 
     template_fields = (
         "deployment_id",
+        "deployment_name",
         "image_uri",
         "repo_ref",
         "source_revision_config",
@@ -472,7 +478,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def __init__(
         self,
         *,
-        deployment_id: str,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
         revision_source: str | None = None,
         source_config: dict[str, Any] | None = None,
         source_revision_config: dict[str, Any] | None = None,
@@ -483,8 +490,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         wait_for_rollout: bool = False,
         **kwargs: Any,
     ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
         self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
         self.revision_source = revision_source
         self.source_config = source_config
         self.source_revision_config = source_revision_config
@@ -529,16 +538,26 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         try:
             return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
         except pydantic.ValidationError as err:
-            raise _fail_on_invalid(f"patch for deployment {self.deployment_id}", err) from None
+            target = self.deployment_id if self.deployment_name is None else repr(self.deployment_name)
+            raise _fail_on_invalid(f"patch for deployment {target}", err) from None
 
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
         """Patch (or reattach on a retry), push the XComs, and wait when asked to."""
-        deployment_id, _ = checked_ids(self.deployment_id, None)
-        request = self.build_request()
         ti = context["ti"]
+        # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
+        ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=None)
+        if self.deployment_name is not None:
+            name = checked_name(self.deployment_name)
+            request = self.build_request()
+            current = deployment_by_name(self.hook, name)
+            deployment_id = current.id
+            self.log.info("Deployment %r has id %s", name, deployment_id)
+        else:
+            deployment_id, _ = checked_ids(self.deployment_id, None)
+            request = self.build_request()
+            current = self._read(deployment_id)
         store = context.get("task_state_store")
-        current = self._read(deployment_id)
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
         if deployment is None:
             previous_active = current.active_revision_id

@@ -17,8 +17,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.defaults import DEFAULT_CONN_ID
+from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import canonical_uuid
+from airflow_provider.models import Deployment, canonical_uuid
 
 DEFAULT_POLL_INTERVAL = 30.0
 """Seconds between two looks at a rollout."""
@@ -112,12 +113,59 @@ def checked_ids(deployment_id: Any, revision_id: Any) -> tuple[str, str | None]:
     """Canonical ``(deployment_id, revision_id)``; :class:`AirflowFailException` naming the bad field."""
     try:
         deployment = canonical_uuid(deployment_id, "deployment_id")
-        # A template that pulls a missing revision renders "None": treat it as no revision.
-        missing = revision_id is None or revision_id in MISSING_RENDERS
-        revision = None if missing else canonical_uuid(revision_id, "revision_id")
     except ValueError as err:
         raise AirflowFailException(str(err)) from None
-    return deployment, revision
+    return deployment, checked_revision_id(revision_id)
+
+
+def checked_revision_id(revision_id: Any) -> str | None:
+    """Canonical ``revision_id``, ``None`` for none (or a missing render); :class:`AirflowFailException` if bad."""
+    # A template that pulls a missing revision renders "None": treat it as no revision.
+    if revision_id is None or revision_id in MISSING_RENDERS:
+        return None
+    try:
+        return canonical_uuid(revision_id, "revision_id")
+    except ValueError as err:
+        raise AirflowFailException(str(err)) from None
+
+
+def exactly_one_target(deployment_id: Any, deployment_name: Any) -> None:
+    """``ValueError`` (at DAG parse) unless exactly one of ``deployment_id`` and ``deployment_name`` is given.
+
+    :param deployment_id: the argument as given (a literal, a template or an ``XComArg``).
+    :param deployment_name: the argument as given.
+    """
+    if deployment_id is not None and deployment_name is not None:
+        raise ValueError(
+            f"give deployment_id or deployment_name, not both (got deployment_id={deployment_id!r} and "
+            f"deployment_name={deployment_name!r})"
+        )
+    if deployment_id is None and deployment_name is None:
+        raise ValueError("give deployment_id (the deployment's UUID) or deployment_name (its exact name)")
+
+
+def checked_name(deployment_name: Any) -> str:
+    """The rendered ``deployment_name``; :class:`AirflowFailException` when empty or a missing render."""
+    if not isinstance(deployment_name, str):
+        raise AirflowFailException(
+            f"deployment_name must be a deployment's exact name, got {type(deployment_name).__name__} "
+            f"{deployment_name!r}"
+        )
+    check_rendered_value("deployment_name", deployment_name, segments=False)
+    return deployment_name
+
+
+def deployment_by_name(hook: DeploymentServiceHook, deployment_name: str) -> Deployment:
+    """The deployment named exactly ``deployment_name``; :class:`AirflowFailException` (no retry: the names
+    will not change by waiting) when none or several are.
+
+    :param hook: the hook to ask.
+    :param deployment_name: the checked name (see :func:`checked_name`).
+    """
+    try:
+        return hook.get_deployment_by_name(deployment_name)
+    except (DeploymentNameNotFoundError, AmbiguousDeploymentNameError) as err:
+        raise AirflowFailException(f"deployment_name={deployment_name!r}: {err}") from None
 
 
 class DeploymentServiceBaseTask(BaseOperator):
