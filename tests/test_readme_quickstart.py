@@ -65,24 +65,26 @@ def test_the_quickstart_runs_verbatim(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
     env["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")  # a new user's empty home
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    shell = subprocess.Popen(
-        ["bash", "-e", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: the emulator it starts in the background goes with it
-    )
-    try:
-        output, _ = shell.communicate(timeout=420)
-    except subprocess.TimeoutExpired:
-        os.killpg(shell.pid, signal.SIGKILL)
-        output, _ = shell.communicate()
-        pytest.fail(f"the quickstart did not finish in time:\n{output[-3000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, signal.SIGTERM)
+    log_path = tmp_path / "quickstart.log"
+    with log_path.open("w") as log:  # a file, not a pipe: the emulator left in the background keeps a pipe open
+        shell = subprocess.Popen(
+            ["bash", "-e", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: the emulator it starts in the background goes too
+        )
+        try:
+            shell.wait(timeout=420)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the quickstart did not finish in time:\n{log_path.read_text()[-3000:]}")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(shell.pid, signal.SIGTERM)
+            shell.wait()
+    output = log_path.read_text()
     assert shell.returncode == 0, output[-3000:]
     assert "Deployment service emulator listening on" in output, output[-3000:]
     assert "Patching deployment 'search-staging'" in output, output[-3000:]
