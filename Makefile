@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-LINT_PATHS := airflow_provider tests example_dags bench scripts
+LINT_PATHS := airflow_provider tests example_dags bench scripts docs
 
-.PHONY: demo test lint typecheck unit bench e2e lock clean
+.PHONY: demo test lint typecheck unit docs dist bench e2e lock clean
 
 $(STAMP): pyproject.toml requirements/test.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml requirements/test.lock
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
-## make test: ruff, mypy and the whole pytest suite
-test: lint typecheck unit
+## make test: ruff, mypy, the documentation site (warnings are errors) and the whole pytest suite
+test: lint typecheck docs unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(wildcard $(LINT_PATHS))
@@ -30,6 +30,16 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make docs: the documentation site in docs/_build/html; any warning (a broken reference) fails it
+docs: $(STAMP)
+	rm -rf docs/_build/html
+	$(BIN)/sphinx-build -b html -E -W --keep-going -n -q docs docs/_build/html
+
+## make dist: sdist and wheel in dist/ (the wheel is built from the sdist, as an installer would)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/uv build --out-dir dist
 
 ## extras
 bench: $(STAMP)
@@ -43,4 +53,4 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements/test.lock
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache docs/_build dist

@@ -17,12 +17,13 @@ import ipaddress
 import logging
 import os
 import random
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -64,6 +65,10 @@ from airflow_provider.models import (
     PatchDeploymentRequest,
     Repository,
     Revision,
+    RevisionListPage,
+    RevisionLogPage,
+    RevisionStatus,
+    SourceRevisionConfig,
     canonical_uuid,
     error_message,
 )
@@ -76,6 +81,15 @@ USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 NEAR_NAMES_SHOWN = 10
 """How many near names a failed lookup by name lists."""
+MIN_LENGTH_MASKED_SECRET = 5
+"""Secrets and keys shorter than this are not scrubbed from messages: the default of Airflow's
+``[logging] min_length_masked_secret``, whose masker skips shorter values too (replacing every ``k`` in
+a message hides nothing and garbles the rest). Such values are still never logged by the provider."""
+_API_VERSION_SUFFIX = re.compile(r"/v\d+$", re.IGNORECASE)
+MAX_LOG_LIMIT = 1000
+"""Most log lines one ``GET .../logs`` request may ask for."""
+LogType = Literal["build", "deploy"]
+LogOrder = Literal["asc", "desc"]
 
 
 # -------------------------------------------------------------------------------------- settings
@@ -118,6 +132,8 @@ class ClientSettings:
     :param verify: verify TLS certificates (``True``), not (``False``), or a CA bundle path.
     :param allow_insecure_http: allow sending the API key over plain http to a non-loopback host.
     :param retry: retry policy.
+    :param scheme_assumed: the connection's host had no scheme and ``https://`` was assumed (a TLS
+        handshake failure then says so, with how to ask for ``http://``).
     """
 
     base_url: str
@@ -127,6 +143,7 @@ class ClientSettings:
     verify: bool | str = True
     allow_insecure_http: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    scheme_assumed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
@@ -157,7 +174,7 @@ class ClientSettings:
 
 
 def normalize_base_url(base_url: str) -> str:
-    """Check ``base_url`` has a scheme and host, and drop a trailing slash; keep any path prefix."""
+    """Check ``base_url`` has a scheme and host and no API version, and drop a trailing slash; keep any path prefix."""
     if not isinstance(base_url, str) or not base_url.strip():
         raise InvalidRequestError("base_url is empty: set the connection's host, e.g. https://api.example.com")
     url = base_url.strip().rstrip("/")
@@ -166,6 +183,12 @@ def normalize_base_url(base_url: str) -> str:
         raise InvalidRequestError(f"base_url must start with https:// (or http://) and name a host, got {base_url!r}")
     if parts.query or parts.fragment:
         raise InvalidRequestError(f"base_url must not have a query or fragment, got {base_url!r}")
+    version = _API_VERSION_SUFFIX.search(parts.path)
+    if version:
+        raise InvalidRequestError(
+            f"base_url must not end in an API version, got {base_url!r}: remove the trailing {version.group(0)} "
+            f"(the provider adds it to every request path), e.g. {url[: -len(version.group(0))]!r}"
+        )
     return url
 
 
@@ -248,10 +271,33 @@ def describe_validation_error(err: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
+REVISION_CONFIG_FIELDS = ("repo_ref", "graph_config_path", "image_uri", "source_tarball_path", "repo_commit_sha")
+"""The non-secret fields of a revision's ``source_revision_config``."""
+
+
+def same_revision_config(shown: SourceRevisionConfig, expected: SourceRevisionConfig) -> bool:
+    """Whether two revision configs name the same build (every field equal; ``repo_commit_sha`` compared
+    only when both have one).
+
+    :param shown: the config a deployment or revision shows now.
+    :param expected: the config looked for.
+    """
+    for name in REVISION_CONFIG_FIELDS:
+        mine, theirs = getattr(shown, name), getattr(expected, name)
+        if name == "repo_commit_sha" and (mine is None or theirs is None):
+            continue
+        if mine != theirs:
+            return False
+    return True
+
+
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """Replace every secret value in ``text`` with ``**********``."""
+    """Replace every secret value in ``text`` with ``**********``.
+
+    Values shorter than :data:`MIN_LENGTH_MASKED_SECRET` are left alone, as Airflow's masker does.
+    """
     for secret in secrets:
-        if secret:
+        if len(secret) >= MIN_LENGTH_MASKED_SECRET:
             text = text.replace(secret, "**********")
     return text
 
@@ -264,8 +310,9 @@ _LOCAL_TRANSPORT_ERRORS = (httpx.UnsupportedProtocol, httpx.LocalProtocolError)
 """Failures of the request itself (a bad URL scheme or header): sending it again fails the same way."""
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
-_SAFE_RETRY_STATUSES = frozenset({429, 503})
-"""Statuses where the server refused without processing: safe to re-send even a PATCH."""
+_SAFE_RETRY_STATUSES = frozenset({429})
+"""Statuses where the server refused without processing: safe to re-send even a PATCH. Not 502/503/504:
+a gateway can answer them after the service applied the request, so a PATCH is read back first."""
 
 
 @dataclass
@@ -342,21 +389,30 @@ class _ClientCore:
         """What must never appear in an error about ``call``: its secret values and the API key."""
         return (*call.secrets, self._api_key)
 
+    def _url_of(self, call: Call[Any]) -> str:
+        """The full URL ``call`` goes to, without its query (and without any user-info of the base URL)."""
+        parts = urlsplit(self.settings.base_url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return f"{parts.scheme}://{netloc}{parts.path}{call.path}"
+
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
         return http.build_request(call.method, call.path.lstrip("/"), params=call.params, json=call.json_body)
 
     # ---- decisions
     def _after_exception(self, call: Call[Any], exc: httpx.HTTPError, attempt: int) -> _Decision:
         kind = type(exc).__name__
-        error = TransportError(
-            scrub(f"{call.label} failed: {kind} ({exc}) after {attempt} attempt(s)", self._secrets_of(call)),
-            method=call.method,
-            path=call.path,
-        )
+        where = f"{call.method} {self._url_of(call)}"
+        message = f"{where}: {kind} ({exc}) after {attempt} attempt(s)"
+        if self.settings.scheme_assumed and _is_tls_handshake_error(exc):
+            message += (
+                "; https:// was assumed because the connection's host has no scheme: if the server speaks "
+                "plain http (a trusted or loopback server), write the host as http://host:port or set the "
+                'connection extra "scheme" to "http"'
+            )
+        error = TransportError(scrub(message, self._secrets_of(call)), method=call.method, path=call.path)
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             error = TransportError(
-                f"{call.label} timed out ({kind}, read timeout {self.settings.read_timeout} s) "
-                f"after {attempt} attempt(s)",
+                f"{where} timed out ({kind}, read timeout {self.settings.read_timeout} s) after {attempt} attempt(s)",
                 method=call.method,
                 path=call.path,
             )
@@ -364,7 +420,7 @@ class _ClientCore:
             return _Decision(
                 error=TlsError(
                     scrub(
-                        f"{call.label} failed: the TLS certificate of {self.settings.base_url} could not be "
+                        f"{where} failed: the TLS certificate of {self.settings.base_url} could not be "
                         f"verified ({exc}); if the service uses a private CA, set the connection extra ca_bundle "
                         "to its PEM file",
                         self._secrets_of(call),
@@ -502,6 +558,108 @@ class _ClientCore:
         deployment = _path_id(deployment_id, "deployment_id")
         revision = _path_id(revision_id, "revision_id")
         return Call("GET", f"/v2/deployments/{deployment}/revisions/{revision}", _parse_model(Revision))
+
+    def _list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int,
+        offset: int,
+        status: list[RevisionStatus | str] | None,
+        remote_reconciled: bool | None,
+    ) -> Call[RevisionListPage]:
+        deployment = _path_id(deployment_id, "deployment_id")
+        for name, value, low, high in (("limit", limit, 1, MAX_PAGE_SIZE), ("offset", offset, 0, None)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+                bounds = f"{low}..{high}" if high else f">= {low}"
+                raise InvalidRequestError(f"{name} must be a whole number {bounds}, got {value!r}")
+        params = {"limit": str(limit), "offset": str(offset)}
+        if status:
+            known = {item.value for item in RevisionStatus} - {RevisionStatus.UNKNOWN.value}
+            names = [item.value if isinstance(item, RevisionStatus) else str(item) for item in status]
+            unknown = sorted(set(names) - known)
+            if unknown:
+                allowed = ", ".join(sorted(known))
+                raise InvalidRequestError(f"status must be revision statuses ({allowed}), got {unknown}")
+            params["status"] = ",".join(names)
+        if remote_reconciled is not None:
+            params["remote_reconciled"] = "true" if remote_reconciled else "false"
+        return Call("GET", f"/v2/deployments/{deployment}/revisions", _parse_model(RevisionListPage), params=params)
+
+    def _redeploy(self, deployment_id: str, revision_id: str) -> Call[Deployment]:
+        deployment = _path_id(deployment_id, "deployment_id")
+        revision = _path_id(revision_id, "revision_id")
+        return Call(
+            "POST",
+            f"/v2/deployments/{deployment}/revisions/{revision}/redeploy",
+            _parse_model(Deployment),
+            retry_ambiguous=False,
+        )
+
+    def _revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        type: LogType,
+        limit: int,
+        order: LogOrder,
+        offset: str | None,
+    ) -> Call[RevisionLogPage]:
+        deployment = _path_id(deployment_id, "deployment_id")
+        revision = _path_id(revision_id, "revision_id")
+        if type not in ("build", "deploy"):
+            raise InvalidRequestError(f"type must be 'build' or 'deploy', got {type!r}")
+        if order not in ("asc", "desc"):
+            raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LOG_LIMIT:
+            raise InvalidRequestError(f"limit must be a whole number 1..{MAX_LOG_LIMIT}, got {limit!r}")
+        params = {"type": type, "order": order, "limit": str(limit)}
+        if offset:
+            params["offset"] = offset
+        path = f"/v2/deployments/{deployment}/revisions/{revision}/logs"
+        return Call("GET", path, _parse_model(RevisionLogPage), params=params)
+
+    def _redeploy_plan(
+        self, deployment_id: str, revision_id: str, previous_latest_revision_id: str | None
+    ) -> tuple[Call[Deployment], Call[DeploymentListPage], str | None]:
+        call = self._redeploy(deployment_id, revision_id)
+        previous = previous_latest_revision_id
+        if previous is not None:
+            previous = _path_id(previous, "previous_latest_revision_id")
+        return call, self._get_deployment_via_list(deployment_id), previous
+
+    @staticmethod
+    def _redeploy_landed(
+        failure: AmbiguousFailure,
+        current: Deployment,
+        previous_latest: str | None,
+        expected: SourceRevisionConfig | None,
+    ) -> bool:
+        """After an ambiguous redeploy failure: whether the read-back shows the redeploy applied.
+
+        It landed when ``latest_revision_id`` moved on from the one read before sending and the new latest
+        revision's config (what the deployment shows) equals the redeployed revision's, commit included.
+        A latest revision that moved to some other config is someone else's rollout: refused, never
+        redeployed over it.
+        """
+        if current.latest_revision_id == previous_latest:
+            log.warning("%s; read the deployment back: the redeploy did not land", failure.error)
+            return False
+        if expected is not None and not same_revision_config(current.source_revision_config, expected):
+            raise ConflictError(
+                f"{failure.error}; read the deployment back: its latest revision moved to "
+                f"{current.latest_revision_id}, which is not a copy of the revision being redeployed (another "
+                "rollout happened meanwhile); not redeploying again",
+                method=failure.error.method,
+                path=failure.error.path,
+            )
+        log.warning(
+            "%s; read the deployment back: revision %s is the redeploy, not sending it again",
+            failure.error,
+            current.latest_revision_id,
+        )
+        return True
 
     def _patch_deployment(self, deployment_id: str, request: PatchDeploymentRequest) -> Call[Deployment]:
         deployment = _path_id(deployment_id, "deployment_id")
@@ -656,6 +814,37 @@ class _Paginator:
         return fresh
 
 
+class _RevisionPager:
+    """Offset pagination of a deployment's revisions (both twins): next offset, end, repeat guard, cap."""
+
+    def __init__(self, max_results: int | None) -> None:
+        if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
+            raise InvalidRequestError(f"max_results must be a positive integer or None, got {max_results!r}")
+        self.max_results = max_results
+        self.offset = 0
+        self.seen: set[str] = set()
+        self.done = False
+
+    def accept(self, page: RevisionListPage) -> list[Revision]:
+        """New revisions of ``page`` (capped); moves to the next page or finishes."""
+        fresh = [item for item in page.resources if item.id not in self.seen]
+        if page.resources and not fresh:
+            raise UnexpectedResponseError(
+                f"GET .../revisions returned the same page again for offset {self.offset}: the server seems to "
+                "ignore 'offset'; stopping instead of looping",
+                method="GET",
+                path="/v2/deployments/{deployment_id}/revisions",
+                status_code=200,
+            )
+        if self.max_results is not None:
+            fresh = fresh[: self.max_results - len(self.seen)]
+        self.seen.update(item.id for item in fresh)
+        self.offset = page.offset if page.offset > self.offset else self.offset + len(page.resources)
+        capped = self.max_results is not None and len(self.seen) >= self.max_results
+        self.done = len(page.resources) < MAX_PAGE_SIZE or capped
+        return fresh
+
+
 def _is_certificate_error(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -663,6 +852,17 @@ def _is_certificate_error(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _is_tls_handshake_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a TLS handshake that failed (e.g. ``WRONG_VERSION_NUMBER``: the server spoke
+    plain http), not from certificate verification."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) and not isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "[SSL:" in str(exc)
 
 
 def _scrub_detail(detail: str | list[ErrorDetail] | None, secrets: tuple[str, ...]) -> str | list[ErrorDetail] | None:
@@ -815,6 +1015,109 @@ class DeploymentServiceClient(_ClientCore):
         """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""
         return self.execute(self._get_revision(deployment_id, revision_id))
 
+    def list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """One page of ``GET /v2/deployments/{id}/revisions`` (production endpoint outside the spec; newest
+        first). Send the page's ``offset`` to get the next; a page shorter than ``limit`` is the last.
+
+        :param deployment_id: the deployment's UUID.
+        :param limit: revisions per page, 1..100.
+        :param offset: offset of the page, >= 0.
+        :param status: only revisions in one of these statuses.
+        :param remote_reconciled: only remote-reconciled revisions (or only others).
+        """
+        call = self._list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+        return self.execute(call)
+
+    def iter_revisions(
+        self,
+        deployment_id: str,
+        *,
+        max_results: int | None = None,
+        status: list[RevisionStatus | str] | None = None,
+    ) -> Iterator[Revision]:
+        """Every revision of a deployment (newest first), page after page of 100, at most ``max_results``.
+
+        :param deployment_id: the deployment's UUID.
+        :param max_results: stop after this many revisions.
+        :param status: only revisions in one of these statuses.
+        """
+        pager = _RevisionPager(max_results)
+        while not pager.done:
+            page = self.list_revisions(deployment_id, limit=MAX_PAGE_SIZE, offset=pager.offset, status=status)
+            yield from pager.accept(page)
+
+    def redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """``POST /v2/deployments/{id}/revisions/{revision_id}/redeploy`` (production endpoint outside the
+        spec): deploy an earlier revision's build again. Never applied twice.
+
+        Re-sent only when it provably did not reach the service. After an ambiguous failure (timeout,
+        dropped connection, 502/504) the client waits one backoff, reads the deployment back and counts
+        the redeploy as landed when ``latest_revision_id`` moved on and the deployment shows
+        ``expected_config``; a latest revision with another config is someone else's and raises
+        :class:`ConflictError` instead of redeploying over it.
+
+        :param deployment_id: the deployment's UUID.
+        :param revision_id: the earlier revision to deploy again.
+        :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this call; read
+            first (one GET) when not given.
+        :param expected_config: the redeployed revision's ``source_revision_config``, when known.
+        """
+        call, read_back, previous = self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id)
+        if previous is None:
+            previous = self._found(deployment_id, self.execute(read_back)).latest_revision_id
+        rounds = self.settings.retry.max_attempts
+        for round_number in range(1, rounds + 1):
+            try:
+                return self.execute(call)
+            except AmbiguousFailure as failure:
+                self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                current = self._found(deployment_id, self.execute(read_back))
+                if self._redeploy_landed(failure, current, previous, expected_config):
+                    return current
+                if round_number == rounds:
+                    raise _exhausted(failure.error, rounds) from None
+                log.warning("Sending %s once more (round %d of %d)", call.label, round_number + 1, rounds)
+        raise AssertionError("unreachable")
+
+    def get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """``GET /v2/deployments/{id}/revisions/{revision_id}/logs`` (production endpoint outside the spec).
+
+        :param deployment_id: the deployment's UUID.
+        :param revision_id: the revision.
+        :param type: ``build`` or ``deploy``.
+        :param limit: lines to return, 1..1000.
+        :param order: ``desc`` (newest first) or ``asc``.
+        :param offset: the ``next_offset`` cursor of the previous page.
+        """
+        call = self._revision_logs(deployment_id, revision_id, type=type, limit=limit, order=order, offset=offset)
+        return self.execute(call)
+
     def patch_deployment(
         self,
         deployment_id: str,
@@ -948,6 +1251,75 @@ class AsyncDeploymentServiceClient(_ClientCore):
     async def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""
         return await self.execute(self._get_revision(deployment_id, revision_id))
+
+    async def list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """One page of a deployment's revisions (see the sync twin)."""
+        call = self._list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+        return await self.execute(call)
+
+    async def iter_revisions(
+        self,
+        deployment_id: str,
+        *,
+        max_results: int | None = None,
+        status: list[RevisionStatus | str] | None = None,
+    ) -> AsyncIterator[Revision]:
+        """Every revision of a deployment, newest first (see the sync twin)."""
+        pager = _RevisionPager(max_results)
+        while not pager.done:
+            page = await self.list_revisions(deployment_id, limit=MAX_PAGE_SIZE, offset=pager.offset, status=status)
+            for revision in pager.accept(page):
+                yield revision
+
+    async def redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """Deploy an earlier revision again, never twice (see the sync twin)."""
+        call, read_back, previous = self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id)
+        if previous is None:
+            previous = self._found(deployment_id, await self.execute(read_back)).latest_revision_id
+        rounds = self.settings.retry.max_attempts
+        for round_number in range(1, rounds + 1):
+            try:
+                return await self.execute(call)
+            except AmbiguousFailure as failure:
+                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
+                current = self._found(deployment_id, await self.execute(read_back))
+                if self._redeploy_landed(failure, current, previous, expected_config):
+                    return current
+                if round_number == rounds:
+                    raise _exhausted(failure.error, rounds) from None
+                log.warning("Sending %s once more (round %d of %d)", call.label, round_number + 1, rounds)
+        raise AssertionError("unreachable")
+
+    async def get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """A page of a revision's build or deploy log (see the sync twin)."""
+        call = self._revision_logs(deployment_id, revision_id, type=type, limit=limit, order=order, offset=offset)
+        return await self.execute(call)
 
     async def patch_deployment(
         self,

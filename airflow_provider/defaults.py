@@ -22,6 +22,15 @@ DEFAULT_BACKOFF_MAX = 30.0
 """Cap in seconds of one backoff delay."""
 DEFAULT_RETRY_AFTER_MAX = 120.0
 """Cap in seconds on how long a ``Retry-After`` header is honoured."""
+TEST_CONNECTION_CONNECT_TIMEOUT = 5.0
+"""Seconds ``test_connection`` waits at most to connect (it makes one attempt, no retries)."""
+TEST_CONNECTION_READ_TIMEOUT = 10.0
+"""Seconds ``test_connection`` waits at most for the answer."""
+
+DEFAULT_POLL_INTERVAL = 30.0
+"""Seconds between two looks at a rollout (tasks and triggers)."""
+DEFAULT_REVISION_CHECK_INTERVAL = 600.0
+"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
 
 SETTING_OVERRIDES = (
     "connect_timeout",

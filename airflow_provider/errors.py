@@ -71,7 +71,7 @@ class DeploymentNameNotFoundError(NotFoundError):
         self.near_names = near_names
 
 
-class AmbiguousDeploymentNameError(DeploymentServiceError):
+class AmbiguousDeploymentNameError(DeploymentServiceError, LookupError):
     """Several deployments have exactly the name asked for; the message names their ids.
 
     :param name: the name asked for.

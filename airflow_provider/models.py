@@ -513,6 +513,37 @@ class Revision(ServiceModel):
     status_message: str | None = None
 
 
+class RevisionListPage(ServiceModel):
+    """One page of ``GET /v2/deployments/{id}/revisions`` (newest first): the revisions and the next offset."""
+
+    resources: list[Revision]
+    offset: int
+
+
+class LogLine(ServiceModel):
+    """One line of a revision's build or deploy log. Tolerant: a bare string reads as the message."""
+
+    message: str = ""
+    timestamp: str | None = None
+    level: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"message": value}
+        if isinstance(value, dict) and not isinstance(value.get("message", ""), str):
+            return {**value, "message": str(value["message"])}
+        return value
+
+
+class RevisionLogPage(ServiceModel):
+    """One page of ``GET /v2/deployments/{id}/revisions/{rid}/logs``; ``next_offset`` is an opaque cursor."""
+
+    logs: list[LogLine] = Field(default_factory=list)
+    next_offset: str | None = None
+
+
 # ---------------------------------------------------------------------------------------- requests
 def _revealed_body(model: BaseModel) -> dict[str, Any]:
     body: dict[str, Any] = model.model_dump(mode="json", exclude_none=True, context={"reveal_secrets": True})

@@ -22,6 +22,7 @@ __all__ = [
     "RolloutState",
     "RolloutVerdict",
     "awaits_revision_build",
+    "bake_verdict",
     "rollout_verdict",
 ]
 
@@ -164,6 +165,25 @@ def rollout_verdict(
     )
 
 
+def bake_verdict(deployment: Deployment, revision_id: str) -> str | None:
+    """Why ``revision_id`` no longer counts as live on ``deployment`` (``None`` while it does).
+
+    :param deployment: the deployment as just seen.
+    :param revision_id: the revision being baked.
+    """
+    if deployment.active_revision_id != revision_id:
+        return (
+            f"deployment {deployment.name!r} ({deployment.id}) left revision {revision_id} during the bake: "
+            f"revision {deployment.active_revision_id} is active now (status {deployment.status.value})"
+        )
+    if deployment.status is not DeploymentStatus.READY:
+        return (
+            f"deployment {deployment.name!r} ({deployment.id}) left READY during the bake of revision "
+            f"{revision_id}: status {deployment.status.value}"
+        )
+    return None
+
+
 class RevisionCheckSchedule:
     """Decide when the optional revision endpoint is worth a call for one awaited rollout.
 
@@ -182,6 +202,7 @@ class RevisionCheckSchedule:
             raise ValueError(f"revision_check_interval must be >= 0 seconds, got {interval}")
         self.interval = interval
         self.disabled = False
+        """Whether the revision endpoint is off for this wait (the service answered that it lacks it)."""
         self._clock = clock
         self._last_at: float | None = None
         self._last_updated_at: datetime | None = None

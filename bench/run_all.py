@@ -20,6 +20,8 @@ SCRIPTS = (
     "listing_throughput",
     "import_cost",
     "detection_latency",
+    "rollback_time",
+    "fleet_rollout",
 )
 
 

@@ -13,6 +13,11 @@ touched.
 Only deployments that are ``READY`` when a stage starts are rolled out (one still being created or
 going away is left alone); the plan task logs which ones. The list operator stops at ``max_results``
 (1000 by default) with a warning in its log: raise it for a larger fleet.
+
+This is the one-task-per-deployment alternative: 2 task instances per deployment, every deployment of a
+stage at once, each failure visible as its own task. For a canary, waves, a failure budget, rollback of
+the wave that broke it and a person's approval, in one task per stage, see ``progressive_rollout``
+(``FleetRolloutOperator``).
 """
 
 from __future__ import annotations

@@ -69,11 +69,8 @@ def onboard_repository() -> None:
     @task
     def create_deployment(body: dict[str, Any]) -> dict[str, Any]:
         """EXPERIMENTAL: POST /v2/deployments with the values above (contract shown only in part)."""
-        hook = DeploymentServiceHook()
-        try:
+        with DeploymentServiceHook() as hook:
             created = hook.create_deployment(body)
-        finally:
-            hook.close()
         print(f"created {created.summary()}")
         return created.model_dump(mode="json")
 

@@ -34,16 +34,32 @@ STEP_TIMEOUT = 300
 
 @dataclass
 class DemoRun:
-    """One DAG run of the demo: what to run and which deployments it should move."""
+    """One DAG run of the demo: what to run, which deployments it should move, and how it should end.
+
+    :param unhealthy_image: a glob of images whose app the emulator makes answer 500 (the smoke test fails).
+    :param rolled_back: the run is expected to fail its smoke test and roll back (the DAG run fails).
+    :param label: name of the run's log file (default: the DAG id).
+    """
 
     dag_id: str
     conf: dict[str, Any]
     deployments: list[str]
+    unhealthy_image: str | None = None
+    rolled_back: bool = False
+    label: str | None = None
 
 
 RUNS = [
     DemoRun(
         "rollout_after_build", {"deployment_name": "checkout-api-staging", "version": "2.0.0"}, ["checkout-api-staging"]
+    ),
+    DemoRun(
+        "rollout_after_build",
+        {"deployment_name": "checkout-api-staging", "version": "2.1.0"},
+        ["checkout-api-staging"],
+        unhealthy_image="*:2.1.0",
+        rolled_back=True,
+        label="rollout_after_build-unhealthy",
     ),
     DemoRun(
         "deploy_fleet_after_build",
@@ -151,7 +167,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only-rollout", action="store_true", help="skip the fleet DAG")
     args = parser.parse_args()
-    runs = RUNS[:1] if args.only_rollout else RUNS
+    runs = [run for run in RUNS if run.dag_id == "rollout_after_build"] if args.only_rollout else RUNS
 
     started = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
@@ -184,16 +200,25 @@ def main() -> int:
         say(f"2. throwaway Airflow home {home} (SQLite); migrating the database")
         if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
             raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
-        before = {d["name"]: d for d in admin.state()["deployments"]}
+        snapshots: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for step, run in enumerate(runs, start=3):
+            before = {d["name"]: d for d in admin.state()["deployments"]}
+            if run.unhealthy_image:
+                admin.add_unhealthy_rule(image_uri=run.unhealthy_image)
+                say(f"{step}. the emulator will serve images {run.unhealthy_image} unhealthy (their app answers 500)")
             say(f"{step}. airflow dags test {run.dag_id} {json.dumps(run.conf)}")
             run_started = time.monotonic()
-            code = airflow(env, logs / f"{run.dag_id}.log", "dags", "test", run.dag_id, "-c", json.dumps(run.conf))
+            log_path = logs / f"{run.label or run.dag_id}.log"
+            code = airflow(env, log_path, "dags", "test", run.dag_id, "-c", json.dumps(run.conf))
             took = time.monotonic() - run_started
-            say(f"   -> {'succeeded' if code == 0 else 'FAILED'} in {took:.1f} s (full log: {logs / run.dag_id}.log)")
-            if code != 0:
-                failures.append(run.dag_id)
-        after = {d["name"]: d for d in admin.state()["deployments"]}
+            outcome = "succeeded" if code == 0 else "FAILED"
+            if run.rolled_back:
+                expected = "failed as expected (smoke test failed, rolled back)"
+                outcome = expected if code != 0 else "SUCCEEDED unexpectedly"
+            say(f"   -> {outcome} in {took:.1f} s (full log: {log_path})")
+            if (code != 0) != run.rolled_back:
+                failures.append(run.label or run.dag_id)
+            snapshots.append((before, {d["name"]: d for d in admin.state()["deployments"]}))
         counters = admin.counters()
     finally:
         admin.close()
@@ -202,7 +227,22 @@ def main() -> int:
     say()
     say("== Summary ==")
     landed = True
-    for run in runs:
+    for run, (before, after) in zip(runs, snapshots, strict=True):
+        if run.rolled_back:
+            for name in run.deployments:
+                old, new = before[name], after[name]
+                created = len(new["revisions"]) - len(old["revisions"])
+                active = new["active_revision_id"]
+                image = new["source_revision_config"].get("image_uri")
+                restored = image == old["source_revision_config"].get("image_uri") and new["status"] == "READY"
+                back = restored and active == new["latest_revision_id"] and created == 2
+                landed = landed and back
+                say(
+                    f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} went live unhealthy, failed its "
+                    f"smoke test and was rolled back; {created} new revisions; at the end it serves {image} "
+                    f"(revision {active[:8]}, status {new['status']})"
+                )
+            continue
         for name in run.deployments:
             old, new = before[name], after[name]
             created = len(new["revisions"]) - len(old["revisions"])
@@ -221,7 +261,10 @@ def main() -> int:
     if failures or not landed:
         say(f" RESULT: a rollout did not land ({', '.join(failures) or 'see above'})")
         return 1
-    say(" RESULT: every rollout landed; the sensor waited for the new revision, not just READY.")
+    say(
+        " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
+        "not just READY, and the unhealthy one was rolled back to the build that served before."
+    )
     return 0
 
 

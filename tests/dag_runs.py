@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import REPO_ROOT
@@ -26,3 +29,108 @@ def run_dag(dag_id: str, **conf: Any) -> tuple[str, dict[str, str]]:
         name = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
         states[name] = str(ti.state)
     return str(run.state), states
+
+
+class HumanResponder:
+    """Answer a human-in-the-loop task from a thread, the way the HITL REST endpoint does
+    (``update_hitl_detail`` in ``airflow/api_fastapi/core_api/routes/public/hitl.py``): record the
+    response on the task's HITL detail row, then resume the parked task with ``handle_event_submit``.
+
+    ``dag.test()`` keeps a run alive while a task waits for input. So that a run can never hang a test,
+    a task still waiting ``timeout`` seconds after the responder started is failed instead of answered
+    (``answered`` stays unset and ``seen`` says what the responder saw).
+
+    :param dag_id: the DAG.
+    :param task_id: the human-in-the-loop task.
+    :param choice: the option to choose (``"Approve"``, ``"Reject"``...).
+    :param before_answer: called (in the thread) just before answering, e.g. to record the service state.
+    :param timeout: seconds to wait for the task to ask.
+    """
+
+    def __init__(
+        self,
+        dag_id: str,
+        task_id: str,
+        choice: str,
+        *,
+        before_answer: Callable[[], None] | None = None,
+        timeout: float = 60,
+    ) -> None:
+        self.dag_id, self.task_id, self.choice = dag_id, task_id, choice
+        self.before_answer = before_answer
+        self.timeout = timeout
+        self.subject: str | None = None
+        self.body: str | None = None
+        self.seen: list[str] = []
+        self.answered = threading.Event()
+        self._stop = threading.Event()
+        self._ignored = self._waiting_ids()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _waiting(self, session: Any) -> list[Any]:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.state import TaskInstanceState
+        from sqlalchemy import select
+
+        query = select(TaskInstance).where(
+            TaskInstance.dag_id == self.dag_id,
+            TaskInstance.task_id == self.task_id,
+            TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
+        )
+        return list(session.scalars(query))
+
+    def _waiting_ids(self) -> set[Any]:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return {ti.id for ti in self._waiting(session)}
+
+    def _run(self) -> None:
+        from airflow.models.hitl import HITLDetail
+        from airflow.models.trigger import handle_event_submit
+        from airflow.sdk import timezone
+        from airflow.triggers.base import TriggerEvent
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+
+        deadline = time.monotonic() + self.timeout
+        while not self._stop.is_set():
+            with create_session() as session:
+                waiting = [ti for ti in self._waiting(session) if ti.id not in self._ignored]
+                if waiting and time.monotonic() < deadline:
+                    ti = waiting[0]
+                    detail = session.get(HITLDetail, ti.id)
+                    if detail is None:  # parked before its request was written: look again
+                        time.sleep(0.1)
+                        continue
+                    if self.before_answer is not None:
+                        self.before_answer()
+                    self.subject, self.body = detail.subject, detail.body
+                    detail.responded_by = {"id": "1", "name": "release-manager"}
+                    detail.responded_at = timezone.utcnow()
+                    detail.chosen_options = [self.choice]
+                    detail.params_input = {}
+                    session.add(detail)
+                    handle_event_submit(
+                        TriggerEvent(detail.as_resume_event_payload()), task_instance=ti, session=session
+                    )
+                    self.answered.set()
+                    return
+                if time.monotonic() >= deadline:
+                    late = f"{self.task_id} did not ask within {self.timeout:g} s"
+                    if late not in self.seen:
+                        self.seen.append(late)
+                    for ti in waiting:  # never hang the run: fail what still waits
+                        ti.state = TaskInstanceState.FAILED
+                        self.seen.append(f"{self.task_id} asked too late; failed it")
+                    if waiting:
+                        return
+            time.sleep(0.2)
+
+    def __enter__(self) -> HumanResponder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import ssl
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from airflow_provider.client import (
+    MIN_LENGTH_MASKED_SECRET,
     AsyncDeploymentServiceClient,
     AuthError,
     ClientSettings,
@@ -31,6 +33,7 @@ from airflow_provider.client import (
     ServerError,
     TransportError,
     UnexpectedResponseError,
+    scrub,
 )
 from airflow_provider.models import ErrorDetail
 from tests.test_models import DEPLOYMENT_ID, REV_NEW, REV_OLD, TENANT_ID, deployment_json
@@ -199,6 +202,27 @@ def test_bad_base_url_is_refused(base_url: str, message: str) -> None:
         ClientSettings(base_url=base_url)
 
 
+@pytest.mark.parametrize(
+    ("base_url", "suffix", "fixed"),
+    [
+        ("https://api.example.com/v2", "/v2", "https://api.example.com"),
+        ("https://deploy.internal/api-host/v2/", "/v2", "https://deploy.internal/api-host"),
+        ("https://deploy.internal/api-host/V1", "/V1", "https://deploy.internal/api-host"),
+    ],
+)
+def test_a_base_url_ending_in_an_api_version_is_refused_with_the_fix(base_url: str, suffix: str, fixed: str) -> None:
+    # Left alone, every request would go to .../v2/v2/deployments and come back "404 Not Found".
+    with pytest.raises(InvalidRequestError) as caught:
+        ClientSettings(base_url=base_url)
+    assert f"remove the trailing {suffix} (the provider adds it" in str(caught.value)
+    assert repr(fixed) in str(caught.value)
+
+
+def test_a_path_prefix_that_merely_contains_a_v_is_kept() -> None:
+    assert ClientSettings(base_url="https://x.test/dev2").base_url == "https://x.test/dev2"
+    assert ClientSettings(base_url="https://x.test/v2-gateway/api").base_url == "https://x.test/v2-gateway/api"
+
+
 def test_api_key_is_not_sent_over_plain_http_to_a_remote_host(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(InvalidRequestError, match="plain http"):
         DeploymentServiceClient(ClientSettings(base_url="http://api.example.com"), API_KEY)
@@ -221,6 +245,9 @@ def test_settings_round_trip_as_plain_json() -> None:
     data = json.loads(json.dumps(settings.to_dict()))
     assert ClientSettings.from_dict(data) == settings
     assert settings.base_url == "https://x.test"
+    assumed = ClientSettings(base_url="https://x.test", scheme_assumed=True)
+    data = json.loads(json.dumps(assumed.to_dict()))
+    assert data["scheme_assumed"] is True and ClientSettings.from_dict(data).scheme_assumed
 
 
 # --------------------------------------------------------------------------------------- errors
@@ -383,9 +410,102 @@ def test_transport_failure_exhausting_the_budget_names_request_and_fault(
 ) -> None:
     client = make_client(service, sleeps, retry=RetryPolicy(max_attempts=2))
     service.always("GET", LIST, httpx.ReadTimeout("slow"))
-    with pytest.raises(TransportError, match=r"GET /v2/deployments timed out \(ReadTimeout") as caught:
+    with pytest.raises(TransportError) as caught:
         client.list_deployments()
+    assert str(caught.value).startswith(
+        "GET https://api.example.test/api-host/v2/deployments timed out (ReadTimeout, read timeout 30.0 s) "
+        "after 2 attempt(s)"
+    )
     assert caught.value.transient
+
+
+@pytest.mark.parametrize(
+    ("base_url", "method", "call", "url"),
+    [
+        (
+            "https://api.example.test/api-host",
+            "GET",
+            lambda c: c.list_deployments(limit=3),
+            f"https://api.example.test{LIST}",
+        ),
+        (
+            "https://api.example.test:8443",
+            "GET",
+            lambda c: c.list_oauth_providers(),
+            "https://api.example.test:8443/v2/auth/providers",
+        ),
+        (
+            "https://api.example.test/api-host",
+            "PATCH",
+            lambda c: c.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD),
+            f"https://api.example.test{PATCH}",
+        ),
+    ],
+)
+def test_a_transport_error_names_the_method_and_the_full_url(
+    service: ScriptedService,
+    sleeps: list[float],
+    caplog: pytest.LogCaptureFixture,
+    base_url: str,
+    method: str,
+    call: Callable[[DeploymentServiceClient], Any],
+    url: str,
+) -> None:
+    # Before, "ConnectError ([Errno 111] Connection refused) after 5 attempt(s)" said nothing of where.
+    client = make_client(service, sleeps, base_url=base_url, retry=RetryPolicy(max_attempts=2))
+    service.always(method, httpx.URL(url).path, httpx.ConnectError("[Errno 111] Connection refused"))
+    with caplog.at_level(logging.WARNING), pytest.raises(TransportError) as caught:
+        call(client)
+    assert str(caught.value) == f"{method} {url}: ConnectError ([Errno 111] Connection refused) after 2 attempt(s)"
+    assert f"{method} {url}: ConnectError" in caplog.text  # the retry warning says where too
+    assert API_KEY not in str(caught.value) + caplog.text
+
+
+def test_the_url_in_a_transport_error_drops_user_info_of_the_base_url(
+    service: ScriptedService, sleeps: list[float]
+) -> None:
+    client = make_client(
+        service, sleeps, base_url="https://me:pw-12345@api.example.test", retry=RetryPolicy(max_attempts=1)
+    )
+    service.always("GET", "/v2/auth/providers", httpx.ConnectError("refused"))
+    with pytest.raises(TransportError) as caught:
+        client.list_oauth_providers()
+    assert str(caught.value).startswith("GET https://api.example.test/v2/auth/providers: ConnectError")
+    assert "pw-12345" not in str(caught.value)
+
+
+def _tls_handshake_failure() -> httpx.ConnectError:
+    """What httpx raises when https:// meets a plain-http server: a ConnectError caused by an SSLError."""
+    cause = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
+    error = httpx.ConnectError("[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize("assumed", [True, False])
+def test_a_tls_handshake_failure_says_when_https_was_assumed(
+    service: ScriptedService, sleeps: list[float], assumed: bool
+) -> None:
+    client = make_client(service, sleeps, scheme_assumed=assumed, retry=RetryPolicy(max_attempts=1))
+    service.always("GET", LIST, _tls_handshake_failure())
+    with pytest.raises(TransportError) as caught:
+        client.list_deployments()
+    message = str(caught.value)
+    assert "WRONG_VERSION_NUMBER" in message
+    hint = "https:// was assumed because the connection's host has no scheme"
+    assert (hint in message) is assumed
+    if assumed:
+        assert "write the host as http://host:port" in message
+
+
+def test_an_assumed_scheme_is_not_blamed_for_a_refused_connection(
+    service: ScriptedService, sleeps: list[float]
+) -> None:
+    client = make_client(service, sleeps, scheme_assumed=True, retry=RetryPolicy(max_attempts=1))
+    service.always("GET", LIST, httpx.ConnectError("[Errno 111] Connection refused"))
+    with pytest.raises(TransportError) as caught:
+        client.list_deployments()
+    assert "assumed" not in str(caught.value)
 
 
 # ---------------------------------------------------------------------------------------- PATCH
@@ -400,7 +520,7 @@ def unapplied_deployment() -> dict[str, Any]:
     return deployment_json(source_revision_config={"image_uri": "img:1"}, latest_revision_id=REV_OLD)
 
 
-@pytest.mark.parametrize("refusal", [httpx.ConnectError("refused"), httpx.Response(503), httpx.Response(429)])
+@pytest.mark.parametrize("refusal", [httpx.ConnectError("refused"), httpx.Response(429)])
 def test_patch_is_resent_when_it_provably_did_not_reach_the_service(
     client: DeploymentServiceClient, service: ScriptedService, refusal: Answer
 ) -> None:
@@ -411,7 +531,13 @@ def test_patch_is_resent_when_it_provably_did_not_reach_the_service(
 
 @pytest.mark.parametrize(
     "ambiguous",
-    [httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("dropped"), httpx.Response(502), httpx.Response(504)],
+    [
+        httpx.ReadTimeout("slow"),
+        httpx.RemoteProtocolError("dropped"),
+        httpx.Response(502),
+        httpx.Response(503),
+        httpx.Response(504),
+    ],
 )
 def test_ambiguous_patch_failure_reads_back_and_does_not_resend_an_applied_patch(
     client: DeploymentServiceClient, service: ScriptedService, ambiguous: Answer, caplog: pytest.LogCaptureFixture
@@ -425,7 +551,7 @@ def test_ambiguous_patch_failure_reads_back_and_does_not_resend_an_applied_patch
     assert "already applied" in caplog.text
 
 
-@pytest.mark.parametrize("ambiguous", [httpx.ReadTimeout("slow"), httpx.Response(502)])
+@pytest.mark.parametrize("ambiguous", [httpx.ReadTimeout("slow"), httpx.Response(502), httpx.Response(503)])
 def test_ambiguous_patch_failure_resends_once_when_the_patch_did_not_land(
     client: DeploymentServiceClient, service: ScriptedService, ambiguous: Answer
 ) -> None:
@@ -569,6 +695,40 @@ def test_secrets_and_api_key_never_reach_logs_reprs_or_errors(
         assert SECRET not in text and API_KEY not in text
 
 
+def test_a_patch_answered_503_by_a_gateway_after_the_service_applied_it_is_not_sent_again(
+    client: DeploymentServiceClient, service: ScriptedService, sleeps: list[float]
+) -> None:
+    # A gateway's 503 can come after the service applied the patch: re-sending it blindly, as before,
+    # made a second revision. Read back first; a moved latest revision means it landed.
+    service.script("PATCH", PATCH, httpx.Response(503, text="<html>Service Unavailable</html>"))
+    service.always("GET", LIST, page(applied_deployment(), offset=1))
+    result = client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert result.latest_revision_id == REV_NEW
+    assert [r.method for r in service.requests] == ["PATCH", "GET"]
+
+
+@pytest.mark.parametrize(("key", "shown"), [("k", "requires workspace specification"), ("o", "organization key")])
+def test_a_key_shorter_than_airflows_mask_minimum_does_not_garble_messages(
+    service: ScriptedService, key: str, shown: str
+) -> None:
+    # Before: a one-character key turned the detail into "requires wor**********space specification".
+    service.always("GET", LIST, httpx.Response(403, json={"detail": f"{shown} requires workspace specification"}))
+    with (
+        DeploymentServiceClient(
+            ClientSettings(base_url="https://api.example.test/api-host"), key, transport=httpx.MockTransport(service)
+        ) as client,
+        pytest.raises(AuthError) as caught,
+    ):
+        client.list_deployments()
+    assert f"{shown} requires workspace specification" in str(caught.value)
+    assert "*" not in str(caught.value)
+
+
+def test_secrets_at_airflows_mask_minimum_are_still_scrubbed() -> None:
+    assert scrub("token abcde and abcd", ("abcde", "abcd")) == "token ********** and abcd"
+    assert MIN_LENGTH_MASKED_SECRET == 5
+
+
 def test_a_secret_cut_by_the_quoted_body_snippet_is_still_hidden(
     client: DeploymentServiceClient, service: ScriptedService
 ) -> None:
@@ -673,12 +833,18 @@ async def test_async_twin_shares_retries_pagination_and_patch_safety(service: Sc
         sleep=record,
     )
     async with client:
-        service.script("PATCH", PATCH, httpx.Response(503), httpx.ReadTimeout("slow"))
+        service.script("PATCH", PATCH, httpx.Response(429), httpx.ReadTimeout("slow"))
         service.script("GET", LIST, page(applied_deployment(), offset=1))
         result = await client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
         assert result.latest_revision_id == REV_NEW
-        # one wait before re-sending after the 503, one before reading back after the timeout
+        # one wait before re-sending after the 429, one before reading back after the timeout
         assert service.count("PATCH") == 2 and len(waits) == 2
+        service.requests.clear()
+        service.script("PATCH", PATCH, httpx.Response(503))  # may have been applied: read back, not re-sent
+        service.script("GET", LIST, page(applied_deployment(), offset=1))
+        await client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+        assert [r.method for r in service.requests] == ["PATCH", "GET"]
+        service.requests.clear()
         paged_service(service, 25)
         names = [d.name async for d in client.iter_deployments(limit=10)]
         assert len(names) == 25

@@ -23,7 +23,12 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     out = result.stdout
     assert "ok checkout-api-staging: 1 new revision" in out
     assert "registry.example.com/acme/checkout-api:2.0.0" in out
-    assert "RESULT: every rollout landed" in out
+    assert "RESULT: every rollout landed or was rolled back as expected" in out
+    assert "2.1.0 went live unhealthy, failed its smoke test and was rolled back; 2 new revisions" in out
+    assert "at the end it serves registry.example.com/acme/checkout-api:2.0.0" in out
+    unhealthy = (tmp_path / "demo" / "logs" / "rollout_after_build-unhealthy.log").read_text()
+    assert "failed its smoke test and was rolled back" in unhealthy
+    assert "demo-payment-token-masked-in-logs" not in unhealthy
     assert "demo-payment-token-masked-in-logs" not in out
     logs = (tmp_path / "demo" / "logs" / "rollout_after_build.log").read_text()
     assert "demo-payment-token-masked-in-logs" not in logs

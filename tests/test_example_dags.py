@@ -96,6 +96,29 @@ def test_rollout_after_build_serves_the_new_image_as_the_new_revision(emulator: 
     assert after["source_revision_config"]["image_uri"] == "registry.example.com/acme/checkout-api:2.3.4"
     assert {s["name"]: s["value"] for s in after["secrets"]} == {"PAYMENT_API_TOKEN": PAYMENT_TOKEN}
     assert tasks["wait_for_rollout"] == "success" and tasks["verify_rollout"] == "success"
+    assert tasks["smoke_test"] == "success"
+    assert tasks["roll_back"] == "skipped" and tasks["report_rollback"] == "skipped"
+    assert emulator.admin.count("POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy") == 0
+
+
+def test_rollout_after_build_rolls_back_a_revision_that_fails_its_smoke_test(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    before, old_revisions = revisions_of(emulator, "checkout-api-staging")
+    emulator.admin.add_unhealthy_rule(image_uri="*:6.6.6", deployment_id=before["id"])
+    state, tasks = run_dag("rollout_after_build", version="6.6.6")
+    assert state == "failed"
+    assert tasks["verify_rollout"] == "success" and tasks["smoke_test"] == "failed"
+    assert tasks["roll_back"] == "success" and tasks["report_rollback"] == "failed"
+    after, revisions = revisions_of(emulator, "checkout-api-staging")
+    bad, restored = revisions[-2], revisions[-1]
+    assert len(revisions) == len(old_revisions) + 2  # the bad one and the redeploy of the previous build
+    assert after["active_revision_id"] == restored["id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    logs = task_logs()
+    assert f"smoke test of revision {bad['id']} failed" in logs and "500" in logs
+    assert f"revision {bad['id']} failed its smoke test and was rolled back" in logs
+    assert PAYMENT_TOKEN not in logs
 
 
 def test_rollout_after_build_fails_in_the_wait_when_the_build_fails(
@@ -111,6 +134,10 @@ def test_rollout_after_build_fails_in_the_wait_when_the_build_fails(
     assert after["active_revision_id"] == target["active_revision_id"]
     logs = task_logs()
     assert "BUILD_FAILED" in logs and "checkout-api-staging" in logs
+    assert "line(s) of the build log of revision" in logs
+    assert tasks["roll_back"] == "success"  # nothing to roll back: the old revision kept serving
+    assert "nothing to roll back" in logs and "did not land" in logs
+    assert len(after["revisions"]) == len(target["revisions"]) + 1
 
 
 def test_rollout_after_build_fails_clearly_when_superseded(emulator: Any, task_logs: Callable[[], str]) -> None:
@@ -279,7 +306,7 @@ def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
     (Airflow reads a pushed ``None`` as missing, so the operator pushes ``""``)."""
     from airflow.dag_processing.dagbag import DagBag
 
-    deployment, revisions_before = revisions_of(emulator, "checkout-api-dev")
+    deployment, revisions_before = revisions_of(emulator, "billing-worker-prod")  # custom_url: external_docker only
     dag_file = tmp_path / "config_only_patch.py"
     dag_file.write_text(CONFIG_ONLY_PATCH_DAG.format(deployment_id=deployment["id"]))
     from airflow import settings
@@ -290,7 +317,7 @@ def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
     run = bag.get_dag("config_only_patch").test()
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert (str(run.state), states) == ("success", {"patch": "success", "wait": "success"})
-    after, revisions_after = revisions_of(emulator, "checkout-api-dev")
+    after, revisions_after = revisions_of(emulator, "billing-worker-prod")
     assert len(revisions_after) == len(revisions_before)
     assert after["source_config"]["custom_url"] == "https://checkout.example.com"
 
@@ -336,6 +363,7 @@ def test_every_operator_and_the_sensor_appear_in_an_example() -> None:
         "ListDeploymentsOperator",
         "PatchDeploymentOperator",
         "DeploymentRolloutSensor",
+        "FleetRolloutOperator",
     ):
         assert f"{name}(" in text or f"{name}.partial(" in text, name
 
@@ -345,4 +373,9 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
 
     bag = DagBag(dag_folder=str(DAGS))
     assert not bag.import_errors
-    assert set(bag.dag_ids) == {"rollout_after_build", "deploy_fleet_after_build", "onboard_repository"}
+    assert set(bag.dag_ids) == {
+        "rollout_after_build",
+        "deploy_fleet_after_build",
+        "onboard_repository",
+        "progressive_rollout",
+    }

@@ -20,7 +20,8 @@ from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 
 PACKAGE = Path(airflow_provider.__file__).parent
 
-# Lower number = lower layer. A module may import only modules of a lower layer (or its own module).
+# Lower number = lower layer. A module may import only modules of a lower layer, or of its own package
+# (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them.
 LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
@@ -28,12 +29,12 @@ LAYERS = {
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
     "airflow_provider.client": 3,
+    "airflow_provider.fleet": 3,
     "airflow_provider.hooks": 4,
-    "airflow_provider.tasks.base": 5,
-    "airflow_provider.triggers": 6,
-    "airflow_provider.tasks.waiting": 7,
-    "airflow_provider.operators": 8,
-    "airflow_provider.sensors": 8,
+    "airflow_provider.triggers": 5,
+    "airflow_provider.tasks": 6,
+    "airflow_provider.operators": 7,
+    "airflow_provider.sensors": 7,
 }
 
 

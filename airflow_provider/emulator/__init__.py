@@ -1,8 +1,10 @@
 """A local emulator of the Deployment Management Service, for tests and demos.
 
-It serves the four endpoints of the spec (plus the production-only GET endpoints and an emulator-only
-``POST /v2/deployments``) from an in-memory store, with a revision state machine driven by a clock the
-tests control, fault injection and a request log under ``/_emulator``. It depends only on
+It serves the four endpoints of the spec (plus the production-only endpoints: get a deployment, list and
+get revisions, redeploy a revision, revision logs; and an emulator-only ``POST /v2/deployments``) from
+an in-memory store, with the production PATCH contract (:mod:`.contract`, :mod:`.rules`), a revision
+state machine driven by a clock the tests control, emulated apps whose health a test can break
+(:mod:`.health`), fault injection and a request log under ``/_emulator``. It depends only on
 :mod:`airflow_provider.models`, never on the provider's client, so tests run one against the other over
 the wire.
 
@@ -22,10 +24,19 @@ if TYPE_CHECKING:
     from .admin_client import EmulatorAdmin, EmulatorAdminError
     from .app import create_app
     from .clock import Clock
+    from .contract import PatchBody
     from .faults import CHAOS_KINDS, ChaosSettings, FaultKind, FaultRule, RequestRecord
+    from .health import UnhealthyRule
     from .seed import EmulatorDataError, example_data_path, load_data
     from .server import EmulatorServer
-    from .state import DEFAULT_TENANT_ID, DeploymentFilters, EmulatorError, EmulatorState, NotFound
+    from .state import (
+        DEFAULT_TENANT_ID,
+        OPTIONAL_ENDPOINTS,
+        DeploymentFilters,
+        EmulatorError,
+        EmulatorState,
+        NotFound,
+    )
 
 # Exports load on first use, so importing a light submodule (state, clock) does not load the web stack.
 _EXPORTS = {
@@ -43,7 +54,10 @@ _EXPORTS = {
     "FaultKind": "faults",
     "FaultRule": "faults",
     "NotFound": "state",
+    "OPTIONAL_ENDPOINTS": "state",
+    "PatchBody": "contract",
     "RequestRecord": "faults",
+    "UnhealthyRule": "health",
     "create_app": "app",
     "example_data_path": "seed",
     "load_data": "seed",
@@ -51,6 +65,7 @@ _EXPORTS = {
 __all__ = [
     "CHAOS_KINDS",
     "DEFAULT_TENANT_ID",
+    "OPTIONAL_ENDPOINTS",
     "ChaosSettings",
     "Clock",
     "DeploymentFilters",
@@ -63,7 +78,9 @@ __all__ = [
     "FaultKind",
     "FaultRule",
     "NotFound",
+    "PatchBody",
     "RequestRecord",
+    "UnhealthyRule",
     "create_app",
     "example_data_path",
     "load_data",

@@ -2,6 +2,12 @@
 
 Prints exactly one line, ``Deployment service emulator listening on http://HOST:PORT``, once the port is
 listening, then serves until SIGINT or SIGTERM.
+
+Switches: ``--resource-spec-mode replace|merge`` (default ``replace``, production: a PATCH with a
+``resource_spec`` creates a revision and replaces the spec; ``merge``: field by field, no revision);
+``--disable-endpoint NAME`` (repeatable; ``get_deployment``, ``list_revisions``, ``get_revision``,
+``redeploy``, ``revision_logs``) answers that production-only endpoint 404 (405 for ``get_deployment``);
+``--no-optional-endpoints`` leaves them all out. Deployments' apps answer at ``/apps/{deployment_id}``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import uvicorn
 from .app import create_app
 from .seed import EmulatorDataError
 from .server import API_KEY_ENV, LISTENING_LINE, QuickServer, bind_socket, check_host, url_for, uvicorn_config
-from .state import EmulatorState
+from .state import OPTIONAL_ENDPOINTS, EmulatorState
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-optional-endpoints",
         action="store_true",
-        help="do not serve GET /v2/deployments/{id} and GET .../revisions/{revision_id}",
+        help="do not serve the production-only endpoints (deployment, revisions, redeploy, logs)",
+    )
+    parser.add_argument(
+        "--disable-endpoint",
+        action="append",
+        default=[],
+        choices=OPTIONAL_ENDPOINTS,
+        metavar="NAME",
+        help=f"answer this production-only endpoint 404/405; repeatable; one of {', '.join(OPTIONAL_ENDPOINTS)}",
+    )
+    parser.add_argument(
+        "--resource-spec-mode",
+        choices=("replace", "merge"),
+        default="replace",
+        help="replace (production, default): a resource_spec PATCH creates a revision and replaces the spec; "
+        "merge: the spec merges field by field, no revision",
     )
     parser.add_argument("--frozen-clock", action="store_true", help="time moves only through the admin API")
     parser.add_argument("--path-prefix", default="", help="service path prefix, e.g. /api-host")
@@ -67,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             optional_endpoints=not args.no_optional_endpoints,
             frozen_clock=args.frozen_clock,
             path_prefix=args.path_prefix,
+            resource_spec_mode=args.resource_spec_mode,
+            disabled_endpoints=args.disable_endpoint,
         )
     except (EmulatorDataError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -76,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
         return 1
+    state.public_url = url_for(sock, args.host)
     server = QuickServer(uvicorn_config(create_app(state), log_level=args.log_level))
 
     def request_exit(signum: int, frame: FrameType | None) -> None:

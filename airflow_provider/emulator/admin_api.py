@@ -1,8 +1,8 @@
 """The emulator's admin API under ``/_emulator`` (no API key; not part of the service).
 
-========================================================  =============================================
-Route                                                      Body / answer
-========================================================  =============================================
+==========================================================  ===========================================
+Route                                                        Body / answer
+==========================================================  ===========================================
 ``GET /_emulator/state``                                   snapshot: now, deployments (+ revisions), faults
 ``POST /_emulator/reset``                                  reload seed data, clear faults/chaos/log (204)
 ``GET /_emulator/clock``                                   ``{"now", "frozen", "offset_seconds"}``
@@ -15,8 +15,21 @@ Route                                                      Body / answer
 ``GET|PATCH|DELETE /_emulator/deployments/{id}``           admin view / emulator-side options / delete
 ``POST /_emulator/deployments/{id}/status``                ``{"status": "AWAITING_DELETE"}``
 ``POST /_emulator/deployments/{id}/fail-next-build``       ``{"status": "BUILD_FAILED", "message": null}``
-``POST /_emulator/deployments/{id}/revisions/{rid}/fail``  ``{"status": "DEPLOY_FAILED", "message": null}``
-========================================================  =============================================
+``POST /_emulator/deployments/{id}/revisions/{rid}/fail``    ``{"status": "DEPLOY_FAILED", "message": null}``
+``GET|PATCH /_emulator/settings``                            switches: ``{"resource_spec_mode": "merge",
+                                                             "disabled_endpoints": ["redeploy"]}``
+``POST /_emulator/deployments/{id}/unhealthy-next-revision``  ``{}`` -> ``{"revision_id": ... | null}``
+``POST /_emulator/deployments/{id}/revisions/{rid}/health``  ``{"healthy": false}`` -> revision
+``GET|POST|DELETE /_emulator/unhealthy-rules``               list / add ``{"image_uri": "*:bad*"}`` / clear
+==========================================================  ===========================================
+
+Switches (``/settings``): ``resource_spec_mode`` is ``replace`` (production: a PATCH with a
+``resource_spec`` creates a revision and replaces the spec) or ``merge`` (the spec merges field by
+field, no revision); ``disabled_endpoints`` names production-only endpoints to answer 404/405
+(``get_deployment``, ``list_revisions``, ``get_revision``, ``redeploy``, ``revision_logs``).
+
+Unhealthy revisions build and go live (``DEPLOYED``) but the deployment's app, at
+``{root}/apps/{deployment_id}`` (its ``custom_url``), answers 500 while one is active.
 """
 
 from __future__ import annotations
@@ -29,7 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider.models import DeploymentType
 
 from .faults import ChaosSettings, FaultRule
-from .state import EmulatorState, StatusName
+from .health import UnhealthyRule
+from .state import EmulatorState, OptionalEndpoint, ResourceSpecMode, StatusName
 
 ADMIN_TAG = "emulator-admin"
 
@@ -76,6 +90,23 @@ class OptionsBody(_Body):
     tag_value_ids: list[str] | None = None
     remote_reconciled: bool | None = None
     image_version: str | None = None
+
+
+class SettingsBody(_Body):
+    """Switches to change (``null``: unchanged); ``disabled_endpoints`` is the complete set."""
+
+    resource_spec_mode: ResourceSpecMode | None = Field(
+        default=None, description="replace (production: new revision, whole spec replaced) or merge (no revision)"
+    )
+    disabled_endpoints: list[OptionalEndpoint] | None = Field(
+        default=None, description="production-only endpoints to answer 404 (405 for get_deployment)"
+    )
+
+
+class HealthBody(_Body):
+    """Whether a revision's app is healthy (``false``: it answers 500 while the revision is active)."""
+
+    healthy: bool = False
 
 
 def _clock(state: EmulatorState) -> dict[str, Any]:
@@ -179,3 +210,52 @@ async def fail_next_build(deployment_id: str, body: FailBody, state: State) -> d
 @admin_router.post("/deployments/{deployment_id}/revisions/{revision_id}/fail")
 async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, state: State) -> dict[str, Any]:
     return state.fail_revision(deployment_id, revision_id, body.status, body.message)
+
+
+@admin_router.get("/settings", description="The switches: resource_spec_mode, optional/disabled endpoints.")
+async def get_settings(state: State) -> dict[str, Any]:
+    return state.settings()
+
+
+@admin_router.patch("/settings", description=SettingsBody.__doc__)
+async def update_settings(body: SettingsBody, state: State) -> dict[str, Any]:
+    return state.update_settings(**body.model_dump(exclude_none=True))
+
+
+@admin_router.post(
+    "/deployments/{deployment_id}/unhealthy-next-revision",
+    description="Make the next revision to go live unhealthy: the earliest unfinished revision not yet marked, "
+    "else the next one created. Answers the id of the revision marked now, or null.",
+)
+async def unhealthy_next_revision(deployment_id: str, state: State) -> dict[str, Any]:
+    return {"revision_id": state.mark_next_revision_unhealthy(deployment_id)}
+
+
+@admin_router.post(
+    "/deployments/{deployment_id}/revisions/{revision_id}/health",
+    description="Mark one revision unhealthy ({'healthy': false}) or clear the mark; answers the revision.",
+)
+async def set_revision_health(deployment_id: str, revision_id: str, body: HealthBody, state: State) -> dict[str, Any]:
+    return state.set_revision_health(deployment_id, revision_id, healthy=body.healthy)
+
+
+@admin_router.get("/unhealthy-rules", description="The unhealthy rules in force.")
+async def get_unhealthy_rules(state: State) -> list[dict[str, Any]]:
+    return [rule.model_dump(mode="json") for rule in state.unhealthy_rules()]
+
+
+@admin_router.post(
+    "/unhealthy-rules",
+    status_code=201,
+    description="Every revision (existing ones included) whose image_uri or repo_ref matches the glob is unhealthy; "
+    "deployment_id limits the rule to one deployment.",
+)
+async def add_unhealthy_rule(rule: UnhealthyRule, state: State) -> dict[str, Any]:
+    result: dict[str, Any] = state.add_unhealthy_rule(rule).model_dump(mode="json")
+    return result
+
+
+@admin_router.delete("/unhealthy-rules", status_code=204, description="Remove every unhealthy rule.")
+async def clear_unhealthy_rules(state: State) -> Response:
+    state.clear_unhealthy_rules()
+    return Response(status_code=204)

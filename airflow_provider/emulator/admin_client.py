@@ -24,7 +24,8 @@ class EmulatorAdminError(RuntimeError):
 
 
 class EmulatorAdmin:
-    """Drive a running emulator through ``/_emulator``: clock, faults, builds, statuses, request log.
+    """Drive a running emulator through ``/_emulator``: clock, faults, builds, statuses, request log,
+    switches (``resource_spec_mode``, disabled endpoints) and unhealthy revisions.
 
     :param root_url: the emulator's root URL (without the service path prefix), e.g.
         ``http://127.0.0.1:8765``.
@@ -203,6 +204,63 @@ class EmulatorAdmin:
         path = f"/deployments/{deployment_id}/revisions/{revision_id}/fail"
         result: dict[str, Any] = self._call("POST", path, {"status": status, "message": message})
         return result
+
+    # ------------------------------------------------------------------------------ switches
+    def settings(self) -> dict[str, Any]:
+        """The switches: ``resource_spec_mode``, ``optional_endpoints``, ``disabled_endpoints``."""
+        result: dict[str, Any] = self._call("GET", "/settings")
+        return result
+
+    def update_settings(
+        self, *, resource_spec_mode: str | None = None, disabled_endpoints: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        """Change switches (``None``: unchanged); ``disabled_endpoints`` is the complete set.
+
+        :param resource_spec_mode: ``"replace"`` (production) or ``"merge"``.
+        :param disabled_endpoints: names among ``get_deployment``, ``list_revisions``, ``get_revision``,
+            ``redeploy``, ``revision_logs`` (``[]`` enables them all).
+        """
+        body: dict[str, Any] = {}
+        if resource_spec_mode is not None:
+            body["resource_spec_mode"] = resource_spec_mode
+        if disabled_endpoints is not None:
+            body["disabled_endpoints"] = list(disabled_endpoints)
+        result: dict[str, Any] = self._call("PATCH", "/settings", body)
+        return result
+
+    # ------------------------------------------------------------------------------ app health
+    def app_url(self, deployment_id: str) -> str:
+        """URL of a deployment's emulated app (200 healthy, 500 unhealthy, 503 nothing live)."""
+        return f"{self.root_url}/apps/{deployment_id}"
+
+    def mark_next_revision_unhealthy(self, deployment_id: str) -> str | None:
+        """Make the next revision to go live unhealthy; return the id of the revision marked, if it exists."""
+        answer = self._call("POST", f"/deployments/{deployment_id}/unhealthy-next-revision")
+        revision_id: str | None = answer["revision_id"]
+        return revision_id
+
+    def set_revision_health(self, deployment_id: str, revision_id: str, healthy: bool = False) -> dict[str, Any]:
+        """Mark one revision unhealthy (default) or clear the mark; return the revision (admin view)."""
+        path = f"/deployments/{deployment_id}/revisions/{revision_id}/health"
+        result: dict[str, Any] = self._call("POST", path, {"healthy": healthy})
+        return result
+
+    def add_unhealthy_rule(
+        self, *, image_uri: str | None = None, repo_ref: str | None = None, deployment_id: str | None = None
+    ) -> dict[str, Any]:
+        """Make every revision whose ``image_uri`` or ``repo_ref`` matches a glob unhealthy; return the rule."""
+        body = {"image_uri": image_uri, "repo_ref": repo_ref, "deployment_id": deployment_id}
+        result: dict[str, Any] = self._call("POST", "/unhealthy-rules", body)
+        return result
+
+    def unhealthy_rules(self) -> list[dict[str, Any]]:
+        """The unhealthy rules in force."""
+        result: list[dict[str, Any]] = self._call("GET", "/unhealthy-rules")
+        return result
+
+    def clear_unhealthy_rules(self) -> None:
+        """Remove every unhealthy rule (marks on revisions stay)."""
+        self._call("DELETE", "/unhealthy-rules")
 
 
 def _retry_after(value: str | float | None) -> str | None:

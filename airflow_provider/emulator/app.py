@@ -5,10 +5,25 @@ Service endpoints (under the state's ``path_prefix``):
 * ``GET /v2/auth/providers``, ``GET /v1/integrations/forge/codehost/{integration_id}/repos``,
   ``GET /v2/deployments``, ``PATCH /v2/deployments/{deployment_id}``: the four endpoints of the spec
   (OpenAPI tag ``service``);
-* ``GET /v2/deployments/{deployment_id}`` and ``GET /v2/deployments/{deployment_id}/revisions/{revision_id}``:
-  production-only (tag ``production-only``), left out when ``optional_endpoints`` is false;
-* ``POST /v2/deployments``: emulator-only contract (tag ``emulator-only``).
+* production-only (tag ``production-only``), left out when ``optional_endpoints`` is false, each
+  switchable off by name at run time (``disabled_endpoints``: then 404, or 405 for ``get_deployment``):
 
+  - ``get_deployment``: ``GET /v2/deployments/{deployment_id}``;
+  - ``list_revisions``: ``GET /v2/deployments/{deployment_id}/revisions`` (``limit`` 1..100, default 20;
+    ``offset``; ``status`` comma-separated revision statuses; ``remote_reconciled``), newest first,
+    ``{"resources": [...], "offset": N}``;
+  - ``get_revision``: ``GET /v2/deployments/{deployment_id}/revisions/{revision_id}``;
+  - ``redeploy``: ``POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy`` (200
+    Deployment; 400 when the revision's build did not succeed);
+  - ``revision_logs``: ``GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs``
+    (``type`` build|deploy, ``order`` asc|desc, ``limit`` 1..1000 default 50, ``offset`` cursor) ->
+    ``{"logs": [{"timestamp", "level", "message"}], "next_offset": cursor | null}``;
+* ``POST /v2/deployments``: emulator-only contract (tag ``emulator-only``);
+* ``GET /apps/{deployment_id}[/any/path]`` (no prefix, no key; tag ``emulated-apps``): the deployment's
+  app, 200 healthy / 500 unhealthy / 503 nothing live (see :mod:`airflow_provider.emulator.health`).
+
+PATCH follows the production contract: 422 schema errors (:mod:`airflow_provider.emulator.contract`),
+400 rule refusals (:mod:`airflow_provider.emulator.rules`), nothing applied when refused.
 Deployments are answered with secret values in clear, as production may: clients must redact them.
 """
 
@@ -22,7 +37,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader
-from pydantic import ConfigDict
+from pydantic import BaseModel
 
 from airflow_provider.models import (
     DEFAULT_PAGE_SIZE,
@@ -32,36 +47,31 @@ from airflow_provider.models import (
     DeploymentStatus,
     DeploymentType,
     OAuthProvider,
-    PatchDeploymentRequest,
     Repository,
     Revision,
+    RevisionStatus,
     canonical_uuid,
 )
 
 from .admin_api import admin_router
+from .contract import PatchBody
+from .health import APPS_PREFIX
 from .middleware import FaultMiddleware, install_log_filter
-from .state import DeploymentFilters, EmulatorCreateRequest, EmulatorError, EmulatorState, StatusName
+from .revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogOrder, LogType
+from .state import (
+    DeploymentFilters,
+    EmulatorCreateRequest,
+    EmulatorError,
+    EmulatorState,
+    NotFound,
+    OptionalEndpoint,
+    StatusName,
+)
 
 SPEC_TAG = "service"
 PRODUCTION_ONLY_TAG = "production-only"
 EMULATOR_ONLY_TAG = "emulator-only"
-
-
-class LenientPatchRequest(PatchDeploymentRequest):
-    """``PATCH`` body parsed like production: same fields and types, unknown fields ignored.
-
-    The provider's request model refuses unknown fields and empty patches (client-side safety); the
-    service ignores unknown fields, so both checks are switched off here (overriding a pydantic validator
-    by name replaces it). Wrong types and repeated secret names are still refused with 422.
-    """
-
-    model_config = ConfigDict(extra="ignore")
-
-    def _refuse_unknown_fields(self) -> LenientPatchRequest:  # type: ignore[override]
-        return self
-
-    def _not_empty(self) -> LenientPatchRequest:  # type: ignore[override]
-        return self
+APPS_TAG = "emulated-apps"
 
 
 _api_key_header = APIKeyHeader(name="X-Api-Key", auto_error=False, description="The service API key.")
@@ -98,6 +108,46 @@ Tenant = Annotated[str | None, Depends(authenticate)]
 service_router = APIRouter(tags=[SPEC_TAG])
 optional_router = APIRouter(tags=[PRODUCTION_ONLY_TAG])
 emulator_router = APIRouter(tags=[EMULATOR_ONLY_TAG])
+apps_router = APIRouter(prefix=APPS_PREFIX, tags=[APPS_TAG])
+
+
+def switch(name: OptionalEndpoint, *, path_has_other_methods: bool = False) -> Any:
+    """A dependency that answers like a missing route when the endpoint ``name`` is switched off.
+
+    :param name: the endpoint's name (see ``OPTIONAL_ENDPOINTS``).
+    :param path_has_other_methods: answer 405 (another method serves the path) instead of 404.
+    """
+
+    async def check(request: Request) -> None:
+        state: EmulatorState = request.app.state.emulator
+        if not state.endpoint_enabled(name):
+            if path_has_other_methods:
+                raise HTTPException(status.HTTP_405_METHOD_NOT_ALLOWED, "Method Not Allowed", {"Allow": "PATCH"})
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "Not Found")
+
+    return Depends(check)
+
+
+class RevisionListPage(BaseModel):
+    """One page of ``GET /v2/deployments/{deployment_id}/revisions``."""
+
+    resources: list[Revision]
+    offset: int
+
+
+class LogEntryModel(BaseModel):
+    """One log line."""
+
+    timestamp: str
+    level: str
+    message: str
+
+
+class LogPage(BaseModel):
+    """One page of a revision's log; ``next_offset`` is ``null`` when no more lines exist yet."""
+
+    logs: list[LogEntryModel]
+    next_offset: str | None
 
 
 def _json(content: Any, status_code: int = 200) -> JSONResponse:
@@ -164,22 +214,122 @@ async def list_deployments(
 
 
 @service_router.patch("/v2/deployments/{deployment_id}", response_model=Deployment, summary="Patch a deployment")
-async def patch_deployment(
-    deployment_id: uuid.UUID, body: LenientPatchRequest, tenant: Tenant, state: State
-) -> JSONResponse:
+async def patch_deployment(deployment_id: uuid.UUID, body: PatchBody, tenant: Tenant, state: State) -> JSONResponse:
     return _json(state.patch_deployment(str(deployment_id), body, tenant=tenant))
 
 
-@optional_router.get("/v2/deployments/{deployment_id}", response_model=Deployment, summary="Get a deployment")
+@optional_router.get(
+    "/v2/deployments/{deployment_id}",
+    response_model=Deployment,
+    summary="Get a deployment",
+    dependencies=[switch("get_deployment", path_has_other_methods=True)],
+)
 async def get_deployment(deployment_id: uuid.UUID, tenant: Tenant, state: State) -> JSONResponse:
     return _json(state.get_deployment(str(deployment_id), tenant=tenant))
 
 
 @optional_router.get(
-    "/v2/deployments/{deployment_id}/revisions/{revision_id}", response_model=Revision, summary="Get a revision"
+    "/v2/deployments/{deployment_id}/revisions",
+    response_model=RevisionListPage,
+    summary="List a deployment's revisions, newest first",
+    dependencies=[switch("list_revisions")],
+)
+async def list_revisions(
+    deployment_id: uuid.UUID,
+    tenant: Tenant,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Maximum number of revisions to return")] = (
+        DEFAULT_PAGE_SIZE
+    ),
+    offset: Annotated[int, Query(ge=0, description="Pass the offset of a response to get the next page")] = 0,
+    status: Annotated[str | None, Query(description="Comma-separated revision statuses (any)")] = None,
+    remote_reconciled: Annotated[bool | None, Query(description="Remote-reconciled revisions")] = None,
+) -> JSONResponse:
+    statuses = _statuses(status)
+    page = state.list_revisions(
+        str(deployment_id),
+        limit=limit,
+        offset=offset,
+        statuses=statuses,
+        remote_reconciled=remote_reconciled,
+        tenant=tenant,
+    )
+    return _json(page)
+
+
+def _statuses(value: str | None) -> frozenset[RevisionStatus] | None:
+    names = _comma_list(value, "status")
+    if names is None:
+        return None
+    known = {item.value for item in RevisionStatus}
+    unknown = sorted(names - known)
+    if unknown:
+        message = f"Input should be comma-separated revision statuses ({', '.join(sorted(known))})"
+        error = {"type": "enum", "loc": ("query", "status"), "msg": message, "input": value}
+        raise RequestValidationError([error])
+    return frozenset(RevisionStatus(name) for name in names)
+
+
+@optional_router.get(
+    "/v2/deployments/{deployment_id}/revisions/{revision_id}",
+    response_model=Revision,
+    summary="Get a revision",
+    dependencies=[switch("get_revision")],
 )
 async def get_revision(deployment_id: uuid.UUID, revision_id: uuid.UUID, tenant: Tenant, state: State) -> JSONResponse:
     return _json(state.get_revision(str(deployment_id), str(revision_id), tenant=tenant))
+
+
+@optional_router.post(
+    "/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy",
+    response_model=Deployment,
+    summary="Redeploy an earlier revision (same build): a rollback",
+    dependencies=[switch("redeploy")],
+)
+async def redeploy_revision(
+    deployment_id: uuid.UUID, revision_id: uuid.UUID, tenant: Tenant, state: State
+) -> JSONResponse:
+    return _json(state.redeploy_revision(str(deployment_id), str(revision_id), tenant=tenant))
+
+
+@optional_router.get(
+    "/v2/deployments/{deployment_id}/revisions/{revision_id}/logs",
+    response_model=LogPage,
+    summary="Build or deploy log lines of a revision",
+    dependencies=[switch("revision_logs")],
+)
+async def revision_logs(
+    deployment_id: uuid.UUID,
+    revision_id: uuid.UUID,
+    tenant: Tenant,
+    state: State,
+    type: Annotated[LogType, Query(description="build or deploy")] = "build",
+    order: Annotated[LogOrder, Query(description="asc (oldest first) or desc")] = "asc",
+    limit: Annotated[int, Query(ge=1, le=MAX_LOG_LIMIT, description="Maximum number of lines")] = DEFAULT_LOG_LIMIT,
+    offset: Annotated[str | None, Query(description="Opaque cursor: next_offset of the previous page")] = None,
+) -> JSONResponse:
+    logs = state.revision_logs(
+        str(deployment_id), str(revision_id), kind=type, order=order, limit=limit, offset=offset, tenant=tenant
+    )
+    return _json(logs)
+
+
+@apps_router.get("/{deployment_id}", summary="The deployment's emulated app: its health")
+async def app_root(deployment_id: str, state: State) -> JSONResponse:
+    return _app(deployment_id, state)
+
+
+@apps_router.get("/{deployment_id}/{path:path}", summary="Any path of the deployment's emulated app: its health")
+async def app_path(deployment_id: str, path: str, state: State) -> JSONResponse:
+    return _app(deployment_id, state)
+
+
+def _app(deployment_id: str, state: EmulatorState) -> JSONResponse:
+    try:
+        status_code, body = state.app_health(deployment_id)
+    except NotFound:
+        return _json({"status": "not_found", "detail": f"No app for deployment {deployment_id}."}, 404)
+    return _json(body, status_code)
 
 
 @emulator_router.post(
@@ -209,6 +359,7 @@ def create_app(state: EmulatorState) -> FastAPI:
     if state.optional_endpoints:
         app.include_router(optional_router, prefix=state.path_prefix)
     app.include_router(emulator_router, prefix=state.path_prefix)
+    app.include_router(apps_router)
     app.include_router(admin_router)
     app.add_exception_handler(EmulatorError, _emulator_error)
     passthrough = frozenset(

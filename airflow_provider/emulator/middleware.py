@@ -13,6 +13,7 @@ from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .faults import FaultKind, FaultRule, RequestRecord
+from .health import APPS_PREFIX
 from .state import EmulatorState
 
 ADMIN_PREFIX = "/_emulator"
@@ -78,7 +79,7 @@ def fault_response(rule: FaultRule) -> Response:
 
 
 class FaultMiddleware:
-    """Count, log and maybe fault every service request; admin and docs requests pass untouched.
+    """Count, log and maybe fault every service request; admin, docs and app requests pass untouched.
 
     :param app: the wrapped ASGI app.
     :param state: the emulator state (fault rules, counters, log).
@@ -95,6 +96,9 @@ class FaultMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         if scope["type"] != "http" or path.startswith(ADMIN_PREFIX) or path in self.passthrough:
+            await self.app(scope, receive, send)
+            return
+        if path.startswith(APPS_PREFIX + "/"):  # an emulated app, not the service: never faulted or counted
             await self.app(scope, receive, send)
             return
         state = self.state

@@ -5,8 +5,9 @@
   :class:`~airflow_provider.emulator.server.EmulatorServer` (``.base_url``, ``.api_key``, ``.headers``,
   ``.state``, ``.admin``).
 * ``deployment_service_emulator_factory``: call it with :class:`EmulatorServer` keyword arguments
-  (``tenant_id=...``, ``data=...``, ``optional_endpoints=False``, ``in_subprocess=True``...) to get
-  started servers, all stopped at the end of the test.
+  (``tenant_id=...``, ``data=...``, ``optional_endpoints=False``, ``disabled_endpoints=["redeploy"]``,
+  ``resource_spec_mode="merge"``, ``in_subprocess=True``...) to get started servers, all stopped at the
+  end of the test.
 
 Importing this module is cheap: the server is imported only when a fixture runs.
 """

@@ -10,6 +10,13 @@ of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revisio
 becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
 ``ready_seconds`` have passed since its creation and a revision is active; it stays ``READY`` while
 later revisions build (the old revision keeps serving).
+
+A redeploy (``POST .../revisions/{revision_id}/redeploy``) reuses the build of the earlier revision, so
+its revision skips the build: ``QUEUED`` (if need be) -> ``AWAITING_DEPLOY`` -> ``DEPLOYING`` ->
+``DEPLOYED``, ending 30 % of ``build_seconds`` after it starts (``DEPLOYING`` from 10 %).
+
+A revision can be marked unhealthy (emulator-only, see ``RevisionRecord.unhealthy``): the service
+still reports it ``DEPLOYED``, but the deployment's app URL answers 500 while it is the active revision.
 """
 
 from __future__ import annotations
@@ -20,12 +27,15 @@ from typing import Any
 
 from airflow_provider.models import (
     Deployment,
+    DeploymentSource,
     DeploymentStatus,
     DeploymentType,
     Revision,
     RevisionStatus,
     SourceRevisionConfig,
 )
+
+from .contract import render_resource_spec
 
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.AWAITING_BUILD: (0.2, RevisionStatus.BUILDING),
@@ -34,6 +44,15 @@ BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
 }
 """For each in-progress status: the fraction of ``build_seconds`` (from the build start) at which it
 ends, and the status that follows."""
+
+REDEPLOY_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
+    RevisionStatus.AWAITING_DEPLOY: (0.1, RevisionStatus.DEPLOYING),
+    RevisionStatus.DEPLOYING: (0.3, RevisionStatus.DEPLOYED),
+}
+"""The same for a redeploy, which skips the build."""
+
+REDEPLOYABLE = (RevisionStatus.DEPLOYED, RevisionStatus.DEPLOY_FAILED)
+"""Statuses of revisions whose build succeeded, so that they can be redeployed."""
 
 FAILURE_STATUSES = (RevisionStatus.BUILD_FAILED, RevisionStatus.DEPLOY_FAILED)
 """The statuses a build can be made to fail with."""
@@ -57,10 +76,15 @@ class RevisionRecord:
     :param source_revision_config: the revision settings.
     :param created_at: creation time.
     :param build_seconds: duration of the build, from start to ``DEPLOYED``.
+    :param source: the revision's source (the patch's ``revision_source``, else the deployment's).
     :param status: current status.
     :param started_at: when its build started (left ``QUEUED``); ``None`` while queued.
     :param fail_with: ``BUILD_FAILED`` or ``DEPLOY_FAILED`` to make the build fail.
     :param fail_message: status message of that failure.
+    :param status_message: message of the current status (failures).
+    :param redeploy_of: the revision this one redeploys (it then skips the build).
+    :param unhealthy: emulator-only: the app answers 500 while this revision is active.
+    :param remote_reconciled: the ``remote_reconciled`` filter flag (the deployment's at creation).
     """
 
     id: str
@@ -68,11 +92,15 @@ class RevisionRecord:
     source_revision_config: SourceRevisionConfig
     created_at: datetime
     build_seconds: float
+    source: str
     status: RevisionStatus = RevisionStatus.QUEUED
     started_at: datetime | None = None
     fail_with: RevisionStatus | None = None
     fail_message: str | None = None
     status_message: str | None = None
+    redeploy_of: str | None = None
+    unhealthy: bool = False
+    remote_reconciled: bool = False
     updated_at: datetime = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,11 +111,21 @@ class RevisionRecord:
         """Whether the revision reached a terminal status."""
         return self.status.is_terminal
 
+    @property
+    def skips_build(self) -> bool:
+        """Whether this revision reuses an earlier build (a redeploy)."""
+        return self.redeploy_of is not None
+
+    @property
+    def phases(self) -> dict[RevisionStatus, tuple[float, RevisionStatus]]:
+        """The in-progress phases this revision goes through."""
+        return REDEPLOY_PHASES if self.skips_build else BUILD_PHASES
+
     def next_transition(self) -> tuple[datetime, RevisionStatus] | None:
         """The next status change of a started revision and when it happens (``None`` if none)."""
-        if self.finished or self.started_at is None or self.status not in BUILD_PHASES:
+        if self.finished or self.started_at is None or self.status not in self.phases:
             return None
-        fraction, following = BUILD_PHASES[self.status]
+        fraction, following = self.phases[self.status]
         if self.fail_with is not None and _FAILS_INSTEAD_OF[self.fail_with] is following:
             following = self.fail_with
         return self.started_at + timedelta(seconds=self.build_seconds * fraction), following
@@ -104,7 +142,7 @@ class RevisionRecord:
     def start(self, at: datetime) -> None:
         """Leave ``QUEUED``: the build starts at ``at``."""
         self.started_at = at
-        self.set_status(RevisionStatus.AWAITING_BUILD, at)
+        self.set_status(RevisionStatus.AWAITING_DEPLOY if self.skips_build else RevisionStatus.AWAITING_BUILD, at)
 
     def to_model(self) -> Revision:
         """The revision resource."""
@@ -119,9 +157,20 @@ class RevisionRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """JSON of the revision resource."""
+        """JSON of the revision resource (``source`` always included, as production does)."""
         body: dict[str, Any] = self.to_model().model_dump(mode="json")
+        body["source"] = self.source
         return body
+
+    def admin_json(self) -> dict[str, Any]:
+        """JSON of the revision plus its emulator-only data."""
+        return {
+            **self.to_json(),
+            "redeploy_of": self.redeploy_of,
+            "unhealthy": self.unhealthy,
+            "fail_with": self.fail_with.value if self.fail_with else None,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+        }
 
 
 @dataclass
@@ -148,6 +197,8 @@ class DeploymentRecord:
     """When the active revision was deployed."""
     pending_failure: tuple[RevisionStatus, str | None] | None = None
     """A failure for the next revision to be created (see :meth:`fail_next_build`)."""
+    pending_unhealthy: bool = False
+    """The next revision created will be unhealthy (see :meth:`mark_next_unhealthy`)."""
 
     @property
     def id(self) -> str:
@@ -215,9 +266,12 @@ class DeploymentRecord:
 
     def add_revision(self, revision: RevisionRecord, now: datetime) -> None:
         """Append a new revision created at ``now``; it starts at once if nothing else is building."""
-        if self.pending_failure is not None:
+        if self.pending_failure is not None and _can_fail(revision, self.pending_failure[0]):
             revision.fail_with, revision.fail_message = self.pending_failure
             self.pending_failure = None
+        if self.pending_unhealthy:
+            revision.unhealthy = True
+            self.pending_unhealthy = False
         idle = self.current_build() is None
         self.revisions.append(revision)
         self.resource.latest_revision_id = revision.id
@@ -233,10 +287,28 @@ class DeploymentRecord:
         """
         too_late = {RevisionStatus.DEPLOYING} if status is RevisionStatus.BUILD_FAILED else set()
         for revision in self.revisions:
-            if not revision.finished and revision.fail_with is None and revision.status not in too_late:
+            if (
+                not revision.finished
+                and revision.fail_with is None
+                and revision.status not in too_late
+                and _can_fail(revision, status)
+            ):
                 revision.fail_with, revision.fail_message = status, message
                 return revision.id
         self.pending_failure = (status, message)
+        return None
+
+    def mark_next_unhealthy(self) -> str | None:
+        """Make the next revision to go live unhealthy; return its id if it already exists.
+
+        That is the earliest unfinished revision not yet marked; if there is none, the mark waits for
+        the next revision created.
+        """
+        for revision in self.revisions:
+            if not revision.finished and not revision.unhealthy:
+                revision.unhealthy = True
+                return revision.id
+        self.pending_unhealthy = True
         return None
 
     def fail_revision(
@@ -247,20 +319,47 @@ class DeploymentRecord:
         self.touch(now)
         self._start_next(now)
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON of the deployment resource, secret values in clear (as production may echo them)."""
+    @property
+    def source(self) -> str:
+        """The deployment's source, as a string."""
+        source = self.resource.source
+        return source.value if isinstance(source, DeploymentSource) else str(source)
+
+    def to_json(self, app_url: str | None = None) -> dict[str, Any]:
+        """JSON of the deployment resource as production answers it, secret values in clear (as
+        production may echo them): ``source_config.deployment_type`` shown, resource spec rendered (see
+        :func:`~airflow_provider.emulator.contract.render_resource_spec`).
+
+        :param app_url: the URL the service gives the app; shown as ``source_config.custom_url`` of
+            every source but ``external_docker`` (where the user sets it).
+        """
         body: dict[str, Any] = self.resource.model_dump(mode="json", context={"reveal_secrets": True})
+        config = body["source_config"]
+        config["deployment_type"] = self.deployment_type.value
+        if config.get("resource_spec") is not None:
+            config["resource_spec"] = render_resource_spec(config["resource_spec"])
+        if app_url is not None and self.source != DeploymentSource.EXTERNAL_DOCKER.value:
+            config["custom_url"] = app_url
         return body
 
-    def admin_json(self) -> dict[str, Any]:
-        """JSON of the resource plus the emulator-only data and the revisions (admin snapshot)."""
+    def admin_json(self, app_url: str | None = None) -> dict[str, Any]:
+        """JSON of the resource plus the emulator-only data and the revisions (admin snapshot).
+
+        :param app_url: as for :meth:`to_json`.
+        """
         return {
-            **self.to_json(),
+            **self.to_json(app_url),
             "deployment_type": self.deployment_type.value,
             "tag_value_ids": list(self.tag_value_ids),
             "remote_reconciled": self.remote_reconciled,
             "build_seconds": self.build_seconds,
             "status_pinned": self.status_pinned,
             "pending_failure": self.pending_failure[0].value if self.pending_failure else None,
-            "revisions": [revision.to_json() for revision in self.revisions],
+            "pending_unhealthy": self.pending_unhealthy,
+            "revisions": [revision.admin_json() for revision in self.revisions],
         }
+
+
+def _can_fail(revision: RevisionRecord, status: RevisionStatus) -> bool:
+    """Whether ``revision`` can be made to fail with ``status`` (a redeploy has no build to fail)."""
+    return not (status is RevisionStatus.BUILD_FAILED and revision.skips_build)

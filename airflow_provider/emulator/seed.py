@@ -9,7 +9,8 @@ The file is JSON::
 A deployment entry is a Deployment resource in which everything but ``name`` and ``source`` may be left
 out (ids, tenant, timestamps, status and revisions are filled in), plus emulator-only keys:
 ``deployment_type``, ``tag_value_ids``, ``remote_reconciled``, ``build_seconds`` and ``revisions`` (a
-list of Revision resources, oldest first). Without ``revisions``, a deployment whose
+list of Revision resources, oldest first; a revision's ``source`` defaults to the deployment's).
+Without ``revisions``, a deployment whose
 ``active_revision_id``/``latest_revision_id`` are missing gets one deployed revision; a
 ``latest_revision_id`` different from ``active_revision_id`` names a revision that starts building when
 the data is loaded. Every problem is reported with its place, e.g. ``deployments[3].source: ...``.
@@ -284,6 +285,8 @@ def _make_revisions(record: DeploymentRecord, now: datetime, build_seconds: floa
             source_revision_config=resource.source_revision_config,
             created_at=resource.created_at,
             build_seconds=build_seconds,
+            source=record.source,
+            remote_reconciled=record.remote_reconciled,
             status=RevisionStatus.DEPLOYED,
             started_at=resource.created_at,
         )
@@ -296,6 +299,8 @@ def _make_revisions(record: DeploymentRecord, now: datetime, build_seconds: floa
             source_revision_config=resource.source_revision_config,
             created_at=min(resource.updated_at, now),
             build_seconds=build_seconds,
+            source=record.source,
+            remote_reconciled=record.remote_reconciled,
         )
         record.revisions.append(building)
         building.start(now)
@@ -323,6 +328,10 @@ def _load_revisions(
         if "status" in entry and entry["status"] not in [status.value for status in RevisionStatus]:
             problems.append(f"{where}.status: unknown revision status {entry['status']!r}")
             continue
+        source = entry.pop("source", record.source)
+        if source not in [value.value for value in DeploymentSource]:
+            problems.append(f"{where}.source: unknown source {source!r}")
+            continue
         revision = _validate(Revision, entry, where, problems)
         if revision is None:
             continue
@@ -335,6 +344,8 @@ def _load_revisions(
             source_revision_config=revision.source_revision_config,
             created_at=revision.created_at,
             build_seconds=build_seconds,
+            source=source,
+            remote_reconciled=record.remote_reconciled,
             status=revision.status if revision.status.is_terminal else RevisionStatus.QUEUED,
             status_message=revision.status_message,
         )

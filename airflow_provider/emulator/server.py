@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from .admin_client import EmulatorAdmin
 from .app import create_app
 from .seed import DataSource
-from .state import EmulatorState
+from .state import EmulatorState, ResourceSpecMode
 
 LISTENING_LINE = "Deployment service emulator listening on {url}"
 API_KEY_ENV = "DEPLOYMENT_SERVICE_EMULATOR_API_KEY"
@@ -134,6 +134,8 @@ class EmulatorServer:
     :param optional_endpoints: serve the production-only GET endpoints.
     :param frozen_clock: time moves only by :meth:`EmulatorAdmin.advance` / ``state.advance``.
     :param path_prefix: service path prefix (e.g. ``/api-host``), included in :attr:`base_url`.
+    :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"`` (see :class:`EmulatorState`).
+    :param disabled_endpoints: production-only endpoints to answer 404/405 (see ``OPTIONAL_ENDPOINTS``).
     :param startup_timeout: seconds to wait for the server to listen.
     """
 
@@ -153,6 +155,8 @@ class EmulatorServer:
         optional_endpoints: bool = True,
         frozen_clock: bool = False,
         path_prefix: str = "",
+        resource_spec_mode: ResourceSpecMode = "replace",
+        disabled_endpoints: Iterable[str] = (),
         startup_timeout: float = 20.0,
     ) -> None:
         check_host(host, allow_non_loopback)
@@ -172,6 +176,8 @@ class EmulatorServer:
             "optional_endpoints": optional_endpoints,
             "frozen_clock": frozen_clock,
             "path_prefix": path_prefix,
+            "resource_spec_mode": resource_spec_mode,
+            "disabled_endpoints": tuple(disabled_endpoints),
         }
         if state is None and not in_subprocess:
             state = EmulatorState(**self._options)
@@ -292,6 +298,7 @@ class EmulatorServer:
                 raise RuntimeError("the emulator server thread did not start")
             time.sleep(0.002)
         self._base_url = url_for(self._socket, self.host, state.path_prefix)
+        state.public_url = self.root_url
 
     def _start_subprocess(self) -> None:
         options = self._options
@@ -307,6 +314,9 @@ class EmulatorServer:
             command.append("--frozen-clock")
         if options["path_prefix"]:
             command += ["--path-prefix", options["path_prefix"]]
+        command += ["--resource-spec-mode", options["resource_spec_mode"]]
+        for name in options["disabled_endpoints"]:
+            command += ["--disable-endpoint", name]
         if self.allow_non_loopback:
             command.append("--allow-non-loopback")
         env = dict(os.environ)

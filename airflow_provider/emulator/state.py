@@ -2,6 +2,16 @@
 
 Every public method takes the state lock and first settles every deployment to the clock's current
 time, so the service, the admin API and Python tests always see the same, up-to-date state.
+
+Switches (constructor arguments, changeable at run time with :meth:`EmulatorState.update_settings`):
+
+* ``resource_spec_mode``: ``"replace"`` (default, production): a PATCH with a non-null
+  ``source_config.resource_spec`` creates a revision and replaces the whole spec (unset ``*_limit`` fields
+  default to twice their request); ``"merge"`` (the older reading of the spec): the spec merges field by
+  field and creates no revision.
+* ``disabled_endpoints``: names from :data:`OPTIONAL_ENDPOINTS` of production-only endpoints that answer
+  as if they did not exist (404; ``get_deployment`` 405, since PATCH shares its path), so client
+  fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of the app instead.
 """
 
 from __future__ import annotations
@@ -11,10 +21,12 @@ import hashlib
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, get_args
+
+from pydantic import BaseModel, SecretStr
 
 from airflow_provider.models import (
     DEFAULT_PAGE_SIZE,
@@ -24,18 +36,24 @@ from airflow_provider.models import (
     DeploymentStatus,
     DeploymentType,
     OAuthProvider,
-    PatchDeploymentRequest,
     Repository,
     RevisionStatus,
+    Secret,
+    SecretReference,
     SourceConfig,
     SourceRevisionConfig,
     canonical_uuid,
 )
 
 from .clock import Clock
+from .contract import PatchBody, PatchInvalid, parse_patch, stored_resource_spec
 from .faults import ChaosSettings, FaultBook, FaultRule, RequestRecord
-from .merge import merge_model
-from .records import FAILURE_STATUSES, DeploymentRecord, RevisionRecord
+from .health import APPS_PREFIX, UnhealthyRule, app_answer
+from .merge import known_dump, merge_model
+from .records import FAILURE_STATUSES, REDEPLOYABLE, DeploymentRecord, RevisionRecord
+from .revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogOrder, LogType, revision_log
+from .revision_logs import page as log_page
+from .rules import Current, refusals
 from .seed import DataSource, SeedData, load_data
 
 DEFAULT_TENANT_ID = "00000000-0000-4000-8000-000000000001"
@@ -44,19 +62,28 @@ DEFAULT_TENANT_ID = "00000000-0000-4000-8000-000000000001"
 StatusName = Literal["AWAITING_DATABASE", "READY", "UNUSED", "AWAITING_DELETE", "UNKNOWN"]
 """The deployment statuses, strictly (the response enum maps an unknown value to UNKNOWN instead)."""
 
+ResourceSpecMode = Literal["replace", "merge"]
+"""How a PATCH's ``source_config.resource_spec`` applies (see the module docstring)."""
+
+OptionalEndpoint = Literal["get_deployment", "list_revisions", "get_revision", "redeploy", "revision_logs"]
+OPTIONAL_ENDPOINTS: tuple[str, ...] = get_args(OptionalEndpoint)
+"""Names of the production-only endpoints, for ``disabled_endpoints``: ``GET /v2/deployments/{id}``,
+``GET .../revisions``, ``GET .../revisions/{revision_id}``, ``POST .../revisions/{revision_id}/redeploy``,
+``GET .../revisions/{revision_id}/logs``."""
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 class EmulatorError(Exception):
-    """A request the emulator refuses, with the HTTP status and the ``detail`` string to answer.
+    """A request the emulator refuses, with the HTTP status and the ``detail`` to answer.
 
     :param status_code: HTTP status.
-    :param detail: the ``detail`` of the error body.
+    :param detail: the ``detail`` of the error body: a string, or for 422 a FastAPI-style error list.
     """
 
-    def __init__(self, status_code: int, detail: str) -> None:
-        super().__init__(detail)
+    def __init__(self, status_code: int, detail: str | list[dict[str, Any]]) -> None:
+        super().__init__(detail if isinstance(detail, str) else f"{len(detail)} validation error(s)")
         self.status_code = status_code
         self.detail = detail
 
@@ -153,6 +180,8 @@ class EmulatorState:
     :param frozen_clock: time moves only through :meth:`advance`.
     :param start_time: start of a frozen clock (default: now).
     :param path_prefix: path prefix of the service endpoints, e.g. ``/api-host`` (self-hosted style).
+    :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"``; see the module docstring.
+    :param disabled_endpoints: names from :data:`OPTIONAL_ENDPOINTS` to answer as missing.
     """
 
     def __init__(
@@ -167,6 +196,8 @@ class EmulatorState:
         frozen_clock: bool = False,
         start_time: datetime | None = None,
         path_prefix: str = "",
+        resource_spec_mode: ResourceSpecMode = "replace",
+        disabled_endpoints: Iterable[str] = (),
     ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
@@ -181,6 +212,11 @@ class EmulatorState:
         self.optional_endpoints = optional_endpoints
         self.path_prefix = path_prefix
         self.clock = Clock(frozen=frozen_clock, start=start_time)
+        self.resource_spec_mode: ResourceSpecMode = _spec_mode(resource_spec_mode)
+        self.disabled_endpoints: frozenset[str] = _endpoint_names(disabled_endpoints)
+        self.public_url: str | None = None
+        """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
+        self._unhealthy_rules: list[UnhealthyRule] = []
         self._data_source = data
         self._lock = threading.RLock()
         self._faults = FaultBook()
@@ -234,6 +270,17 @@ class EmulatorState:
             raise NotFound(f"Revision ID {revision_id} not found.")
         return revision
 
+    def app_url(self, deployment_id: str) -> str | None:
+        """URL of a deployment's emulated app (``None`` until the server sets :attr:`public_url`)."""
+        return f"{self.public_url}{APPS_PREFIX}/{deployment_id}" if self.public_url else None
+
+    def _render(self, record: DeploymentRecord) -> dict[str, Any]:
+        return record.to_json(self.app_url(record.id))
+
+    def endpoint_enabled(self, name: str) -> bool:
+        """Whether the production-only endpoint ``name`` (see :data:`OPTIONAL_ENDPOINTS`) is served."""
+        return self.optional_endpoints and name not in self.disabled_endpoints
+
     # --------------------------------------------------------------------------- service side
     @_locked
     def list_oauth_providers(self) -> list[dict[str, Any]]:
@@ -272,12 +319,12 @@ class EmulatorState:
         ]
         matching.sort(key=lambda record: (record.resource.created_at, record.id))
         page = matching[offset : offset + limit]
-        return {"resources": [record.to_json() for record in page], "offset": offset + len(page)}
+        return {"resources": [self._render(record) for record in page], "offset": offset + len(page)}
 
     @_locked
     def get_deployment(self, deployment_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """``GET /v2/deployments/{deployment_id}``: the deployment resource, secrets in clear."""
-        return self._record(deployment_id, tenant).to_json()
+        return self._render(self._record(deployment_id, tenant))
 
     @_locked
     def get_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
@@ -285,44 +332,193 @@ class EmulatorState:
         return self._revision(self._record(deployment_id, tenant), revision_id).to_json()
 
     @_locked
-    def patch_deployment(
-        self, deployment_id: str, patch: PatchDeploymentRequest, *, tenant: str | None = None
+    def list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = DEFAULT_PAGE_SIZE,
+        offset: int = 0,
+        statuses: Iterable[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
-        """``PATCH /v2/deployments/{deployment_id}``: merge ``patch`` and maybe create a revision.
+        """``GET /v2/deployments/{deployment_id}/revisions``: one page, newest first.
 
-        Nested objects merge field by field (a null or missing field keeps its value); ``secrets`` and
-        ``secret_references`` replace their lists. Unknown fields (kept as pydantic extras) are ignored.
-        A non-null field in ``source_revision_config``, or non-null ``secrets``, creates a revision.
+        :param deployment_id: the deployment.
+        :param limit: page size.
+        :param offset: number of matching revisions to skip.
+        :param statuses: only revisions in one of these statuses (``None``: any).
+        :param remote_reconciled: only revisions with this flag (the deployment's when they were created).
+        :param tenant: only this tenant's deployment (``None``: any).
         """
         record = self._record(deployment_id, tenant)
+        wanted = {RevisionStatus(status) for status in statuses} if statuses is not None else None
+        matching = [
+            revision
+            for revision in reversed(record.revisions)
+            if (wanted is None or revision.status in wanted)
+            and (remote_reconciled is None or revision.remote_reconciled is remote_reconciled)
+        ]
+        chunk = matching[offset : offset + limit]
+        return {"resources": [revision.to_json() for revision in chunk], "offset": offset + len(chunk)}
+
+    @_locked
+    def revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        kind: LogType = "build",
+        order: LogOrder = "asc",
+        limit: int = DEFAULT_LOG_LIMIT,
+        offset: str | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET .../revisions/{revision_id}/logs``: ``{"logs": [...], "next_offset": cursor | None}``.
+
+        See :mod:`airflow_provider.emulator.revision_logs` for the lines and the entry shape.
+
+        :raises EmulatorError: 422 for an ``offset`` that is not one of this emulator's cursors.
+        """
+        record = self._record(deployment_id, tenant)
+        entries = revision_log(record, self._revision(record, revision_id), kind, self.clock.now())
+        try:
+            return log_page(entries, order=order, limit=limit, offset=offset)
+        except BadCursor as error:
+            problem = {"type": "value_error", "loc": ["query", "offset"], "msg": str(error), "input": offset}
+            raise EmulatorError(422, [problem]) from None
+
+    @_locked
+    def patch_deployment(
+        self,
+        deployment_id: str,
+        patch: PatchBody | BaseModel | Mapping[str, Any],
+        *,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """``PATCH /v2/deployments/{deployment_id}`` with the production rules; all or nothing.
+
+        ``source_config`` fields merge into the stored ones (a null or missing field keeps its value);
+        ``resource_spec`` follows ``resource_spec_mode``; ``secrets`` and ``secret_references``
+        replace their lists. A revision is created by a non-null ``source_revision_config`` field,
+        non-null ``secrets``, or (``replace`` mode) a non-null ``resource_spec``.
+
+        :param deployment_id: the deployment.
+        :param patch: the body: :class:`~airflow_provider.emulator.contract.PatchBody`, the provider's
+            request model, or plain JSON.
+        :param tenant: the caller's tenant (``None``: any).
+        :raises EmulatorError: 404 unknown deployment; 422 schema (see
+            :mod:`~airflow_provider.emulator.contract`); 400 rules (see :mod:`~airflow_provider.emulator.rules`).
+        """
+        record = self._record(deployment_id, tenant)
+        try:
+            body = parse_patch(patch)
+        except PatchInvalid as error:
+            raise EmulatorError(422, error.errors) from None
+        shown = self._render(record)
+        current = Current(
+            source=record.source,
+            source_config=shown["source_config"],
+            repo_ref=record.resource.source_revision_config.repo_ref,
+            custom_url=shown["source_config"].get("custom_url"),
+        )
+        problems = refusals(body, current)
+        if problems:
+            raise EmulatorError(400, "; ".join(problems))
+        source_config = self._patched_source_config(record, body)
+        spec = body.source_config.resource_spec if body.source_config is not None else None
+        creates_revision = (
+            body.secrets is not None
+            or bool(body.revision_fields())
+            or (spec is not None and self.resource_spec_mode == "replace")
+        )
+        # Everything is checked and built: from here on nothing can fail half-way.
         resource = record.resource
         now = self.clock.now()
         changed = False
-        if patch.source_config is not None:
-            merged = merge_model(resource.source_config, patch.source_config)
-            resource.source_config = SourceConfig.model_validate(merged)
+        if source_config is not None:
+            resource.source_config = source_config
             changed = True
-        if patch.secret_references is not None:
-            resource.secret_references = [ref.model_copy() for ref in patch.secret_references]
+        if body.secret_references is not None:
+            resource.secret_references = [SecretReference(**ref.model_dump()) for ref in body.secret_references]
             changed = True
-        if patch.secrets is not None:
-            resource.secrets = [secret.model_copy() for secret in patch.secrets]
-        if patch.creates_revision:
-            revision_config = resource.source_revision_config
-            if patch.source_revision_config is not None:
-                merged = merge_model(revision_config, patch.source_revision_config)
-                merged.pop("repo_commit_sha", None)
-                revision_config = SourceRevisionConfig.model_validate(merged)
-            self._new_revision(record, revision_config, now)
+        if body.secrets is not None:
+            resource.secrets = [Secret(name=item.name, value=SecretStr(item.value)) for item in body.secrets]
+        if creates_revision:
+            base = known_dump(resource.source_revision_config)
+            base.pop("repo_commit_sha", None)
+            revision_config = SourceRevisionConfig.model_validate({**base, **body.revision_fields()})
+            self._new_revision(record, revision_config, now, source=body.revision_source or record.source)
             changed = True
         if changed:
             record.touch(now)
-        return record.to_json()
+        return self._render(record)
 
-    def _new_revision(self, record: DeploymentRecord, config: SourceRevisionConfig, now: datetime) -> RevisionRecord:
+    def _patched_source_config(self, record: DeploymentRecord, body: PatchBody) -> SourceConfig | None:
+        """The ``source_config`` after ``body`` (``None``: the patch leaves it alone)."""
+        patch = body.source_config
+        if patch is None:
+            return None
+        stored = known_dump(record.resource.source_config)
+        stored.pop("deployment_type", None)  # kept on the record; shown by DeploymentRecord.to_json
+        given = patch.model_dump(exclude_none=True, exclude={"resource_spec", "listener_config", "deployment_type"})
+        given = {name: str(value) if isinstance(value, uuid.UUID) else value for name, value in given.items()}
+        if record.source != DeploymentSource.EXTERNAL_DOCKER.value:
+            given.pop("custom_url", None)  # the rules let only the value already shown through: the service's
+        stored.update(given)
+        if patch.listener_config is not None:
+            stored["listener_config"] = {
+                **stored.get("listener_config", {}),
+                **patch.listener_config.model_dump(exclude_none=True),
+            }
+        if patch.resource_spec is not None:
+            if self.resource_spec_mode == "replace":
+                stored["resource_spec"] = stored_resource_spec(patch.resource_spec, default_limits=True)
+            else:
+                merged = {**stored.get("resource_spec", {})}
+                merged.update(stored_resource_spec(patch.resource_spec, default_limits=False))
+                stored["resource_spec"] = merged
+        return SourceConfig.model_validate(stored)
+
+    @_locked
+    def redeploy_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """``POST .../revisions/{revision_id}/redeploy``: deploy an earlier build again (a rollback).
+
+        Creates a revision whose ``source_revision_config`` (``repo_commit_sha`` included) and ``source``
+        copy the old one's; it skips the build (the build exists) and goes ``AWAITING_DEPLOY`` ->
+        ``DEPLOYING`` -> ``DEPLOYED``, queueing behind a revision in progress. An unhealthy mark is copied
+        too (same build, same bug). ``source_config`` is left as it is. Returns the deployment.
+
+        :raises EmulatorError: 404 unknown deployment or revision; 400 when the revision's build did
+            not succeed (only ``DEPLOYED`` and ``DEPLOY_FAILED`` revisions have one) or the deployment
+            is being deleted.
+        """
+        record = self._record(deployment_id, tenant)
+        old = self._revision(record, revision_id)
+        if old.status not in REDEPLOYABLE:
+            raise EmulatorError(
+                400,
+                f"Revision {old.id} cannot be redeployed: its status is {old.status.value}; only a revision "
+                f"whose build succeeded ({' or '.join(status.value for status in REDEPLOYABLE)}) can be redeployed.",
+            )
+        if record.resource.status is DeploymentStatus.AWAITING_DELETE:
+            raise EmulatorError(400, f"Deployment ID {record.id} is being deleted.")
+        now = self.clock.now()
+        self._new_revision(record, old.source_revision_config.model_copy(), now, source=old.source, redeploy_of=old)
+        return self._render(record)
+
+    def _new_revision(
+        self,
+        record: DeploymentRecord,
+        config: SourceRevisionConfig,
+        now: datetime,
+        *,
+        source: str,
+        redeploy_of: RevisionRecord | None = None,
+    ) -> RevisionRecord:
         revision_id = str(uuid.uuid4())
         resource = record.resource
-        if resource.source == DeploymentSource.CODEHOST.value and config.repo_ref:
+        if redeploy_of is None and source == DeploymentSource.CODEHOST.value and config.repo_ref:
             seed = f"{resource.source_config.repo_url}@{config.repo_ref}@{revision_id}".encode()
             digest = hashlib.sha1(seed, usedforsecurity=False)  # a fake commit sha
             config = config.model_copy(update={"repo_commit_sha": digest.hexdigest()})
@@ -333,6 +529,10 @@ class EmulatorState:
             source_revision_config=config,
             created_at=now,
             build_seconds=record.build_seconds if record.build_seconds is not None else self.build_seconds,
+            source=source,
+            redeploy_of=redeploy_of.id if redeploy_of is not None else None,
+            unhealthy=redeploy_of.unhealthy if redeploy_of is not None else False,
+            remote_reconciled=record.remote_reconciled,
         )
         record.add_revision(revision, now)
         return revision
@@ -379,8 +579,8 @@ class EmulatorState:
             build_seconds=request.build_seconds,
         )
         self._deployments[record.id] = record
-        self._new_revision(record, resource.source_revision_config, now)
-        return record.to_json()
+        self._new_revision(record, resource.source_revision_config, now, source=record.source)
+        return self._render(record)
 
     # ------------------------------------------------------------------------------ admin side
     def advance(self, seconds: float) -> datetime:
@@ -430,7 +630,7 @@ class EmulatorState:
         record.resource.status = DeploymentStatus(status)
         record.status_pinned = True
         record.touch(self.clock.now())
-        return record.to_json()
+        return self._render(record)
 
     @_locked
     def update_deployment_options(
@@ -458,7 +658,7 @@ class EmulatorState:
         if image_version is not None:
             record.resource.image_version = image_version
             record.touch(self.clock.now())
-        return record.admin_json()
+        return record.admin_json(self.app_url(record.id))
 
     @_locked
     def delete_deployment(self, deployment_id: str) -> None:
@@ -468,14 +668,15 @@ class EmulatorState:
     @_locked
     def deployment(self, deployment_id: str) -> dict[str, Any]:
         """Admin view of one deployment: resource, emulator-only data and revisions."""
-        return self._record(deployment_id, None).admin_json()
+        record = self._record(deployment_id, None)
+        return record.admin_json(self.app_url(record.id))
 
     @_locked
     def find_deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
         """Admin view of the deployment named exactly ``name``."""
         for record in self._deployments.values():
             if record.resource.name == name and (tenant is None or record.resource.tenant_id == tenant):
-                return record.admin_json()
+                return record.admin_json(self.app_url(record.id))
         raise NotFound(f"Deployment named {name} not found.")
 
     @_locked
@@ -484,19 +685,109 @@ class EmulatorState:
         records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))
         return {
             "now": self.clock.now().isoformat(),
-            "deployments": [record.admin_json() for record in records],
+            "deployments": [record.admin_json(self.app_url(record.id)) for record in records],
             "faults": [rule.model_dump(mode="json") for rule in self._faults.rules],
             "chaos": self._faults.chaos.model_dump(mode="json") if self._faults.chaos else None,
+            "unhealthy_rules": [rule.model_dump(mode="json") for rule in self._unhealthy_rules],
+            "settings": self._settings(),
         }
 
     def reset(self) -> None:
-        """Reload the seed data and clear faults, chaos, the request log and counters (clock kept)."""
+        """Reload the seed data and clear faults, chaos, unhealthy rules, the request log and counters
+        (clock and settings kept)."""
         seed = self._load()
         with self._lock:
             self._seed(seed)
+            self._unhealthy_rules.clear()
             self._faults.clear()
             self._log.clear()
             self._counters.clear()
+
+    # ------------------------------------------------------------------------------ settings
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "resource_spec_mode": self.resource_spec_mode,
+            "optional_endpoints": self.optional_endpoints,
+            "disabled_endpoints": sorted(self.disabled_endpoints),
+        }
+
+    def settings(self) -> dict[str, Any]:
+        """``{"resource_spec_mode", "optional_endpoints", "disabled_endpoints"}``."""
+        with self._lock:
+            return self._settings()
+
+    def update_settings(
+        self,
+        *,
+        resource_spec_mode: ResourceSpecMode | None = None,
+        disabled_endpoints: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Change switches at run time (``None``: unchanged); return the settings.
+
+        :param resource_spec_mode: ``"replace"`` or ``"merge"`` (see the module docstring).
+        :param disabled_endpoints: the complete set of disabled endpoint names (``[]`` enables all).
+        :raises EmulatorError: 422 for an unknown mode or endpoint name.
+        """
+        try:
+            mode = _spec_mode(resource_spec_mode) if resource_spec_mode is not None else None
+            names = _endpoint_names(disabled_endpoints) if disabled_endpoints is not None else None
+        except ValueError as error:
+            raise EmulatorError(422, str(error)) from None
+        with self._lock:
+            if mode is not None:
+                self.resource_spec_mode = mode
+            if names is not None:
+                self.disabled_endpoints = names
+            return self._settings()
+
+    # ------------------------------------------------------------------------------ app health
+    @_locked
+    def mark_next_revision_unhealthy(self, deployment_id: str) -> str | None:
+        """Make the next revision of a deployment to go live unhealthy (its app answers 500).
+
+        Like :meth:`fail_next_build`: the earliest unfinished revision not yet marked, else the next
+        revision created. Returns the id of the revision already marked, if any.
+        """
+        return self._record(deployment_id, None).mark_next_unhealthy()
+
+    @_locked
+    def set_revision_health(self, deployment_id: str, revision_id: str, *, healthy: bool = False) -> dict[str, Any]:
+        """Mark one revision unhealthy (``healthy=False``) or clear its mark; return its admin view."""
+        revision = self._revision(self._record(deployment_id, None), revision_id)
+        revision.unhealthy = not healthy
+        return revision.admin_json()
+
+    def add_unhealthy_rule(self, rule: UnhealthyRule | None = None, /, **fields: Any) -> UnhealthyRule:
+        """Make every revision whose ``image_uri`` or ``repo_ref`` matches a glob unhealthy, existing ones
+        included (an :class:`~airflow_provider.emulator.health.UnhealthyRule`, or its fields as keywords).
+
+        Example: ``state.add_unhealthy_rule(image_uri="*:broken-*")``.
+        """
+        rule = rule if rule is not None else UnhealthyRule(**fields)
+        if rule.deployment_id is not None:
+            rule.deployment_id = canonical_uuid(rule.deployment_id, "deployment_id")
+        with self._lock:
+            self._unhealthy_rules.append(rule)
+        return rule
+
+    def unhealthy_rules(self) -> list[UnhealthyRule]:
+        """The unhealthy rules in force."""
+        with self._lock:
+            return [rule.model_copy() for rule in self._unhealthy_rules]
+
+    def clear_unhealthy_rules(self) -> None:
+        """Remove every unhealthy rule (marks on revisions stay)."""
+        with self._lock:
+            self._unhealthy_rules.clear()
+
+    @_locked
+    def app_health(self, deployment_id: str) -> tuple[int, dict[str, Any]]:
+        """What the deployment's app answers now: ``(status code, body)``; see
+        :mod:`airflow_provider.emulator.health`.
+
+        :raises NotFound: unknown deployment.
+        """
+        return app_answer(self._record(deployment_id, None), self._unhealthy_rules)
 
     # ------------------------------------------------------------------------------ faults
     def add_fault(self, rule: FaultRule | None = None, /, **fields: Any) -> FaultRule:
@@ -571,3 +862,21 @@ def _failure(status: RevisionStatus | str) -> RevisionStatus:
     if value not in FAILURE_STATUSES:
         raise EmulatorError(422, f"a build can fail with BUILD_FAILED or DEPLOY_FAILED, not {status!r}")
     return value
+
+
+def _spec_mode(value: str) -> ResourceSpecMode:
+    if value == "replace":
+        return "replace"
+    if value == "merge":
+        return "merge"
+    raise ValueError(f"resource_spec_mode must be 'replace' or 'merge', got {value!r}")
+
+
+def _endpoint_names(names: Iterable[str]) -> frozenset[str]:
+    if isinstance(names, str):
+        names = [names]
+    chosen = frozenset(names)
+    unknown = sorted(chosen.difference(OPTIONAL_ENDPOINTS))
+    if unknown:
+        raise ValueError(f"unknown endpoint names {unknown}; expected some of {list(OPTIONAL_ENDPOINTS)}")
+    return chosen

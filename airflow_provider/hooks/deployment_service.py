@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
-from airflow_provider.client import AsyncDeploymentServiceClient, ClientSettings, DeploymentServiceClient, RetryPolicy
-from airflow_provider.defaults import CONN_TYPE, DEFAULT_CONN_ID, SETTING_OVERRIDES
+from airflow_provider.client import (
+    AsyncDeploymentServiceClient,
+    ClientSettings,
+    DeploymentServiceClient,
+    LogOrder,
+    LogType,
+    RetryPolicy,
+)
+from airflow_provider.defaults import (
+    CONN_TYPE,
+    DEFAULT_CONN_ID,
+    SETTING_OVERRIDES,
+    TEST_CONNECTION_CONNECT_TIMEOUT,
+    TEST_CONNECTION_READ_TIMEOUT,
+)
 from airflow_provider.errors import AuthError, DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.models import (
     CreateDeploymentRequest,
@@ -21,6 +36,10 @@ from airflow_provider.models import (
     PatchDeploymentRequest,
     Repository,
     Revision,
+    RevisionListPage,
+    RevisionLogPage,
+    RevisionStatus,
+    SourceRevisionConfig,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +56,11 @@ class DeploymentServiceHook(BaseHook):
     key, and the extras hold ``tenant_id``, ``connect_timeout``, ``read_timeout``, ``verify``,
     ``ca_bundle``, ``allow_insecure_http``, ``max_attempts``, ``backoff_initial``, ``backoff_max`` and
     ``retry_after_max``. A host given without a scheme gets ``https://`` (``http://`` when the
-    ``scheme`` extra says so), the connection's port and its schema as a path prefix.
+    ``scheme`` extra says so); the connection's port and its schema (as a path prefix) are added to the
+    host whether or not it has a scheme, and refused when the host already names a different one.
+
+    Use it as a context manager to close its pooled connections: ``with DeploymentServiceHook() as hook:``
+    closes the blocking client, ``async with DeploymentServiceHook() as hook:`` the asyncio client.
 
     :param deployment_service_conn_id: the Airflow connection to use.
     :param overrides: numbers that win over the connection's, by the names in
@@ -70,6 +93,18 @@ class DeploymentServiceHook(BaseHook):
         self._async_client: AsyncDeploymentServiceClient | None = None
         self._async_client_lock = asyncio.Lock()
 
+    def __enter__(self) -> DeploymentServiceHook:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DeploymentServiceHook:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     @property
     def hook_params(self) -> dict[str, Any]:
         """The arguments that recreate this hook elsewhere (a trigger); plain JSON, no secret."""
@@ -95,8 +130,10 @@ class DeploymentServiceHook(BaseHook):
                 if name in numbers
             }
             retry = RetryPolicy(**retry_numbers)
+            base_url, scheme_assumed = _base_url(conn, extra)
             settings = ClientSettings(
-                base_url=_base_url(conn, extra),
+                base_url=base_url,
+                scheme_assumed=scheme_assumed,
                 tenant_id=_extra(extra, "tenant_id") or None,
                 verify=verify,
                 allow_insecure_http=_as_bool(
@@ -149,22 +186,35 @@ class DeploymentServiceHook(BaseHook):
             self._async_client = None
 
     def test_connection(self) -> tuple[bool, str]:
-        """Make one cheap authenticated call and say what is wrong in words a user can act on."""
+        """Make one cheap authenticated call and say what was tried and what is wrong, in words a user can act on.
+
+        One attempt, no retries, with short timeouts (at most
+        :data:`~airflow_provider.defaults.TEST_CONNECTION_CONNECT_TIMEOUT` s to connect and
+        :data:`~airflow_provider.defaults.TEST_CONNECTION_READ_TIMEOUT` s to answer), so a failing test
+        answers at once instead of after every retry.
+        """
         try:
-            page = self.client.list_deployments(limit=1)
-            settings = self.client.settings
-        except AuthError as err:
-            return False, str(err)
-        except TransportError as err:
-            return False, f"Could not reach the service: {err}. Check the base URL, network and TLS settings."
+            settings, api_key = self.settings_from_connection(self.get_connection(self.deployment_service_conn_id))
         except DeploymentServiceError as err:
             return False, str(err)
-        finally:
-            self.close()
-        base_url = settings.base_url
-        workspace = settings.tenant_id or "the key's own workspace"
+        settings = replace(
+            settings,
+            connect_timeout=min(settings.connect_timeout, TEST_CONNECTION_CONNECT_TIMEOUT),
+            read_timeout=min(settings.read_timeout, TEST_CONNECTION_READ_TIMEOUT),
+        ).with_retry(max_attempts=1)
+        workspace = f"workspace {settings.tenant_id}" if settings.tenant_id else "the key's own workspace"
+        tried = f"GET {settings.base_url}/v2/deployments?limit=1 as {workspace}"
+        try:
+            with DeploymentServiceClient(settings, api_key) as client:
+                page = client.list_deployments(limit=1)
+        except AuthError as err:
+            return False, f"{tried}: {err}"
+        except TransportError as err:
+            return False, f"{tried}: could not reach the service ({err}); check the base URL, network and TLS settings"
+        except DeploymentServiceError as err:
+            return False, f"{tried}: {err}"
         seen = "at least one deployment" if page.resources else "no deployments yet"
-        return True, f"Connected to {base_url} ({workspace}): API key accepted, {seen} visible."
+        return True, f"{tried}: API key accepted, {seen} visible."
 
     # ------------------------------------------------------------------------------- endpoints
     def list_oauth_providers(self) -> list[OAuthProvider]:
@@ -201,6 +251,56 @@ class DeploymentServiceHook(BaseHook):
     def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """One revision (production endpoint outside the spec; may answer 404/405)."""
         return self.client.get_revision(deployment_id, revision_id)
+
+    def list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """One page of a deployment's revisions, newest first (production endpoint; may answer 404/405)."""
+        return self.client.list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+
+    def iter_revisions(
+        self, deployment_id: str, *, max_results: int | None = None, status: list[RevisionStatus | str] | None = None
+    ) -> Iterator[Revision]:
+        """Every revision of a deployment over all pages, newest first, at most ``max_results``."""
+        return self.client.iter_revisions(deployment_id, max_results=max_results, status=status)
+
+    def redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """Deploy an earlier revision's build again, never twice (production endpoint; may answer 404/405;
+        see :meth:`DeploymentServiceClient.redeploy_revision`)."""
+        return self.client.redeploy_revision(
+            deployment_id,
+            revision_id,
+            previous_latest_revision_id=previous_latest_revision_id,
+            expected_config=expected_config,
+        )
+
+    def get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """A page of a revision's build or deploy log (production endpoint; may answer 404/405)."""
+        return self.client.get_revision_logs(deployment_id, revision_id, type, limit=limit, order=order, offset=offset)
 
     def patch_deployment(
         self,
@@ -250,6 +350,60 @@ class DeploymentServiceHook(BaseHook):
         """Async :meth:`get_revision`."""
         return await (await self.get_async_client()).get_revision(deployment_id, revision_id)
 
+    async def a_list_revisions(
+        self,
+        deployment_id: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[RevisionStatus | str] | None = None,
+        remote_reconciled: bool | None = None,
+    ) -> RevisionListPage:
+        """Async :meth:`list_revisions`."""
+        client = await self.get_async_client()
+        return await client.list_revisions(
+            deployment_id, limit=limit, offset=offset, status=status, remote_reconciled=remote_reconciled
+        )
+
+    async def a_iter_revisions(
+        self, deployment_id: str, *, max_results: int | None = None, status: list[RevisionStatus | str] | None = None
+    ) -> AsyncIterator[Revision]:
+        """Async :meth:`iter_revisions`."""
+        client = await self.get_async_client()
+        async for revision in client.iter_revisions(deployment_id, max_results=max_results, status=status):
+            yield revision
+
+    async def a_redeploy_revision(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        *,
+        previous_latest_revision_id: str | None = None,
+        expected_config: SourceRevisionConfig | None = None,
+    ) -> Deployment:
+        """Async :meth:`redeploy_revision`."""
+        client = await self.get_async_client()
+        return await client.redeploy_revision(
+            deployment_id,
+            revision_id,
+            previous_latest_revision_id=previous_latest_revision_id,
+            expected_config=expected_config,
+        )
+
+    async def a_get_revision_logs(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        type: LogType = "build",
+        *,
+        limit: int = 50,
+        order: LogOrder = "desc",
+        offset: str | None = None,
+    ) -> RevisionLogPage:
+        """Async :meth:`get_revision_logs`."""
+        client = await self.get_async_client()
+        return await client.get_revision_logs(deployment_id, revision_id, type, limit=limit, order=order, offset=offset)
+
     async def a_patch_deployment(
         self,
         deployment_id: str,
@@ -298,13 +452,44 @@ def _as_number(value: Any, name: str, where: str, *, integer: bool = False) -> f
     return int(number) if integer else number
 
 
-def _base_url(conn: Connection, extra: dict[str, Any]) -> str:
+def _base_url(conn: Connection, extra: dict[str, Any]) -> tuple[str, bool]:
+    """The base URL from host, port and schema (path prefix), and whether ``https://`` was assumed.
+
+    A host may carry a scheme (JSON connections, and URIs such as ``deployment-service://https://host``
+    do): its port and path still come from the connection's ``port`` and ``schema`` when the host has none,
+    and a host naming a different port or path prefix than those fields is refused rather than guessed at.
+    """
     host = (conn.host or "").strip()
     if not host:
         raise InvalidRequestError("the connection's host is empty: set it to the service's base URL")
-    if "://" in host:
-        return host
-    scheme = str(_extra(extra, "scheme") or "https")
-    port = f":{conn.port}" if conn.port else ""
-    prefix = f"/{conn.schema.strip('/')}" if conn.schema else ""
-    return f"{scheme}://{host}{port}{prefix}"
+    scheme_assumed = False
+    if "://" not in host:
+        scheme = str(_extra(extra, "scheme") or "")
+        scheme_assumed = not scheme
+        host = f"{scheme or 'https'}://{host}"
+    parts = urlsplit(host)
+    try:
+        host_port = parts.port
+    except ValueError:
+        raise InvalidRequestError(f"the connection's host {conn.host!r} has an invalid port") from None
+    netloc = parts.netloc
+    if conn.port:
+        if host_port is None:
+            netloc = f"{netloc}:{conn.port}"
+        elif host_port != conn.port:
+            raise InvalidRequestError(
+                f"the connection's host {conn.host!r} names port {host_port} but its port field is {conn.port}: "
+                "give the port in one place"
+            )
+    path = parts.path.strip("/")
+    schema = (conn.schema or "").strip().strip("/")
+    if schema:
+        if not path:
+            path = schema
+        elif path != schema:
+            raise InvalidRequestError(
+                f"the connection's host {conn.host!r} has the path prefix /{path} but its schema field is "
+                f"{conn.schema!r}: give the path prefix in one place (in the host, or as the schema)"
+            )
+    url = urlunsplit((parts.scheme, netloc, f"/{path}" if path else "", parts.query, parts.fragment))
+    return url, scheme_assumed

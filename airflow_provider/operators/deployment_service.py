@@ -6,28 +6,34 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, Variable, conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_provider.client import describe_validation_error
+from airflow_provider import fleet
+from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
     Deployment,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
+    Revision,
     canonical_uuid,
 )
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
+from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
     DEFAULT_ROLLOUT_TIMEOUT,
+    DEFERRAL_GRACE,
+    MISSING_RENDERS,
     REVISION_VALUE_FIELDS,
     DeploymentServiceBaseTask,
     check_rendered_value,
@@ -38,7 +44,21 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
-from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
+from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.rollback import (
+    RollbackStarted,
+    checked_fallback_config,
+    revision_config_snapshot,
+    start_rollback,
+)
+from airflow_provider.tasks.waiting import (
+    RolloutCheck,
+    bake,
+    defer_bake,
+    defer_until_live,
+    rollout_event_result,
+)
+from airflow_provider.triggers.deployment_service import FleetWaveTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,8 +68,13 @@ XCOM_DEPLOYMENT_ID = "deployment_id"
 XCOM_REVISION_ID = "revision_id"
 XCOM_PREVIOUS_ACTIVE_REVISION_ID = "previous_active_revision_id"
 XCOM_DEPLOYMENT_URL = "deployment_url"
+XCOM_PREVIOUS_SOURCE_REVISION_CONFIG = "previous_source_revision_config"
+XCOM_ROLLED_BACK_FROM = "rolled_back_from"
+XCOM_ROLLBACK_PATH = "rollback_path"
 TASK_STATE_KEY = "deployment_service_patch"
 """Key of the patch record in ``context["task_state_store"]`` (renaming it breaks in-flight retries)."""
+ROLLBACK_STATE_KEY = "deployment_service_rollback"
+"""Key of the rollback record in ``context["task_state_store"]``."""
 
 DEFAULT_MAX_RESULTS = 1000
 
@@ -115,27 +140,54 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         self.timeout = positive_seconds(timeout, "timeout")
         self.revision_check_interval = non_negative_seconds(revision_check_interval, "revision_check_interval")
 
-    def _wait(self, deployment: Deployment, revision_id: str | None) -> dict[str, Any]:
+    def _wait(
+        self,
+        deployment: Deployment,
+        revision_id: str | None,
+        *,
+        resume: str = "execute_complete",
+        resume_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Wait until ``revision_id`` (or, when ``None``, ``READY``) is live; returns the deployment JSON.
 
         Decided at once when the deployment already shows the outcome; otherwise defers (raises
-        ``TaskDeferred``, resuming in :meth:`execute_complete`) or blocks on the worker.
+        ``TaskDeferred``, resuming in ``resume``, by default :meth:`execute_complete`, with
+        ``resume_kwargs``) or blocks on the worker. A failed build's log tail is logged before failing.
         """
-        verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
-        if verdict.state is RolloutState.SUCCEEDED:
-            self.log.info("%s", verdict.message)
-            return deployment.model_dump(mode="json")
-        if verdict.state is RolloutState.FAILED:
-            raise AirflowFailException(verdict.message)
-        check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
-        check.deployment = deployment
-        if self.deferrable:
-            defer_until_live(self, check)
-        return check.wait(self.poll_interval, self.timeout)
+        try:
+            verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
+            if verdict.state is RolloutState.SUCCEEDED:
+                self.log.info("%s", verdict.message)
+                return deployment.model_dump(mode="json")
+            if verdict.state is RolloutState.FAILED:
+                raise AirflowFailException(verdict.message)
+            check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
+            check.deployment = deployment
+            if self.deferrable:
+                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs)
+            return check.wait(self.poll_interval, self.timeout)
+        except AirflowFailException:
+            self._explain_failure(deployment.id, revision_id)
+            raise
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired: return the live deployment JSON or raise what the event says."""
-        return rollout_event_result(event, self.log)
+        try:
+            return rollout_event_result(event, self.log)
+        except AirflowFailException:
+            if isinstance(event, dict):
+                self._explain_failure(event.get("deployment_id"), event.get("revision_id"))
+            raise
+        finally:
+            self.close_hook()
+
+    def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
+        """After a failed rollout: log the build log's last lines when the revision's build failed."""
+        return log_failed_build(self.hook, deployment_id, revision_id, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        """Secret values this task knows (scrubbed from build logs)."""
+        return ()
 
 
 # ------------------------------------------------------------------------------------------ lists
@@ -395,6 +447,11 @@ def resolve_secrets(secrets: Any) -> list[dict[str, str]] | None:
     return resolved
 
 
+def _is_missing_render(value: str) -> bool:
+    """Whether a rendered value is, as a whole, what a missing XCom or param renders to."""
+    return value.strip() in MISSING_RENDERS
+
+
 def describe_patch(request: PatchDeploymentRequest) -> str:
     """The values a patch sends, for the log: ``source_revision_config.image_uri='...'``, secrets by name only.
 
@@ -426,6 +483,63 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def build_patch_request(
+    what: str,
+    *,
+    revision_source: str | None = None,
+    source_config: Any = None,
+    source_revision_config: Any = None,
+    secrets: Any = None,
+    secret_references: Any = None,
+    image_uri: str | None = None,
+    repo_ref: str | None = None,
+) -> PatchDeploymentRequest:
+    """A validated patch built from a patch task's arguments (secret values resolved and masked); nothing
+    is sent. Shared by :class:`PatchDeploymentOperator` and :class:`FleetRolloutOperator`, so both apply
+    the same rules.
+
+    :param what: names the patch in error messages (``"patch for deployment <id>"``).
+    :param revision_source: see :class:`PatchDeploymentOperator`; so are the other arguments.
+    :param source_config: settings that change without a new revision.
+    :param source_revision_config: settings that create a new revision.
+    :param secrets: secret values (see :func:`resolve_secrets`).
+    :param secret_references: Kubernetes secret references.
+    :param image_uri: shortcut for ``source_revision_config["image_uri"]``.
+    :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``.
+    """
+    revision_config = _plain(source_revision_config)
+    if revision_config is not None and not isinstance(revision_config, Mapping):
+        raise AirflowFailException(f"source_revision_config must be a mapping, got {type(revision_config).__name__}")
+    revision_config = dict(revision_config or {})
+    for name, value in revision_config.items():
+        check_rendered_value(f"source_revision_config.{name}", value, segments=name in REVISION_VALUE_FIELDS)
+    for name, value in (("image_uri", image_uri), ("repo_ref", repo_ref)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise AirflowFailException(
+                f"{name} rendered to {value!r}: expected an image URI or git ref; pass None to leave it out"
+            )
+        check_rendered_value(name, value)
+        if revision_config.get(name) not in (None, value):
+            raise AirflowFailException(
+                f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
+                "give one of them"
+            )
+        revision_config[name] = value
+    body = {
+        "revision_source": revision_source or None,
+        "source_config": _plain(source_config),
+        "source_revision_config": revision_config or None,
+        "secrets": resolve_secrets(secrets),
+        "secret_references": secret_references,
+    }
+    try:
+        return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
+    except pydantic.ValidationError as err:
+        raise _fail_on_invalid(what, err) from None
+
+
 class PatchDeploymentOperator(_RolloutWaitingOperator):
     """Patch a deployment and, optionally, wait until the revision it created is live.
 
@@ -434,7 +548,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     (recorded in ``task_state_store``, or recognised on the deployment when no store is available)
     instead of patching again. Pushes the XComs ``deployment_id``, ``revision_id`` (the new latest
     revision, ``""`` when the patch created none), ``previous_active_revision_id`` (``""`` when there was
-    no active revision) and, when the service reports a ``source_config.custom_url``, ``deployment_url``
+    no active revision), ``previous_source_revision_config`` (the non-secret revision fields that served
+    before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say) and,
+    when the service reports a ``source_config.custom_url``, ``deployment_url``
     (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
 
@@ -458,6 +574,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
+    :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
+        once the new revision is live; returning a false value or raising marks the revision bad. Runs on
+        the worker (also with ``deferrable=True``: after the task resumes). Needs ``wait_for_rollout``.
+    :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
+        it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
+        Needs ``wait_for_rollout``.
+    :param rollback_on_failure: when ``verify`` or the bake fails, roll back to the revision active before
+        the patch (redeploy, else its config patched back; secrets not re-sent), wait until it serves again,
+        then fail naming both revisions. A failed build needs no rollback (the old revision never stopped
+        serving): the task says so and fails.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -488,10 +614,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         image_uri: str | None = None,
         repo_ref: str | None = None,
         wait_for_rollout: bool = False,
+        verify: Callable[[Deployment], Any] | None = None,
+        bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
         **kwargs: Any,
     ) -> None:
         exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
+        if verify is not None and not callable(verify):
+            raise ValueError(f"verify must be a callable given the live Deployment, got {type(verify).__name__}")
+        self.verify = verify
+        self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
+        if (verify is not None or self.bake_seconds or self.rollback_on_failure) and not wait_for_rollout:
+            raise ValueError("verify, bake_seconds and rollback_on_failure need wait_for_rollout=True")
         self.deployment_id = deployment_id
         self.deployment_name = deployment_name
         self.revision_source = revision_source
@@ -506,40 +642,22 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
         """The validated patch (secret values resolved and masked); nothing is sent."""
-        revision_config = _plain(self.source_revision_config)
-        if revision_config is not None and not isinstance(revision_config, Mapping):
-            raise AirflowFailException(
-                f"source_revision_config must be a mapping, got {type(revision_config).__name__}"
-            )
-        revision_config = dict(revision_config or {})
-        for name, value in revision_config.items():
-            check_rendered_value(f"source_revision_config.{name}", value, segments=name in REVISION_VALUE_FIELDS)
-        for name, value in (("image_uri", self.image_uri), ("repo_ref", self.repo_ref)):
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise AirflowFailException(
-                    f"{name} rendered to {value!r}: expected an image URI or git ref; pass None to leave it out"
-                )
-            check_rendered_value(name, value)
-            if revision_config.get(name) not in (None, value):
-                raise AirflowFailException(
-                    f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
-                    "give one of them"
-                )
-            revision_config[name] = value
-        body = {
-            "revision_source": self.revision_source or None,
-            "source_config": _plain(self.source_config),
-            "source_revision_config": revision_config or None,
-            "secrets": resolve_secrets(self.secrets),
-            "secret_references": self.secret_references,
-        }
-        try:
-            return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
-        except pydantic.ValidationError as err:
-            target = self.deployment_id if self.deployment_name is None else repr(self.deployment_name)
-            raise _fail_on_invalid(f"patch for deployment {target}", err) from None
+        target = self.deployment_id if self.deployment_name is None else repr(self.deployment_name)
+        return build_patch_request(
+            f"patch for deployment {target}",
+            revision_source=self.revision_source,
+            source_config=self.source_config,
+            source_revision_config=self.source_revision_config,
+            secrets=self._remember_secrets(resolve_secrets(self.secrets)),
+            secret_references=self.secret_references,
+            image_uri=self.image_uri,
+            repo_ref=self.repo_ref,
+        )
+
+    def _remember_secrets(self, resolved: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
+        """Keep the resolved values in memory only, to scrub them from build logs and ``verify`` errors."""
+        self._resolved_secrets = resolved
+        return resolved
 
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
@@ -559,13 +677,22 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             current = self._read(deployment_id)
         store = context.get("task_state_store")
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
+        previous_config = self._recorded_previous_config(store) if deployment is not None else {}
         if deployment is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
+            previous_config = revision_config_snapshot(self.hook, current, self.log)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(request))
             deployment = self.hook.patch_deployment(deployment_id, request, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
-            self._record(store, _fingerprint(deployment_id, request), revision_id, previous_active, previous_latest)
+            self._record(
+                store,
+                _fingerprint(deployment_id, request),
+                revision_id,
+                previous_active,
+                previous_latest,
+                previous_config=previous_config,
+            )
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
             else:
@@ -575,12 +702,178 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
+        ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
-        return self._wait(deployment, revision_id)
+        landing = self._landing(deployment_id, revision_id, previous_active, previous_config)
+        live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
+        return self._judge_live(context, live, landing)
+
+    # ---- automatic rollback (verify, bake, roll back)
+    def _landing(
+        self,
+        deployment_id: str,
+        revision_id: str | None,
+        previous_active: str | None,
+        previous_config: dict[str, str],
+    ) -> dict[str, Any] | None:
+        """What judging the live revision needs after a deferral (JSON, no secret); ``None`` when there is
+        nothing to judge (no ``verify``, no bake)."""
+        if self.verify is None and not self.bake_seconds:
+            return None
+        return {
+            "deployment_id": deployment_id,
+            "revision_id": revision_id,
+            "previous_active_revision_id": previous_active,
+            "previous_source_revision_config": previous_config,
+        }
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the rollout trigger fired; then verify and bake the live revision (on the worker)."""
+        live = super().execute_complete(context, event)
+        try:
+            return self._judge_live(context, live, landing)
+        finally:
+            self.close_hook()
+
+    def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
+        """Run ``verify`` on the live deployment, then the bake; roll back (or fail) when either fails."""
+        if landing is None:
+            return self._landed(context, live)
+        reason = self._verify_failure(live)
+        revision_id = landing["revision_id"]
+        if reason is None and self.bake_seconds and revision_id:
+            if self.deferrable:
+                defer_bake(
+                    self,
+                    self.hook,
+                    landing["deployment_id"],
+                    revision_id,
+                    self.bake_seconds,
+                    method_name="execute_bake_complete",
+                    kwargs={"landing": landing},
+                )
+            reason = bake(
+                self.hook, landing["deployment_id"], revision_id, self.bake_seconds, self.poll_interval, self.log
+            )
+        if reason is None:
+            return self._landed(context, live)
+        return self._roll_back(landing, reason)
+
+    def execute_bake_complete(
+        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the bake trigger fired: landed, or roll back when the revision left."""
+        try:
+            if not isinstance(event, dict) or landing is None:
+                raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
+            message = str(event.get("message", ""))
+            if event.get("status") == "baked":
+                self.log.info("%s", message)
+                return self._landed(context, event.get("deployment") or {})
+            if event.get("status") == "left":
+                return self._roll_back(landing, message)
+            raise AirflowException(f"could not watch the bake: {message}")
+        finally:
+            self.close_hook()
+
+    def _verify_failure(self, live: dict[str, Any]) -> str | None:
+        """Why ``verify`` says the live revision is bad, or ``None`` (also when there is no ``verify``)."""
+        if self.verify is None:
+            return None
+        deployment = Deployment.model_validate(live)
+        try:
+            verdict = self.verify(deployment)
+        except Exception as err:  # any failure of the user's check means the revision is bad
+            shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
+            return f"verify raised {shown}"
+        if not verdict:
+            return f"verify returned {verdict!r}"
+        self.log.info("verify accepted revision %s", deployment.active_revision_id)
+        return None
+
+    def _roll_back(self, landing: dict[str, Any], reason: str) -> dict[str, Any]:
+        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``."""
+        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
+        previous = landing.get("previous_active_revision_id")
+        bad = f"deployment {deployment_id}: revision {revision_id} went live but {reason}"
+        if not self.rollback_on_failure:
+            raise AirflowFailException(
+                f"{bad}; not rolling back (rollback_on_failure is off; revision {previous} served before the patch)"
+            )
+        if not revision_id or not previous:
+            what = "the patch created no revision" if not revision_id else "no revision served before the patch"
+            raise AirflowFailException(f"{bad}; cannot roll back: {what}")
+        self.log.error("%s; rolling back to revision %s", bad, previous)
+        current = self._read(deployment_id)
+        started = start_rollback(
+            self.hook,
+            current,
+            previous,
+            rolling_back_from=revision_id,
+            fallback_config=landing.get("previous_source_revision_config") or None,
+            log=self.log,
+        )
+        rollback = {"path": started.path, "revision_id": started.revision_id, "reason": reason}
+        self._wait(
+            started.deployment,
+            started.revision_id,
+            resume="execute_rollback_complete",
+            resume_kwargs={"landing": landing, "rollback": rollback},
+        )
+        raise AirflowFailException(self._rolled_back_message(landing, rollback))
+
+    def execute_rollback_complete(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        landing: dict[str, Any] | None = None,
+        rollback: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Resume after the rollback's revision went live (or not): fail naming both revisions."""
+        super().execute_complete(context, event)
+        raise AirflowFailException(self._rolled_back_message(landing or {}, rollback or {}))
+
+    @staticmethod
+    def _rolled_back_message(landing: dict[str, Any], rollback: dict[str, Any]) -> str:
+        return (
+            f"deployment {landing.get('deployment_id')}: revision {landing.get('revision_id')} went live but "
+            f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} "
+            f"({rollback.get('path')}), which serves again as revision {rollback.get('revision_id')}"
+        )
+
+    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
+        """The one place where the patch's revision is known to be live (verified and baked when asked)."""
+        return live
+
+    def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
+        """Log the build log's tail; with ``rollback_on_failure``, say why a failed revision needs no rollback."""
+        revision = super()._explain_failure(deployment_id, revision_id)
+        if self.rollback_on_failure and revision is not None and revision.status.is_failed:
+            self.log.warning(
+                "Revision %s ended %s without going live: the previous revision kept serving, so there is "
+                "nothing to roll back",
+                revision_id,
+                revision.status.value,
+            )
+        return revision
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+
+    def _recorded_previous_config(self, store: Any) -> dict[str, str]:
+        """The ``previous_source_revision_config`` an earlier try recorded (``{}`` when unknown)."""
+        try:
+            recorded = store.get(TASK_STATE_KEY) if store is not None else None
+        except Exception:  # the store is an optimisation
+            return {}
+        config = recorded.get("previous_source_revision_config") if isinstance(recorded, dict) else None
+        return dict(config) if isinstance(config, dict) else {}
 
     def _read(self, deployment_id: str) -> Deployment:
         try:
@@ -649,6 +942,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revision_id: str | None,
         previous_active: str | None,
         previous_latest: str | None,
+        *,
+        previous_config: dict[str, str] | None = None,
     ) -> None:
         if store is None:
             return
@@ -662,16 +957,667 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     "revision_id": revision_id,
                     "previous_active_revision_id": previous_active,
                     "previous_latest_revision_id": previous_latest,
+                    "previous_source_revision_config": previous_config or {},
                 },
             )
         except Exception as err:  # not fatal: a retry still recognises the patch on the deployment
             self.log.warning("Could not record the patch in task_state_store (%s)", err)
 
 
+# ------------------------------------------------------------------------------------------ rollback
+class RollbackDeploymentOperator(_RolloutWaitingOperator):
+    """Roll a deployment back to an earlier revision and (by default) wait until it serves again.
+
+    Where the service has it, the revision's build is redeployed exactly (``POST .../redeploy``, commit
+    included); otherwise (404/405) its non-secret ``source_revision_config`` is patched back, read from the
+    revision endpoint, else from ``source_revision_config=`` (e.g. the patch task's
+    ``previous_source_revision_config`` XCom). A restored branch ``repo_ref`` rebuilds the branch's current
+    head (logged as a warning); an image or a tag is exact. Secrets are not re-sent unless given. When
+    ``rolling_back_from`` is given and a newer revision exists (someone rolled out meanwhile), the task
+    refuses, naming both revisions, unless ``force``. Neither request is ever applied twice; a retry after
+    a rollback reattaches to it (recorded in ``task_state_store``) instead of rolling back again.
+
+    Pushes the XComs ``revision_id`` (the revision that serves after the rollback: the one it created, or
+    ``revision_id`` itself when it already served), ``rolled_back_from`` (the revision rolled back),
+    ``deployment_id`` and ``rollback_path`` (``redeploy``, ``patch`` or ``none``). Returns the deployment
+    as redacted JSON (after the rollout when ``wait_for_rollout``).
+
+    :param revision_id: the revision to return to (UUID). Templated.
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name. Templated.
+    :param rolling_back_from: the revision being rolled back (e.g. a patch task's ``revision_id`` XCom);
+        the rollback refuses when a newer revision exists. ``None``: the deployment's latest. Templated.
+    :param source_revision_config: the revision's non-secret fields, used when the service can neither
+        redeploy nor show the revision (``image_uri``, ``repo_ref``...). Templated.
+    :param secrets: secret values to send with the restore (as on :class:`PatchDeploymentOperator`; forces
+        the patch path). Not templated. Default: none sent, the deployment keeps its current secrets.
+    :param force: roll back even over a newer revision than ``rolling_back_from``.
+    :param wait_for_rollout: wait until the restored revision is active and the deployment ``READY``; how
+        is set by ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
+        :class:`_RolloutWaitingOperator`).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "revision_id",
+        "deployment_id",
+        "deployment_name",
+        "rolling_back_from",
+        "source_revision_config",
+        "deployment_service_conn_id",
+    )
+    operator_extra_links = (DeploymentLink(),)
+
+    def __init__(
+        self,
+        *,
+        revision_id: str,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
+        rolling_back_from: str | None = None,
+        source_revision_config: dict[str, Any] | None = None,
+        secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
+        force: bool = False,
+        wait_for_rollout: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if deployment_id is None and deployment_name is None:
+            raise ValueError("give deployment_id or deployment_name")
+        if deployment_id is not None and deployment_name is not None:
+            raise ValueError("give deployment_id or deployment_name, not both")
+        self.revision_id = revision_id
+        self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
+        self.rolling_back_from = rolling_back_from
+        self.source_revision_config = source_revision_config
+        self.secrets = secrets
+        self.force = force
+        self.wait_for_rollout = wait_for_rollout
+        self._resolved_secrets: list[dict[str, str]] | None = None
+
+    def _checked_revisions(self) -> tuple[str, str | None]:
+        """Canonical ``(revision_id, rolling_back_from)``; fails naming the field (before any request)."""
+        value = self.revision_id
+        if value is None or (isinstance(value, str) and _is_missing_render(value)):
+            raise AirflowFailException(
+                f"revision_id rendered to {value!r}: expected the revision to return to (is the upstream XCom, "
+                "e.g. the patch task's previous_active_revision_id, missing or empty?)"
+            )
+        try:
+            target = canonical_uuid(value, "revision_id")
+            given = self.rolling_back_from
+            source = None if given is None or given in MISSING_RENDERS else canonical_uuid(given, "rolling_back_from")
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        return target, source
+
+    def _resolve_deployment(self) -> Deployment:
+        """The deployment by id, or by exact name through ``hook.get_deployment_by_name``."""
+        if self.deployment_id is not None:
+            deployment_id, _ = checked_ids(self.deployment_id, None)
+            try:
+                return self.hook.get_deployment(deployment_id)
+            except NotFoundError as err:
+                raise AirflowFailException(str(err)) from None
+        name = (self.deployment_name or "").strip()
+        if not name or name in MISSING_RENDERS:
+            raise AirflowFailException(f"deployment_name rendered to {self.deployment_name!r}: expected a name")
+        by_name = getattr(self.hook, "get_deployment_by_name", None)
+        if by_name is None:
+            raise AirflowFailException(
+                "deployment_name needs DeploymentServiceHook.get_deployment_by_name, which this version of the "
+                "provider lacks; give deployment_id"
+            )
+        try:
+            deployment: Deployment = by_name(name)
+        except (NotFoundError, LookupError) as err:
+            raise AirflowFailException(str(err)) from None
+        return deployment
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
+        target, source = self._checked_revisions()
+        fallback = checked_fallback_config(self.source_revision_config)
+        self._resolved_secrets = resolve_secrets(self.secrets)
+        current = self._resolve_deployment()
+        ti = context["ti"]
+        store = context.get("task_state_store")
+        started = self._reattach(store, current, target)
+        if started is None:
+            started = start_rollback(
+                self.hook,
+                current,
+                target,
+                rolling_back_from=source,
+                fallback_config=fallback,
+                secrets=self._resolved_secrets,
+                force=self.force,
+                log=self.log,
+            )
+            self._record(store, started)
+        ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=current.id)
+        ti.xcom_push(key=XCOM_REVISION_ID, value=started.revision_id)
+        ti.xcom_push(key=XCOM_ROLLED_BACK_FROM, value=started.rolled_back_from or "")
+        ti.xcom_push(key=XCOM_ROLLBACK_PATH, value=started.path)
+        url = started.deployment.source_config.custom_url
+        ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
+        if not self.wait_for_rollout:
+            return started.deployment.model_dump(mode="json")
+        return self._landed(context, self._wait(started.deployment, started.revision_id))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired: the restored revision is live (or the event's error is raised)."""
+        return self._landed(context, super().execute_complete(context, event))
+
+    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
+        """The one place where the restored revision is known to be live."""
+        self.log.info(
+            "Rolled back: deployment %s serves revision %s again (status %s)",
+            live.get("name"),
+            live.get("active_revision_id"),
+            live.get("status"),
+        )
+        return live
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in self._resolved_secrets or [])
+
+    def _reattach(self, store: Any, current: Deployment, target: str) -> RollbackStarted | None:
+        """The rollback an earlier try of this task started, when recorded; ``None`` to roll back now."""
+        try:
+            recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
+        except Exception as err:  # the store is an optimisation
+            self.log.warning("Could not read task_state_store (%s); rolling back as if for the first time", err)
+            return None
+        if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
+            current.id,
+            target,
+        ):
+            return None
+        revision_id = str(recorded.get("revision_id"))
+        self.log.info("Reattaching to the rollback an earlier try started: waiting for revision %s", revision_id)
+        return RollbackStarted(
+            recorded.get("path", "none"),
+            target,
+            revision_id,
+            recorded.get("rolled_back_from"),
+            current,
+            dict(recorded.get("restored_config") or {}),
+        )
+
+    def _record(self, store: Any, started: RollbackStarted) -> None:
+        if store is None or started.path == "none":
+            return
+        try:
+            store.set(
+                ROLLBACK_STATE_KEY,
+                {
+                    "deployment_id": started.deployment.id,
+                    "to_revision_id": started.to_revision_id,
+                    "revision_id": started.revision_id,
+                    "rolled_back_from": started.rolled_back_from,
+                    "path": started.path,
+                    "restored_config": started.restored_config,
+                },
+            )
+        except Exception as err:  # not fatal: the never-twice read-back still guards the request itself
+            self.log.warning("Could not record the rollback in task_state_store (%s)", err)
+
+
+# ------------------------------------------------------------------------------------------ fleet
+PATCH_FIELDS = (
+    "revision_source",
+    "source_config",
+    "source_revision_config",
+    "secrets",
+    "secret_references",
+    "image_uri",
+    "repo_ref",
+)
+"""What a fleet's change (or its ``patch_for`` callable) may set: the patch operator's arguments."""
+XCOM_FLEET_SUMMARY = "fleet_summary"
+
+
+class FleetRolloutOperator(_RolloutWaitingOperator):
+    """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a
+    failure budget.
+
+    The targets are resolved when the task runs and logged as a plan (waves and their deployments)
+    before anything is patched. Each wave is patched, then watched until every rollout in it is decided
+    (its revision live, ``READY`` and active, for ``bake_seconds``; or failed: build or deploy failed,
+    superseded, deleted, timed out), then ``verify`` runs on each deployment that landed. Failures count
+    against ``max_failures``; when more fail, the rollout stops, later waves are never patched, and the
+    task fails naming the deployments that failed. Within the budget the task succeeds and its table
+    shows the failures.
+
+    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
+    "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back``, ``not_patched`` (also pushed as the return
+    value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes
+    the counts per outcome under ``fleet_summary``.
+
+    Deferrable: between and during waves the task waits in the triggerer, one
+    :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
+    batched poller; ``patch_for`` and ``verify`` run on the worker when it resumes. A retry resumes from
+    ``task_state_store``: deployments that landed are skipped, revisions the first try created are
+    reattached to, and no deployment is patched twice.
+
+    The change is the patch operator's arguments (same rules, same secret handling: ``secrets`` are not
+    templated and never reach logs, XCom or trigger arguments), or ``patch_for``, a callable given each
+    target ``Deployment`` that returns those arguments for it (sources differ: a git ref for codehost, an
+    image for docker, a tarball for uploaded source); the fixed arguments are the defaults for what it
+    leaves out.
+
+    :param deployment_ids: the targets by id (list, or comma-separated string). Templated.
+    :param deployment_names: the targets by exact name (list, or comma-separated string). Templated.
+    :param filters: the targets by list-endpoint filters (``tag_value_ids``, ``deployment_type``,
+        ``name_contains``, ``status``, ``image_version``, ``remote_reconciled``, ``deployment_ids``),
+        ordered by name. Templated. Give exactly one of ``deployment_ids``, ``deployment_names``,
+        ``filters``.
+    :param image_uri: the image to roll out. Templated.
+    :param repo_ref: the git ref to roll out. Templated.
+    :param source_revision_config: settings that create a new revision. Templated.
+    :param source_config: settings that change without a new revision. Templated.
+    :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
+    :param secrets: secret values, as for :class:`PatchDeploymentOperator`. Not templated.
+    :param secret_references: Kubernetes secret references (``external_docker`` only).
+    :param patch_for: callable ``Deployment -> {argument: value}`` giving each deployment's change (keys
+        among the arguments above). Runs on the worker.
+    :param canary: how many of the first targets, or which names, to roll out and verify first.
+    :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
+        (``"25%"``). Default 100.
+    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
+    :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
+    :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
+        or raising fails that deployment. Runs on the worker.
+    :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
+        as landed.
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
+        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
+        when the wave exceeds the budget, every deployment of that wave that landed; a restored one is
+        ``rolled_back`` in the table.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between two looks at a wave.
+    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
+    :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
+        rollout that does not change.
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "deployment_ids",
+        "deployment_names",
+        "filters",
+        "image_uri",
+        "repo_ref",
+        "source_revision_config",
+        "source_config",
+        "revision_source",
+        "deployment_service_conn_id",
+    )
+    ui_color = "#d5f5e3"
+
+    def __init__(
+        self,
+        *,
+        deployment_ids: list[str] | str | None = None,
+        deployment_names: list[str] | str | None = None,
+        filters: dict[str, Any] | str | None = None,
+        image_uri: str | None = None,
+        repo_ref: str | None = None,
+        source_revision_config: dict[str, Any] | None = None,
+        source_config: dict[str, Any] | None = None,
+        revision_source: str | None = None,
+        secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
+        secret_references: list[dict[str, str]] | None = None,
+        patch_for: Callable[[Deployment], Mapping[str, Any]] | None = None,
+        canary: int | list[str] | str | None = None,
+        wave_size: int | str = 100,
+        max_failures: int | float = 0,
+        pause_seconds: float = 0,
+        verify: Callable[[Deployment], Any] | None = None,
+        bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        given = {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
+        named = [name for name, value in given.items() if value is not None]
+        if len(named) != 1:
+            problem = "no targets" if not named else f"{' and '.join(named)} given together"
+            raise ValueError(f"{problem}: give exactly one of deployment_ids, deployment_names, filters")
+        value = given[named[0]]
+        if value in ("", []) or (isinstance(value, (list, tuple)) and not any(value)):
+            raise ValueError(f"{named[0]} is empty: no targets")
+        if isinstance(filters, Mapping):
+            fleet_tasks.check_filters(filters)
+        change = {
+            name: value
+            for name, value in (
+                ("image_uri", image_uri),
+                ("repo_ref", repo_ref),
+                ("source_revision_config", source_revision_config),
+                ("source_config", source_config),
+                ("revision_source", revision_source),
+                ("secrets", secrets),
+                ("secret_references", secret_references),
+            )
+            if value is not None
+        }
+        if patch_for is not None and not callable(patch_for):
+            raise ValueError(f"patch_for must be a callable Deployment -> patch arguments, got {patch_for!r}")
+        if not change and patch_for is None:
+            raise ValueError(
+                "no change: give image_uri, repo_ref, source_revision_config, source_config, revision_source, "
+                "secrets or secret_references, or patch_for"
+            )
+        if verify is not None and not callable(verify):
+            raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
+        self.deployment_ids = deployment_ids
+        self.deployment_names = deployment_names
+        self.filters = filters
+        self.image_uri = image_uri
+        self.repo_ref = repo_ref
+        self.source_revision_config = source_revision_config
+        self.source_config = source_config
+        self.revision_source = revision_source
+        self.secrets = secrets
+        self.secret_references = secret_references
+        self.patch_for = patch_for
+        self.canary = fleet.check_canary(canary)
+        self.wave_size = fleet.check_wave_size(wave_size)
+        self.max_failures = fleet.check_max_failures(max_failures)
+        self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
+        self.verify = verify
+        self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
+
+    # ---- the change
+    def _fixed_change(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in PATCH_FIELDS}
+        values["secrets"] = resolve_secrets(self.secrets)  # once per run, not once per deployment
+        self._resolved_secrets = values["secrets"]  # scrubbed from build logs
+        return {name: value for name, value in values.items() if value is not None}
+
+    def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
+        """The patch for each deployment, and a digest of the whole request (no secret values)."""
+        fixed = self._fixed_change()
+        digest_parts: dict[str, Any] = {
+            "targets": [self.deployment_ids, self.deployment_names, self.filters],
+            "plan": [self.canary, self.wave_size, self.max_failures],
+            "patch_for": getattr(self.patch_for, "__qualname__", None),
+        }
+        if self.patch_for is None:
+            request = build_patch_request("patch for the fleet", **fixed)
+            digest_parts["request"] = request.model_dump(mode="json", exclude_none=True)
+            return (lambda deployment: request), fleet_tasks.change_digest(digest_parts)
+        digest_parts["fixed"] = {
+            name: value if name != "secrets" else sorted(item["name"] for item in value)
+            for name, value in fixed.items()
+        }
+        patch_for = self.patch_for
+
+        def request_for(deployment: Deployment) -> PatchDeploymentRequest:
+            given = patch_for(deployment)
+            if not isinstance(given, Mapping):
+                raise AirflowFailException(f"patch_for returned {type(given).__name__}, expected a mapping")
+            unknown = sorted(set(given) - set(PATCH_FIELDS))
+            if unknown:
+                raise AirflowFailException(
+                    f"patch_for returned unknown argument(s) {', '.join(unknown)}; known: {', '.join(PATCH_FIELDS)}"
+                )
+            merged = {**fixed, **{name: value for name, value in given.items() if value is not None}}
+            return build_patch_request(f"patch for deployment {deployment.name!r} ({deployment.id})", **merged)
+
+        return request_for, fleet_tasks.change_digest(digest_parts)
+
+    # ---- execute
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Plan (or resume the recorded plan), then roll out wave by wave."""
+        request_for, change = self._change()
+        progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+        progress = progress_store.load(change)
+        if progress is not None:
+            self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
+        else:
+            targets = fleet_tasks.resolve_targets(
+                self.hook,
+                deployment_ids=self.deployment_ids,
+                deployment_names=self.deployment_names,
+                filters=self.filters,
+            )
+            try:
+                plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from None
+            allowed = fleet.failure_allowance(self.max_failures, len(targets))
+            progress = fleet_tasks.new_progress(plan, {item.id: item for item in targets}, allowed, change)
+            self._log_plan(progress)
+            progress_store.save(progress)
+        return self._advance(context, progress, progress_store, request_for)
+
+    def execute_complete(  # type: ignore[override]
+        self, context: Context, event: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Resume after a wave (or a pause) in the triggerer: record the outcomes, go on with the rollout."""
+        try:
+            if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
+                raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
+            request_for, change = self._change()
+            progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+            progress = progress_store.load(change)
+            carry = event.get("carry")
+            if progress is None and isinstance(carry, dict):
+                progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
+            if progress is None:
+                raise AirflowException("the fleet rollout's progress was lost (no task_state_store record)")
+            if event["status"] == "error":
+                raise AirflowException(str(event.get("message")))  # a retry resumes from the progress
+            wave = progress.waves[int(event["wave"])]
+            if event["status"] == "done" and wave.phase == "patched":
+                self._record_outcomes(wave, event.get("outcomes") or {})
+                wave.phase = "watched"
+                progress_store.save(progress, int(event["wave"]))
+            elif event["status"] == "done" and wave.phase == "rolling_back":
+                fleet_tasks.apply_rollbacks(wave, event.get("outcomes") or {}, self.log)
+                progress_store.save(progress, int(event["wave"]))
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
+
+    def _advance(
+        self,
+        context: Context,
+        progress: fleet.FleetProgress,
+        progress_store: fleet_tasks.ProgressStore,
+        request_for: Callable[[Deployment], PatchDeploymentRequest],
+    ) -> list[dict[str, Any]]:
+        """Run the waves from where the progress stands until done, stopped or deferred."""
+        while (index := progress.current()) is not None:
+            wave = progress.waves[index]
+            if wave.phase == "planned":
+                started = any(row.patched for row in progress.rows)
+                if self.pause_seconds and started and progress.paused_before != index:
+                    progress.paused_before = index
+                    progress_store.save(progress, index)
+                    self.log.info("Pausing %g s before %s", self.pause_seconds, wave.name)
+                    if self.deferrable:
+                        self._defer_wave(index, {}, None, progress_store, progress, time.time() + self.pause_seconds)
+                    time.sleep(self.pause_seconds)
+                self.log.info("Rolling out %s: %s", wave.name, ", ".join(row.name for row in wave.rows))
+                fleet_tasks.patch_wave(
+                    self.hook,
+                    wave,
+                    request_for,
+                    save=lambda index=index: progress_store.save(progress, index),  # type: ignore[misc]
+                    earlier_try_since=self._earlier_try_since(context),
+                    log=self.log,
+                )
+                wave.phase = "patched"
+                progress_store.save(progress, index)
+            if wave.phase == "patched":
+                rollouts = fleet_tasks.in_flight(wave)
+                if rollouts:
+                    begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
+                    deadline = begun + self.timeout
+                    if self.deferrable:
+                        self._defer_wave(index, rollouts, deadline, progress_store, progress, None)
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollouts,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=self.bake_seconds,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                    )
+                    self._record_outcomes(wave, outcomes)
+                wave.phase = "watched"
+                progress_store.save(progress, index)
+            if wave.phase == "watched":
+                if self.verify is not None:
+                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                if self.rollback_on_failure:
+                    over = len(progress.failures) > progress.allowed_failures
+                    rollbacks = fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, log=self.log)
+                    wave.phase = "rolling_back"
+                    progress_store.save(progress, index)
+                    if rollbacks:
+                        deadline = time.time() + self.timeout
+                        if self.deferrable:
+                            self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                        outcomes = fleet_tasks.watch_wave(
+                            self.hook,
+                            rollbacks,
+                            poll_interval=self.poll_interval,
+                            deadline=deadline,
+                            bake_seconds=0,
+                            revision_check_interval=self.revision_check_interval,
+                            log=self.log,
+                        )
+                        fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
+                else:
+                    wave.phase = "rolling_back"
+            if wave.phase == "rolling_back":
+                wave.phase = "done"
+                self._log_wave(progress, index)
+                if progress.budget_exceeded:
+                    failed = len(progress.failures)
+                    progress.stop(
+                        f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",
+                        time.time(),
+                    )
+                progress_store.save(progress)
+        return self._finish(context, progress)
+
+    def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
+        """Record what the watch decided; show the build log's tail of each failed build."""
+        fleet_tasks.apply_outcomes(wave, outcomes, self.log)
+        fleet_tasks.explain_failed_builds(self.hook, wave, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+
+    def _defer_wave(
+        self,
+        index: int,
+        rollouts: Mapping[str, str | None],
+        deadline: float | None,
+        progress_store: fleet_tasks.ProgressStore,
+        progress: fleet.FleetProgress,
+        resume_at: float | None,
+        *,
+        bake: bool = True,
+    ) -> None:
+        wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
+        self.defer(
+            trigger=FleetWaveTrigger(
+                wave=index,
+                rollouts=[[deployment_id, revision_id] for deployment_id, revision_id in rollouts.items()],
+                hook_params=self.hook.hook_params,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                bake_seconds=self.bake_seconds if bake else 0.0,
+                revision_check_interval=self.revision_check_interval,
+                resume_at=resume_at,
+                # Without a task state store the progress travels with the trigger (JSON, no secrets).
+                carry=None if progress_store.store is not None else progress.to_json(),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=max(0.0, wait) + self.bake_seconds + max(DEFERRAL_GRACE, 2 * self.poll_interval)),
+        )
+
+    def _earlier_try_since(self, context: Context) -> datetime | None:
+        """The run's start when this is a retry (patches found on deployments may be an earlier try's)."""
+        try_number = getattr(context["ti"], "try_number", 1) or 1
+        started = getattr(context.get("dag_run"), "start_date", None)
+        if try_number <= 1:
+            return None
+        return started if isinstance(started, datetime) else datetime.min.replace(tzinfo=timezone.utc)
+
+    def _log_plan(self, progress: fleet.FleetProgress) -> None:
+        total = len(progress.rows)
+        self.log.info(
+            "Fleet rollout plan: %d deployment(s) in %d wave(s); the rollout stops when more than %d fail",
+            total,
+            len(progress.waves),
+            progress.allowed_failures,
+        )
+        for wave in progress.waves:
+            names = [row.name for row in wave.rows]
+            shown = ", ".join(names[:50]) + (f" ... and {len(names) - 50} more" if len(names) > 50 else "")
+            self.log.info("  %s (%d): %s", wave.name, len(names), shown)
+
+    def _log_wave(self, progress: fleet.FleetProgress, index: int) -> None:
+        wave = progress.waves[index]
+        counts: dict[str, int] = {}
+        for row in wave.rows:
+            counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        self.log.info(
+            "%s finished: %s; %d failure(s) so far of %d allowed",
+            wave.name,
+            ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())),
+            len(progress.failures),
+            progress.allowed_failures,
+        )
+
+    def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+        table = progress.table()
+        counts = progress.counts()
+        self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value={"counts": counts, "stopped": progress.stopped})
+        failures = progress.failures
+        if progress.stopped:
+            ti.xcom_push(key="return_value", value=table)
+            named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
+            more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
+            raise AirflowFailException(
+                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}. "
+                f"{skipped} deployment(s) in later waves were not patched."
+            )
+        if failures:
+            self.log.warning(
+                "%d deployment(s) failed, within the budget of %d: %s",
+                len(failures),
+                progress.allowed_failures,
+                ", ".join(row.name for row in failures),
+            )
+        return table
+
+
 __all__ = [
     "DeploymentLink",
+    "FleetRolloutOperator",
     "ListDeploymentsOperator",
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",
     "PatchDeploymentOperator",
+    "RollbackDeploymentOperator",
 ]

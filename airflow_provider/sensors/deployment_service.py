@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_provider.rollout import RolloutVerdict
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
@@ -19,6 +20,7 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
+from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:
@@ -105,7 +107,7 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
         finally:
             self.close_hook()
         if verdict is not None and verdict.is_done:
-            return check.outcome(verdict)
+            return self._outcome(check, verdict)
         defer_until_live(self, check)
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
@@ -113,8 +115,24 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
         verdict = self._rollout_check().check()
         if verdict is None or not verdict.is_done:
             return False
-        return PokeReturnValue(is_done=True, xcom_value=self._rollout_check().outcome(verdict))
+        return PokeReturnValue(is_done=True, xcom_value=self._outcome(self._rollout_check(), verdict))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired: return the deployment JSON or raise what the event says."""
-        return rollout_event_result(event, self.log)
+        try:
+            return rollout_event_result(event, self.log)
+        except AirflowFailException:
+            if isinstance(event, dict):  # a failed build: its build log's last lines in the task log
+                log_failed_build(self.hook, event.get("deployment_id"), event.get("revision_id"), self.log)
+            raise
+        finally:
+            self.close_hook()
+
+    def _outcome(self, check: RolloutCheck, verdict: RolloutVerdict) -> Any:
+        """``check.outcome(verdict)``; on a failed rollout, first log a failed build's last log lines."""
+        try:
+            return check.outcome(verdict)
+        except AirflowFailException:
+            log_failed_build(self.hook, check.deployment_id, check.revision_id, self.log)
+            self.close_hook()
+            raise

@@ -16,21 +16,35 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.defaults import DEFAULT_CONN_ID
+from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid
 
-DEFAULT_POLL_INTERVAL = 30.0
-"""Seconds between two looks at a rollout."""
-DEFAULT_REVISION_CHECK_INTERVAL = 600.0
-"""Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_REVISION_CHECK_INTERVAL",
+    "DEFAULT_ROLLOUT_TIMEOUT",
+    "DEFERRAL_GRACE",
+    "MISSING_RENDERS",
+    "MISSING_RENDER_SEGMENTS",
+    "REVISION_VALUE_FIELDS",
+    "DeploymentServiceBaseTask",
+    "check_rendered_value",
+    "checked_ids",
+    "checked_name",
+    "checked_revision_id",
+    "deployment_by_name",
+    "exactly_one_target",
+    "missing_render_problem",
+    "non_negative_seconds",
+    "positive_seconds",
+]
+
 DEFAULT_ROLLOUT_TIMEOUT = 3600.0
 """Seconds a task waits for a rollout before its final look."""
 DEFERRAL_GRACE = 60.0
 """Seconds the triggerer's own timeout is given beyond the trigger's deadline (a safety net only)."""
-EVENT_STATUSES = ("success", "failed", "timeout", "error")
-"""The ``status`` values of a rollout trigger's event."""
 MISSING_RENDERS = ("", "None", "null")
 """What a template renders to when the XCom or param it pulls is missing."""
 MISSING_RENDER_SEGMENTS = (*MISSING_RENDERS, "undefined")

@@ -21,10 +21,11 @@ from airflow_provider.rollout import (
     RevisionCheckSchedule,
     RolloutState,
     RolloutVerdict,
+    bake_verdict,
     rollout_verdict,
 )
-from airflow_provider.tasks.base import DEFERRAL_GRACE, EVENT_STATUSES
-from airflow_provider.triggers.deployment_service import DeploymentRolloutTrigger
+from airflow_provider.tasks.base import DEFERRAL_GRACE
+from airflow_provider.triggers.deployment_service import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
 
 if TYPE_CHECKING:
     import logging
@@ -181,11 +182,24 @@ class WaitingTask(Protocol):
     def revision_check_interval(self) -> float:
         """Longest time between two revision-endpoint calls while nothing changes."""
 
-    def defer(self, *, trigger: Any, method_name: str, timeout: timedelta | None = None) -> None:
+    def defer(
+        self,
+        *,
+        trigger: Any,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | None = None,
+    ) -> None:
         """Airflow's ``BaseOperator.defer``."""
 
 
-def defer_until_live(task: WaitingTask, check: RolloutCheck) -> None:
+def defer_until_live(
+    task: WaitingTask,
+    check: RolloutCheck,
+    *,
+    method_name: str = "execute_complete",
+    kwargs: dict[str, Any] | None = None,
+) -> None:
     """Hand the rest of ``check``'s wait to a :class:`DeploymentRolloutTrigger` (raises ``TaskDeferred``).
 
     The trigger carries the hook's settings (not the key), the task's poll interval and revision-check
@@ -196,6 +210,8 @@ def defer_until_live(task: WaitingTask, check: RolloutCheck) -> None:
 
     :param task: the deferring task.
     :param check: the rollout being waited for.
+    :param method_name: the task method to resume in (called with ``event`` and ``kwargs``).
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret: they are stored).
     """
     task.defer(
         trigger=DeploymentRolloutTrigger(
@@ -207,6 +223,85 @@ def defer_until_live(task: WaitingTask, check: RolloutCheck) -> None:
             revision_check_interval=task.revision_check_interval,
             seen_key=None if check.last_key is None else list(check.last_key),
         ),
-        method_name="execute_complete",
+        method_name=method_name,
+        kwargs=kwargs,
         timeout=timedelta(seconds=task.timeout + max(DEFERRAL_GRACE, 2 * task.poll_interval)),
+    )
+
+
+def bake(
+    hook: DeploymentServiceHook,
+    deployment_id: str,
+    revision_id: str,
+    seconds: float,
+    poll_interval: float,
+    log: logging.Logger | Any,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Block for a bake: ``revision_id`` must stay active and the deployment ``READY`` for ``seconds``.
+
+    Looks every ``poll_interval`` seconds and once at the end; returns why the revision stopped counting as
+    live (at the first look that shows it), or ``None`` when it stayed live. Transient errors skip a look.
+
+    :param hook: the hook to ask.
+    :param deployment_id: the deployment.
+    :param revision_id: the live revision.
+    :param seconds: the bake period.
+    :param poll_interval: seconds between two looks.
+    :param log: the task's logger.
+    :param sleep: how to wait (tests may pass their own).
+    """
+    log.info("Baking revision %s of deployment %s for %.1f s", revision_id, deployment_id, seconds)
+    deadline = time.monotonic() + seconds
+    while True:
+        final = time.monotonic() >= deadline
+        try:
+            deployment = hook.get_deployment(deployment_id)
+        except DeploymentServiceError as err:
+            if not err.transient:
+                raise
+            log.warning("Deployment %s: the service is unavailable during the bake (%s)", deployment_id, err)
+        else:
+            reason = bake_verdict(deployment, revision_id)
+            if reason is not None:
+                return reason
+            if final:
+                log.info("Revision %s stayed live for the %.1f s bake", revision_id, seconds)
+                return None
+        if final:
+            return f"the last check of the bake of revision {revision_id} failed: the service was unavailable"
+        sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+
+
+def defer_bake(
+    task: WaitingTask,
+    hook: DeploymentServiceHook,
+    deployment_id: str,
+    revision_id: str,
+    seconds: float,
+    *,
+    method_name: str,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Hand a bake to a :class:`DeploymentBakeTrigger` (raises ``TaskDeferred``); see :func:`bake`.
+
+    :param task: the deferring task (its ``poll_interval`` paces the looks).
+    :param hook: the task's hook (its settings travel, not the key).
+    :param deployment_id: the deployment.
+    :param revision_id: the live revision.
+    :param seconds: the bake period; the trigger's deadline is wall-clock.
+    :param method_name: the task method to resume in.
+    :param kwargs: JSON values passed on to ``method_name``.
+    """
+    task.defer(
+        trigger=DeploymentBakeTrigger(
+            deployment_id=deployment_id,
+            revision_id=revision_id,
+            hook_params=hook.hook_params,
+            poll_interval=task.poll_interval,
+            deadline=time.time() + seconds,
+        ),
+        method_name=method_name,
+        kwargs=kwargs,
+        timeout=timedelta(seconds=seconds + max(DEFERRAL_GRACE, 2 * task.poll_interval)),
     )

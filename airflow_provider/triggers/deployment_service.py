@@ -27,14 +27,23 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider.defaults import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
+from airflow_provider.fleet import WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, Revision, canonical_uuid
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RolloutState, rollout_verdict
-from airflow_provider.tasks.base import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
+from airflow_provider.rollout import (
+    REVISION_ENDPOINT_MISSING,
+    RevisionCheckSchedule,
+    RolloutState,
+    bake_verdict,
+    rollout_verdict,
+)
 
 log = logging.getLogger(__name__)
 
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+"""The ``status`` values of a :class:`DeploymentRolloutTrigger` event."""
 REVISION_CHECK_CONCURRENCY = 10
 """Revision-endpoint calls one poller makes at the same time."""
 
@@ -412,3 +421,244 @@ class DeploymentRolloutTrigger(BaseTrigger):
                 return self._event("failed", verdict.message, update.deployment)
             if final:
                 return self._event("timeout", f"timed out after {waited()}: {verdict.message}", update.deployment)
+
+
+class DeploymentBakeTrigger(BaseTrigger):
+    """Watch a live revision for a bake period: it must stay active with the deployment ``READY``.
+
+    Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
+    more. Yields one event: ``{"status": "baked" | "left" | "error", "message": ..., "deployment_id": ...,
+    "revision_id": ..., "deployment": <redacted deployment JSON or None>}``: ``left`` as soon as another
+    revision is active or the status is not ``READY``. Transient errors are retried until the deadline.
+
+    :param deployment_id: the deployment.
+    :param revision_id: the revision that must stay live.
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
+    :param poll_interval: seconds between two looks.
+    :param deadline: wall-clock end of the bake (Unix epoch seconds).
+    """
+
+    def __init__(
+        self,
+        deployment_id: str,
+        revision_id: str,
+        hook_params: dict[str, Any],
+        poll_interval: float,
+        deadline: float,
+    ) -> None:
+        super().__init__()
+        self.deployment_id = deployment_id
+        self.revision_id = revision_id
+        self.hook_params = dict(hook_params)
+        self.poll_interval = float(poll_interval)
+        self.deadline = float(deadline)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and JSON-only keyword arguments (no secret)."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "message": message,
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Look until the deadline; yield ``baked``, ``left`` or ``error``."""
+        hook = DeploymentServiceHook(**self.hook_params)
+        try:
+            yield await self._bake(hook)
+        finally:
+            await hook.aclose()
+
+    async def _bake(self, hook: DeploymentServiceHook) -> TriggerEvent:
+        last: Deployment | None = None
+        while True:
+            final = time.time() >= self.deadline
+            try:
+                deployment = await hook.a_get_deployment(self.deployment_id)
+            except DeploymentServiceError as err:
+                if not err.transient:
+                    return self._event("error", f"cannot watch deployment {self.deployment_id}: {err}", last)
+                if final:
+                    return self._event("error", f"the last check of the bake failed: {err}", last)
+                self.log.warning("Deployment %s: the service is unavailable (%s)", self.deployment_id, err)
+            else:
+                last = deployment
+                verdict = bake_verdict(deployment, self.revision_id)
+                if verdict is not None:
+                    return self._event("left", verdict, deployment)
+                if final:
+                    return self._event(
+                        "baked", f"{deployment.summary()}: revision {self.revision_id} stayed live", deployment
+                    )
+            await asyncio.sleep(max(0.0, min(self.poll_interval, self.deadline - time.time())))
+
+
+# ------------------------------------------------------------------------------------ fleet wave
+class FleetWaveTrigger(BaseTrigger):
+    """Wait for every rollout of one wave of a fleet rollout, through the shared :class:`_BatchPoller`.
+
+    One trigger per wave, not one per deployment: each rollout of the wave subscribes to the poller that
+    every rollout trigger with the same hook settings and poll interval shares, so a wave of N costs
+    ``ceil(N / 100)`` list requests per interval (plus the revision endpoint's budget), however many
+    waves and other rollouts wait in the same triggerer. A rollout is decided as in
+    :class:`~airflow_provider.fleet.WaveTracker` (live for ``bake_seconds``, or failed). With no rollouts
+    the trigger only sleeps until ``resume_at`` (the pause between waves).
+
+    Yields exactly one event: ``{"status": "done", "wave": ..., "outcomes": {deployment_id: [outcome,
+    message, decided_at]}, "carry": ...}``; ``{"status": "paused", "wave": ..., "carry": ...}`` after a
+    pause; or ``{"status": "error", "wave": ..., "message": ..., "carry": ...}`` when the wave cannot be
+    watched (a bad connection, a 4xx from the list endpoint).
+
+    :param wave: index of the wave (echoed in the event).
+    :param rollouts: ``[[deployment_id, revision_id or None], ...]``.
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
+    :param poll_interval: seconds between two looks.
+    :param deadline: wall-clock time (Unix seconds) by which every revision must be live; ``None`` waits
+        forever.
+    :param bake_seconds: how long a live revision must stay live before it counts as landed.
+    :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
+    :param resume_at: wall-clock time to wait for before anything else (a pause).
+    :param carry: plain JSON echoed in the event (the task's progress when it has no task state store).
+    """
+
+    def __init__(
+        self,
+        wave: int,
+        rollouts: list[list[str | None]] | list[tuple[str, str | None]],
+        hook_params: dict[str, Any],
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        deadline: float | None = None,
+        bake_seconds: float = 0.0,
+        revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
+        resume_at: float | None = None,
+        carry: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.wave = int(wave)
+        self.rollouts = [[str(item[0]), None if item[1] is None else str(item[1])] for item in rollouts]
+        self.hook_params = dict(hook_params)
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+        self.bake_seconds = float(bake_seconds)
+        self.revision_check_interval = float(revision_check_interval)
+        self.resume_at = None if resume_at is None else float(resume_at)
+        self.carry = carry
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and JSON-only keyword arguments (no secret: the API key stays in the connection)."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "wave": self.wave,
+                "rollouts": [list(item) for item in self.rollouts],
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "bake_seconds": self.bake_seconds,
+                "revision_check_interval": self.revision_check_interval,
+                "resume_at": self.resume_at,
+                "carry": self.carry,
+            },
+        )
+
+    def _event(self, status: str, **payload: Any) -> TriggerEvent:
+        return TriggerEvent({"status": status, "wave": self.wave, **payload, "carry": self.carry})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Pause until ``resume_at``, then watch the wave until every rollout is decided; one event."""
+        if self.resume_at is not None:
+            await asyncio.sleep(max(0.0, self.resume_at - time.time()))
+        if not self.rollouts:
+            yield self._event("paused")
+            return
+        try:
+            if self.poll_interval <= 0:
+                raise ValueError(f"poll_interval must be > 0 seconds, got {self.poll_interval}")
+            rollouts = {
+                canonical_uuid(deployment_id, "deployment_id"): (
+                    None if revision_id is None else canonical_uuid(revision_id, "revision_id")
+                )
+                for deployment_id, revision_id in self.rollouts
+            }
+            subscriptions = {
+                deployment_id: _Subscription(
+                    deployment_id, revision_id, RevisionCheckSchedule(self.revision_check_interval)
+                )
+                for deployment_id, revision_id in rollouts.items()
+            }
+        except ValueError as err:
+            yield self._event("error", message=f"invalid trigger arguments: {err}")
+            return
+        tracker = WaveTracker(rollouts, self.bake_seconds, self.deadline)
+        poller = _BatchPoller.acquire(self.hook_params, self.poll_interval)
+        for subscription in subscriptions.values():
+            poller.subscribe(subscription)
+        try:
+            error = await self._watch(poller, subscriptions, tracker)
+        finally:
+            # Leave before yielding: the triggerer may never resume the generator after the event.
+            for subscription in subscriptions.values():
+                await poller.unsubscribe(subscription)
+        if error is not None:
+            yield self._event("error", message=error)
+            return
+        outcomes = {deployment_id: list(decision) for deployment_id, decision in tracker.decided.items()}
+        yield self._event("done", outcomes=outcomes)
+
+    async def _watch(
+        self, poller: _BatchPoller, subscriptions: dict[str, _Subscription], tracker: WaveTracker
+    ) -> str | None:
+        """Read one update per round for every undecided rollout until all are decided; an error message
+        when the wave cannot be watched."""
+        final_requested = False
+        while not tracker.done:
+            waiting = tracker.undecided
+            timeout = None
+            if self.deadline is not None and not final_requested:
+                timeout = max(0.0, self.deadline - time.time())
+            try:
+                first = await asyncio.wait_for(subscriptions[waiting[0]].queue.get(), timeout)
+            except asyncio.TimeoutError:
+                for deployment_id in waiting:
+                    poller.request_final_check(subscriptions[deployment_id])
+                final_requested = True
+                continue
+            # Every subscriber got this round's update at once: the others are already queued.
+            updates = {waiting[0]: first}
+            for deployment_id in waiting[1:]:
+                updates[deployment_id] = await subscriptions[deployment_id].queue.get()
+            for deployment_id, update in updates.items():
+                if update.error is not None:
+                    return f"cannot watch wave {self.wave} ({len(waiting)} rollout(s) undecided): {update.error}"
+                final = self.deadline is not None and update.started >= self.deadline
+                if update.transient is not None:
+                    if final:
+                        tracker.give_up(
+                            deployment_id, f"timed out; the final check failed: {update.transient}", update.started
+                        )
+                    continue
+                subscription = subscriptions[deployment_id]
+                changed = tracker.observe(
+                    deployment_id, update.deployment, subscription.revision, update.started, final=final
+                )
+                if changed is not None:
+                    self.log.info("%s", changed)
+                if deployment_id in tracker.decided:
+                    await poller.unsubscribe(subscription)
+        return None

@@ -25,9 +25,10 @@ RELEASE_TAG_VALUE_ID = "13947cbe-457c-441f-a7e0-7c554c9fae02"
 STAGES = ("dev", "prod")
 DAG_PARSE_TIMEOUT = 120.0
 RUN_TIMEOUT = 300.0
-SENSOR_BUILD_SECONDS = 10.0
-"""Builds watched by the sensor: it looks once on the worker before deferring, so the build must still run."""
-HANDOVER_BUILD_SECONDS = 12.0
+SENSOR_BUILD_SECONDS = 20.0
+"""Builds watched by the sensor: it looks once on the worker before deferring, so the build must still run
+then, also on a busy machine where the sensor starts many seconds after the patch."""
+HANDOVER_BUILD_SECONDS = 20.0
 """Builds in the two-triggerer scenario: long enough to stop a triggerer while it holds a rollout."""
 
 DEFERRED = "Pausing task as DEFERRED"

@@ -6,7 +6,7 @@ from typing import Any, get_args
 
 import pytest
 
-from airflow_provider.emulator.app import EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, create_app
+from airflow_provider.emulator.app import APPS_TAG, EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, create_app
 from airflow_provider.emulator.state import EmulatorState, StatusName
 from airflow_provider.models import DeploymentStatus, DeploymentType
 
@@ -27,7 +27,7 @@ LIST_PARAMS = {
     "deployment_type",
     "deployment_ids",
 }
-EXTRA_TAGS = {EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG}
+EXTRA_TAGS = {EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, APPS_TAG}
 
 
 def openapi(**options: Any) -> dict[str, Any]:
@@ -58,13 +58,18 @@ def test_exactly_the_spec_operations_outside_the_flagged_extras() -> None:
     assert flagged == {
         ("POST", "/v2/deployments"),
         ("GET", "/v2/deployments/{deployment_id}"),
+        ("GET", "/v2/deployments/{deployment_id}/revisions"),
         ("GET", "/v2/deployments/{deployment_id}/revisions/{revision_id}"),
+        ("POST", "/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"),
+        ("GET", "/v2/deployments/{deployment_id}/revisions/{revision_id}/logs"),
+        ("GET", "/apps/{deployment_id}"),
+        ("GET", "/apps/{deployment_id}/{path}"),
     }
 
 
 def test_optional_endpoints_leave_the_document_when_disabled() -> None:
     keys = set(operations(openapi(optional_endpoints=False)))
-    assert ("GET", "/v2/deployments/{deployment_id}") not in keys
+    assert not {key for key in keys if key[1].startswith("/v2/deployments/{deployment_id}") and key[0] != "PATCH"}
     assert ("POST", "/v2/deployments") in keys
 
 

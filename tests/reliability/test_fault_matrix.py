@@ -96,7 +96,7 @@ FAULTS = (
     Fault("429, no Retry-After", {"kind": "status", "status_code": 429}, True, "retry", RateLimitedError, "429"),
     Fault("500", {"kind": "status", "status_code": 500}, False, "fail", ServerError, "500 Internal Server Error"),
     Fault("502", {"kind": "status", "status_code": 502}, True, "read_back", ServerError, "502 Bad Gateway"),
-    Fault("503", {"kind": "status", "status_code": 503}, True, "retry", ServerError, "503 Service Unavailable"),
+    Fault("503", {"kind": "status", "status_code": 503}, True, "read_back", ServerError, "503 Service Unavailable"),
     Fault("504", {"kind": "status", "status_code": 504}, True, "read_back", ServerError, "504 Gateway Timeout"),
     Fault(
         f"delay {DELAY_SECONDS} s > read timeout {DELAY_READ_TIMEOUT} s",
@@ -187,7 +187,8 @@ def test_fault(
     )
     sleeps = RecordedSleeps(requests_so_far=lambda: state.count(endpoint.route))
     before = state.deployment(TARGET)
-    patch = {"source_revision_config": {"image_uri": f"registry.example.com/acme/matrix:{abs(hash(case))}"}}
+    image = f"registry.example.com/acme/matrix:{abs(hash(case))}"
+    patch = {"revision_source": "internal_docker", "source_revision_config": {"image_uri": image}}
     settings = settings_for(emulator, fault)
     outcome: Any = None
     error: DeploymentServiceError | None = None
@@ -241,7 +242,9 @@ def test_fault(
     else:
         assert isinstance(error, fault.error), f"{case}: {shown}"
         message = str(error)
-        assert f"{endpoint.method} {endpoint.path}" in message, f"{case}: request not named in {message!r}"
+        # a transport error names the full URL (no answer came, so where it was sent is the clue)
+        where = emulator.base_url if isinstance(error, TransportError) else ""
+        assert f"{endpoint.method} {where}{endpoint.path}" in message, f"{case}: request not named in {message!r}"
         assert fault.says in message, f"{case}: fault not named in {message!r}"
         assert API_KEY not in message
         if endpoint.method == "GET" and fault.retried:
@@ -287,7 +290,10 @@ def test_ambiguous_patch_failure_backs_off_before_sending_again(
     state.add_fault(method="PATCH", path=f"/v2/deployments/{TARGET}", kind="drop")
     sleeps = RecordedSleeps(requests_so_far=lambda: state.count(PATCH_ROUTE))
     latest = state.deployment(TARGET)["latest_revision_id"]
-    patch = {"source_revision_config": {"image_uri": f"registry.example.com/acme/backoff:{twin}"}}
+    patch = {
+        "revision_source": "internal_docker",
+        "source_revision_config": {"image_uri": f"registry.example.com/acme/backoff:{twin}"},
+    }
     settings = ClientSettings(base_url=emulator.base_url, read_timeout=READ_TIMEOUT, retry=RETRY)
     if twin == "sync":
         with DeploymentServiceClient(settings, API_KEY, sleep=sleeps, rng=random.Random(7)) as client:
@@ -326,7 +332,7 @@ def test_an_exhausted_patch_error_counts_every_attempt(emulator: EmulatorServer,
             DeploymentServiceClient(settings, API_KEY, sleep=RecordedSleeps(), rng=random.Random(7)) as client,
             pytest.raises(ServerError) as raised,
         ):
-            client.patch_deployment(TARGET, {"source_revision_config": {"image_uri": "registry.example.com/acme/x:9"}})
+            client.patch_deployment(TARGET, {"source_revision_config": {"repo_ref": "release-9"}})
     finally:
         state.clear_faults()
     report.row(

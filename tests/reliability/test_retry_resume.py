@@ -48,6 +48,7 @@ def context_for(ti: FakeTI, store: FakeStore | None, run_started: datetime) -> d
 def patch_task(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
     options: dict[str, Any] = {
         "task_id": "patch",
+        "revision_source": "internal_docker",  # NAME is a codehost deployment: image_uri needs this source
         "image_uri": "registry.example.com/acme/checkout-api:7.1.0",
         "secrets": {"TOKEN": OPERATOR_SECRET},
         "poll_interval": 0.05,

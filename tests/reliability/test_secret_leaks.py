@@ -271,7 +271,11 @@ def test_patch_secrets_are_registered_with_the_secret_masker_whatever_their_name
         "SIGNING_SEED": {"variable": "reliability_plain_setting"},
     }
     PatchDeploymentOperator(
-        task_id="patch", deployment_id=deployment["id"], image_uri="app:3", secrets=secrets
+        task_id="patch",
+        deployment_id=deployment["id"],
+        revision_source="internal_docker",
+        image_uri="app:3",
+        secrets=secrets,
     ).execute({"ti": FakeTI()})
     stored = {item["name"]: item["value"] for item in frozen_emulator.state.deployment(deployment["id"])["secrets"]}
     assert stored == values

@@ -104,19 +104,25 @@ def seed(count: int, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def advance_later() -> Iterator[Callable[[Any, float, float], None]]:
-    """Advance an emulator's clock by ``seconds`` after ``delay`` real seconds, from another thread."""
-    timers: list[threading.Timer] = []
+    """Keep advancing an emulator's clock by ``seconds`` every ``delay`` real seconds, from another thread,
+    until the test ends: a build finishes whenever the task gets to it, however busy the machine is (one
+    advance after a fixed delay could come before the task even sent its patch)."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
 
     def schedule(emulator: Any, seconds: float, delay: float) -> None:
-        timer = threading.Timer(delay, emulator.state.advance, args=(seconds,))
-        timers.append(timer)
-        timer.start()
+        def tick() -> None:
+            while not stop.wait(delay):
+                emulator.state.advance(seconds)
+
+        thread = threading.Thread(target=tick, daemon=True, name="advance-emulator-clock")
+        threads.append(thread)
+        thread.start()
 
     yield schedule
-    for timer in timers:
-        timer.cancel()
-        if timer.is_alive():
-            timer.join()
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
 
 
 async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -39,6 +39,8 @@ REPOS_ROUTE = "GET /v1/integrations/forge/codehost/{integration_id}/repos"
 
 def patch_op(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
     options: dict[str, Any] = {"task_id": "patch", "poll_interval": 0.05, **kwargs}
+    if "image_uri" in kwargs:  # production takes image_uri for an internal_docker (or external_docker) revision only
+        options.setdefault("revision_source", "internal_docker")
     return PatchDeploymentOperator(deployment_id=deployment_id, **options)
 
 
@@ -129,16 +131,21 @@ def test_list_deployments_feeds_expand() -> None:
 def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     ti = FakeTI()
-    result = patch_op(dep["id"], image_uri="registry.example.com/app:2", repo_ref="release").execute(make_context(ti))
+    task = patch_op(dep["id"], repo_ref="release", source_revision_config={"graph_config_path": "agent/graph.json"})
+    result = task.execute(make_context(ti))
     new = result["latest_revision_id"]
     assert new not in (None, dep["latest_revision_id"])
-    assert result["source_revision_config"]["image_uri"] == "registry.example.com/app:2"
+    assert result["source_revision_config"]["graph_config_path"] == "agent/graph.json"
     assert result["source_revision_config"]["repo_ref"] == "release"
     assert ti.xcoms == {
         "deployment_id": dep["id"],
         "revision_id": new,
         "previous_active_revision_id": dep["active_revision_id"],
-        "deployment_url": None,
+        "deployment_url": dep["source_config"]["custom_url"],  # the service sets it for codehost deployments
+        # What served before, for a rollback: the non-secret fields of the previously active revision.
+        "previous_source_revision_config": {
+            name: value for name, value in dep["source_revision_config"].items() if value is not None
+        },
     }
     assert emulator.state.count(PATCH_ROUTE) == 1
 
@@ -146,7 +153,7 @@ def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
 def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
     emulator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dep = deployment_named(emulator, "checkout-api-dev")
+    dep = deployment_named(emulator, "billing-worker-prod")  # custom_url is settable for external_docker only
     ti = FakeTI()
     url = "https://checkout.example.com"
     task = patch_op(dep["id"], source_config={"custom_url": url})
@@ -314,7 +321,10 @@ def test_retry_after_being_superseded_does_not_roll_back_the_newer_revision(emul
     store = FakeStore()
     patch_op(dep["id"], image_uri="app:ours").execute(make_context(FakeTI(), store))
     emulator.state.advance(2.5)
-    colleague = PatchDeploymentRequest(source_revision_config={"image_uri": "app:colleague"})  # type: ignore[arg-type]
+    colleague = PatchDeploymentRequest(
+        revision_source="internal_docker",  # type: ignore[arg-type]
+        source_revision_config={"image_uri": "app:colleague"},  # type: ignore[arg-type]
+    )
     newer = emulator.state.patch_deployment(dep["id"], colleague)["latest_revision_id"]
     emulator.state.advance(2.5)
     with pytest.raises(AirflowFailException, match=f"not patching again.*superseded by {newer}"):

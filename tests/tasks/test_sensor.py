@@ -21,7 +21,7 @@ from tests.tasks.conftest import LIST_ROUTE, REVISION_ROUTE, deployment_named, m
 
 
 def patch(emulator: Any, deployment_id: str, image: str = "registry.example.com/app:2") -> str:
-    body = PatchDeploymentRequest(source_revision_config={"image_uri": image})
+    body = PatchDeploymentRequest(revision_source="internal_docker", source_revision_config={"image_uri": image})
     return str(emulator.state.patch_deployment(deployment_id, body)["latest_revision_id"])
 
 

@@ -46,7 +46,7 @@ async def outcome(trig: DeploymentRolloutTrigger, timeout: float = 10.0) -> dict
 def patch(emulator: Any, deployment_id: str, image: str = "registry.example.com/app:2") -> str:
     from airflow_provider.models import PatchDeploymentRequest
 
-    body = PatchDeploymentRequest(source_revision_config={"image_uri": image})
+    body = PatchDeploymentRequest(revision_source="internal_docker", source_revision_config={"image_uri": image})
     return str(emulator.state.patch_deployment(deployment_id, body)["latest_revision_id"])
 
 

@@ -1,0 +1,473 @@
+"""Pure planning of a fleet rollout (no Airflow, no I/O): the strategy arguments, the waves, the failure
+budget, watching one wave, the per-deployment result table and the progress kept across tries.
+
+A fleet rollout patches its targets wave by wave: first the canary, then waves of ``wave_size``. Each
+wave is patched, watched until every rollout in it is decided (live for ``bake_seconds``, or failed),
+verified, and counted against the failure budget (``max_failures``) before the next wave starts. When
+the budget is exceeded the rollout stops: later waves are never patched.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_provider.models import Deployment, Revision
+from airflow_provider.rollout import RolloutState, rollout_verdict
+
+__all__ = [
+    "FAILURE_OUTCOMES",
+    "FleetProgress",
+    "FleetRow",
+    "Outcome",
+    "WaveRecord",
+    "WaveTracker",
+    "check_canary",
+    "check_max_failures",
+    "check_wave_size",
+    "failure_allowance",
+    "format_table",
+    "plan_waves",
+    "wave_count",
+]
+
+
+class Outcome:
+    """What happened to one deployment of the fleet (the ``outcome`` column of the result table)."""
+
+    PENDING = "pending"
+    """Planned; its wave has not started."""
+    ROLLING_OUT = "rolling_out"
+    """Patched; waiting for its revision to go live."""
+    LANDED = "landed"
+    """The new revision is live (``READY`` and active), stayed so for the bake, and passed ``verify``."""
+    UNCHANGED = "unchanged"
+    """The patch created no revision (nothing to roll out) and the deployment is ``READY``."""
+    FAILED = "failed"
+    """The rollout failed: build or deploy failed, superseded, deleted, timed out, left ``READY`` during
+    the bake, or ``verify`` refused it."""
+    ROLLED_BACK = "rolled_back"
+    """Failed, then its previous revision was restored (``rollback_on_failure``)."""
+    NOT_PATCHED = "not_patched"
+    """Never patched: the rollout stopped before its wave."""
+
+
+FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK})
+"""Outcomes that count against the failure budget."""
+SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
+"""Outcomes of a deployment now serving what the rollout asked for."""
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+# -------------------------------------------------------------------------------------- arguments
+def check_wave_size(value: Any) -> int | str:
+    """``wave_size`` as given when valid: a whole number >= 1, or a percentage ``"25%"`` (0 < p <= 100).
+
+    :param value: the argument.
+    :raises ValueError: naming ``wave_size``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str):
+        found = _PERCENT.match(value)
+        if found and 0 < float(found.group(1)) <= 100:
+            return value.strip()
+    raise ValueError(f"wave_size must be a whole number >= 1 or a percentage such as '25%', got {value!r}")
+
+
+def wave_count(wave_size: int | str, fleet_size: int) -> int:
+    """Deployments per wave for a fleet of ``fleet_size`` (a percentage of the fleet, rounded up, >= 1).
+
+    :param wave_size: a checked ``wave_size``.
+    :param fleet_size: deployments in the fleet (canary included).
+    """
+    if isinstance(wave_size, int):
+        return wave_size
+    found = _PERCENT.match(wave_size)
+    assert found is not None
+    return max(1, math.ceil(float(found.group(1)) * fleet_size / 100 - 1e-9))
+
+
+def check_max_failures(value: Any) -> int | float:
+    """``max_failures`` as given when valid: a whole number >= 0 (a count), or a fraction of the fleet
+    given as a float from 0 to 1 (``0.1`` = 10 %).
+
+    :param value: the argument.
+    :raises ValueError: naming ``max_failures``.
+    """
+    count = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if count or (isinstance(value, float) and 0 <= value <= 1):
+        return value
+    raise ValueError(
+        f"max_failures must be a whole number >= 0 (a count) or a fraction from 0.0 to 1.0 of the fleet, got {value!r}"
+    )
+
+
+def failure_allowance(max_failures: int | float, fleet_size: int) -> int:
+    """How many deployments may fail before the rollout stops (it stops when more fail than this).
+
+    :param max_failures: a checked ``max_failures``: a count, or a fraction of the fleet (rounded down).
+    :param fleet_size: deployments in the fleet.
+    """
+    if isinstance(max_failures, float):
+        return math.floor(max_failures * fleet_size + 1e-9)
+    return max_failures
+
+
+def check_canary(value: Any) -> int | list[str] | None:
+    """``canary`` as given when valid: ``None``, a whole number >= 0, or deployment names (a list, or a
+    comma-separated string).
+
+    :param value: the argument.
+    :raises ValueError: naming ``canary``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(item, str) and item.strip() for item in value):
+        names = [item.strip() for item in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"canary names a deployment twice: {', '.join(repeated)}")
+        return names
+    raise ValueError(f"canary must be a whole number >= 0 or a list of deployment names, got {value!r}")
+
+
+# ------------------------------------------------------------------------------------------- plan
+def plan_waves(
+    targets: Sequence[tuple[str, str]], canary: int | list[str] | None, wave_size: int | str
+) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Split the targets into waves: the canary (when given) first, then waves of ``wave_size``.
+
+    :param targets: ``(deployment_id, name)`` of every deployment of the fleet, in rollout order.
+    :param canary: a checked ``canary``: how many of the first targets, or which names.
+    :param wave_size: a checked ``wave_size``.
+    :returns: ``(wave name, [(deployment_id, name), ...])`` per wave: ``"canary"``, ``"wave 1"``, ...
+    :raises ValueError: a canary name that is not among the targets.
+    """
+    rest = list(targets)
+    waves: list[tuple[str, list[tuple[str, str]]]] = []
+    if isinstance(canary, list):
+        by_name = {name: (deployment_id, name) for deployment_id, name in targets}
+        missing = [name for name in canary if name not in by_name]
+        if missing:
+            raise ValueError(
+                f"canary names deployments that are not among the targets: {', '.join(missing)} "
+                f"(targets: {', '.join(sorted(by_name)[:20])}{' ...' if len(by_name) > 20 else ''})"
+            )
+        chosen = {by_name[name][0] for name in canary}
+        waves.append(("canary", [by_name[name] for name in canary]))
+        rest = [target for target in targets if target[0] not in chosen]
+    elif canary:
+        waves.append(("canary", rest[:canary]))
+        rest = rest[canary:]
+    size = wave_count(wave_size, len(targets))
+    for number, start in enumerate(range(0, len(rest), size), start=1):
+        waves.append((f"wave {number}", rest[start : start + size]))
+    return waves
+
+
+# ------------------------------------------------------------------------------------ the table
+@dataclass
+class FleetRow:
+    """One deployment of the fleet: what was planned for it and what happened (JSON, no secrets).
+
+    :param deployment_id: the deployment.
+    :param name: its name.
+    :param wave: the wave it belongs to (``"canary"``, ``"wave 1"``...).
+    :param from_revision: the revision active before the patch.
+    :param to_revision: the revision the patch created (``None`` when it created none).
+    :param outcome: see :class:`Outcome`.
+    :param message: why, for a person (the rollout verdict, the verify error...).
+    :param started_at: wall-clock time of the patch (Unix seconds).
+    :param finished_at: wall-clock time the outcome was decided.
+    :param fingerprint: digest of the patch sent (to recognise it on a retry; no secret values).
+    :param previous_latest: the latest revision before the patch (to read back an ambiguous patch).
+    :param went_live: whether its new revision served at some point (only then is a rollback needed).
+    :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
+    """
+
+    deployment_id: str
+    name: str
+    wave: str
+    from_revision: str | None = None
+    to_revision: str | None = None
+    outcome: str = Outcome.PENDING
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    fingerprint: str | None = None
+    previous_latest: str | None = None
+    went_live: bool = False
+    rollback_revision: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """Seconds from the patch to the outcome."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return round(self.finished_at - self.started_at, 1)
+
+    @property
+    def patched(self) -> bool:
+        """Whether the patch was sent (and acknowledged)."""
+        return self.started_at is not None
+
+    def table_row(self) -> dict[str, Any]:
+        """The public row: ``name``, ``deployment_id``, ``wave``, ``from_revision``, ``to_revision``,
+        ``outcome``, ``seconds``, ``message``."""
+        return {
+            "name": self.name,
+            "deployment_id": self.deployment_id,
+            "wave": self.wave,
+            "from_revision": self.from_revision,
+            "to_revision": self.to_revision,
+            "outcome": self.outcome,
+            "seconds": self.seconds,
+            "message": self.message,
+        }
+
+    def decide(self, outcome: str, message: str, at: float) -> None:
+        """Record the outcome."""
+        self.outcome, self.message, self.finished_at = outcome, message, at
+
+
+@dataclass
+class WaveRecord:
+    """One wave: its rows and how far it got (``planned``, ``patched``, ``watched``, ``done``).
+
+    :param name: ``"canary"``, ``"wave 1"``...
+    :param rows: its deployments.
+    :param phase: ``planned`` (nothing sent), ``patched`` (every patch sent), ``watched`` (every rollout
+        decided), ``rolling_back`` (rollbacks sent, waiting for them), ``done`` (verified and counted).
+    """
+
+    name: str
+    rows: list[FleetRow]
+    phase: str = "planned"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {"name": self.name, "phase": self.phase, "rows": [asdict(row) for row in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WaveRecord:
+        """Back from :meth:`to_json`."""
+        return cls(data["name"], [FleetRow(**row) for row in data["rows"]], data.get("phase", "planned"))
+
+
+@dataclass
+class FleetProgress:
+    """Everything a fleet rollout needs to go on after a retry or a deferral (plain JSON, no secrets).
+
+    :param waves: the plan and what happened so far.
+    :param allowed_failures: the failure budget (the rollout stops when more fail).
+    :param change: digest of the change requested (a retry with another change starts over).
+    :param stopped: why the rollout stopped early (budget exceeded), or ``""``.
+    """
+
+    waves: list[WaveRecord]
+    allowed_failures: int
+    change: str
+    stopped: str = ""
+    paused_before: int | None = None
+    """Index of the wave a finished pause let start (so a resume does not pause twice)."""
+
+    @property
+    def rows(self) -> list[FleetRow]:
+        """Every row, in plan order."""
+        return [row for wave in self.waves for row in wave.rows]
+
+    @property
+    def failures(self) -> list[FleetRow]:
+        """Rows that count against the budget."""
+        return [row for row in self.rows if row.outcome in FAILURE_OUTCOMES]
+
+    @property
+    def budget_exceeded(self) -> bool:
+        """Whether more deployments failed than the budget allows."""
+        return len(self.failures) > self.allowed_failures
+
+    def current(self) -> int | None:
+        """Index of the first wave not done, or ``None`` when every wave is done."""
+        return next((index for index, wave in enumerate(self.waves) if wave.phase != "done"), None)
+
+    def stop(self, reason: str, at: float) -> None:
+        """Stop the rollout: every row of a wave that was not started becomes ``not_patched``."""
+        self.stopped = reason
+        for wave in self.waves:
+            if wave.phase == "planned":
+                for row in wave.rows:
+                    row.decide(Outcome.NOT_PATCHED, "not patched: the rollout stopped before this wave", at)
+                wave.phase = "done"
+
+    def table(self) -> list[dict[str, Any]]:
+        """The result table (see :meth:`FleetRow.table_row`)."""
+        return [row.table_row() for row in self.rows]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per outcome."""
+        counts: dict[str, int] = {}
+        for row in self.rows:
+            counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        return counts
+
+    # ---- storage: one key for the header, one per wave (each stays small)
+    def header_json(self) -> dict[str, Any]:
+        """The header record: budget, change, stop reason and the number of waves."""
+        return {
+            "version": 1,
+            "waves": len(self.waves),
+            "allowed_failures": self.allowed_failures,
+            "change": self.change,
+            "stopped": self.stopped,
+            "paused_before": self.paused_before,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything in one JSON value."""
+        return {**self.header_json(), "wave_records": [wave.to_json() for wave in self.waves]}
+
+    @classmethod
+    def from_json(cls, header: dict[str, Any], waves: Iterable[dict[str, Any]]) -> FleetProgress:
+        """Back from :meth:`header_json` and each wave's :meth:`WaveRecord.to_json`."""
+        return cls(
+            waves=[WaveRecord.from_json(wave) for wave in waves],
+            allowed_failures=int(header["allowed_failures"]),
+            change=str(header["change"]),
+            stopped=str(header.get("stopped") or ""),
+            paused_before=header.get("paused_before"),
+        )
+
+
+def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
+    """The result table as fixed-width text for the task log (at most ``limit`` rows, failures first).
+
+    :param rows: result-table rows.
+    :param limit: rows shown; the rest are counted.
+    """
+    order = {Outcome.FAILED: 0, Outcome.ROLLED_BACK: 1}
+    shown = sorted(rows, key=lambda row: order.get(row["outcome"], 2))[:limit]
+    columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
+    cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in shown]
+    widths = [max([len(column), *(len(cell[index]) for cell in cells)]) for index, column in enumerate(columns)]
+    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
+    for row, cell in zip(shown, cells, strict=True):
+        line = "  ".join(value.ljust(width) for value, width in zip(cell, widths, strict=True))
+        lines.append(line + (f"  {row['message']}" if row["outcome"] in FAILURE_OUTCOMES else ""))
+    if len(rows) > limit:
+        lines.append(f"... and {len(rows) - limit} more (see the returned table)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------- one wave
+@dataclass
+class _Watched:
+    revision_id: str | None
+    live_since: float | None = None
+
+
+@dataclass
+class WaveTracker:
+    """Decide the rollouts of one wave from what each poll round saw (shared by the trigger and the
+    blocking wait on a worker).
+
+    A rollout is decided ``landed`` once its revision has been live (``READY`` and active) for
+    ``bake_seconds``; ``failed`` when the rollout verdict fails (build failed, superseded, deleted or
+    going away), when it leaves ``READY`` or its revision stops being active during the bake, or when it
+    is not live by the deadline (after one final look).
+
+    :param rollouts: ``{deployment_id: revision_id or None}`` (``None``: the patch created no revision;
+        waits for ``READY``).
+    :param bake_seconds: how long a live revision must stay live.
+    :param deadline: wall-clock time by which every revision must be live.
+    """
+
+    rollouts: dict[str, str | None]
+    bake_seconds: float
+    deadline: float | None
+    decided: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    """``{deployment_id: (outcome, message, wall-clock time)}``."""
+    _watched: dict[str, _Watched] = field(default_factory=dict)
+    _last: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._watched = {deployment_id: _Watched(revision) for deployment_id, revision in self.rollouts.items()}
+
+    @property
+    def undecided(self) -> list[str]:
+        """Rollouts still watched."""
+        return [deployment_id for deployment_id in self._watched if deployment_id not in self.decided]
+
+    @property
+    def done(self) -> bool:
+        """Whether every rollout is decided."""
+        return not self.undecided
+
+    def baking_until(self) -> float | None:
+        """When the earliest bake ends (the next time something is decided without any change)."""
+        ends = [
+            watched.live_since + self.bake_seconds
+            for deployment_id, watched in self._watched.items()
+            if deployment_id not in self.decided and watched.live_since is not None
+        ]
+        return min(ends) if ends else None
+
+    def observe(
+        self,
+        deployment_id: str,
+        deployment: Deployment | None,
+        revision: Revision | None,
+        now: float,
+        *,
+        final: bool = False,
+    ) -> str | None:
+        """Take one look at one rollout; returns a message when what it shows changed (to log once).
+
+        :param deployment_id: the rollout.
+        :param deployment: the deployment as the round saw it (``None``: not listed any more).
+        :param revision: the awaited revision from the revision endpoint, if asked.
+        :param now: wall-clock time of the look.
+        :param final: the look after the deadline.
+        """
+        watched = self._watched.get(deployment_id)
+        if watched is None or deployment_id in self.decided:
+            return None
+        verdict = rollout_verdict(deployment, watched.revision_id, revision, deployment_id=deployment_id)
+        message: str = verdict.message
+        if verdict.state is RolloutState.FAILED:
+            if watched.live_since is not None:
+                message = f"left service during the bake: {message}"
+            self.decided[deployment_id] = (Outcome.FAILED, message, now)
+        elif verdict.state is RolloutState.SUCCEEDED:
+            if watched.live_since is None:
+                watched.live_since = now
+            if now - watched.live_since >= self.bake_seconds:
+                baked = f" and stayed live for the {self.bake_seconds:g} s bake" if self.bake_seconds else ""
+                outcome = Outcome.LANDED if watched.revision_id else Outcome.UNCHANGED
+                self.decided[deployment_id] = (outcome, f"{message}{baked}", now)
+        elif watched.live_since is not None:
+            self.decided[deployment_id] = (Outcome.FAILED, f"left service during the bake: {message}", now)
+        elif final:
+            self.decided[deployment_id] = (Outcome.FAILED, f"timed out: {message}", now)
+        if self._last.get(deployment_id) == message:
+            return None
+        self._last[deployment_id] = message
+        return message
+
+    def give_up(self, deployment_id: str, reason: str, now: float) -> None:
+        """Decide a rollout as failed without a look (its final look failed, or it cannot be watched).
+
+        :param deployment_id: the rollout.
+        :param reason: why.
+        :param now: wall-clock time.
+        """
+        if deployment_id in self._watched and deployment_id not in self.decided:
+            self.decided[deployment_id] = (Outcome.FAILED, reason, now)

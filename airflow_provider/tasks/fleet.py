@@ -1,0 +1,607 @@
+"""The worker side of a fleet rollout: resolve the targets, patch a wave (reattaching on a retry), wait
+for a wave on the worker, verify, and keep the progress in ``context["task_state_store"]``.
+
+The planning itself (waves, budget, the result table) is pure and lives in :mod:`airflow_provider.fleet`;
+waiting in the triggerer is :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger`.
+Everything here runs on a worker: the callables a user gives (the per-deployment patch, ``verify``)
+cannot travel to the triggerer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider.client import describe_validation_error
+from airflow_provider.errors import DeploymentServiceError, NotFoundError
+from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import (
+    MAX_PAGE_SIZE,
+    Deployment,
+    ListDeploymentsQuery,
+    PatchDeploymentRequest,
+    Revision,
+    canonical_uuid,
+)
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
+from airflow_provider.tasks.build_logs import log_failed_build
+
+if TYPE_CHECKING:
+    import logging
+
+STATE_KEY = "deployment_service_fleet"
+"""Key of the progress header in ``task_state_store``; each wave is under ``<key>/wave/<index>``
+(renaming them breaks in-flight retries)."""
+
+TARGET_FILTERS = (
+    "name_contains",
+    "status",
+    "remote_reconciled",
+    "tag_value_ids",
+    "image_version",
+    "deployment_type",
+    "deployment_ids",
+)
+"""The filters of the list endpoint a fleet's ``filters`` may use."""
+
+
+def check_filters(filters: Any) -> None:
+    """Refuse a ``filters`` value that is not a mapping of known, non-empty filters (``ValueError``).
+
+    :param filters: the argument (a literal mapping; a template string is checked after render).
+    """
+    if not isinstance(filters, Mapping):
+        raise ValueError(f"filters must be a mapping of list-endpoint filters, got {type(filters).__name__}")
+    unknown = sorted(set(filters) - set(TARGET_FILTERS))
+    if unknown:
+        raise ValueError(f"filters has unknown filter(s) {', '.join(unknown)}; known: {', '.join(TARGET_FILTERS)}")
+    if not any(value not in (None, "", []) for value in filters.values()):
+        raise ValueError("filters is empty: it would roll out to every deployment; give at least one filter")
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return [str(item).strip() for item in value]
+
+
+def _chunks(items: Sequence[str], size: int = MAX_PAGE_SIZE) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def read_deployments(hook: DeploymentServiceHook, deployment_ids: Sequence[str]) -> dict[str, Deployment]:
+    """The deployments with these ids that exist, one list request per 100.
+
+    :param hook: the hook.
+    :param deployment_ids: canonical ids.
+    """
+    found: dict[str, Deployment] = {}
+    for chunk in _chunks(list(dict.fromkeys(deployment_ids))):
+        page = hook.list_deployments(deployment_ids=list(chunk), limit=MAX_PAGE_SIZE)
+        found.update({item.id: item for item in page.resources if item.id in chunk})
+    return found
+
+
+def resolve_targets(
+    hook: DeploymentServiceHook,
+    *,
+    deployment_ids: Any,
+    deployment_names: Any,
+    filters: Any,
+) -> list[Deployment]:
+    """The deployments of the fleet, in rollout order (as given; by name for ``filters``).
+
+    Exactly one of the three must be given (checked by the operator); a rendered value that names nothing,
+    an unknown id or name, or an invalid filter fails the task before anything is patched.
+
+    :param hook: the hook.
+    :param deployment_ids: ids (list, or comma-separated string).
+    :param deployment_names: exact names (list, or comma-separated string).
+    :param filters: list-endpoint filters (see :data:`TARGET_FILTERS`).
+    """
+    if deployment_ids is not None:
+        try:
+            ids = [canonical_uuid(value, "deployment_ids") for value in _as_list(deployment_ids)]
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        if not ids:
+            raise AirflowFailException(f"deployment_ids rendered to {deployment_ids!r}: no targets")
+        found = read_deployments(hook, ids)
+        missing = [value for value in dict.fromkeys(ids) if value not in found]
+        if missing:
+            raise AirflowFailException(f"deployment_ids: no deployment with id {', '.join(missing)}")
+        return [found[value] for value in dict.fromkeys(ids)]
+    if deployment_names is not None:
+        names = list(dict.fromkeys(_as_list(deployment_names)))
+        if not names:
+            raise AirflowFailException(f"deployment_names rendered to {deployment_names!r}: no targets")
+        by_name: dict[str, list[Deployment]] = {}
+        if len(names) <= 5:  # a few names: one filtered listing each
+            for name in names:
+                for item in hook.iter_deployments(ListDeploymentsQuery(limit=MAX_PAGE_SIZE, name_contains=name)):
+                    by_name.setdefault(item.name, []).append(item)
+        else:  # many names: the whole tenant once
+            for item in hook.iter_deployments(ListDeploymentsQuery(limit=MAX_PAGE_SIZE)):
+                by_name.setdefault(item.name, []).append(item)
+        missing = [name for name in names if not by_name.get(name)]
+        if missing:
+            raise AirflowFailException(f"deployment_names: no deployment named {', '.join(missing)}")
+        repeated = [name for name in names if len({item.id for item in by_name[name]}) > 1]
+        if repeated:
+            raise AirflowFailException(f"deployment_names: more than one deployment named {', '.join(repeated)}")
+        return [by_name[name][0] for name in names]
+    if isinstance(filters, str):
+        try:
+            filters = json.loads(filters)
+        except ValueError:
+            raise AirflowFailException(f"filters rendered to {filters!r}: expected a mapping of filters") from None
+    try:
+        check_filters(filters)
+    except ValueError as err:
+        raise AirflowFailException(str(err)) from None
+    given = {name: value for name, value in filters.items() if value not in (None, "", [])}
+    for name in ("tag_value_ids", "deployment_ids"):
+        if name in given:
+            given[name] = _as_list(given[name])
+    try:
+        query = ListDeploymentsQuery.model_validate({"limit": MAX_PAGE_SIZE, **given})
+    except pydantic.ValidationError as err:
+        raise AirflowFailException(f"filters: {describe_validation_error(err)}") from None
+    deployments = sorted(hook.iter_deployments(query), key=lambda item: (item.name, item.id))
+    if not deployments:
+        shown = ", ".join(f"{name}={value!r}" for name, value in sorted(given.items()))
+        raise AirflowFailException(f"filters matched no deployment ({shown}): no targets")
+    return list({item.id: item for item in deployments}.values())
+
+
+def change_digest(parts: Mapping[str, Any]) -> str:
+    """A digest of what a fleet rollout was asked to do (no secret values: callers give secret names).
+
+    :param parts: JSON-able description of the change and the plan.
+    """
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def request_fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> str:
+    """Digest of what one patch sets; secret values are left out (names only)."""
+    shown = json.dumps(request.model_dump(mode="json", exclude_none=True), sort_keys=True)
+    return hashlib.sha256(f"{deployment_id}:{shown}".encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------ progress
+class ProgressStore:
+    """The fleet's progress in ``task_state_store`` (one key for the header, one per wave), or only in
+    memory when the task has no store.
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, store: Any, log: logging.Logger | Any) -> None:
+        self.store = store
+        self.log = log
+
+    def load(self, change: str) -> FleetProgress | None:
+        """The progress an earlier try or deferral recorded for this change, else ``None``."""
+        if self.store is None:
+            return None
+        try:
+            header = self.store.get(STATE_KEY)
+            if not isinstance(header, dict):
+                return None
+            if header.get("change") != change:
+                self.log.info("The fleet rollout recorded by an earlier try asked for another change; planning anew")
+                return None
+            waves = [self.store.get(f"{STATE_KEY}/wave/{index}") for index in range(int(header["waves"]))]
+        except Exception as err:  # the store is an optimisation: plan anew, reattach from the deployments
+            self.log.warning("Could not read task_state_store (%s); planning the fleet rollout anew", err)
+            return None
+        if not all(isinstance(wave, dict) for wave in waves):
+            return None
+        return FleetProgress.from_json(header, waves)
+
+    def save(self, progress: FleetProgress, *waves: int) -> None:
+        """Record the header and the given waves (all when none is given)."""
+        if self.store is None:
+            return
+        try:
+            for index in waves or range(len(progress.waves)):
+                self.store.set(f"{STATE_KEY}/wave/{index}", progress.waves[index].to_json())
+            self.store.set(STATE_KEY, progress.header_json())
+        except Exception as err:  # not fatal: a retry recognises patches on the deployments
+            self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+
+
+def new_progress(
+    plan: list[tuple[str, list[tuple[str, str]]]], deployments: Mapping[str, Deployment], allowed: int, change: str
+) -> FleetProgress:
+    """A fresh progress record for a plan.
+
+    :param plan: waves from :func:`~airflow_provider.fleet.plan_waves`.
+    :param deployments: the targets by id (their active revision is the ``from_revision``).
+    :param allowed: the failure allowance.
+    :param change: :func:`change_digest` of the request.
+    """
+    waves = [
+        WaveRecord(
+            name,
+            [
+                FleetRow(
+                    deployment_id, deployment_name, name, from_revision=deployments[deployment_id].active_revision_id
+                )
+                for deployment_id, deployment_name in members
+            ],
+        )
+        for name, members in plan
+    ]
+    return FleetProgress(waves=waves, allowed_failures=allowed, change=change)
+
+
+# ------------------------------------------------------------------------------------ patching
+def patch_wave(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    request_for: Callable[[Deployment], PatchDeploymentRequest],
+    *,
+    save: Callable[[], None],
+    earlier_try_since: datetime | None,
+    log: logging.Logger | Any,
+) -> None:
+    """Patch every row of the wave not patched yet; record each patch before the next one.
+
+    A row an earlier try patched (recorded) is left alone. On a retry (``earlier_try_since``), a row with
+    no record whose deployment already shows the patch and changed since the run started is reattached to
+    (its latest revision is taken as the rollout's) instead of patched again. A deployment that no longer
+    exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
+    outlived the client's retries fails the task (a retry resumes here).
+
+    :param hook: the hook.
+    :param wave: the wave (its rows are updated in place).
+    :param request_for: the patch for a deployment (may raise ``AirflowFailException`` for that one).
+    :param save: records the progress (called after every patch).
+    :param earlier_try_since: the run's start when this is a retry, else ``None``.
+    :param log: the task's logger.
+    """
+    todo = [row for row in wave.rows if row.outcome == Outcome.PENDING and not row.patched]
+    current = read_deployments(hook, [row.deployment_id for row in todo]) if todo else {}
+    for row in todo:
+        now = time.time()
+        deployment = current.get(row.deployment_id)
+        if deployment is None:
+            row.started_at = now
+            row.decide(Outcome.FAILED, f"deployment {row.name!r} ({row.deployment_id}) no longer exists", now)
+            log.warning("%s: %s", wave.name, row.message)
+            save()
+            continue
+        try:
+            request = request_for(deployment)
+        except AirflowFailException as err:
+            row.started_at = now
+            row.decide(Outcome.FAILED, f"could not build the patch: {err}", now)
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
+        fingerprint = request_fingerprint(row.deployment_id, request)
+        if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
+            row.to_revision = deployment.latest_revision_id if request.creates_revision else None
+            row.fingerprint, row.started_at, row.outcome = fingerprint, now, Outcome.ROLLING_OUT
+            log.info(
+                "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
+            )
+            save()
+            continue
+        row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
+        try:
+            patched = hook.patch_deployment(
+                row.deployment_id, request, previous_latest_revision_id=deployment.latest_revision_id
+            )
+        except NotFoundError as err:
+            row.started_at = time.time()
+            row.decide(Outcome.FAILED, f"deployment {row.name!r} was deleted: {err}", row.started_at)
+            log.warning("%s: %s", wave.name, row.message)
+            save()
+            continue
+        except DeploymentServiceError as err:
+            if err.transient:
+                raise
+            row.started_at = time.time()
+            row.decide(Outcome.FAILED, f"the service refused the patch: {err}", row.started_at)
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
+        created = patched.latest_revision_id if patched.latest_revision_id != deployment.latest_revision_id else None
+        row.to_revision, row.fingerprint = created, fingerprint
+        row.started_at, row.outcome = time.time(), Outcome.ROLLING_OUT
+        save()
+        log.info(
+            "%s: patched %s: revision %s (was active: %s)",
+            wave.name,
+            row.name,
+            created or "(none created)",
+            row.from_revision,
+        )
+
+
+def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, since: datetime) -> bool:
+    if not request.is_reflected_in(deployment):
+        return False
+    if request.creates_revision and deployment.latest_revision_id is None:
+        return False
+    return deployment.updated_at >= since
+
+
+def in_flight(wave: WaveRecord) -> dict[str, str | None]:
+    """``{deployment_id: revision or None}`` of the wave's rollouts still undecided."""
+    return {row.deployment_id: row.to_revision for row in wave.rows if row.outcome == Outcome.ROLLING_OUT}
+
+
+def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
+    """Record what the watch decided: ``{deployment_id: (outcome, message, at)}``.
+
+    :param wave: the wave.
+    :param outcomes: the decisions (a trigger event's ``outcomes`` or :attr:`WaveTracker.decided`).
+    :param log: the task's logger.
+    """
+    for row in wave.rows:
+        decision = outcomes.get(row.deployment_id)
+        if row.outcome != Outcome.ROLLING_OUT or decision is None:
+            continue
+        outcome, message, at = decision
+        row.decide(str(outcome), str(message), float(at))
+        row.went_live = row.outcome == Outcome.LANDED or row.message.startswith("left service during the bake")
+        if row.outcome == Outcome.FAILED:
+            log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
+
+
+BUILD_FAILURES = ("BUILD_FAILED", "CREATE_FAILED")
+"""Revision statuses of a failed build (the rows whose build log is worth showing)."""
+BUILD_LOGS_PER_WAVE = 5
+"""At most this many failed builds of one wave get their build log's tail in the task log."""
+
+
+def explain_failed_builds(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    log: logging.Logger | Any,
+    *,
+    secrets: Iterable[str] = (),
+    limit: int = BUILD_LOGS_PER_WAVE,
+) -> list[str]:
+    """Log the last lines of the build log of each revision of the wave whose build failed.
+
+    Only rows that failed because their revision's build failed are explained (a timeout, a deletion or a
+    refused verify has no build log to show), at most ``limit`` per wave; reading a log never fails the
+    task (see :func:`~airflow_provider.tasks.build_logs.log_failed_build`).
+
+    :param hook: the hook.
+    :param wave: the wave, its outcomes recorded.
+    :param log: the task's logger.
+    :param secrets: secret values to scrub from the lines.
+    :param limit: most build logs shown for the wave.
+    :returns: names of the deployments whose build log was asked for.
+    """
+    failed = [
+        row
+        for row in wave.rows
+        if row.outcome == Outcome.FAILED
+        and row.to_revision
+        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
+    ]
+    known = tuple(secrets)
+    for row in failed[:limit]:
+        log.error("%s: the build of %s's revision %s failed", wave.name, row.name, row.to_revision)
+        log_failed_build(hook, row.deployment_id, row.to_revision, log, secrets=known)
+    if len(failed) > limit:
+        log.warning(
+            "%s: %d more failed build(s), build logs not shown: %s",
+            wave.name,
+            len(failed) - limit,
+            ", ".join(row.name for row in failed[limit:]),
+        )
+    return [row.name for row in failed[:limit]]
+
+
+# ------------------------------------------------------------------------------------ waiting
+def watch_wave(
+    hook: DeploymentServiceHook,
+    rollouts: Mapping[str, str | None],
+    *,
+    poll_interval: float,
+    deadline: float,
+    bake_seconds: float,
+    revision_check_interval: float,
+    log: logging.Logger | Any,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, tuple[str, str, float]]:
+    """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
+    per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) only when
+    a deployment changed or for at most one rollout per 100 per round otherwise.
+
+    :param hook: the hook.
+    :param rollouts: ``{deployment_id: revision or None}``.
+    :param poll_interval: seconds between rounds.
+    :param deadline: wall-clock time by which every revision must be live.
+    :param bake_seconds: how long a live revision must stay live.
+    :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
+    :param log: the task's logger.
+    :param sleep: how to wait (tests may pass their own).
+    :returns: ``{deployment_id: (outcome, message, decided_at)}``.
+    """
+    tracker = WaveTracker(dict(rollouts), bake_seconds, deadline)
+    schedules = {deployment_id: RevisionCheckSchedule(revision_check_interval) for deployment_id in rollouts}
+    revisions: dict[str, Revision] = {}
+    endpoint = True
+    while not tracker.done:
+        started = time.time()
+        final = started >= deadline
+        waiting = tracker.undecided
+        found: dict[str, Deployment] = {}
+        failed: set[str] = set()
+        for chunk in _chunks(waiting):
+            try:
+                page = hook.list_deployments(deployment_ids=list(chunk), limit=MAX_PAGE_SIZE)
+            except DeploymentServiceError as err:
+                if not err.transient:
+                    raise
+                log.warning("Listing %d deployment(s) failed (%s); trying again next round", len(chunk), err)
+                failed.update(chunk)
+                continue
+            found.update({item.id: item for item in page.resources if item.id in chunk})
+        budget = -(-len(waiting) // MAX_PAGE_SIZE)
+        for deployment_id in waiting:
+            deployment, revision_id = found.get(deployment_id), rollouts[deployment_id]
+            reason = schedules[deployment_id].reason(deployment, revision_id, force=final)
+            if not endpoint or reason is None or deployment is None or revision_id is None:
+                continue
+            if reason in ("first", "timer"):
+                if budget <= 0:
+                    continue
+                budget -= 1
+            schedules[deployment_id].mark(deployment)
+            try:
+                revisions[deployment_id] = hook.get_revision(deployment_id, revision_id)
+            except DeploymentServiceError as err:
+                if not err.transient and err.status_code in REVISION_ENDPOINT_MISSING:
+                    endpoint = False
+                    log.info("The revision endpoint is not available (%s); watching the deployments only", err)
+        for deployment_id in waiting:
+            if deployment_id in failed:
+                if final:
+                    tracker.give_up(deployment_id, "timed out; the final check failed", started)
+                continue
+            message = tracker.observe(
+                deployment_id, found.get(deployment_id), revisions.get(deployment_id), started, final=final
+            )
+            if message is not None:
+                log.info("%s", message)
+        if tracker.done:
+            break
+        pause = max(0.0, poll_interval - (time.time() - started))
+        if not final and time.time() + pause > deadline:
+            pause = max(0.0, deadline - time.time())
+        sleep(pause)
+    return dict(tracker.decided)
+
+
+# ------------------------------------------------------------------------------------ verifying
+def verify_wave(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    verify: Callable[[Deployment], Any],
+    log: logging.Logger | Any,
+) -> None:
+    """Run ``verify`` on every deployment of the wave that landed (read live); a false result or an
+    exception fails that row.
+
+    :param hook: the hook.
+    :param wave: the wave.
+    :param verify: the user's check: given the live ``Deployment``, returns false or raises when bad.
+    :param log: the task's logger.
+    """
+    landed = [row for row in wave.rows if row.outcome == Outcome.LANDED]
+    live = read_deployments(hook, [row.deployment_id for row in landed]) if landed else {}
+    for row in landed:
+        deployment = live.get(row.deployment_id)
+        now = time.time()
+        if deployment is None:
+            row.decide(Outcome.FAILED, f"deployment {row.name!r} disappeared before it could be verified", now)
+            continue
+        try:
+            accepted = verify(deployment)
+        except Exception as err:  # the user's check failing is the verdict, not a task error
+            passed, reason = False, f"verify raised {type(err).__name__}: {err}"
+        else:
+            passed, reason = accepted is None or bool(accepted), f"verify returned {accepted!r}"
+        if passed:
+            log.info("%s: %s verified on revision %s", wave.name, row.name, row.to_revision)
+        else:
+            row.decide(Outcome.FAILED, f"verification failed on revision {row.to_revision}: {reason}", now)
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+# ------------------------------------------------------------------------------------ rolling back
+def start_rollbacks(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    *,
+    whole_wave: bool,
+    log: logging.Logger | Any,
+) -> dict[str, str | None]:
+    """Roll back every deployment of the wave whose new revision went live and failed (and, with
+    ``whole_wave``, every one that landed: the budget was exceeded); do not wait.
+
+    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
+    the old config patched back; never twice; refuses over a newer revision someone else rolled out).
+    A rollback that cannot start leaves its row ``failed`` with the reason.
+
+    :param hook: the hook.
+    :param wave: the wave.
+    :param whole_wave: also roll back the rows that landed.
+    :param log: the task's logger.
+    :returns: ``{deployment_id: revision to wait for}`` of the rollbacks started.
+    """
+    from airflow_provider.tasks.rollback import start_rollback
+
+    wanted = [
+        row
+        for row in wave.rows
+        if row.went_live
+        and row.from_revision
+        and row.to_revision
+        and row.rollback_revision is None
+        and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
+    ]
+    live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
+    started: dict[str, str | None] = {}
+    for row in wanted:
+        deployment = live.get(row.deployment_id)
+        if deployment is None:
+            continue
+        assert row.from_revision is not None
+        try:
+            rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
+        except AirflowFailException as err:
+            row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
+            continue
+        if row.outcome == Outcome.LANDED:
+            row.decide(
+                Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
+            )
+        row.rollback_revision = rollback.revision_id
+        started[row.deployment_id] = rollback.revision_id
+    return started
+
+
+def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
+    """Record how the rollbacks ended: restored rows become ``rolled_back``; the others stay ``failed``.
+
+    :param wave: the wave.
+    :param outcomes: ``{deployment_id: (outcome, message, at)}`` of the rollbacks' watch.
+    :param log: the task's logger.
+    """
+    for row in wave.rows:
+        decision = outcomes.get(row.deployment_id)
+        if row.rollback_revision is None or decision is None or row.outcome != Outcome.FAILED:
+            continue
+        outcome, message, at = decision
+        if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
+            row.decide(
+                Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)
+            )
+            log.warning(
+                "%s: %s rolled back to %s (revision %s)", wave.name, row.name, row.from_revision, row.rollback_revision
+            )
+        else:
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
+            log.error("%s: %s: %s", wave.name, row.name, row.message)

@@ -1,0 +1,463 @@
+"""FleetRolloutOperator against the emulator: the plan, waves, the failure budget, verify and bake,
+deferral wave by wave, resuming a retry, and bad input refused before any request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from airflow_provider.emulator import FaultRule
+from airflow_provider.fleet import Outcome
+from airflow_provider.models import Deployment
+from airflow_provider.operators.deployment_service import FleetRolloutOperator
+from airflow_provider.tasks.fleet import STATE_KEY
+from airflow_provider.triggers.deployment_service import FleetWaveTrigger
+from tests.tasks.conftest import (
+    LIST_ROUTE,
+    PATCH_ROUTE,
+    SECRET,
+    FakeStore,
+    FakeTI,
+    make_context,
+    scan_for_secret,
+    seed,
+)
+
+LOGS_ROUTE = "GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs"
+FAST = {"frozen_clock": False, "build_seconds": 0.3, "ready_seconds": 0.1}
+
+
+@pytest.fixture
+def fleet(service: Callable[..., Any]) -> Callable[..., Any]:
+    """A real-time emulator (builds take 0.3 s) seeded with ``count`` codehost deployments app-0000..."""
+
+    def start(count: int, **options: Any) -> Any:
+        return service(data=seed(count), **{**FAST, **options})
+
+    return start
+
+
+def fleet_op(**kwargs: Any) -> FleetRolloutOperator:
+    options: dict[str, Any] = {"task_id": "fleet", "poll_interval": 0.1, "timeout": 30, "repo_ref": "v2", **kwargs}
+    return FleetRolloutOperator(**options)
+
+
+def ids_by_name(emulator: Any) -> dict[str, str]:
+    return {item["name"]: item["id"] for item in emulator.state.snapshot()["deployments"]}
+
+
+def patched_order(emulator: Any) -> list[str]:
+    """Deployment ids in the order their successful PATCH arrived."""
+    return [
+        record.path.rsplit("/", 1)[1]
+        for record in emulator.state.request_log
+        if record.route == PATCH_ROUTE and record.status_code == 200
+    ]
+
+
+def revisions(emulator: Any, deployment_id: str) -> list[dict[str, Any]]:
+    revisions: list[dict[str, Any]] = emulator.state.deployment(deployment_id)["revisions"]
+    return revisions
+
+
+# ------------------------------------------------------------------------------------------ plan and waves
+def test_canary_then_waves_land_and_the_table_says_so(fleet: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    emulator = fleet(7)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    ti = FakeTI()
+    table = fleet_op(deployment_names=sorted(ids), canary=["app-0004"], wave_size=3).execute(make_context(ti))
+    assert [row["wave"] for row in table] == ["canary", *["wave 1"] * 3, *["wave 2"] * 3]
+    assert [row["name"] for row in table][:2] == ["app-0004", "app-0000"]
+    assert emulator.state.count(PATCH_ROUTE) == 7
+    order = patched_order(emulator)
+    assert order[0] == ids["app-0004"] and set(order[1:4]) == {ids["app-0000"], ids["app-0001"], ids["app-0002"]}
+    for row in table:
+        deployment = emulator.state.deployment(row["deployment_id"])
+        assert row["outcome"] == Outcome.LANDED, row
+        assert row["from_revision"] == before[row["name"]]
+        assert (
+            row["to_revision"]
+            == deployment["active_revision_id"]
+            == revisions(emulator, row["deployment_id"])[-1]["id"]
+        )
+        assert deployment["source_revision_config"]["repo_ref"] == "v2"
+        assert row["seconds"] is not None and row["seconds"] >= 0
+    assert ti.xcoms["fleet_summary"] == {"counts": {"landed": 7}, "stopped": ""}
+    logged = capfd.readouterr().out
+    plan_at = logged.index("Fleet rollout plan: 7 deployment(s) in 3 wave(s)")
+    assert plan_at < logged.index("patched app-0004") < logged.index("Fleet rollout summary: {'landed': 7}")
+    json.dumps(table)
+
+
+def test_wave_size_as_a_percentage_and_filters_as_targets(fleet: Any) -> None:
+    emulator = fleet(10)
+    table = fleet_op(filters={"name_contains": "app-"}, wave_size="25%", canary=2).execute(make_context())
+    waves = [row["wave"] for row in table]
+    assert waves.count("canary") == 2 and waves.count("wave 1") == 3 and waves.count("wave 3") == 2
+    assert [row["name"] for row in table] == sorted(row["name"] for row in table)
+    assert emulator.state.count(PATCH_ROUTE) == 10
+
+
+def test_budget_overrun_stops_names_the_failures_and_leaves_later_waves_alone(fleet: Any) -> None:
+    emulator = fleet(9)
+    ids = ids_by_name(emulator)
+    for name in ("app-0002", "app-0003"):
+        emulator.state.fail_next_build(ids[name], status="BUILD_FAILED")
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException) as raised:
+        fleet_op(deployment_names=sorted(ids), canary=1, wave_size=4, max_failures=1).execute(make_context(ti))
+    message = str(raised.value)
+    assert "2 deployment(s) failed, more than max_failures allows (1)" in message
+    assert "app-0002" in message and "app-0003" in message and "BUILD_FAILED" in message
+    assert "4 deployment(s) in later waves were not patched" in message
+    assert emulator.state.count(PATCH_ROUTE) == 5
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    for name in ("app-0005", "app-0006", "app-0007", "app-0008"):
+        assert table[name]["outcome"] == Outcome.NOT_PATCHED
+        assert len(revisions(emulator, ids[name])) == 1, f"{name} was patched after the stop"
+    assert table["app-0002"]["outcome"] == Outcome.FAILED and table["app-0001"]["outcome"] == Outcome.LANDED
+
+
+def test_failures_within_the_budget_do_not_stop_the_rollout(fleet: Any) -> None:
+    emulator = fleet(6)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0001"], status="DEPLOY_FAILED")
+    table = fleet_op(deployment_names=sorted(ids), wave_size=2, max_failures=0.2).execute(make_context())
+    outcomes = {row["name"]: row["outcome"] for row in table}
+    assert outcomes.pop("app-0001") == Outcome.FAILED
+    assert set(outcomes.values()) == {Outcome.LANDED}
+    assert emulator.state.count(PATCH_ROUTE) == 6
+
+
+def test_a_failed_canary_stops_before_the_fleet(fleet: Any) -> None:
+    emulator = fleet(5)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0000"], status="BUILD_FAILED")
+    with pytest.raises(AirflowFailException, match="app-0000"):
+        fleet_op(deployment_names=sorted(ids), canary=1, wave_size=10).execute(make_context())
+    assert patched_order(emulator) == [ids["app-0000"]]
+
+
+def test_patch_for_gives_each_source_its_field(service: Callable[..., Any]) -> None:
+    data = {
+        "deployments": [
+            {"name": "git-app", "source": "codehost"},
+            {"name": "image-app", "source": "external_docker"},
+        ]
+    }
+    emulator = service(data=data, **FAST)
+
+    def patch_for(deployment: Deployment) -> dict[str, Any]:
+        if deployment.source == "codehost":
+            return {"repo_ref": "v3"}
+        return {"image_uri": f"registry.example.com/{deployment.name}:3"}
+
+    table = fleet_op(repo_ref=None, deployment_names="git-app,image-app", patch_for=patch_for).execute(make_context())
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    assert emulator.state.find_deployment("git-app")["source_revision_config"]["repo_ref"] == "v3"
+    image = emulator.state.find_deployment("image-app")["source_revision_config"]["image_uri"]
+    assert image == "registry.example.com/image-app:3"
+
+
+def test_verify_failure_and_leaving_ready_during_the_bake_fail_those_deployments(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    seen: list[str] = []
+
+    def verify(deployment: Deployment) -> bool:
+        seen.append(deployment.name)
+        assert deployment.active_revision_id == deployment.latest_revision_id
+        return deployment.name != "app-0001"
+
+    task = fleet_op(deployment_names=sorted(ids), max_failures=2, verify=verify, bake_seconds=0.6)
+    stop = threading.Event()
+
+    def platform_breaks_app_0002() -> None:  # once its new revision is live, the deployment leaves READY
+        while not stop.is_set():
+            deployment = emulator.state.deployment(ids["app-0002"])
+            if (
+                len(deployment["revisions"]) > 1
+                and deployment["active_revision_id"] == deployment["revisions"][-1]["id"]
+            ):
+                time.sleep(0.15)
+                emulator.state.set_status(ids["app-0002"], "UNKNOWN")
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=platform_breaks_app_0002, daemon=True)
+    watcher.start()
+    try:
+        table = {row["name"]: row for row in task.execute(make_context())}
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert table["app-0000"]["outcome"] == Outcome.LANDED
+    assert table["app-0001"]["outcome"] == Outcome.FAILED
+    assert "verify returned False" in table["app-0001"]["message"]
+    assert table["app-0002"]["outcome"] == Outcome.FAILED
+    assert "left service during the bake" in table["app-0002"]["message"]
+    assert sorted(seen) == ["app-0000", "app-0001"]
+
+
+def test_a_deployment_deleted_mid_rollout_fails_and_the_others_go_on(fleet: Any) -> None:
+    emulator = fleet(4, build_seconds=1.0)
+    ids = ids_by_name(emulator)
+    calls: list[str] = []
+
+    def patch_for(deployment: Deployment) -> dict[str, Any]:
+        calls.append(deployment.name)
+        if deployment.name == "app-0002":  # deleted between the wave's read and its patch
+            emulator.state.delete_deployment(ids["app-0003"])
+        return {"repo_ref": "v4"}
+
+    table = {
+        row["name"]: row
+        for row in fleet_op(deployment_names=sorted(ids), max_failures=1, patch_for=patch_for, repo_ref=None).execute(
+            make_context()
+        )
+    }
+    assert table["app-0003"]["outcome"] == Outcome.FAILED and "deleted" in table["app-0003"]["message"]
+    assert [table[f"app-000{index}"]["outcome"] for index in range(3)] == [Outcome.LANDED] * 3
+
+
+# ------------------------------------------------------------------------------------------ deferral
+def run_trigger(trigger: FleetWaveTrigger) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            payload: dict[str, Any] = event.payload
+            return payload
+        raise AssertionError("no event")
+
+    return asyncio.run(asyncio.wait_for(first(), 30))
+
+
+def run_deferred(make_task: Callable[[], FleetRolloutOperator], context: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """Run a deferrable task to the end: each resume on a fresh operator, as on another worker."""
+    triggers: list[Any] = []
+    try:
+        return make_task().execute(context), triggers
+    except TaskDeferred as deferred:
+        pending = deferred
+    while True:
+        trigger = pending.trigger
+        triggers.append(trigger)
+        _path, kwargs = trigger.serialize()
+        json.dumps(kwargs)  # trigger kwargs are JSON
+        event = run_trigger(FleetWaveTrigger(**kwargs))
+        try:
+            return getattr(make_task(), pending.method_name)(context, event), triggers
+        except TaskDeferred as deferred:
+            pending = deferred
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "progress-in-trigger"])
+def test_deferrable_rollout_waits_one_trigger_per_wave(fleet: Any, with_store: bool) -> None:
+    emulator = fleet(7)
+    ids = ids_by_name(emulator)
+    store = FakeStore() if with_store else None
+    secrets = {"TOKEN": SECRET}
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_ids=list(ids.values()),
+            canary=1,
+            wave_size=3,
+            deferrable=True,
+            secrets=secrets,
+            pause_seconds=0.2,
+        )
+
+    table, triggers = run_deferred(make, make_context(store=store))
+    assert emulator.state.count(PATCH_ROUTE) == 7
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    waves = [trigger for trigger in triggers if trigger.rollouts]
+    pauses = [trigger for trigger in triggers if not trigger.rollouts]
+    assert [len(trigger.rollouts) for trigger in waves] == [1, 3, 3]
+    assert len(pauses) == 2 and all(trigger.resume_at for trigger in pauses)
+    for trigger in triggers:
+        scan_for_secret(trigger.serialize()[1])
+        assert (trigger.carry is None) == with_store
+    if store is not None:
+        scan_for_secret(store.data)
+        assert store.data[STATE_KEY]["waves"] == 3
+
+
+def test_a_wave_in_the_triggerer_costs_one_list_request_per_round(fleet: Any) -> None:
+    emulator = fleet(150, build_seconds=1.0)
+    ids = list(ids_by_name(emulator).values())
+    with pytest.raises(TaskDeferred) as deferred:
+        fleet_op(deployment_ids=ids, wave_size=150, deferrable=True, poll_interval=0.25).execute(
+            make_context(store=FakeStore())
+        )
+    emulator.state.reset_requests()
+    event = run_trigger(deferred.value.trigger)
+    assert event["status"] == "done" and len(event["outcomes"]) == 150
+    lists = [record for record in emulator.state.request_log if record.route == LIST_ROUTE]
+    rounds = len(lists) / 2  # 150 rollouts: two list requests (100 + 50) per round
+    assert len(lists) % 2 == 0 and rounds <= 1.0 / 0.25 + 3
+
+
+# ------------------------------------------------------------------------------------------ retries
+def test_a_retry_resumes_without_patching_anything_twice(fleet: Any) -> None:
+    emulator = fleet(6)
+    ids = ids_by_name(emulator)
+    store = FakeStore()
+    # The fourth PATCH fails through every client retry: the first try dies mid-wave.
+    emulator.state.add_fault(
+        FaultRule(kind="status", status_code=503, method="PATCH", path=f"/v2/deployments/{ids['app-0003']}", count=20)
+    )
+    task_options = {"deployment_names": sorted(ids), "wave_size": 4, "max_attempts": 2}
+    with pytest.raises(Exception, match="503"):
+        fleet_op(**task_options).execute(make_context(FakeTI(try_number=1), store))
+    assert emulator.state.count(PATCH_ROUTE) == 3 + 2
+    emulator.state.clear_faults()
+    table = fleet_op(**task_options).execute(make_context(FakeTI(try_number=2), store))
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for deployment_id in ids.values():
+        assert len(revisions(emulator, deployment_id)) == 2, "a deployment was patched twice"
+
+
+def test_a_retry_after_the_record_was_lost_reattaches_instead_of_patching_again(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    fleet_op(deployment_names=sorted(ids)).execute(make_context(FakeTI(try_number=1)))
+    emulator.state.reset_requests()
+    table = fleet_op(deployment_names=sorted(ids)).execute(make_context(FakeTI(try_number=2)))
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "no targets"),
+        ({"deployment_ids": ["x"], "filters": {"status": "READY"}}, "deployment_ids and filters given together"),
+        ({"deployment_ids": []}, "deployment_ids is empty"),
+        ({"filters": {"colour": "blue"}}, "unknown filter.*colour"),
+        ({"filters": {}}, "filters is empty"),
+        ({"deployment_names": ["a"], "wave_size": 0}, "wave_size"),
+        ({"deployment_names": ["a"], "wave_size": "0%"}, "wave_size"),
+        ({"deployment_names": ["a"], "max_failures": -1}, "max_failures"),
+        ({"deployment_names": ["a"], "max_failures": 1.5}, "max_failures"),
+        ({"deployment_names": ["a"], "canary": -1}, "canary"),
+        ({"deployment_names": ["a"], "pause_seconds": -1}, "pause_seconds"),
+        ({"deployment_names": ["a"], "repo_ref": None}, "no change"),
+    ],
+)
+def test_bad_arguments_are_refused_at_parse_time(arguments: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fleet_op(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"deployment_ids": "not-a-uuid"}, "deployment_ids"),
+        ({"filters": {"status": "RUNNING"}}, "status"),
+        ({"filters": '{"colour": "blue"}'}, "colour"),
+        (
+            {"deployment_names": "app-0000", "source_revision_config": {"repo_ref": "None"}, "repo_ref": None},
+            "repo_ref",
+        ),
+    ],
+)
+def test_bad_rendered_values_fail_before_any_request(fleet: Any, arguments: dict[str, Any], message: str) -> None:
+    emulator = fleet(2)
+    with pytest.raises(AirflowFailException, match=message):
+        fleet_op(**arguments).execute(make_context())
+    assert emulator.state.counters == {}
+
+
+def test_unknown_names_and_canary_fail_before_any_patch(fleet: Any) -> None:
+    emulator = fleet(2)
+    with pytest.raises(AirflowFailException, match="no deployment named app-9999"):
+        fleet_op(deployment_names="app-0000,app-9999").execute(make_context())
+    with pytest.raises(AirflowFailException, match="canary names deployments that are not among the targets: other"):
+        fleet_op(deployment_names="app-0000,app-0001", canary=["other"]).execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == 0
+
+
+# ------------------------------------------------------------------------------------------ rollback
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_rollback_on_failure_restores_the_failing_wave(fleet: Any, deferrable: bool) -> None:
+    emulator = fleet(5)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+
+    def verify(deployment: Deployment) -> bool:
+        return deployment.name != "app-0002"
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            canary=1,
+            wave_size=2,
+            verify=verify,
+            rollback_on_failure=True,
+            deferrable=deferrable,
+        )
+
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException, match="app-0002") as raised:
+        run_deferred(make, make_context(ti, FakeStore()))
+    assert "2 deployment(s) in later waves were not patched" in str(raised.value)
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == Outcome.LANDED  # the canary's wave passed: it stays
+    for name in ("app-0001", "app-0002"):  # wave 1 broke the budget: both restored
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        deployment = emulator.state.deployment(ids[name])
+        restored = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
+        old = next(rev for rev in deployment["revisions"] if rev["id"] == before[name])
+        assert restored["source_revision_config"]["repo_ref"] == old["source_revision_config"]["repo_ref"]
+        assert deployment["status"] == "READY"
+    assert table["app-0003"]["outcome"] == table["app-0004"]["outcome"] == Outcome.NOT_PATCHED
+
+
+# ------------------------------------------------------------------------------------------ build logs
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_failed_build_in_a_wave_shows_its_build_log(
+    fleet: Any, deferrable: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0001"], "BUILD_FAILED", "compile error in agent.py line 12")
+    emulator.state.fail_next_build(ids["app-0002"], "DEPLOY_FAILED", "pod crash loop")
+    options = {"deployment_names": sorted(ids), "wave_size": 2, "max_failures": 2, "secrets": {"TOKEN": SECRET}}
+    if deferrable:
+        table, _triggers = run_deferred(lambda: fleet_op(deferrable=True, **options), make_context())
+    else:
+        table = fleet_op(**options).execute(make_context())
+    rows = {row["name"]: row for row in table}
+    assert [rows[name]["outcome"] for name in sorted(rows)] == ["landed", "failed", "failed", "landed"]
+    out = capfd.readouterr().out
+    revision = rows["app-0001"]["to_revision"]
+    assert f"wave 1: the build of app-0001's revision {revision} failed" in out
+    tail = out[out.index(f"line(s) of the build log of revision {revision}") :]
+    assert "ERROR: compile error in agent.py line 12" in tail.split("\n\n")[0]
+    assert out.count("line(s) of the build log of revision") == 1  # a failed deploy has no build log to show
+    assert "app-0002" in out and "pod crash loop" in out
+    scan_for_secret(out)
+
+
+def test_build_logs_are_shown_for_at_most_five_failed_builds_per_wave(
+    fleet: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(7)
+    ids = ids_by_name(emulator)
+    for name in ids:
+        emulator.state.fail_next_build(ids[name], "BUILD_FAILED", f"broken {name}")
+    table = fleet_op(deployment_names=sorted(ids), wave_size=7, max_failures=7).execute(make_context())
+    assert {row["outcome"] for row in table} == {"failed"}
+    out = capfd.readouterr().out
+    assert out.count("line(s) of the build log of revision") == 5
+    assert "wave 1: 2 more failed build(s), build logs not shown: app-0005, app-0006" in out
+    assert emulator.state.count(LOGS_ROUTE) == 5

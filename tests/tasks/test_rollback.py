@@ -1,0 +1,424 @@
+"""Rollback by hand (RollbackDeploymentOperator) and automatic (PatchDeploymentOperator verify / bake /
+rollback_on_failure) against the emulator over HTTP: which revision serves at the end, which requests were
+sent, XComs, messages and log lines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
+
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment, PatchDeploymentRequest
+from airflow_provider.operators.deployment_service import (
+    ROLLBACK_STATE_KEY,
+    PatchDeploymentOperator,
+    RollbackDeploymentOperator,
+)
+from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
+from tests.tasks.conftest import (
+    PATCH_ROUTE,
+    SECRET,
+    FakeStore,
+    FakeTI,
+    deployment_named,
+    make_context,
+    scan_for_secret,
+)
+
+REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"
+DOCKER = "checkout-api-staging"  # internal_docker, image registry.example.com/acme/checkout-api:0.4.0
+OLD_IMAGE = "registry.example.com/acme/checkout-api:0.4.0"
+
+
+@pytest.fixture
+def ticking() -> Iterator[Callable[[Any], None]]:
+    """Advance an emulator's clock 0.25 s every 20 ms of real time (builds of 2 s take about 0.2 s)."""
+    stops: list[tuple[threading.Event, threading.Thread]] = []
+
+    def start(emulator: Any) -> None:
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(0.02):
+                emulator.state.advance(0.25)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        stops.append((stop, thread))
+
+    yield start
+    for stop, thread in stops:
+        stop.set()
+        thread.join()
+
+
+def roll_out(emulator: Any, deployment_id: str, **config: str) -> str:
+    """Roll out a revision directly on the emulator (as someone else would) and let it go live."""
+    request = PatchDeploymentRequest.model_validate({"source_revision_config": config})
+    revision = emulator.state.patch_deployment(deployment_id, request)["latest_revision_id"]
+    emulator.state.advance(2.5)
+    return str(revision)
+
+
+def rollback_op(**kwargs: Any) -> RollbackDeploymentOperator:
+    return RollbackDeploymentOperator(**{"task_id": "rollback", "poll_interval": 0.05, "timeout": 30, **kwargs})
+
+
+def serving(emulator: Any, deployment_id: str) -> dict[str, Any]:
+    return dict(emulator.state.get_deployment(deployment_id))
+
+
+# ------------------------------------------------------------------------------------------ by hand
+def test_rollback_by_hand_redeploys_the_old_build_and_waits(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    ticking(emulator)
+    ti = FakeTI()
+    result = rollback_op(deployment_id=dep["id"], revision_id=good).execute(make_context(ti))
+    now = serving(emulator, dep["id"])
+    assert now["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert now["active_revision_id"] == result["active_revision_id"] == ti.xcoms["revision_id"]
+    assert ti.xcoms["revision_id"] not in (good, bad)  # a redeploy creates a revision copying the old one
+    assert ti.xcoms["rolled_back_from"] == bad
+    assert ti.xcoms["deployment_id"] == dep["id"]
+    assert ti.xcoms["rollback_path"] == "redeploy"
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    assert emulator.state.count(PATCH_ROUTE) == 0
+
+
+def test_rollback_patches_the_config_back_when_the_redeploy_endpoint_is_missing(service: Any, ticking: Any) -> None:
+    emulator = service(disabled_endpoints=["redeploy"])
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    ticking(emulator)
+    ti = FakeTI()
+    rollback_op(deployment_id=dep["id"], revision_id=good).execute(make_context(ti))
+    assert ti.xcoms["rollback_path"] == "patch"
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert serving(emulator, dep["id"])["active_revision_id"] == ti.xcoms["revision_id"]
+    assert emulator.state.count(PATCH_ROUTE) == 1
+
+
+def test_without_redeploy_or_revision_endpoint_the_given_config_is_restored(service: Any, ticking: Any) -> None:
+    emulator = service(disabled_endpoints=["redeploy", "get_revision"])
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    with pytest.raises(AirflowFailException, match="Give source_revision_config="):
+        rollback_op(deployment_id=dep["id"], revision_id=good).execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    ticking(emulator)
+    ti = FakeTI()
+    config = {"image_uri": OLD_IMAGE}
+    rollback_op(deployment_id=dep["id"], revision_id=good, source_revision_config=config).execute(make_context(ti))
+    assert ti.xcoms["rollback_path"] == "patch"
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_superseded_rollback_is_refused_unless_forced(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    ours = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:ours")
+    newer = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:colleague")
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=ours)
+    with pytest.raises(AirflowFailException, match=f"revision {ours} was to be rolled back.*now {newer}.*force=True"):
+        task.execute(make_context())
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0 and emulator.state.count(PATCH_ROUTE) == 0
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":colleague")
+    ticking(emulator)
+    ti = FakeTI()
+    forced = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=ours, force=True)
+    forced.execute(make_context(ti))
+    assert ti.xcoms["rolled_back_from"] == ours
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_restoring_a_branch_warns_that_the_head_is_rebuilt(
+    service: Any, ticking: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = service(disabled_endpoints=["redeploy"])
+    dep = deployment_named(emulator, "checkout-api-dev")  # codehost on branch main
+    good = dep["active_revision_id"]
+    roll_out(emulator, dep["id"], repo_ref="feature/broken")
+    ticking(emulator)
+    ti = FakeTI()
+    rollback_op(deployment_id=dep["id"], revision_id=good).execute(make_context(ti))
+    out = capfd.readouterr().out
+    assert "Restoring repo_ref 'main', a branch: the service rebuilds the branch's current head" in out
+    assert dep["source_revision_config"]["repo_commit_sha"] in out
+    assert serving(emulator, dep["id"])["source_revision_config"]["repo_ref"] == "main"
+
+
+def test_rollback_never_resends_secrets_nor_shows_them(
+    service: Any, ticking: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = service(disabled_endpoints=["redeploy"])
+    dep = deployment_named(emulator, "search-prod")  # internal_docker with a secret
+    emulator.state.patch_deployment(
+        dep["id"], PatchDeploymentRequest.model_validate({"secrets": [{"name": "TOKEN", "value": SECRET}]})
+    )
+    emulator.state.advance(2.5)
+    good = serving(emulator, dep["id"])["active_revision_id"]
+    roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/search:broken")
+    sent: list[PatchDeploymentRequest] = []
+    original = DeploymentServiceHook.patch_deployment
+
+    def spy(self: DeploymentServiceHook, deployment_id: str, request: Any, **kwargs: Any) -> Deployment:
+        sent.append(request)
+        return original(self, deployment_id, request, **kwargs)
+
+    monkeypatch.setattr(DeploymentServiceHook, "patch_deployment", spy)
+    ticking(emulator)
+    ti = FakeTI()
+    result = rollback_op(deployment_id=dep["id"], revision_id=good).execute(make_context(ti))
+    assert len(sent) == 1 and sent[0].secrets is None
+    assert "secrets" not in sent[0].to_request_body()
+    assert {item["value"] for item in serving(emulator, dep["id"])["secrets"]} == {SECRET}  # kept by the service
+    out, err = capfd.readouterr()
+    scan_for_secret(result, ti.xcoms, out, err)
+
+
+def test_a_retry_after_a_rollback_reattaches(emulator: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    store = FakeStore()
+    first = FakeTI(try_number=1)
+    with pytest.raises(AirflowSensorTimeout):
+        rollback_op(deployment_id=dep["id"], revision_id=good, timeout=0.2).execute(make_context(first, store))
+    assert store.data[ROLLBACK_STATE_KEY]["revision_id"] == first.xcoms["revision_id"]
+    emulator.state.advance(2.5)
+    second = FakeTI(try_number=2)
+    rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad).execute(make_context(second, store))
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1  # reattached, not rolled back again
+    assert (
+        second.xcoms["revision_id"] == first.xcoms["revision_id"] == serving(emulator, dep["id"])["active_revision_id"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"revision_id": "None"}, "revision_id rendered to 'None'"),
+        ({"revision_id": "nope"}, "revision_id must be a UUID"),
+        ({"rolling_back_from": "x"}, "rolling_back_from must be a UUID"),
+        ({"source_revision_config": {"image": "x"}}, "source_revision_config has unknown field"),
+        ({"deployment_id": "checkout"}, "deployment_id must be a UUID"),
+    ],
+)
+def test_bad_rollback_input_fails_before_any_request(emulator: Any, kwargs: dict[str, Any], message: str) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    options = {"deployment_id": dep["id"], "revision_id": dep["active_revision_id"], **kwargs}
+    with pytest.raises(AirflowFailException, match=message):
+        rollback_op(**options).execute(make_context())
+    assert emulator.state.counters == {}
+
+
+def test_rollback_needs_one_way_to_name_the_deployment() -> None:
+    with pytest.raises(ValueError, match="deployment_id or deployment_name"):
+        RollbackDeploymentOperator(task_id="r", revision_id="x")
+    with pytest.raises(ValueError, match="not both"):
+        RollbackDeploymentOperator(task_id="r", revision_id="x", deployment_id="a", deployment_name="b")
+
+
+# ------------------------------------------------------------------------------------------ automatic
+def patch_op(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
+    options: dict[str, Any] = {"task_id": "patch", "poll_interval": 0.05, "timeout": 30, "wait_for_rollout": True}
+    return PatchDeploymentOperator(deployment_id=deployment_id, **{**options, **kwargs})
+
+
+def test_patch_pushes_the_previous_source_revision_config(emulator: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    ti = FakeTI()
+    patch_op(dep["id"], image_uri="registry.example.com/acme/checkout-api:2", wait_for_rollout=False).execute(
+        make_context(ti)
+    )
+    assert ti.xcoms["previous_source_revision_config"] == {"image_uri": OLD_IMAGE}
+
+
+def test_failed_verify_rolls_back_and_fails_naming_both_revisions(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    seen: list[Deployment] = []
+
+    def verify(deployment: Deployment) -> bool:
+        seen.append(deployment)
+        return False
+
+    ticking(emulator)
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"], image_uri="registry.example.com/acme/checkout-api:2", verify=verify, rollback_on_failure=True
+    )
+    with pytest.raises(AirflowFailException) as raised:
+        task.execute(make_context(ti))
+    bad = ti.xcoms["revision_id"]
+    message = str(raised.value)
+    assert f"revision {bad} went live but verify returned False" in message
+    assert f"rolled back to revision {good} (redeploy)" in message
+    assert seen and seen[0].active_revision_id == bad
+    now = serving(emulator, dep["id"])
+    assert now["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert now["status"] == "READY" and now["active_revision_id"] not in (good, bad)
+    assert f"serves again as revision {now['active_revision_id']}" in message
+
+
+def test_verify_raising_without_rollback_fails_and_leaves_the_revision(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+
+    def verify(deployment: Deployment) -> bool:
+        raise RuntimeError("smoke test answered 500")
+
+    ticking(emulator)
+    task = patch_op(dep["id"], image_uri="registry.example.com/acme/checkout-api:2", verify=verify)
+    with pytest.raises(AirflowFailException, match="verify raised RuntimeError: smoke test answered 500; not rolling"):
+        task.execute(make_context())
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
+
+
+def test_leaving_ready_during_the_bake_rolls_back(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    ti = FakeTI()
+
+    def disturb() -> None:  # the new revision goes live, then the deployment drops out of READY for a moment
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = serving(emulator, dep["id"])
+            if ti.xcoms.get("revision_id") and now["active_revision_id"] == ti.xcoms["revision_id"]:
+                break
+            time.sleep(0.01)
+        time.sleep(0.1)
+        emulator.state.set_status(dep["id"], "AWAITING_DATABASE")
+        time.sleep(0.3)
+        emulator.state.set_status(dep["id"], "READY")
+
+    thread = threading.Thread(target=disturb, daemon=True)
+    thread.start()
+    ticking(emulator)
+    task = patch_op(
+        dep["id"], image_uri="registry.example.com/acme/checkout-api:2", bake_seconds=3, rollback_on_failure=True
+    )
+    with pytest.raises(AirflowFailException, match=r"left READY during the bake.*status AWAITING_DATABASE") as raised:
+        task.execute(make_context(ti))
+    thread.join()
+    assert f"rolled back to revision {good}" in str(raised.value)
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_a_bake_that_holds_lands(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    ticking(emulator)
+    ti = FakeTI()
+    started = time.monotonic()
+    result = patch_op(
+        dep["id"], image_uri="registry.example.com/acme/checkout-api:2", bake_seconds=0.3, verify=lambda d: True
+    ).execute(make_context(ti))
+    assert time.monotonic() - started >= 0.3
+    assert result["active_revision_id"] == ti.xcoms["revision_id"]
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+
+
+def test_a_failed_build_needs_no_rollback_and_shows_the_build_log(
+    emulator: Any, ticking: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
+    ticking(emulator)
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        verify=lambda d: True,
+        rollback_on_failure=True,
+        secrets={"TOKEN": SECRET},
+    )
+    with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
+        task.execute(make_context())
+    out = capfd.readouterr().out
+    assert "line(s) of the build log of revision" in out
+    assert "nothing to roll back" in out
+    assert SECRET not in out
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    assert serving(emulator, dep["id"])["active_revision_id"] == good
+
+
+def test_the_build_log_tail_is_skipped_quietly_without_the_logs_endpoint(
+    service: Any, ticking: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = service(disabled_endpoints=["revision_logs"])
+    dep = deployment_named(emulator, DOCKER)
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
+    ticking(emulator)
+    with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
+        patch_op(dep["id"], image_uri="registry.example.com/acme/checkout-api:2").execute(make_context())
+    out = capfd.readouterr().out
+    assert "build log" not in out
+    assert "Traceback" not in out.split("BUILD_FAILED")[0]
+
+
+def test_verify_needs_wait_for_rollout() -> None:
+    with pytest.raises(ValueError, match="need wait_for_rollout=True"):
+        PatchDeploymentOperator(task_id="p", deployment_id="x", image_uri="y", verify=lambda d: True)
+
+
+# ------------------------------------------------------------------------------------------ deferrable
+async def test_deferrable_verify_runs_on_the_worker_and_the_rollback_defers_too(emulator: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    ti = FakeTI()
+    task = patch_op(
+        dep["id"],
+        image_uri="registry.example.com/acme/checkout-api:2",
+        secrets={"TOKEN": SECRET},
+        verify=lambda d: False,
+        rollback_on_failure=True,
+        deferrable=True,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(make_context(ti))
+    assert isinstance(deferred.value.trigger, DeploymentRolloutTrigger)
+    kwargs = deferred.value.kwargs
+    assert kwargs is not None and kwargs["landing"]["previous_active_revision_id"] == good
+    scan_for_secret(kwargs, deferred.value.trigger.serialize())
+    emulator.state.advance(2.5)
+    events = [item async for item in deferred.value.trigger.run()]
+    event = events[0]
+    with pytest.raises(TaskDeferred) as rollback:
+        task.execute_complete(make_context(ti), event.payload, **kwargs)
+    assert rollback.value.method_name == "execute_rollback_complete"
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+    emulator.state.advance(1.0)
+    events = [item async for item in rollback.value.trigger.run()]
+    event = events[0]
+    with pytest.raises(AirflowFailException, match=f"rolled back to revision {good} \\(redeploy\\)"):
+        task.execute_rollback_complete(make_context(ti), event.payload, **(rollback.value.kwargs or {}))
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+async def test_deferrable_bake_goes_to_a_trigger(emulator: Any) -> None:
+    dep = deployment_named(emulator, DOCKER)
+    ti = FakeTI()
+    task = patch_op(dep["id"], image_uri="registry.example.com/acme/checkout-api:2", bake_seconds=0.2, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(make_context(ti))
+    emulator.state.advance(2.5)
+    events = [item async for item in deferred.value.trigger.run()]
+    event = events[0]
+    with pytest.raises(TaskDeferred) as baking:
+        task.execute_complete(make_context(ti), event.payload, **(deferred.value.kwargs or {}))
+    assert isinstance(baking.value.trigger, DeploymentBakeTrigger)
+    assert baking.value.method_name == "execute_bake_complete"
+    events = [item async for item in baking.value.trigger.run()]
+    event = events[0]
+    assert event.payload["status"] == "baked"
+    result = task.execute_bake_complete(make_context(ti), event.payload, **(baking.value.kwargs or {}))
+    assert result["active_revision_id"] == ti.xcoms["revision_id"]
