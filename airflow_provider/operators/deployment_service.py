@@ -89,10 +89,21 @@ class DeploymentLink(BaseOperatorLink):
     name = "Deployment"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        """The URL pushed under the XCom key ``deployment_url``, or ``""``."""
+        """The URL pushed under the XCom key ``deployment_url``, or ``""``.
+
+        Airflow asks every task's links when it ends, also when it failed before pushing the XCom (e.g. a
+        template that could not render). An unmapped task's value is read as a sequence, which is empty
+        when absent, so no "XCom not found" error follows the task's real one.
+        """
         from airflow.sdk.execution_time.xcom import XCom
 
-        url = XCom.get_value(ti_key=ti_key, key=XCOM_DEPLOYMENT_URL)
+        if ti_key.map_index < 0:
+            values = XCom.get_all(
+                key=XCOM_DEPLOYMENT_URL, dag_id=ti_key.dag_id, task_id=ti_key.task_id, run_id=ti_key.run_id
+            )
+            url = values[0] if values else None
+        else:
+            url = XCom.get_value(ti_key=ti_key, key=XCOM_DEPLOYMENT_URL)
         return url if isinstance(url, str) else ""
 
 
