@@ -292,9 +292,9 @@ class DeploymentRolloutTrigger(BaseTrigger):
         the trigger reports ``timeout``; ``None`` waits forever.
     :param revision_check_interval: longest time in seconds between two calls to the revision endpoint
         while the deployment does not change.
-    :param seen_key: the :attr:`~airflow_provider.rollout.RolloutVerdict.key` the deferring task last logged:
-        the trigger logs only what changes after it. The outcome itself is not logged here: the resumed task
-        logs it (or fails with it), so each waiting line appears once.
+    :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
+        last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
+        resumed task logs it (or fails with it), so each waiting line appears once.
     """
 
     def __init__(
