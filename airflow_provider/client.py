@@ -760,10 +760,15 @@ class _ClientCore:
 
         A patch that creates a revision landed exactly when ``latest_revision_id`` moved on from the one
         read before sending (the values alone could have been there before, or be echoed differently);
-        any other patch landed when the deployment shows every value it sets.
+        any other patch landed when the deployment shows every value it sets. A patch that may or may not
+        create one (a ``resource_spec``: production creates one, the spec's reading none) landed on either
+        sign, so both readings are recognised without predicting which one the server follows.
         """
+        moved = current.latest_revision_id != previous_latest
         if request.creates_revision:
-            landed = current.latest_revision_id != previous_latest
+            landed = moved
+        elif request.may_create_revision:
+            landed = moved or request.is_reflected_in(current)
         else:
             landed = request.is_reflected_in(current)
         outcome = "the patch is already applied, not sending it again" if landed else "the patch did not land"
@@ -1130,15 +1135,16 @@ class DeploymentServiceClient(_ClientCore):
         Re-sent only when it provably did not reach the service; after an ambiguous failure the client
         waits one backoff (a request that timed out may still be processed meanwhile), reads the
         deployment back, and sends the patch once more only if it did not land (for a patch that creates
-        a revision: ``latest_revision_id`` did not move).
+        a revision: ``latest_revision_id`` did not move; for one that may create one, a ``resource_spec``:
+        neither did it move nor does the deployment show the values).
 
         :param deployment_id: the deployment's UUID.
         :param request: the patch (a model, or a dict validated into one before anything is sent).
         :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this patch;
-            when not given for a patch that creates a revision, the client reads it first (one GET).
+            when not given for a patch that may create a revision, the client reads it first (one GET).
         """
         plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
-        if plan.patch.creates_revision and plan.previous_latest is None:  # the read-back needs the revision before
+        if plan.patch.may_create_revision and plan.previous_latest is None:  # the read-back needs the revision before
             plan.previous_latest = self._found(deployment_id, self.execute(plan.read_back)).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):
@@ -1330,7 +1336,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
     ) -> Deployment:
         """``PATCH /v2/deployments/{id}``, never applied twice (see the sync twin)."""
         plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
-        if plan.patch.creates_revision and plan.previous_latest is None:  # the read-back needs the revision before
+        if plan.patch.may_create_revision and plan.previous_latest is None:  # the read-back needs the revision before
             plan.previous_latest = self._found(deployment_id, await self.execute(plan.read_back)).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):

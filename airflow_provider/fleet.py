@@ -27,6 +27,7 @@ __all__ = [
     "WaveTracker",
     "check_canary",
     "check_max_failures",
+    "check_max_parallel_patches",
     "check_wave_size",
     "failure_allowance",
     "format_table",
@@ -105,6 +106,17 @@ def check_max_failures(value: Any) -> int | float:
     raise ValueError(
         f"max_failures must be a whole number >= 0 (a count) or a fraction from 0.0 to 1.0 of the fleet, got {value!r}"
     )
+
+
+def check_max_parallel_patches(value: Any) -> int:
+    """``max_parallel_patches`` as given when valid: a whole number >= 1.
+
+    :param value: the argument.
+    :raises ValueError: naming ``max_parallel_patches``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"max_parallel_patches must be a whole number >= 1, got {value!r}")
 
 
 def failure_allowance(max_failures: int | float, fleet_size: int) -> int:

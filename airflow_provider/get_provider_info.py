@@ -11,6 +11,9 @@ from airflow_provider import __version__, defaults
 
 PACKAGE_NAME = "airflow-provider-deployment-service"
 HOOK_CLASS = "airflow_provider.hooks.deployment_service.DeploymentServiceHook"
+ASSET_SCHEME = "deployment-service"
+"""URI scheme of deployment assets (``airflow_provider.assets.ASSET_SCHEME``; a test keeps them equal)."""
+ASSET_URI_NORMALIZER = "airflow_provider.assets.normalize_deployment_uri"
 
 
 def _field(label: str, json_type: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -112,4 +115,5 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": ["airflow_provider.operators.deployment_service.DeploymentLink"],
+        "asset-uris": [{"schemes": [ASSET_SCHEME], "handler": ASSET_URI_NORMALIZER}],
     }

@@ -15,7 +15,9 @@ them, for the wire.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import logging
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,15 +28,23 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
     SerializationInfo,
     StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_serializer,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
+
+log = logging.getLogger(__name__)
 
 REDACTED = "**********"
 """What a secret value looks like wherever it is shown (logs, XCom, reprs)."""
@@ -70,6 +80,8 @@ def error_message(error: Mapping[str, Any]) -> str:
     context = error.get("ctx") or {}
     if error.get("type") == "string_pattern_mismatch" and context.get("pattern") == _HYPHENATED_UUID_PATTERN:
         return "Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)"
+    if error.get("type") == "int_from_float":
+        return "must be a whole number (the service takes an integer here), got a number with a fractional part"
     return str(error.get("msg", ""))
 
 
@@ -278,48 +290,64 @@ class Container(ServiceModel):
     restartPolicy: str | None = None
 
 
+def _one_number_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """``int | float`` reports a bad value once (not once per member of the union)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("number_type", "Input should be a valid number") from None
+
+
+Number = Annotated[int | float, WrapValidator(_one_number_error)]
+"""A number in a response, kept as the service sent it (``3`` stays ``3``, ``2.5`` stays ``2.5``): a response
+is read tolerantly, requests are where integers are demanded (see :class:`ResourceSpecPatch`)."""
+
+
 class ResourceSpec(ServiceModel):
-    """Compute resources and Kubernetes extras of a deployment. Numbers are ``float`` where the spec
-    shows fractions (CPU amounts) and also where it leaves fractions open; replica counts are ints."""
+    """Compute resources and Kubernetes extras of a deployment, as the service reports them.
+
+    Every number is kept as sent, fraction or not: one odd value must not make a deployment unreadable.
+    What a patch may send is :class:`ResourceSpecPatch` (integers where production demands them, bounds).
+    """
 
     # main service
-    min_scale: int | None = None
-    max_scale: int | None = None
-    cpu: float | None = None
-    cpu_limit: float | None = None
-    memory_mb: float | None = None
-    memory_limit_mb: float | None = None
+    min_scale: Number | None = None
+    max_scale: Number | None = None
+    cpu: Number | None = None
+    cpu_limit: Number | None = None
+    memory_mb: Number | None = None
+    memory_limit_mb: Number | None = None
     # queue
-    queue_min_scale: int | None = None
-    queue_max_scale: int | None = None
-    queue_cpu: float | None = None
-    queue_cpu_limit: float | None = None
-    queue_memory_mb: float | None = None
-    queue_memory_limit_mb: float | None = None
+    queue_min_scale: Number | None = None
+    queue_max_scale: Number | None = None
+    queue_cpu: Number | None = None
+    queue_cpu_limit: Number | None = None
+    queue_memory_mb: Number | None = None
+    queue_memory_limit_mb: Number | None = None
     # orchestrator
-    orchestrator_cpu: float | None = None
-    orchestrator_cpu_limit: float | None = None
-    orchestrator_memory_mb: float | None = None
-    orchestrator_memory_limit_mb: float | None = None
-    orchestrator_min_scale: int | None = None
-    orchestrator_max_scale: int | None = None
+    orchestrator_cpu: Number | None = None
+    orchestrator_cpu_limit: Number | None = None
+    orchestrator_memory_mb: Number | None = None
+    orchestrator_memory_limit_mb: Number | None = None
+    orchestrator_min_scale: Number | None = None
+    orchestrator_max_scale: Number | None = None
     # executor
-    executor_cpu: float | None = None
-    executor_cpu_limit: float | None = None
-    executor_memory_mb: float | None = None
-    executor_memory_limit_mb: float | None = None
+    executor_cpu: Number | None = None
+    executor_cpu_limit: Number | None = None
+    executor_memory_mb: Number | None = None
+    executor_memory_limit_mb: Number | None = None
     # cache
-    redis_cpu: float | None = None
-    redis_cpu_limit: float | None = None
-    redis_memory_mb: float | None = None
-    redis_memory_limit_mb: float | None = None
+    redis_cpu: Number | None = None
+    redis_cpu_limit: Number | None = None
+    redis_memory_mb: Number | None = None
+    redis_memory_limit_mb: Number | None = None
     # database
-    db_cpu: float | None = None
-    db_cpu_limit: float | None = None
-    db_memory_mb: float | None = None
-    db_memory_limit_mb: float | None = None
-    db_storage_gi: float | None = None
-    db_max_connections: int | None = None
+    db_cpu: Number | None = None
+    db_cpu_limit: Number | None = None
+    db_memory_mb: Number | None = None
+    db_memory_limit_mb: Number | None = None
+    db_storage_gi: Number | None = None
+    db_max_connections: Number | None = None
     # kubernetes extras
     labels: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
@@ -329,6 +357,100 @@ class ResourceSpec(ServiceModel):
     volume_mounts: list[VolumeMount] | None = None
     init_containers: list[Container] | None = None
     sidecars: list[Container] | None = None
+
+
+def _not_boolean(value: object) -> object:
+    """Refuse ``True``/``False`` where a number is expected (pydantic would read them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, got {value}")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_not_boolean), Field(ge=0)]
+"""An integer field of a request: ``512`` and ``512.0`` are sent as ``512``; ``512.5`` is refused."""
+Cpu = Annotated[float, BeforeValidator(_not_boolean), Field(ge=0.1, le=8)]
+"""``cpu``, ``queue_cpu``, ``redis_cpu``: 0.1 .. 8 (fractions allowed; the service rounds them)."""
+CpuLimit = Annotated[float, BeforeValidator(_not_boolean), Field(ge=0.1, le=16)]
+"""``cpu_limit``, ``queue_cpu_limit``, ``redis_cpu_limit``: 0.1 .. 16."""
+OtherCpu = Annotated[float, BeforeValidator(_not_boolean), Field(ge=0)]
+"""The CPU amounts production gives no bounds for (``db_cpu``, ``orchestrator_cpu``...): >= 0."""
+
+DISCOURAGED_RESOURCE_PREFIXES = ("orchestrator_", "executor_")
+"""ResourceSpec fields production marks "do not use": accepted and sent, with a warning (see patch_rules)."""
+
+
+class VolumeMountPatch(VolumeMount):
+    """A volume mount in a request: ``mountPath`` is required (production's request schema)."""
+
+    mountPath: str
+
+
+class ContainerPatch(Container):
+    """An init container or sidecar in a request: ``name`` is required (production's request schema)."""
+
+    name: str
+    volumeMounts: list[VolumeMountPatch] | None = None  # type: ignore[assignment]
+
+
+class ResourceSpecPatch(ResourceSpec):
+    """A resource spec in a request, held to production's request schema: every ``*_memory_mb``,
+    ``*_memory_limit_mb``, ``*_scale``, ``db_storage_gi`` and ``db_max_connections`` an integer >= 0 (sent
+    as a JSON integer; ``512.0`` is read as 512, ``512.5`` is refused naming the field); ``cpu``,
+    ``queue_cpu``, ``redis_cpu`` 0.1..8 and their ``*_limit`` 0.1..16; label and annotation values strings;
+    containers named; volume mounts with a ``mountPath``."""
+
+    # main service
+    min_scale: WholeNumber | None = None
+    max_scale: WholeNumber | None = None
+    cpu: Cpu | None = None
+    cpu_limit: CpuLimit | None = None
+    memory_mb: WholeNumber | None = None
+    memory_limit_mb: WholeNumber | None = None
+    # queue
+    queue_min_scale: WholeNumber | None = None
+    queue_max_scale: WholeNumber | None = None
+    queue_cpu: Cpu | None = None
+    queue_cpu_limit: CpuLimit | None = None
+    queue_memory_mb: WholeNumber | None = None
+    queue_memory_limit_mb: WholeNumber | None = None
+    # orchestrator ("do not use" in production's reference)
+    orchestrator_cpu: OtherCpu | None = None
+    orchestrator_cpu_limit: OtherCpu | None = None
+    orchestrator_memory_mb: WholeNumber | None = None
+    orchestrator_memory_limit_mb: WholeNumber | None = None
+    orchestrator_min_scale: WholeNumber | None = None
+    orchestrator_max_scale: WholeNumber | None = None
+    # executor ("do not use" in production's reference)
+    executor_cpu: OtherCpu | None = None
+    executor_cpu_limit: OtherCpu | None = None
+    executor_memory_mb: WholeNumber | None = None
+    executor_memory_limit_mb: WholeNumber | None = None
+    # cache
+    redis_cpu: Cpu | None = None
+    redis_cpu_limit: CpuLimit | None = None
+    redis_memory_mb: WholeNumber | None = None
+    redis_memory_limit_mb: WholeNumber | None = None
+    # database
+    db_cpu: OtherCpu | None = None
+    db_cpu_limit: OtherCpu | None = None
+    db_memory_mb: WholeNumber | None = None
+    db_memory_limit_mb: WholeNumber | None = None
+    db_storage_gi: WholeNumber | None = None
+    db_max_connections: WholeNumber | None = None
+    # kubernetes extras
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    volume_mounts: list[VolumeMountPatch] | None = None  # type: ignore[assignment]
+    init_containers: list[ContainerPatch] | None = None  # type: ignore[assignment]
+    sidecars: list[ContainerPatch] | None = None  # type: ignore[assignment]
+
+    def discouraged_fields(self) -> list[str]:
+        """The fields set here that production marks "do not use" (``orchestrator_*``, ``executor_*``)."""
+        return sorted(
+            name
+            for name in type(self).model_fields
+            if name.startswith(DISCOURAGED_RESOURCE_PREFIXES) and getattr(self, name) is not None
+        )
 
 
 class ListenerConfig(ServiceModel):
@@ -349,6 +471,15 @@ class SourceConfig(ServiceModel):
     listener_config: ListenerConfig | None = None
     install_command: str | None = None
     build_command: str | None = None
+    deployment_type: str | None = None
+
+
+class SourceConfigPatch(SourceConfig):
+    """Source settings in a request: ``resource_spec`` held to production's request schema, and
+    ``deployment_type`` one of ``dev_free``, ``dev``, ``prod`` (it cannot change after creation)."""
+
+    resource_spec: ResourceSpecPatch | None = None
+    deployment_type: DeploymentType | None = None
 
 
 class SourceRevisionConfigPatch(ServiceModel):
@@ -463,8 +594,84 @@ class Repository(ServiceModel):
         )
 
 
+_MAX_DROPPED_VALUES = 50
+"""How many odd values one resource may lose to the tolerant reader before it is refused after all."""
+
+
+STRICT_READING = {"strict_reading": True}
+"""Validation context that switches the tolerant reader off (``Deployment.model_validate(data,
+context=STRICT_READING)``): for data that must be exactly right, such as the emulator's seed files."""
+
+
+def _is_strict(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and bool(info.context.get("strict_reading"))
+
+
+def _read_tolerantly(data: Any, handler: ValidatorFunctionWrapHandler, what: str) -> Any:
+    """Validate ``data``; when one value is odd, drop it (with a warning naming ``what`` and the field) and
+    validate again, so one odd value never makes the whole resource (and the page it is on) unreadable.
+
+    A value is dropped as the deepest element of the error's path that exists (a list entry whose
+    required member is missing goes as a whole). When nothing can be dropped (a required top-level field)
+    the first error is raised.
+    """
+    try:
+        return handler(data)
+    except ValidationError as err:
+        if not isinstance(data, dict):
+            raise
+        first = error = err
+    cleaned = copy.deepcopy(data)
+    dropped: dict[tuple[int | str, ...], str] = {}
+    for _ in range(_MAX_DROPPED_VALUES):
+        item = error.errors(include_url=False)[0]
+        path = _drop_value(cleaned, item["loc"])
+        if path is None or (len(path) == 1 and path[0] in _REQUIRED_FIELDS.get(what, ())):
+            raise first
+        # A value whose removal left its parent incomplete goes with the parent: one warning, the parent's.
+        reason = next((text for old, text in dropped.items() if old[: len(path)] == path), error_message(item))
+        dropped = {old: text for old, text in dropped.items() if old[: len(path)] != path}
+        dropped[path] = reason
+        try:
+            result = handler(cleaned)
+        except ValidationError as again:
+            error = again
+            continue
+        name = data.get("name") or data.get("id") or "(unnamed)"
+        for where, text in dropped.items():
+            field = ".".join(str(part) for part in where)
+            log.warning("%s %r: ignoring the value of %s the service sent (%s)", what, name, field, text)
+        return result
+    raise first
+
+
+def _drop_value(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...] | None:
+    """Remove from ``data`` the deepest existing element on the path ``loc``; return its path."""
+    path: list[int | str] = []
+    node: Any = data
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not (in_dict or in_list):  # a missing member, or a union member's tag: stop at what the data has
+            break
+        node = node[part]
+        path.append(part)
+    if not path:
+        return None
+    parent: Any = data
+    for part in path[:-1]:
+        parent = parent[part]
+    del parent[path[-1]]
+    return tuple(path)
+
+
 class Deployment(ServiceModel):
-    """A hosted application deployment, as returned by the service (secret values redacted on dump)."""
+    """A hosted application deployment, as returned by the service (secret values redacted on dump).
+
+    Read tolerantly: an odd value in an optional field (a secret named ``""``, ``integration_id: ""``,
+    a volume without a name...) is dropped with a logged warning naming the deployment and the field,
+    instead of failing the deployment and with it the page it came on.
+    """
 
     name: str
     source: DeploymentSource | str = Field(union_mode="left_to_right")
@@ -480,6 +687,11 @@ class Deployment(ServiceModel):
     active_revision_id: UuidStr | None
     secret_references: list[SecretReference] | None = None
     image_version: str | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "deployment")
 
     @property
     def is_rolling_out(self) -> bool:
@@ -500,6 +712,28 @@ class DeploymentListPage(ServiceModel):
     resources: list[Deployment]
     offset: int
 
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _skip_unreadable(cls, resources: Any, info: ValidationInfo) -> Any:
+        """Read each deployment on its own: one the tolerant reader cannot read (its id or name is broken)
+        is left out of the page with a warning naming it, so the others are still listed."""
+        if not isinstance(resources, list) or _is_strict(info):
+            return resources
+        readable = []
+        for index, entry in enumerate(resources):
+            try:
+                readable.append(Deployment.model_validate(entry, context=info.context))
+            except ValidationError as err:
+                shown = (entry.get("name") or entry.get("id")) if isinstance(entry, dict) else None
+                problems = "; ".join(
+                    f"{'.'.join(str(part) for part in item['loc']) or '(entry)'}: {error_message(item)}"
+                    for item in err.errors(include_url=False)
+                )
+                log.warning(
+                    "Leaving out deployment %r (entry %d of the page): %s", shown or "(unnamed)", index, problems
+                )
+        return readable
+
 
 class Revision(ServiceModel):
     """One revision of a deployment (production-only endpoint; only ``id`` and ``status`` are relied on)."""
@@ -511,6 +745,18 @@ class Revision(ServiceModel):
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None
     status_message: str | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "revision")
+
+
+_REQUIRED_FIELDS: dict[str, frozenset[str]] = {
+    "deployment": frozenset(name for name, info in Deployment.model_fields.items() if info.is_required()),
+    "revision": frozenset(name for name, info in Revision.model_fields.items() if info.is_required()),
+}
+"""Fields without which a resource is not itself: never dropped by the tolerant reader."""
 
 
 class RevisionListPage(ServiceModel):
@@ -576,7 +822,7 @@ class PatchDeploymentRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     revision_source: RevisionSource | None = None
-    source_config: SourceConfig | None = None
+    source_config: SourceConfigPatch | None = None
     source_revision_config: SourceRevisionConfigPatch | None = None
     secrets: list[Secret] | None = None
     secret_references: list[SecretReference] | None = None
@@ -600,6 +846,15 @@ class PatchDeploymentRequest(RequestModel):
         """Whether the service will create a revision for this patch (see NOTES.md)."""
         return self.secrets is not None or (
             self.source_revision_config is not None and self.source_revision_config.changes_revision
+        )
+
+    @property
+    def may_create_revision(self) -> bool:
+        """Whether the service may create a revision for this patch: :attr:`creates_revision`, or a
+        ``source_config.resource_spec`` (production creates one; the spec and the emulator's merge switch do
+        not). Whether it did is read from the answer (``latest_revision_id`` moved), never from this."""
+        return self.creates_revision or (
+            self.source_config is not None and self.source_config.resource_spec is not None
         )
 
     def to_request_body(self) -> dict[str, Any]:
@@ -672,7 +927,7 @@ class CreateDeploymentRequest(RequestModel):
     name: str = Field(min_length=1)
     source: DeploymentSource
     integration_id: UuidStr | None = None
-    source_config: SourceConfig = Field(default_factory=SourceConfig)
+    source_config: SourceConfigPatch = Field(default_factory=SourceConfigPatch)
     source_revision_config: SourceRevisionConfigPatch = Field(default_factory=SourceRevisionConfigPatch)
     secrets: list[Secret] = Field(default_factory=list)
     secret_references: list[SecretReference] | None = None

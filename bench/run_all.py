@@ -20,6 +20,7 @@ SCRIPTS = (
     "listing_throughput",
     "import_cost",
     "detection_latency",
+    "watcher_cost",
     "rollback_time",
     "fleet_rollout",
 )

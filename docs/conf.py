@@ -73,10 +73,14 @@ nitpick_ignore_regex = [
         r"py:.*",
         r"(airflow|pydantic|pydantic_core|httpx|fastapi|starlette|uvicorn|pytest|_pytest|annotated_types"
         r"|datetime|collections|typing|typing_extensions|types|logging|random|ssl|socket|pathlib|enum"
-        r"|asyncio|subprocess|threading|concurrent|contextlib|functools|json|re|os|io)(\..*)?",
+        r"|asyncio|subprocess|threading|concurrent|contextlib|functools|json|re|os|io|urllib)(\..*)?",
     ),
     # Airflow's task-facing names as the docstrings spell them (``AirflowFailException``, ...).
-    (r"py:.*", r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseOperator|BaseSensorOperator|BaseHook)"),
+    (
+        r"py:.*",
+        r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseEventTrigger|BaseOperator|BaseSensorOperator"
+        r"|BaseHook|Context)",
+    ),
     # Private helpers (a leading underscore) are deliberately not documented: a public class may still
     # name its private base, and a TypeVar shows up in generic signatures.
     (r"py:.*", r"([\w.]+\.)?_\w+"),

@@ -3,6 +3,8 @@
 Starts the emulator on a free loopback port with the shipped example data, sets up a throwaway
 AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` (and the fleet DAG unless
 ``--only-rollout``) with ``airflow dags test``, prints what happened, and stops everything it started.
+A deployment watcher (the trigger of ``smoke_test_on_new_revision``) runs inline meanwhile and reports
+the event the rollout fires.
 Exits non-zero when a rollout did not land. Safe to run again: every run starts from scratch.
 """
 
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from demo_watch import InlineWatcher
 
 from airflow_provider.emulator.admin_client import EmulatorAdmin
 
@@ -201,6 +205,9 @@ def main() -> int:
         if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
             raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
         snapshots: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        watcher = InlineWatcher(env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"], RUNS[0].deployments[0], POLL_INTERVAL)
+        say(f"   watching {watcher.deployment_name} for new revisions (smoke_test_on_new_revision's AssetWatcher)")
+        watcher.start()
         for step, run in enumerate(runs, start=3):
             before = {d["name"]: d for d in admin.state()["deployments"]}
             if run.unhealthy_image:
@@ -219,6 +226,15 @@ def main() -> int:
             if (code != 0) != run.rolled_back:
                 failures.append(run.label or run.dag_id)
             snapshots.append((before, {d["name"]: d for d in admin.state()["deployments"]}))
+        event = watcher.wait(timeout=10 * POLL_INTERVAL)
+        if event is None:
+            failures.append("the deployment watcher (no revision_live event)")
+        else:
+            say(
+                f"   watcher fired {event['kind']}: {event['deployment_name']} now serves revision "
+                f"{event['revision_id'][:8]} (was {str(event['previous_revision_id'])[:8]}); in Airflow this "
+                "starts smoke_test_on_new_revision"
+            )
         counters = admin.counters()
     finally:
         admin.close()

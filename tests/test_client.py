@@ -602,6 +602,32 @@ def test_without_the_previous_revision_the_client_reads_it_before_patching(
     assert [r.method for r in service.requests] == ["GET", "PATCH", "GET", "PATCH"]
 
 
+SPEC_PATCH = {"source_config": {"resource_spec": {"min_scale": 3, "cpu": 0.12345}}}
+
+
+@pytest.mark.parametrize(
+    ("read_back", "sends"),
+    [
+        # production: a revision was created and the cpu came back rounded; the moved revision says it landed
+        ({"latest_revision_id": REV_NEW, "source_config": {"resource_spec": {"min_scale": 3, "cpu": 0.123}}}, 1),
+        # the spec's reading: no revision, the values are there
+        ({"latest_revision_id": REV_OLD, "source_config": {"resource_spec": {"min_scale": 3, "cpu": 0.12345}}}, 1),
+        # neither: not landed, sent once more
+        ({"latest_revision_id": REV_OLD, "source_config": {"resource_spec": {"min_scale": 1}}}, 2),
+    ],
+)
+def test_a_resource_spec_patch_is_recognised_as_landed_under_both_readings(
+    client: DeploymentServiceClient, service: ScriptedService, read_back: dict[str, Any], sends: int
+) -> None:
+    before = deployment_json(latest_revision_id=REV_OLD, source_config={"resource_spec": {"min_scale": 1}})
+    service.script("GET", LIST, page(before, offset=1))
+    service.always("GET", LIST, page(deployment_json(**read_back), offset=1))
+    service.script("PATCH", PATCH, httpx.ReadTimeout("slow"), httpx.Response(200, json=applied_deployment()))
+    client.patch_deployment(DEPLOYMENT_ID, SPEC_PATCH)
+    # read first (the revision before it), then the PATCH, the read-back, and a resend only when not landed
+    assert [r.method for r in service.requests] == ["GET", "PATCH", "GET", "PATCH"][: 2 + sends]
+
+
 def test_patch_that_never_gets_an_answer_gives_up_after_the_budget(
     service: ScriptedService, sleeps: list[float]
 ) -> None:

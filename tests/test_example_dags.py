@@ -379,4 +379,5 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "deploy_fleet_after_build",
         "onboard_repository",
         "progressive_rollout",
+        "smoke_test_on_new_revision",
     }

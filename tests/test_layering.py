@@ -28,6 +28,8 @@ LAYERS = {
     "airflow_provider.models": 1,
     "airflow_provider.errors": 2,
     "airflow_provider.rollout": 2,
+    "airflow_provider.assets": 2,
+    "airflow_provider.patch_rules": 2,
     "airflow_provider.client": 3,
     "airflow_provider.fleet": 3,
     "airflow_provider.hooks": 4,

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from airflow_provider.client import _validated
+from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
+    _HYPHENATED_UUID_PATTERN,
     REDACTED,
+    STRICT_READING,
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
@@ -18,8 +24,12 @@ from airflow_provider.models import (
     OAuthProvider,
     PatchDeploymentRequest,
     Repository,
+    ResourceSpecPatch,
     Revision,
     RevisionStatus,
+    SourceRevisionConfigPatch,
+    canonical_uuid,
+    error_message,
 )
 
 DEPLOYMENT_ID = "7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5a"
@@ -184,7 +194,7 @@ def test_patch_of_source_config_only_creates_no_revision() -> None:
         ({"source_config": {"resource_spec": {"cpuu": 1}}}, "source_config.resource_spec.cpuu"),
         ({"source_config": {"resource_spec": {"cpuu": 1}}}, "did you mean 'cpu'"),
         ({"source_revision_config": {"repo_commit_sha": "abc"}}, "source_revision_config.repo_commit_sha"),
-        ({"source_config": {"resource_spec": {"sidecars": [{"imagee": "x"}]}}}, "sidecars[0].imagee"),
+        ({"source_config": {"resource_spec": {"sidecars": [{"name": "p", "imagee": "x"}]}}}, "sidecars[0].imagee"),
         ({"revision_source": "external_docker"}, "revision_source"),
         ({"secrets": [{"name": "", "value": "x"}]}, "secrets.0.name"),
         ({"secrets": [{"value": "x"}]}, "secrets.0.name"),
@@ -287,3 +297,258 @@ def test_a_response_may_leave_secret_values_out_but_a_request_may_not() -> None:
         PatchDeploymentRequest.model_validate({"secrets": [{"name": "TOKEN"}]})
     with pytest.raises(ValidationError, match="has none"):
         CreateDeploymentRequest.model_validate({"name": "svc", "source": "codehost", "secrets": [{"name": "T"}]})
+
+
+# ------------------------------------------------------------------ production's request schema
+INTEGER_FIELDS = [
+    name
+    for name in ResourceSpecPatch.model_fields
+    if name.endswith(("_memory_mb", "_memory_limit_mb", "_scale")) or name in ("memory_mb", "memory_limit_mb")
+] + ["db_storage_gi", "db_max_connections"]
+
+
+def test_every_integer_field_is_known() -> None:
+    assert len(INTEGER_FIELDS) == 20
+
+
+@pytest.mark.parametrize("field", INTEGER_FIELDS)
+def test_integer_fields_go_out_as_integers(field: str) -> None:
+    for given in (512, 512.0, "512"):
+        body = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {field: given}}})
+        sent = json.dumps(body.to_request_body())
+        assert f'"{field}": 512}}' in sent  # 512, never 512.0
+
+
+@pytest.mark.parametrize("field", INTEGER_FIELDS)
+@pytest.mark.parametrize("given", [512.5, -1, True])
+def test_integer_fields_refuse_fractions_negatives_and_booleans_naming_the_field(field: str, given: Any) -> None:
+    with pytest.raises(InvalidRequestError, match=rf"source_config\.resource_spec\.{field}: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {field: given}}})
+
+
+def test_a_fraction_is_said_in_words() -> None:
+    with pytest.raises(InvalidRequestError, match=r"memory_mb: must be a whole number \(the service takes an integer"):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"memory_mb": 512.5}}})
+
+
+@pytest.mark.parametrize(
+    ("field", "low", "high"),
+    [
+        ("cpu", 0.1, 8),
+        ("queue_cpu", 0.1, 8),
+        ("redis_cpu", 0.1, 8),
+        ("cpu_limit", 0.1, 16),
+        ("queue_cpu_limit", 0.1, 16),
+        ("redis_cpu_limit", 0.1, 16),
+    ],
+)
+def test_cpu_bounds(field: str, low: float, high: float) -> None:
+    for fine in (low, 0.25, high):
+        spec = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {field: fine}}})
+        assert spec.to_request_body()["source_config"]["resource_spec"][field] == fine
+    for wrong in (0.09, high + 0.01, False):
+        with pytest.raises(InvalidRequestError, match=rf"source_config\.resource_spec\.{field}: "):
+            _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {field: wrong}}})
+
+
+def test_other_cpu_fields_take_any_non_negative_amount() -> None:
+    body = {"source_config": {"resource_spec": {"db_cpu": 32.5, "orchestrator_cpu": 0}}}
+    assert PatchDeploymentRequest.model_validate(body).to_request_body() == body
+    with pytest.raises(InvalidRequestError, match=r"resource_spec\.db_cpu: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"db_cpu": -1}}})
+
+
+def test_do_not_use_fields_are_listed() -> None:
+    spec = ResourceSpecPatch(executor_memory_mb=1, orchestrator_cpu=0.5, memory_mb=2)
+    assert spec.discouraged_fields() == ["executor_memory_mb", "orchestrator_cpu"]
+    assert ResourceSpecPatch(memory_mb=2).discouraged_fields() == []
+
+
+def test_deployment_type_in_a_patch_is_one_of_the_tiers() -> None:
+    with pytest.raises(InvalidRequestError, match=r"source_config\.deployment_type: "):
+        _validated(PatchDeploymentRequest, {"source_config": {"deployment_type": "production"}})
+
+
+def test_resource_spec_may_create_a_revision() -> None:
+    spec = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {"min_scale": 1}}})
+    assert spec.may_create_revision and not spec.creates_revision
+    url = PatchDeploymentRequest.model_validate({"source_config": {"custom_url": "https://x"}})
+    assert not url.may_create_revision
+    assert PatchDeploymentRequest(secrets=[]).may_create_revision
+
+
+# ------------------------------------------------------------------------------ tolerant reader
+def odd_deployment() -> dict[str, Any]:
+    body = deployment_json(name="odd-one", id="7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5b", status="HIBERNATING")
+    body["source"] = "quantum_source"
+    body["source_config"]["integration_id"] = ""
+    body["source_config"]["resource_spec"]["min_scale"] = 1.5
+    body["source_config"]["resource_spec"]["db_max_connections"] = 10.5
+    body["source_config"]["resource_spec"]["volumes"].append({"configMap": {"name": "no-name"}})
+    body["secrets"].append({"name": "", "value": "x"})
+    return body
+
+
+def test_one_odd_deployment_does_not_fail_the_page(caplog: pytest.LogCaptureFixture) -> None:
+    good = deployment_json()
+    also_good = deployment_json(name="other", id="7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5c")
+    page = DeploymentListPage.model_validate_json(
+        json.dumps({"resources": [good, odd_deployment(), also_good], "offset": 3})
+    )
+    assert [item.name for item in page.resources] == ["checkout-api", "odd-one", "other"]
+    odd = page.resources[1]
+    spec = odd.source_config.resource_spec
+    assert spec is not None and spec.min_scale == 1.5 and spec.db_max_connections == 10.5  # kept as sent
+    assert odd.status is DeploymentStatus.UNKNOWN and odd.source == "quantum_source"
+    assert odd.source_config.integration_id is None and odd.source_config.repo_url == good["source_config"]["repo_url"]
+    assert [secret.name for secret in odd.secrets] == ["DB_PASSWORD"]
+    assert spec.volumes is not None and [volume.name for volume in spec.volumes] == ["cfg"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert sorted(warnings) == sorted(
+        [
+            "deployment 'odd-one': ignoring the value of source_config.integration_id the service sent "
+            "(Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000))",
+            "deployment 'odd-one': ignoring the value of source_config.resource_spec.volumes.1 the service sent "
+            "(Field required)",
+            "deployment 'odd-one': ignoring the value of secrets.1 the service sent "
+            "(String should have at least 1 character)",
+        ]
+    )
+    assert "hunter2" not in caplog.text
+
+
+def test_a_deployment_without_a_usable_id_is_left_out_of_the_page_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = deployment_json(name="broken", id="not-a-uuid")
+    page = DeploymentListPage.model_validate({"resources": [broken, deployment_json()], "offset": 2})
+    assert [item.name for item in page.resources] == ["checkout-api"]
+    assert "Leaving out deployment 'broken' (entry 0 of the page): id: Value error, value must be a UUID" in caplog.text
+    with pytest.raises(ValidationError, match="id"):
+        Deployment.model_validate(broken)
+
+
+def test_a_required_field_is_never_dropped() -> None:
+    with pytest.raises(ValidationError, match="created_at"):
+        Deployment.model_validate(deployment_json(created_at="yesterday"))
+
+
+def test_an_odd_revision_value_is_dropped_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    revision = Revision.model_validate({"id": REV_NEW, "status": "BUILDING", "created_at": "not a date"})
+    assert revision.status is RevisionStatus.BUILDING and revision.created_at is None
+    assert "revision '22222222-2222-4222-8222-222222222222': ignoring the value of created_at" in caplog.text
+
+
+def test_strict_reading_switches_the_tolerant_reader_off() -> None:
+    odd = odd_deployment()
+    with pytest.raises(ValidationError, match="integration_id"):
+        Deployment.model_validate(odd, context=STRICT_READING)
+    with pytest.raises(ValidationError, match=r"resources\.0"):
+        DeploymentListPage.model_validate({"resources": [odd], "offset": 1}, context=STRICT_READING)
+
+
+# ------------------------------------------------------------------ validators (mutation survivors)
+def test_canonical_uuid_forms_and_errors() -> None:
+    value = "7F4B6C2E-3A51-4A8E-9D2C-0F1E2D3C4B5A"
+    assert canonical_uuid(uuid.UUID(value)) == DEPLOYMENT_ID
+    assert canonical_uuid(DEPLOYMENT_ID) == DEPLOYMENT_ID
+    assert canonical_uuid(f"  {value} ") == DEPLOYMENT_ID
+    assert canonical_uuid("{" + value + "}") == DEPLOYMENT_ID
+    with pytest.raises(ValueError, match=r"^value must be a UUID string, got int$"):
+        canonical_uuid(123)
+    with pytest.raises(ValueError, match=r"^deployment_id must be a UUID \(e\.g\. 123e4567-.*\), got 'nope'$"):
+        canonical_uuid("nope", "deployment_id")
+
+
+def test_error_message_words_only_the_uuid_pattern() -> None:
+    uuid_error = {"type": "string_pattern_mismatch", "msg": "raw", "ctx": {"pattern": _HYPHENATED_UUID_PATTERN}}
+    assert error_message(uuid_error) == "Value error, value must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)"
+    assert error_message({"type": "string_pattern_mismatch", "msg": "raw", "ctx": {"pattern": "^x$"}}) == "raw"
+    assert error_message({"type": "other", "msg": "raw", "ctx": {"pattern": _HYPHENATED_UUID_PATTERN}}) == "raw"
+    assert error_message({"type": "int_from_float", "msg": "raw"}).startswith("must be a whole number")
+    assert error_message({}) == ""
+
+
+def test_zero_is_a_valid_integer_field_and_a_boolean_is_named() -> None:
+    body = {"source_config": {"resource_spec": {"min_scale": 0, "db_cpu": 0}}}
+    assert PatchDeploymentRequest.model_validate(body).to_request_body() == body
+    with pytest.raises(
+        InvalidRequestError, match=r"resource_spec\.max_scale: Value error, must be a number, got True$"
+    ):
+        _validated(PatchDeploymentRequest, {"source_config": {"resource_spec": {"max_scale": True}}})
+
+
+def test_unknown_field_messages() -> None:
+    with pytest.raises(ValidationError) as caught:
+        PatchDeploymentRequest.model_validate({"source_config": {"repo_ulr": "x", "zzz": 1}})
+    text = str(caught.value)
+    assert (
+        "unknown field 'source_config.repo_ulr'; did you mean 'repo_url'?; unknown field 'source_config.zzz'; " in text
+    )
+    assert "expected one of: build_command, build_on_push, custom_url, deployment_type, install_command, " in text
+
+
+def test_changes_revision_needs_a_set_field() -> None:
+    assert not SourceRevisionConfigPatch().changes_revision
+    assert SourceRevisionConfigPatch(graph_config_path="g.json").changes_revision
+
+
+def test_request_secret_messages() -> None:
+    with pytest.raises(ValidationError, match=r"secrets\.0\.value is required \(secret 'A' has none\)"):
+        PatchDeploymentRequest.model_validate({"secrets": [{"name": "A"}]})
+    repeated = [{"name": name, "value": "v"} for name in ("B", "A", "B", "A")]
+    with pytest.raises(ValidationError, match="secret names must be unique, repeated: A, B"):
+        PatchDeploymentRequest.model_validate({"secrets": repeated})
+    with pytest.raises(ValidationError, match="secret name must not be blank"):
+        PatchDeploymentRequest.model_validate({"secrets": [{"name": "  ", "value": "v"}]})
+
+
+def test_an_empty_nested_object_is_an_empty_patch() -> None:
+    with pytest.raises(ValidationError, match="empty patch"):
+        PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {}}})
+
+
+def test_tag_ids_with_a_comma_are_refused_by_name() -> None:
+    with pytest.raises(
+        ValidationError, match=r"tag_value_ids entries must be non-empty and contain no comma, got 'a,b'"
+    ):
+        ListDeploymentsQuery(tag_value_ids=["a,b"])
+
+
+def reflected(patch: dict[str, Any], **deployment: Any) -> bool:
+    return PatchDeploymentRequest.model_validate(patch).is_reflected_in(
+        Deployment.model_validate(deployment_json(**deployment))
+    )
+
+
+def test_is_reflected_in_compares_every_part_of_the_patch() -> None:
+    assert reflected({"source_revision_config": {"repo_ref": "main"}})
+    assert not reflected({"source_revision_config": {"repo_ref": "dev"}})
+    assert reflected({"source_config": {"resource_spec": {"min_scale": 1, "labels": {"team": "payments"}}}})
+    assert not reflected({"source_config": {"resource_spec": {"min_scale": 2}}})
+    assert not reflected({"source_config": {"install_command": "make"}})  # absent on the deployment
+    assert not reflected({"source_config": {"resource_spec": {"labels": {"team": "x"}}}})
+    secret = {"secrets": [{"name": "DB_PASSWORD", "value": "hunter2-very-secret"}]}
+    assert reflected(secret)  # echoed equal
+    assert reflected(secret, secrets=[{"name": "DB_PASSWORD", "value": REDACTED}])
+    assert reflected(secret, secrets=[{"name": "DB_PASSWORD"}])
+    assert not reflected(secret, secrets=[{"name": "DB_PASSWORD", "value": "other"}])
+    assert not reflected(secret, secrets=[{"name": "OTHER", "value": REDACTED}])
+    refs = {"secret_references": [{"name": "A", "secret_name": "s", "secret_key": "k"}]}
+    assert reflected(refs, secret_references=refs["secret_references"])
+    assert not reflected(refs, secret_references=[{"name": "A", "secret_name": "s", "secret_key": "other"}])
+    assert not reflected(refs)
+    both = {"source_revision_config": {"repo_ref": "main"}, "source_config": {"repo_url": "elsewhere"}}
+    assert not reflected(both)
+
+
+def test_is_reflected_in_ignores_revision_fields_the_patch_does_not_set() -> None:
+    image_too = {"repo_ref": "main", "image_uri": "img:1", "graph_config_path": "g.json"}
+    assert reflected({"source_revision_config": {"repo_ref": "main"}}, source_revision_config=image_too)
+
+
+def test_is_reflected_in_a_nested_value_the_deployment_lacks() -> None:
+    config = deployment_json()["source_config"]
+    assert not reflected(
+        {"source_config": {"resource_spec": {"min_scale": 1}}}, source_config={**config, "resource_spec": None}
+    )

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airflow_provider.models import (
+    STRICT_READING,
     Deployment,
     DeploymentSource,
     DeploymentStatus,
@@ -175,7 +176,7 @@ def _validate(model: type[M], entry: Any, place: str, problems: list[str]) -> M 
         problems.append(f"{place}: expected an object, got {type(entry).__name__}")
         return None
     try:
-        result = model.model_validate(entry)
+        result = model.model_validate(entry, context=STRICT_READING)  # seed data must be exactly right
     except ValidationError as error:
         problems.extend(_format_errors(error, place))
         return None

@@ -20,11 +20,21 @@ from airflow_provider import fleet
 from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
+    MAX_PAGE_SIZE,
     Deployment,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
     canonical_uuid,
+)
+from airflow_provider.patch_rules import (
+    RESOURCE_SPEC_MODES,
+    describe_refusals,
+    discouraged_fields,
+    merge_resource_spec,
+    refusals,
+    unchanged_fixed_fields,
+    without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
 from airflow_provider.tasks import fleet as fleet_tasks
@@ -45,6 +55,7 @@ from airflow_provider.tasks.base import (
     positive_seconds,
 )
 from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.rollback import (
     RollbackStarted,
     checked_fallback_config,
@@ -107,6 +118,17 @@ class DeploymentLink(BaseOperatorLink):
         return url if isinstance(url, str) else ""
 
 
+def _own_xcom(context: Context, key: str, log: Any) -> str | None:
+    """A string this task pushed under ``key`` earlier in this try (``None`` when absent or unreadable)."""
+    ti = context["ti"]
+    try:
+        value = ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=ti.map_index)
+    except Exception as err:  # an asset event still goes out, without this value
+        log.warning("Could not read the XCom %r back (%s)", key, err)
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def _fail_on_invalid(what: str, err: pydantic.ValidationError) -> AirflowFailException:
     return AirflowFailException(f"invalid {what}: {describe_validation_error(err)}")
 
@@ -134,6 +156,10 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
     :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
         deployment does not change.
+
+    Its outlets get the provider's revisions alias (:func:`~airflow_provider.tasks.events.with_revision_outlets`),
+    so a subclass that lands a revision emits the deployment's asset event with one call to
+    :func:`~airflow_provider.tasks.events.emit_revision_event` (from its ``_landed``).
     """
 
     def __init__(
@@ -145,6 +171,8 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         **kwargs: Any,
     ) -> None:
+        # A task that lands a revision emits an asset event on the deployment (through this alias).
+        kwargs["outlets"] = with_revision_outlets(kwargs.get("outlets"))
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self.poll_interval = positive_seconds(poll_interval, "poll_interval")
@@ -582,6 +610,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     :param secret_references: Kubernetes secret references (``external_docker`` only).
     :param image_uri: shortcut for ``source_revision_config["image_uri"]``. Templated.
     :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``. Templated.
+    :param resource_spec_mode: ``"merge"`` (default): a ``source_config.resource_spec`` that names only some
+        fields is completed from the deployment's current one and sent whole, because production replaces
+        the whole resource_spec (a field set to ``None`` is removed); the fields kept are logged.
+        ``"replace"``: sent as given (production then drops every field not given).
+    :param check_source_rules: before sending, refuse what production refuses for this deployment (fields
+        that cannot change after creation, fields of another source, ``build_on_push`` with a tag ref),
+        naming the field, the deployment's source and the rule. ``False`` skips these local checks for a
+        server that accepts more (the server still decides); the request schema (unknown fields,
+        ResourceSpec bounds and integers) is always checked.
     :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
@@ -628,10 +665,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
+        resource_spec_mode: str = "merge",
+        check_source_rules: bool = True,
         **kwargs: Any,
     ) -> None:
         exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
+        if resource_spec_mode not in RESOURCE_SPEC_MODES:
+            raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
+        self.resource_spec_mode = resource_spec_mode
+        self.check_source_rules = check_source_rules
         if verify is not None and not callable(verify):
             raise ValueError(f"verify must be a callable given the live Deployment, got {type(verify).__name__}")
         self.verify = verify
@@ -687,14 +730,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             request = self.build_request()
             current = self._read(deployment_id)
         store = context.get("task_state_store")
+        to_send = self._against_current(request, current)
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
         previous_config = self._recorded_previous_config(store) if deployment is not None else {}
         if deployment is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            self.log.info("Patching %s: %s", current.summary(), describe_patch(request))
-            deployment = self.hook.patch_deployment(deployment_id, request, previous_latest_revision_id=previous_latest)
+            self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
+            deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
             self._record(
                 store,
@@ -719,6 +763,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
+        self._previous_active_id = previous_active
         landing = self._landing(deployment_id, revision_id, previous_active, previous_config)
         live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
         return self._judge_live(context, live, landing)
@@ -859,7 +904,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         )
 
     def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
-        """The one place where the patch's revision is known to be live (verified and baked when asked)."""
+        """The one place where the patch's revision is known to be live (verified and baked when asked):
+        emit the deployment's asset event when the patch changed the revision serving."""
+        previous = getattr(self, "_previous_active_id", None) or _own_xcom(
+            context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
+        )
+        if live.get("active_revision_id") and live.get("active_revision_id") != previous:
+            emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
         return live
 
     def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
@@ -885,6 +936,48 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             return {}
         config = recorded.get("previous_source_revision_config") if isinstance(recorded, dict) else None
         return dict(config) if isinstance(config, dict) else {}
+
+    def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
+        """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
+        off), create-time fields that would not change left out, a partial resource_spec completed."""
+        if self.check_source_rules:
+            found = refusals(request, current)
+            if found:
+                raise AirflowFailException(
+                    f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
+                )
+        try:
+            unchanged = unchanged_fixed_fields(request, current)
+            to_send = without_unchanged_fixed_fields(request, current)
+            if unchanged:
+                self.log.info(
+                    "Not sending source_config.%s: unchanged, and it cannot change after creation",
+                    ", source_config.".join(unchanged),
+                )
+            if self.resource_spec_mode == "merge":
+                merged = merge_resource_spec(to_send, current)
+                to_send = merged.request
+                if merged.kept:
+                    self.log.info(
+                        "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
+                        "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
+                        ", ".join(merged.kept),
+                    )
+                if merged.left_out:
+                    self.log.warning(
+                        "The deployment's current resource_spec has fields this provider cannot send, left out "
+                        "of the patch (production drops them): %s",
+                        ", ".join(merged.left_out),
+                    )
+        except ValueError as err:
+            raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
+        discouraged = discouraged_fields(to_send)
+        if discouraged:
+            self.log.warning(
+                "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+                ", ".join(discouraged),
+            )
+        return to_send
 
     def _read(self, deployment_id: str) -> Deployment:
         try:
@@ -918,7 +1011,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             try_number = getattr(context["ti"], "try_number", 1) or 1
             if try_number <= 1 or not self._applied_by_earlier_try(request, current, context):
                 return None, None, None
-            revision_id = current.latest_revision_id if request.creates_revision else None
+            # A resource_spec patch creates a revision in production and none under the spec's reading: an
+            # earlier try's revision is the latest one while it rolls out (once live, waiting for READY is the same).
+            created = request.creates_revision or (request.may_create_revision and current.is_rolling_out)
+            revision_id = current.latest_revision_id if created else None
             previous_active = current.active_revision_id if current.active_revision_id != revision_id else None
             source = f"found on the deployment (try {try_number}, no task_state_store record)"
         revision = None
@@ -1131,6 +1227,10 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             live.get("active_revision_id"),
             live.get("status"),
         )
+        previous = _own_xcom(context, XCOM_ROLLED_BACK_FROM, self.log)
+        emit_revision_event(
+            context, live, previous_revision_id=previous, outcome="rolled_back", outlets=self.outlets, log=self.log
+        )
         return live
 
     def _secret_values(self) -> tuple[str, ...]:
@@ -1242,6 +1342,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         (``"25%"``). Default 100.
     :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
     :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
+    :param max_parallel_patches: most PATCH requests of a wave in flight at once (a whole number >= 1;
+        default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
+        and a retry never patches a deployment twice whatever the value; the hook's client holds 20
+        connections, so more than 20 only queue.
     :param verify: callable given the live ``Deployment`` of each deployment that landed; returning false
         or raising fails that deployment. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
@@ -1291,6 +1395,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         wave_size: int | str = 100,
         max_failures: int | float = 0,
         pause_seconds: float = 0,
+        max_parallel_patches: int = 10,
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
@@ -1344,6 +1449,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.wave_size = fleet.check_wave_size(wave_size)
         self.max_failures = fleet.check_max_failures(max_failures)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
+        self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
@@ -1468,6 +1574,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     save=lambda index=index: progress_store.save(progress, index),  # type: ignore[misc]
                     earlier_try_since=self._earlier_try_since(context),
                     log=self.log,
+                    max_parallel=self.max_parallel_patches,
                 )
                 wave.phase = "patched"
                 progress_store.save(progress, index)
@@ -1620,7 +1727,28 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
             )
+        self._emit_landed(context, progress)
         return table
+
+    def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
+        """One asset event per deployment this rollout landed, still serving its revision (one list request
+        per 100 landed deployments reads them back)."""
+        landed = {row.deployment_id: row for row in progress.rows if row.outcome == fleet.Outcome.LANDED}
+        ids = [deployment_id for deployment_id, row in landed.items() if row.to_revision]
+        for start in range(0, len(ids), MAX_PAGE_SIZE):
+            try:
+                page = self.hook.list_deployments(
+                    deployment_ids=ids[start : start + MAX_PAGE_SIZE], limit=MAX_PAGE_SIZE
+                )
+            except DeploymentServiceError as err:  # the rollout succeeded; only its events are missing
+                self.log.warning("Could not read the landed deployments back for their asset events (%s)", err)
+                continue
+            for deployment in page.resources:
+                row = landed.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.to_revision:
+                    emit_revision_event(
+                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                    )
 
 
 __all__ = [

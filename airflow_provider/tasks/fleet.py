@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
@@ -257,24 +259,40 @@ def patch_wave(
     save: Callable[[], None],
     earlier_try_since: datetime | None,
     log: logging.Logger | Any,
+    max_parallel: int = 1,
 ) -> None:
-    """Patch every row of the wave not patched yet; record each patch before the next one.
+    """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
+    soon as it is answered.
 
     A row an earlier try patched (recorded) is left alone. On a retry (``earlier_try_since``), a row with
     no record whose deployment already shows the patch and changed since the run started is reattached to
     (its latest revision is taken as the rollout's) instead of patched again. A deployment that no longer
     exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
-    outlived the client's retries fails the task (a retry resumes here).
+    outlived the client's retries fails the task (a retry resumes here): no further patch is sent, and
+    the patches already in flight are awaited and recorded first.
+
+    Crash safety does not depend on ``max_parallel``. A row is recorded as patched only once the service
+    answered its PATCH (the client itself never applies one PATCH twice: after an ambiguous failure it
+    reads the deployment back before sending again). The worker can die between a PATCH reaching the
+    service and its record, for at most ``max_parallel`` rows at once (one when patching one at a time);
+    a retry finds each of them without a record but showing the patch, changed since the run started, and
+    reattaches to it instead of patching again. The calls ``patch_for`` (``request_for``), the row
+    updates, the log lines and ``save`` all run on the calling thread, one at a time; only the PATCH
+    requests run on the pool's threads (the client's connection pool holds 20 connections: beyond that,
+    requests wait for a free one).
 
     :param hook: the hook.
     :param wave: the wave (its rows are updated in place).
     :param request_for: the patch for a deployment (may raise ``AirflowFailException`` for that one).
-    :param save: records the progress (called after every patch).
+    :param save: records the progress (called after each decision, and after each batch of patches that
+        finished together).
     :param earlier_try_since: the run's start when this is a retry, else ``None``.
     :param log: the task's logger.
+    :param max_parallel: most PATCH requests in flight at once (1: one after the other).
     """
     todo = [row for row in wave.rows if row.outcome == Outcome.PENDING and not row.patched]
     current = read_deployments(hook, [row.deployment_id for row in todo]) if todo else {}
+    ready: list[_Patch] = []
     for row in todo:
         now = time.time()
         deployment = current.get(row.deployment_id)
@@ -294,7 +312,10 @@ def patch_wave(
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
         if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
-            row.to_revision = deployment.latest_revision_id if request.creates_revision else None
+            # A resource_spec patch creates a revision in production but not under every reading: the
+            # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
+            created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
+            row.to_revision = deployment.latest_revision_id if created else None
             row.fingerprint, row.started_at, row.outcome = fingerprint, now, Outcome.ROLLING_OUT
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
@@ -302,35 +323,91 @@ def patch_wave(
             save()
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
-        try:
-            patched = hook.patch_deployment(
-                row.deployment_id, request, previous_latest_revision_id=deployment.latest_revision_id
-            )
-        except NotFoundError as err:
-            row.started_at = time.time()
-            row.decide(Outcome.FAILED, f"deployment {row.name!r} was deleted: {err}", row.started_at)
-            log.warning("%s: %s", wave.name, row.message)
+        ready.append(_Patch(len(ready), row, request, fingerprint))
+    if ready:
+        _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
+
+
+class _Patch(NamedTuple):
+    """One PATCH of a wave, ready to send."""
+
+    position: int
+    row: FleetRow
+    request: PatchDeploymentRequest
+    fingerprint: str
+
+
+def _send_patches(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    patches: Sequence[_Patch],
+    *,
+    save: Callable[[], None],
+    log: logging.Logger | Any,
+    max_parallel: int,
+) -> None:
+    """Send the patches, at most ``max_parallel`` in flight, in wave order; record the answers on this
+    thread as they come (see :func:`patch_wave`)."""
+    queue = deque(patches)
+    in_flight: dict[Future[Deployment], _Patch] = {}
+    stop: Exception | None = None  # the first failure that ends the wave (sent no further patch)
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=min(max_parallel, len(patches)), thread_name_prefix="fleet-patch") as pool:
+        while queue or in_flight:
+            while queue and stop is None and len(in_flight) < max_parallel:
+                item = queue.popleft()
+                future = pool.submit(
+                    hook.patch_deployment,
+                    item.row.deployment_id,
+                    item.request,
+                    previous_latest_revision_id=item.row.previous_latest,
+                )
+                in_flight[future] = item
+            if not in_flight:
+                break
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda done: in_flight[done].position):  # log in wave order
+                item = in_flight.pop(future)
+                try:
+                    _record_patch(wave, item, future.result(), log)
+                except NotFoundError as err:
+                    item.row.started_at = now = time.time()
+                    item.row.decide(Outcome.FAILED, f"deployment {item.row.name!r} was deleted: {err}", now)
+                    log.warning("%s: %s", wave.name, item.row.message)
+                except DeploymentServiceError as err:
+                    if err.transient:
+                        stop = stop or err
+                        continue
+                    item.row.started_at = now = time.time()
+                    item.row.decide(Outcome.FAILED, f"the service refused the patch: {err}", now)
+                    log.warning("%s: %s: %s", wave.name, item.row.name, item.row.message)
+                except Exception as err:  # not the service's verdict: end the wave, as a transient failure does
+                    stop = stop or err
             save()
-            continue
-        except DeploymentServiceError as err:
-            if err.transient:
-                raise
-            row.started_at = time.time()
-            row.decide(Outcome.FAILED, f"the service refused the patch: {err}", row.started_at)
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
-            save()
-            continue
-        created = patched.latest_revision_id if patched.latest_revision_id != deployment.latest_revision_id else None
-        row.to_revision, row.fingerprint = created, fingerprint
-        row.started_at, row.outcome = time.time(), Outcome.ROLLING_OUT
-        save()
-        log.info(
-            "%s: patched %s: revision %s (was active: %s)",
-            wave.name,
-            row.name,
-            created or "(none created)",
-            row.from_revision,
-        )
+    log.info(
+        "%s: %d PATCH request(s) sent in %.1f s, at most %d at a time%s",
+        wave.name,
+        len(patches) - len(queue),
+        time.monotonic() - began,
+        max_parallel,
+        f"; {len(queue)} not sent" if queue else "",
+    )
+    if stop is not None:
+        raise stop
+
+
+def _record_patch(wave: WaveRecord, item: _Patch, patched: Deployment, log: logging.Logger | Any) -> None:
+    row = item.row
+    created = patched.latest_revision_id if patched.latest_revision_id != row.previous_latest else None
+    row.to_revision, row.fingerprint = created, item.fingerprint
+    row.started_at, row.outcome = time.time(), Outcome.ROLLING_OUT
+    log.info(
+        "%s: patched %s: revision %s (was active: %s)",
+        wave.name,
+        row.name,
+        created or "(none created)",
+        row.from_revision,
+    )
 
 
 def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, since: datetime) -> bool:

@@ -4,6 +4,7 @@ deferral wave by wave, resuming a retry, and bad input refused before any reques
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -300,9 +301,18 @@ def test_a_wave_in_the_triggerer_costs_one_list_request_per_round(fleet: Any) ->
     emulator.state.reset_requests()
     event = run_trigger(deferred.value.trigger)
     assert event["status"] == "done" and len(event["outcomes"]) == 150
-    lists = [record for record in emulator.state.request_log if record.route == LIST_ROUTE]
-    rounds = len(lists) / 2  # 150 rollouts: two list requests (100 + 50) per round
-    assert len(lists) % 2 == 0 and rounds <= 1.0 / 0.25 + 3
+    # A round's list requests go out together; rounds are poll_interval (0.25 s) apart. Decided rollouts
+    # leave the poller, so a round asks for ceil(undecided / 100): two while more than 100 wait, then one.
+    rounds: list[list[Any]] = []
+    for record in sorted(emulator.state.request_log, key=lambda item: item.at):
+        if record.route != LIST_ROUTE:
+            continue
+        if rounds and (record.at - rounds[-1][0].at).total_seconds() < 0.1:
+            rounds[-1].append(record)
+        else:
+            rounds.append([record])
+    assert len(rounds[0]) == 2, "150 rollouts: the first round asks for 100 + 50"
+    assert all(len(requests) <= 2 for requests in rounds) and len(rounds) <= 1.0 / 0.25 + 3
 
 
 # ------------------------------------------------------------------------------------------ retries
@@ -335,6 +345,91 @@ def test_a_retry_after_the_record_was_lost_reattaches_instead_of_patching_again(
     assert {row["outcome"] for row in table} == {Outcome.LANDED}
 
 
+# ------------------------------------------------------------------------------------------ parallel patches
+class ThreadRecordingStore(FakeStore):
+    """A store that notes which thread wrote, and whether two writes ever overlapped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+        self.busy = threading.Lock()
+        self.overlapped = False
+
+    def set(self, key: str, value: Any) -> None:
+        if not self.busy.acquire(blocking=False):
+            self.overlapped = True
+            self.busy.acquire()
+        try:
+            self.threads.add(threading.current_thread().name)
+            time.sleep(0.001)
+            super().set(key, value)
+        finally:
+            self.busy.release()
+
+
+def patch_arrivals(emulator: Any) -> list[float]:
+    """When each PATCH reached the emulator (real seconds), in arrival order."""
+    return sorted(record.at.timestamp() for record in emulator.state.request_log if record.route == PATCH_ROUTE)
+
+
+def test_a_waves_patches_overlap_up_to_max_parallel_patches(fleet: Any) -> None:
+    delay = 1.0
+    emulator = fleet(8)
+    ids = ids_by_name(emulator)
+    # Every PATCH is answered only after `delay`: one sent before an earlier one's delay ran out overlapped it.
+    emulator.state.add_fault(FaultRule(kind="delay", delay_seconds=delay, method="PATCH", count=None))
+    store = ThreadRecordingStore()
+    table = fleet_op(deployment_names=sorted(ids), wave_size=8, max_parallel_patches=4).execute(
+        make_context(store=store)
+    )
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    arrivals = patch_arrivals(emulator)
+    assert len(arrivals) == 8
+    assert arrivals[3] - arrivals[0] < delay, "the first four PATCHes were not in flight together"
+    # A fifth is sent only when one of the four was answered: never five within one delay.
+    assert all(later - earlier >= delay - 0.01 for earlier, later in zip(arrivals, arrivals[4:], strict=False))
+    assert store.threads == {threading.current_thread().name} and not store.overlapped
+    for deployment_id in ids.values():
+        assert len(revisions(emulator, deployment_id)) == 2
+
+
+def test_max_parallel_patches_1_sends_them_one_after_the_other(fleet: Any) -> None:
+    delay = 0.3
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    emulator.state.add_fault(FaultRule(kind="delay", delay_seconds=delay, method="PATCH", count=None))
+    table = fleet_op(deployment_names=sorted(ids), max_parallel_patches=1).execute(make_context())
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    arrivals = patch_arrivals(emulator)
+    assert len(arrivals) == 3
+    assert all(later - earlier >= delay - 0.01 for earlier, later in itertools.pairwise(arrivals))
+    assert patched_order(emulator) == [ids[name] for name in sorted(ids)]
+
+
+def test_a_transient_failure_mid_wave_records_the_patches_in_flight_and_a_retry_patches_none_twice(
+    fleet: Any,
+) -> None:
+    emulator = fleet(6)
+    ids = ids_by_name(emulator)
+    emulator.state.add_fault(
+        FaultRule(kind="status", status_code=503, method="PATCH", path=f"/v2/deployments/{ids['app-0001']}", count=20)
+    )
+    store = FakeStore()
+    task_options = {"deployment_names": sorted(ids), "wave_size": 6, "max_attempts": 2, "max_parallel_patches": 3}
+    with pytest.raises(Exception, match="503"):
+        fleet_op(**task_options).execute(make_context(FakeTI(try_number=1), store))
+    landed = set(patched_order(emulator))
+    assert landed and ids["app-0001"] not in landed
+    recorded = {row["deployment_id"] for row in store.data[f"{STATE_KEY}/wave/0"]["rows"] if row["started_at"]}
+    assert recorded == landed, "a PATCH the service accepted was not recorded before the task failed"
+    emulator.state.clear_faults()
+    table = fleet_op(**task_options).execute(make_context(FakeTI(try_number=2), store))
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    assert sorted(patched_order(emulator)) == sorted(ids.values()), "a deployment was patched twice"
+    for deployment_id in ids.values():
+        assert len(revisions(emulator, deployment_id)) == 2
+
+
 # ------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize(
     ("arguments", "message"),
@@ -350,6 +445,9 @@ def test_a_retry_after_the_record_was_lost_reattaches_instead_of_patching_again(
         ({"deployment_names": ["a"], "max_failures": 1.5}, "max_failures"),
         ({"deployment_names": ["a"], "canary": -1}, "canary"),
         ({"deployment_names": ["a"], "pause_seconds": -1}, "pause_seconds"),
+        ({"deployment_names": ["a"], "max_parallel_patches": 0}, "max_parallel_patches"),
+        ({"deployment_names": ["a"], "max_parallel_patches": 2.5}, "max_parallel_patches"),
+        ({"deployment_names": ["a"], "max_parallel_patches": True}, "max_parallel_patches"),
         ({"deployment_names": ["a"], "repo_ref": None}, "no change"),
     ],
 )

@@ -1,0 +1,332 @@
+"""DeploymentEventTrigger against the emulator over HTTP: event kinds, batching, cursor across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Any
+
+import pytest
+from airflow.sdk import AssetWatcher
+
+from airflow_provider.assets import deployment_asset
+from airflow_provider.models import PatchDeploymentRequest
+from airflow_provider.triggers import deployment_service as triggers
+from airflow_provider.triggers.deployment_service import (
+    DeploymentEventTrigger,
+    DeploymentRolloutTrigger,
+    active_pollers,
+)
+from tests.tasks.conftest import LIST_ROUTE, REVISION_ROUTE, SECRET, deployment_named, scan_for_secret, seed, wait_until
+
+INTERVAL = 0.05
+
+
+class FakeAccessor:
+    """One asset's state store: JSON values, like Airflow's ``AssetStateStoreAccessor``."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.writes = 0
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return json.loads(json.dumps(self.data[key])) if key in self.data else default
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.data[key] = json.loads(json.dumps(value))
+        self.writes += 1
+
+
+class FakeStore:
+    """``trigger.asset_state_store`` as the triggerer injects it for a watcher of one asset."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.accessor = FakeAccessor(self.data)
+        self._by_name = {"deployment-service://deployments/x": self.accessor}
+
+
+class Running:
+    """A watcher's event loop running in the background, collecting payloads."""
+
+    def __init__(self, trigger: DeploymentEventTrigger, store: FakeStore | None = None) -> None:
+        self.trigger = trigger
+        trigger.asset_state_store = store  # type: ignore[assignment]
+        self.payloads: list[dict[str, Any]] = []
+        self.task = asyncio.create_task(self._collect())
+
+    async def _collect(self) -> None:
+        async for event in self.trigger.run():
+            json.dumps(event.payload)
+            self.payloads.append(event.payload)
+
+    def kinds(self) -> list[tuple[str, str]]:
+        return [(p["kind"], p["deployment_name"]) for p in self.payloads]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+
+
+def watcher(**kwargs: Any) -> DeploymentEventTrigger:
+    return DeploymentEventTrigger(**{"poll_interval": INTERVAL, "max_attempts": 2, **kwargs})
+
+
+def roll_out(emulator: Any, deployment_id: str, ref: str = "release/2") -> str:
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": ref})
+    revision_id = str(emulator.state.patch_deployment(deployment_id, body)["latest_revision_id"])
+    emulator.state.advance(3.5)
+    return revision_id
+
+
+async def rounds(count: int = 3) -> None:
+    (poller,) = active_pollers()
+    target = poller.rounds_completed + count
+    await wait_until(lambda: poller.rounds_completed >= target)
+
+
+async def no_tasks_left() -> None:
+    await wait_until(lambda: asyncio.all_tasks() == {asyncio.current_task()}, timeout=2)
+    assert active_pollers() == []
+
+
+# ----------------------------------------------------------------------------------- arguments
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "exactly one of deployment_ids, deployment_names and filters"),
+        ({"deployment_ids": ["x"], "deployment_names": ["a"]}, r"got deployment_ids, deployment_names"),
+        ({"deployment_ids": ["not-a-uuid"]}, "deployment_ids must be a UUID"),
+        ({"deployment_ids": []}, "deployment_ids must be a non-empty list"),
+        ({"deployment_names": ["ok", " "]}, "deployment_names entries must be non-empty"),
+        ({"filters": {"status": "GONE"}}, "filters.status"),
+        ({"filters": {"stauts": "READY"}}, "unknown key.*stauts"),
+        ({"filters": {"deployment_type": "prod"}, "events": ["revision_live", "typo"]}, "events must be"),
+        ({"deployment_names": ["a"], "poll_interval": 0}, "poll_interval must be a positive"),
+        ({"deployment_names": ["a"], "max_attempts": -1}, "max_attempts must be a positive"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DeploymentEventTrigger(**kwargs)
+
+
+def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
+    trig = DeploymentEventTrigger(
+        deployment_ids="8D12E254-9195-47CA-94EC-20051AE2FC1B, 8d12e254-9195-47ca-94ec-20051ae2fc1b",
+        events=["status_changed", "revision_live"],
+        poll_interval=15,
+        deployment_service_conn_id="svc",
+        read_timeout=5.0,
+    )
+    classpath, kwargs = trig.serialize()
+    assert classpath == "airflow_provider.triggers.deployment_service.DeploymentEventTrigger"
+    assert kwargs == {
+        "deployment_ids": ["8d12e254-9195-47ca-94ec-20051ae2fc1b"],
+        "deployment_names": None,
+        "filters": None,
+        "events": ["revision_live", "status_changed"],
+        "poll_interval": 15.0,
+        "deployment_service_conn_id": "svc",
+        "read_timeout": 5.0,
+    }
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    assert DeploymentEventTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert DeploymentEventTrigger(**kwargs).cursor_key == trig.cursor_key
+    asset = deployment_asset("8d12e254-9195-47ca-94ec-20051ae2fc1b", watchers=[AssetWatcher(name="w", trigger=trig)])
+    assert asset.watchers[0].trigger is trig
+
+
+# ------------------------------------------------------------------------------------ event kinds
+async def test_nothing_at_start_then_one_event_per_revision_rolled_out_outside_airflow(emulator: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(deployment_ids=[dep["id"]]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(5)
+    assert run.payloads == [], "what is already there must not fire"
+    revision_id = roll_out(emulator, dep["id"])
+    await wait_until(lambda: len(run.payloads) == 1)
+    await rounds(5)
+    (payload,) = run.payloads
+    assert payload["kind"] == "revision_live" and payload["origin"] == "watcher"
+    assert payload["deployment_id"] == dep["id"] and payload["deployment_name"] == "checkout-api-dev"
+    assert payload["revision_id"] == revision_id
+    assert payload["previous_revision_id"] == dep["active_revision_id"]
+    assert payload["source_revision_config"]["repo_ref"] == "release/2"
+    assert payload["status"] == "READY"
+    scan_for_secret(payload)
+    second = roll_out(emulator, dep["id"], "release/3")
+    await wait_until(lambda: len(run.payloads) == 2)
+    assert run.payloads[1]["revision_id"] == second and run.payloads[1]["previous_revision_id"] == revision_id
+    await run.stop()
+    await no_tasks_left()
+
+
+async def test_status_change_and_deletion(emulator: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(deployment_ids=[dep["id"]]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.set_status(dep["id"], "UNUSED")
+    await wait_until(lambda: len(run.payloads) == 1)
+    assert run.payloads[0]["kind"] == "status_changed"
+    assert (run.payloads[0]["previous_status"], run.payloads[0]["status"]) == ("READY", "UNUSED")
+    emulator.state.delete_deployment(dep["id"])
+    await wait_until(lambda: len(run.payloads) == 2)
+    await rounds(3)
+    assert run.kinds() == [("status_changed", "checkout-api-dev"), ("deleted", "checkout-api-dev")]
+    assert run.payloads[1]["status"] is None and run.payloads[1]["previous_status"] == "UNUSED"
+    await run.stop()
+
+
+async def test_failed_revision_through_the_revision_endpoint(emulator: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(deployment_ids=[dep["id"]], events=["revision_failed", "revision_live"]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": "release/bad"})
+    failed = str(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
+    await rounds(3)
+    emulator.state.advance(3.5)
+    await wait_until(lambda: len(run.payloads) == 1)
+    await rounds(5)
+    (payload,) = run.payloads
+    assert payload["kind"] == "revision_failed" and payload["failed_revision_id"] == failed
+    assert payload["failed_revision_status"] == "BUILD_FAILED"
+    assert payload["revision_id"] == dep["active_revision_id"]  # the old revision still serves
+    assert payload["source_revision_config"]["repo_ref"] == "release/bad"
+    assert emulator.state.count(REVISION_ROUTE) <= 3  # asked when the deployment changed, not every round
+    await run.stop()
+
+
+async def test_without_the_revision_endpoint_failures_stay_silent(service: Any) -> None:
+    emulator = service(optional_endpoints=False)
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(deployment_ids=[dep["id"]]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    roll_out(emulator, dep["id"], "release/bad")
+    await rounds(5)
+    revision_id = roll_out(emulator, dep["id"], "release/good")
+    await wait_until(lambda: len(run.payloads) == 1)
+    assert run.payloads[0]["kind"] == "revision_live" and run.payloads[0]["revision_id"] == revision_id
+    await run.stop()
+
+
+async def test_by_name_follows_a_deployment_deleted_and_created_again(emulator: Any) -> None:
+    from airflow_provider.emulator.state import EmulatorCreateRequest
+
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(deployment_names=["checkout-api-dev", "not-created-yet"]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.delete_deployment(dep["id"])
+    await wait_until(lambda: len(run.payloads) == 1)
+    created = emulator.state.create_deployment(
+        EmulatorCreateRequest(name="checkout-api-dev", source="codehost", source_revision_config={"repo_ref": "main"})
+    )
+    await rounds(3)
+    emulator.state.advance(5)
+    await wait_until(lambda: len(run.payloads) >= 3)
+    assert [p["kind"] for p in run.payloads] == ["deleted", "status_changed", "revision_live"]
+    assert run.payloads[2]["deployment_id"] == created["id"]
+    assert run.payloads[2]["previous_revision_id"] is None
+    await run.stop()
+
+
+async def test_filters_watch_every_match_and_notice_it_leaving(emulator: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(watcher(filters={"name_contains": "checkout", "status": "READY"}))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    revision_id = roll_out(emulator, dep["id"])
+    await wait_until(lambda: len(run.payloads) == 1)
+    assert run.payloads[0]["kind"] == "revision_live" and run.payloads[0]["revision_id"] == revision_id
+    emulator.state.set_status(dep["id"], "AWAITING_DELETE")  # no longer matches status=READY
+    await wait_until(lambda: len(run.payloads) == 2)
+    await rounds(3)
+    assert run.payloads[1]["kind"] == "status_changed" and run.payloads[1]["status"] == "AWAITING_DELETE"
+    await run.stop()
+
+
+# ---------------------------------------------------------------------------------------- batching
+@pytest.mark.parametrize("count", [1, 100, 250])
+async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count: int) -> None:
+    emulator = service(data=seed(count, status="READY"))
+    deployments = emulator.state.snapshot()["deployments"]
+    ids = [item["id"] for item in deployments]
+    # Three watchers over overlapping sets, and a waiting rollout: one poller, ceil(W / 100) lists per round.
+    runs = [
+        Running(watcher(deployment_ids=ids)),
+        Running(watcher(deployment_ids=ids[: max(1, count // 2)])),
+        Running(watcher(deployment_ids=ids[::-1], events=["deleted"])),
+    ]
+    emulator.state.set_status(ids[0], "UNUSED")
+    rollout = asyncio.create_task(
+        _drain(DeploymentRolloutTrigger(ids[0], None, runs[0].trigger.hook_params, poll_interval=INTERVAL))
+    )
+    await wait_until(lambda: len(active_pollers()) == 1)
+    (poller,) = active_pollers()
+    await rounds(2)
+    before, rounds_before = emulator.state.count(LIST_ROUTE), poller.rounds_completed
+    await rounds(4)
+    per_round = (emulator.state.count(LIST_ROUTE) - before) / (poller.rounds_completed - rounds_before)
+    assert per_round == math.ceil(count / 100)
+    emulator.state.set_status(ids[0], "READY")
+    await asyncio.wait_for(rollout, 10)
+    await wait_until(lambda: len(runs[0].payloads) == 1)
+    assert runs[0].kinds() == [("status_changed", deployments[0]["name"])]
+    assert runs[2].payloads == []
+    for run in runs:
+        await run.stop()
+    await no_tasks_left()
+
+
+async def _drain(trig: DeploymentRolloutTrigger) -> list[Any]:
+    return [event async for event in trig.run()]
+
+
+# ------------------------------------------------------------------------------------------ cursor
+async def test_no_lost_and_no_duplicate_event_across_restarts(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triggers, "CURSOR_COMMIT_DELAY", 0.3)
+    dep = deployment_named(emulator, "checkout-api-dev")
+    store = FakeStore()
+    first = Running(watcher(deployment_ids=[dep["id"]]), store)
+    await wait_until(lambda: store.accessor.writes >= 1)  # the baseline is saved at once
+    await first.stop()
+    revision_id = roll_out(emulator, dep["id"])  # while no triggerer runs
+    second = Running(watcher(deployment_ids=[dep["id"]]), store)
+    await wait_until(lambda: len(second.payloads) == 1)
+    assert second.payloads[0]["revision_id"] == revision_id
+    writes = store.accessor.writes
+    await wait_until(lambda: store.accessor.writes > writes)  # saved once the event had time to be stored
+    await second.stop()
+    third = Running(watcher(deployment_ids=[dep["id"]], poll_interval=0.07), store)  # interval may change
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(5)
+    assert third.payloads == []
+    await third.stop()
+    scan_for_secret(store.data)
+    assert SECRET not in json.dumps(store.data)
+    await no_tasks_left()
+
+
+async def test_a_restart_right_after_an_event_repeats_it_rather_than_losing_it(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(triggers, "CURSOR_COMMIT_DELAY", 30.0)
+    dep = deployment_named(emulator, "checkout-api-dev")
+    store = FakeStore()
+    first = Running(watcher(deployment_ids=[dep["id"]]), store)
+    await wait_until(lambda: store.accessor.writes >= 1)
+    roll_out(emulator, dep["id"])
+    await wait_until(lambda: len(first.payloads) == 1)
+    await first.stop()  # before the triggerer could have stored the event: the cursor is not ahead of it
+    second = Running(watcher(deployment_ids=[dep["id"]]), store)
+    await wait_until(lambda: len(second.payloads) == 1)
+    assert second.payloads[0]["event_id"] == first.payloads[0]["event_id"]
+    await second.stop()
