@@ -39,9 +39,11 @@ from airflow_provider.defaults import (
     DEFAULT_RETRY_AFTER_MAX,
 )
 from airflow_provider.errors import (
+    AmbiguousDeploymentNameError,
     ApiError,
     AuthError,
     ConflictError,
+    DeploymentNameNotFoundError,
     DeploymentServiceError,
     InvalidRequestError,
     NotFoundError,
@@ -77,6 +79,8 @@ T = TypeVar("T")
 
 USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__version__}"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+NEAR_NAMES_SHOWN = 10
+"""How many near names a failed lookup by name lists."""
 MIN_LENGTH_MASKED_SECRET = 5
 """Secrets and keys shorter than this are not scrubbed from messages: the default of Airflow's
 ``[logging] min_length_masked_secret``, whose masker skips shorter values too (replacing every ``k`` in
@@ -710,6 +714,42 @@ class _ClientCore:
             status_code=200,
         )
 
+    @staticmethod
+    def _name_query(name: str) -> ListDeploymentsQuery:
+        """The list query whose pages hold every deployment named ``name`` (a substring filter)."""
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidRequestError(f"deployment_name must be a deployment's exact name, got {name!r}")
+        return ListDeploymentsQuery(name_contains=name, limit=MAX_PAGE_SIZE)
+
+    @staticmethod
+    def _named(name: str, matches: list[Deployment]) -> Deployment:
+        """The one deployment of ``matches`` (all ``name_contains`` matches) named exactly ``name``."""
+        exact = [deployment for deployment in matches if deployment.name == name]
+        if len(exact) == 1:
+            return exact[0]
+        if exact:
+            ids = sorted(deployment.id for deployment in exact)
+            raise AmbiguousDeploymentNameError(
+                f"{len(exact)} deployments are named {name!r} (ids {', '.join(ids)}); give deployment_id instead",
+                name=name,
+                deployment_ids=ids,
+                method="GET",
+                path="/v2/deployments",
+                status_code=200,
+            )
+        near = sorted(deployment.name for deployment in matches)
+        shown = ", ".join(repr(item) for item in near[:NEAR_NAMES_SHOWN])
+        more = f" (and {len(near) - NEAR_NAMES_SHOWN} more)" if len(near) > NEAR_NAMES_SHOWN else ""
+        listed = f"names containing it: {shown}{more}" if near else "no deployment name contains it"
+        raise DeploymentNameNotFoundError(
+            f"no deployment is named exactly {name!r}; {listed}",
+            name=name,
+            near_names=near,
+            method="GET",
+            path="/v2/deployments",
+            status_code=200,
+        )
+
     def _patch_plan(
         self,
         deployment_id: str,
@@ -980,6 +1020,15 @@ class DeploymentServiceClient(_ClientCore):
         """One deployment, through the list endpoint's ``deployment_ids`` filter; :class:`NotFoundError` if absent."""
         return self._found(deployment_id, self.execute(self._get_deployment_via_list(deployment_id)))
 
+    def get_deployment_by_name(self, name: str) -> Deployment:
+        """The one deployment named exactly ``name``: every ``name_contains`` page is read and the exact match
+        kept. :class:`DeploymentNameNotFoundError` (naming near names) or
+        :class:`AmbiguousDeploymentNameError` (naming the ids) otherwise.
+
+        :param name: the deployment's exact name.
+        """
+        return self._named(name, list(self.iter_deployments(self._name_query(name))))
+
     def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""
         return self.execute(self._get_revision(deployment_id, revision_id))
@@ -1215,6 +1264,10 @@ class AsyncDeploymentServiceClient(_ClientCore):
     async def get_deployment(self, deployment_id: str) -> Deployment:
         """One deployment, through the list endpoint's ``deployment_ids`` filter."""
         return self._found(deployment_id, await self.execute(self._get_deployment_via_list(deployment_id)))
+
+    async def get_deployment_by_name(self, name: str) -> Deployment:
+        """The one deployment named exactly ``name`` (see the sync twin)."""
+        return self._named(name, [item async for item in self.iter_deployments(self._name_query(name))])
 
     async def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """``GET /v2/deployments/{id}/revisions/{revision_id}`` (production endpoint outside the spec)."""

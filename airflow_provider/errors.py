@@ -6,7 +6,7 @@ may succeed. Messages never hold the API key or a secret value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider.models import ErrorDetail
@@ -57,6 +57,33 @@ class NotFoundError(ApiError):
     """404: the deployment, integration or revision does not exist (or is not visible to this key)."""
 
 
+class DeploymentNameNotFoundError(NotFoundError):
+    """No deployment has exactly the name asked for (the list filter matches substrings; the exact match is
+    kept client-side). The message names up to ten near names.
+
+    :param name: the name asked for.
+    :param near_names: the names that contain it (sorted), possibly empty.
+    """
+
+    def __init__(self, message: str, *, name: str, near_names: list[str], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.name = name
+        self.near_names = near_names
+
+
+class AmbiguousDeploymentNameError(DeploymentServiceError, LookupError):
+    """Several deployments have exactly the name asked for; the message names their ids.
+
+    :param name: the name asked for.
+    :param deployment_ids: the ids of the deployments that have it.
+    """
+
+    def __init__(self, message: str, *, name: str, deployment_ids: list[str], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.name = name
+        self.deployment_ids = deployment_ids
+
+
 class RequestRejectedError(ApiError):
     """400 or 422: the service refused the request's content."""
 
@@ -94,9 +121,11 @@ class UnexpectedResponseError(DeploymentServiceError):
 
 
 __all__ = [
+    "AmbiguousDeploymentNameError",
     "ApiError",
     "AuthError",
     "ConflictError",
+    "DeploymentNameNotFoundError",
     "DeploymentServiceError",
     "InvalidRequestError",
     "NotFoundError",

@@ -119,10 +119,8 @@ def rollout_verdict(
         return RolloutVerdict(state, message, (state.value, *key))
 
     if status is DeploymentStatus.AWAITING_DELETE:
-        return verdict(
-            RolloutState.FAILED,
-            f"{name} is being deleted (status AWAITING_DELETE); revision {revision_id or '(any)'} will never go live",
-        )
+        never = f"revision {revision_id} will never go live" if revision_id else "it will never be READY again"
+        return verdict(RolloutState.FAILED, f"{name} is being deleted (status AWAITING_DELETE); {never}")
     if revision_id is None:
         # Without a revision to wait for, READY is not enough either: a newer revision still building means
         # the deployment is about to change (the old revision keeps it READY meanwhile).

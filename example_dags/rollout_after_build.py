@@ -1,6 +1,6 @@
 """Roll out a freshly built image to one deployment and wait until that exact revision is serving.
 
-build -> find the deployment by name -> patch its ``image_uri`` (and its secrets) -> wait (deferrable)
+build -> patch the deployment named in the params (``image_uri`` and secrets) -> wait (deferrable)
 until the *new revision* is active and the deployment READY -> report what is now serving -> smoke test
 the live revision (HTTP GET of the deployment's URL) -> when the smoke test fails, roll back to the
 revision that served before the patch and wait until it serves again; the run then fails, saying so.
@@ -26,11 +26,7 @@ from airflow.sdk import Param, XComArg, dag, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.operators.deployment_service import (
-    ListDeploymentsOperator,
-    PatchDeploymentOperator,
-    RollbackDeploymentOperator,
-)
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator, RollbackDeploymentOperator
 from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 
 # Production pacing; the demo and the tests shorten it through these environment variables.
@@ -62,30 +58,13 @@ def rollout_after_build() -> None:
         """Stand-in for the CI build: returns the image URI the build pushed."""
         return f"{params['image_repository']}:{params['version']}"
 
-    find_deployment = ListDeploymentsOperator(
-        task_id="find_deployment",
-        name_contains="{{ params.deployment_name }}",
-        max_results=100,
-    )
-
-    @task
-    def pick_deployment(deployments: list[dict[str, Any]], params: dict[str, Any]) -> str:
-        """The list filter matches substrings; keep the deployment whose name is exactly the one asked for."""
-        exact = [d for d in deployments if d["name"] == params["deployment_name"]]
-        if len(exact) != 1:
-            seen = ", ".join(sorted(d["name"] for d in deployments)) or "none"
-            raise AirflowFailException(
-                f"expected exactly one deployment named {params['deployment_name']!r}, "
-                f"found {len(exact)} (names containing it: {seen})"
-            )
-        return str(exact[0]["id"])
-
     image_uri = build_image()
-    deployment_id = pick_deployment(find_deployment.output)
 
+    # The deployment is looked up by its exact name when the task runs (the list filter matches substrings;
+    # the hook pages through every match and keeps the exact one, failing on none or several).
     patch = PatchDeploymentOperator(
         task_id="patch_deployment",
-        deployment_id=deployment_id,
+        deployment_name="{{ params.deployment_name }}",
         image_uri=image_uri,
         secrets=SECRETS,
     )

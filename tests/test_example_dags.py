@@ -5,6 +5,7 @@ scenarios that must fail in the right task with a clear message.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -173,9 +174,42 @@ def test_rollout_after_build_fails_before_any_patch_for_an_unknown_deployment(
     emulator: Any, task_logs: Callable[[], str]
 ) -> None:
     state, tasks = run_dag("rollout_after_build", deployment_name="no-such-service")
-    assert state == "failed" and tasks["pick_deployment"] == "failed"
+    assert state == "failed" and tasks["patch_deployment"] == "failed"
     assert emulator.admin.count("PATCH /v2/deployments/{deployment_id}") == 0
-    assert "expected exactly one deployment named 'no-such-service'" in task_logs()
+    logs = task_logs()
+    assert "deployment_name='no-such-service': no deployment is named exactly 'no-such-service'" in logs
+    # The extra link's XCom is pushed before anything can fail: no missing deployment_url after the real error.
+    assert "key='deployment_url'" not in logs
+
+
+def test_rollout_after_build_names_near_names_when_the_name_is_not_exact(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    state, tasks = run_dag("rollout_after_build", deployment_name="checkout-api")
+    assert state == "failed" and tasks["patch_deployment"] == "failed"
+    near = sorted(d["name"] for d in emulator.admin.state()["deployments"] if "checkout-api" in d["name"])
+    assert len(near) > 10
+    shown = ", ".join(repr(name) for name in near[:10])
+    listed = f"names containing it: {shown} (and {len(near) - 10} more)"
+    assert f"no deployment is named exactly 'checkout-api'; {listed}" in task_logs()
+
+
+def test_each_waiting_line_is_logged_once_across_a_deferral(emulator: Any, task_logs: Callable[[], str]) -> None:
+    """The sensor logs its own look, the trigger (run inline by ``dag.test()``) only the states after it, and
+    the resumed sensor the outcome: no line twice, "is live" once."""
+    emulator.admin.update_deployment(emulator.admin.find_deployment("checkout-api-staging")["id"], build_seconds=3)
+    state, tasks = run_dag("rollout_after_build", version="2.4.0")
+    assert state == "success", tasks
+    logs = task_logs()
+    assert "running trigger in line" in logs  # the sensor did defer
+    said = [
+        re.sub(r" \(waited [\d.]+ s\)", "", found.group(0))
+        for found in re.finditer(r"deployment 'checkout-api-staging' \([^)]*\)[^\[\n]*", logs)
+    ]
+    waiting = [line for line in said if "waiting for revision" in line]
+    live = [line for line in said if line.rstrip().endswith("is live (status READY)")]
+    assert waiting and len(waiting) == len(set(waiting)), "\n".join(said)
+    assert len(live) == 1, "\n".join(said)
 
 
 # -------------------------------------------------------------------------- deploy_fleet_after_build
@@ -287,6 +321,39 @@ def test_a_patch_without_a_new_revision_still_feeds_the_sensor_through_xcom(
     after, revisions_after = revisions_of(emulator, "billing-worker-prod")
     assert len(revisions_after) == len(revisions_before)
     assert after["source_config"]["custom_url"] == "https://checkout.example.com"
+
+
+FAILING_PATCH_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+
+with DAG("failing_patch", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    PatchDeploymentOperator(task_id="patch", deployment_id="{deployment_id}", image_uri="app:2", retries=0)
+"""
+
+
+def test_a_failed_patch_logs_its_error_and_no_missing_xcom(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_logs: Callable[[], str]
+) -> None:
+    """Airflow asks every extra link for its URL when a task ends, failed or not; the Deployment link reads
+    the ``deployment_url`` XCom, which the operator pushes before anything can fail."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    missing = "0b9b7c43-3f0e-4d7e-9d7e-5a4c1c2b3a49"
+    dag_file = tmp_path / "failing_patch.py"
+    dag_file.write_text(FAILING_PATCH_DAG.format(deployment_id=missing))
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag("failing_patch").test()
+    assert str(run.state) == "failed"
+    logs = task_logs()
+    assert f"Deployment ID {missing} not found" in logs
+    assert "XCom not found" not in logs
 
 
 def test_every_operator_and_the_sensor_appear_in_an_example() -> None:

@@ -239,6 +239,15 @@ class DeploymentServiceHook(BaseHook):
         """One deployment by id (through the list endpoint's ``deployment_ids`` filter)."""
         return self.client.get_deployment(deployment_id)
 
+    def get_deployment_by_name(self, name: str) -> Deployment:
+        """The one deployment named exactly ``name`` (all ``name_contains`` pages, exact match kept);
+        :class:`~airflow_provider.errors.DeploymentNameNotFoundError` or
+        :class:`~airflow_provider.errors.AmbiguousDeploymentNameError` otherwise.
+
+        :param name: the deployment's exact name.
+        """
+        return self.client.get_deployment_by_name(name)
+
     def get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """One revision (production endpoint outside the spec; may answer 404/405)."""
         return self.client.get_revision(deployment_id, revision_id)
@@ -332,6 +341,10 @@ class DeploymentServiceHook(BaseHook):
     async def a_get_deployment(self, deployment_id: str) -> Deployment:
         """Async :meth:`get_deployment`."""
         return await (await self.get_async_client()).get_deployment(deployment_id)
+
+    async def a_get_deployment_by_name(self, name: str) -> Deployment:
+        """Async :meth:`get_deployment_by_name`."""
+        return await (await self.get_async_client()).get_deployment_by_name(name)
 
     async def a_get_revision(self, deployment_id: str, revision_id: str) -> Revision:
         """Async :meth:`get_revision`."""

@@ -44,8 +44,13 @@ from airflow_provider.tasks.base import (
     DEFAULT_ROLLOUT_TIMEOUT,
     DEFERRAL_GRACE,
     MISSING_RENDERS,
+    REVISION_VALUE_FIELDS,
     DeploymentServiceBaseTask,
+    check_rendered_value,
     checked_ids,
+    checked_name,
+    deployment_by_name,
+    exactly_one_target,
     non_negative_seconds,
     positive_seconds,
 )
@@ -96,10 +101,21 @@ class DeploymentLink(BaseOperatorLink):
     name = "Deployment"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        """The URL pushed under the XCom key ``deployment_url``, or ``""``."""
+        """The URL pushed under the XCom key ``deployment_url``, or ``""``.
+
+        Airflow asks every task's links when it ends, also when it failed before pushing the XCom (e.g. a
+        template that could not render). An unmapped task's value is read as a sequence, which is empty
+        when absent, so no "XCom not found" error follows the task's real one.
+        """
         from airflow.sdk.execution_time.xcom import XCom
 
-        url = XCom.get_value(ti_key=ti_key, key=XCOM_DEPLOYMENT_URL)
+        if ti_key.map_index < 0:
+            values = XCom.get_all(
+                key=XCOM_DEPLOYMENT_URL, dag_id=ti_key.dag_id, task_id=ti_key.task_id, run_id=ti_key.run_id
+            )
+            url = values[0] if values else None
+        else:
+            url = XCom.get_value(ti_key=ti_key, key=XCOM_DEPLOYMENT_URL)
         return url if isinstance(url, str) else ""
 
 
@@ -348,6 +364,13 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
         max_results: int | None = DEFAULT_MAX_RESULTS,
         **kwargs: Any,
     ) -> None:
+        for wire_name in ("limit", "offset"):
+            if wire_name in kwargs:
+                raise ValueError(
+                    f"ListDeploymentsOperator takes no {wire_name}={kwargs[wire_name]!r}: it pages through every "
+                    "match itself; use page_size (deployments per request, 1..100) and max_results (how many "
+                    "in total, default 1000)"
+                )
         super().__init__(**kwargs)
         self.name_contains = name_contains
         self.status = status
@@ -465,8 +488,26 @@ def resolve_secrets(secrets: Any) -> list[dict[str, str]] | None:
 
 
 def _is_missing_render(value: str) -> bool:
-    """Whether a rendered revision value is what a missing XCom or param renders to."""
+    """Whether a rendered value is, as a whole, what a missing XCom or param renders to."""
     return value.strip() in MISSING_RENDERS
+
+
+def describe_patch(request: PatchDeploymentRequest) -> str:
+    """The values a patch sends, for the log: ``source_revision_config.image_uri='...'``, secrets by name only.
+
+    :param request: the validated patch.
+    """
+    shown = request.model_dump(mode="json", exclude_none=True)  # secret values are masked here already
+    parts = []
+    for field, value in shown.items():
+        if field == "secrets":
+            names = ", ".join(secret["name"] for secret in value) or "none"
+            parts.append(f"secrets={len(value)} (names: {names}; values not shown)")
+        elif isinstance(value, dict):
+            parts.extend(f"{field}.{key}={item!r}" for key, item in value.items())
+        else:
+            parts.append(f"{field}={value!r}")
+    return ", ".join(parts)
 
 
 def _fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> tuple[str, str]:
@@ -511,19 +552,15 @@ def build_patch_request(
         raise AirflowFailException(f"source_revision_config must be a mapping, got {type(revision_config).__name__}")
     revision_config = dict(revision_config or {})
     for name, value in revision_config.items():
-        if isinstance(value, str) and _is_missing_render(value):
-            raise AirflowFailException(
-                f"source_revision_config.{name} rendered to {value!r}: expected a value (is the upstream "
-                "XCom or param missing?); leave the field out, or set it to None, to keep the current value"
-            )
+        check_rendered_value(f"source_revision_config.{name}", value, segments=name in REVISION_VALUE_FIELDS)
     for name, value in (("image_uri", image_uri), ("repo_ref", repo_ref)):
         if value is None:
             continue
-        if not isinstance(value, str) or _is_missing_render(value):
+        if not isinstance(value, str):
             raise AirflowFailException(
-                f"{name} rendered to {value!r}: expected an image URI or git ref (is the upstream XCom or "
-                "param missing?); pass None to leave it out"
+                f"{name} rendered to {value!r}: expected an image URI or git ref; pass None to leave it out"
             )
+        check_rendered_value(name, value)
         if revision_config.get(name) not in (None, value):
             raise AirflowFailException(
                 f"{name}={value!r} conflicts with source_revision_config.{name}={revision_config[name]!r}; "
@@ -564,7 +601,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     spec does not show whether a ``secrets`` list merges with the deployment's or replaces it (the
     emulator replaces it).
 
-    :param deployment_id: the deployment (UUID). Templated.
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name, looked up when the task runs (the XCom
+        ``deployment_id`` is the id found). Templated. Give this or ``deployment_id``.
     :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
     :param source_config: settings that change without a new revision. Templated.
     :param source_revision_config: settings that create a new revision. Templated.
@@ -603,6 +642,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 
     template_fields = (
         "deployment_id",
+        "deployment_name",
         "image_uri",
         "repo_ref",
         "source_revision_config",
@@ -615,7 +655,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def __init__(
         self,
         *,
-        deployment_id: str,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
         revision_source: str | None = None,
         source_config: dict[str, Any] | None = None,
         source_revision_config: dict[str, Any] | None = None,
@@ -631,6 +672,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         check_source_rules: bool = True,
         **kwargs: Any,
     ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
         if resource_spec_mode not in RESOURCE_SPEC_MODES:
             raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
@@ -644,6 +686,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if (verify is not None or self.bake_seconds or self.rollback_on_failure) and not wait_for_rollout:
             raise ValueError("verify, bake_seconds and rollback_on_failure need wait_for_rollout=True")
         self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
         self.revision_source = revision_source
         self.source_config = source_config
         self.source_revision_config = source_revision_config
@@ -656,8 +699,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
         """The validated patch (secret values resolved and masked); nothing is sent."""
+        target = self.deployment_id if self.deployment_name is None else repr(self.deployment_name)
         return build_patch_request(
-            f"patch for deployment {self.deployment_id}",
+            f"patch for deployment {target}",
             revision_source=self.revision_source,
             source_config=self.source_config,
             source_revision_config=self.source_revision_config,
@@ -675,11 +719,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
         """Patch (or reattach on a retry), push the XComs, and wait when asked to."""
-        deployment_id, _ = checked_ids(self.deployment_id, None)
-        request = self.build_request()
         ti = context["ti"]
+        # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
+        ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=None)
+        if self.deployment_name is not None:
+            name = checked_name(self.deployment_name)
+            request = self.build_request()
+            current = deployment_by_name(self.hook, name)
+            deployment_id = current.id
+            self.log.info("Deployment %r has id %s", name, deployment_id)
+        else:
+            deployment_id, _ = checked_ids(self.deployment_id, None)
+            request = self.build_request()
+            current = self._read(deployment_id)
         store = context.get("task_state_store")
-        current = self._read(deployment_id)
         to_send = self._against_current(request, current)
         deployment, revision_id, previous_active = self._reattach(request, current, context, store)
         previous_config = self._recorded_previous_config(store) if deployment is not None else {}
@@ -687,7 +740,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            self.log.info("Patching %s (fields: %s)", current.summary(), ", ".join(sorted(to_send.to_request_body())))
+            self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
             self._record(

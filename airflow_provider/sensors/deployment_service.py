@@ -13,6 +13,10 @@ from airflow_provider.tasks.base import (
     DEFAULT_REVISION_CHECK_INTERVAL,
     DeploymentServiceBaseTask,
     checked_ids,
+    checked_name,
+    checked_revision_id,
+    deployment_by_name,
+    exactly_one_target,
     non_negative_seconds,
     positive_seconds,
 )
@@ -32,7 +36,9 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
     service does not have it), or when a newer revision superseded it. Transient API errors are logged
     and retried on the next poke. Returns (and pushes) the deployment as redacted JSON.
 
-    :param deployment_id: the deployment (UUID). Templated.
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name, looked up once when the task starts (before
+        deferring: the trigger gets the id). Templated. Give this or ``deployment_id``.
     :param revision_id: the revision that must become active; ``None`` waits only for ``READY``. Templated.
     :param poll_interval: seconds between looks (the sensor's ``poke_interval``; give one or the other).
     :param deferrable: wait in the triggerer instead of a worker slot (checks once on the worker first).
@@ -43,19 +49,21 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
     :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
-    template_fields = ("deployment_id", "revision_id", "deployment_service_conn_id")
+    template_fields = ("deployment_id", "deployment_name", "revision_id", "deployment_service_conn_id")
     ui_color = "#d6eaf8"
 
     def __init__(
         self,
         *,
-        deployment_id: str,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
         revision_id: str | None = None,
         poll_interval: float | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         **kwargs: Any,
     ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
         if poll_interval is not None and "poke_interval" in kwargs:
             raise ValueError("give poll_interval or poke_interval, not both (they are the same setting)")
         if poll_interval is not None:
@@ -63,6 +71,7 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
         kwargs.setdefault("poke_interval", DEFAULT_POLL_INTERVAL)
         super().__init__(**kwargs)
         self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
         self.revision_id = revision_id
         self.deferrable = deferrable
         self.revision_check_interval = non_negative_seconds(revision_check_interval, "revision_check_interval")
@@ -75,14 +84,20 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
 
     def _rollout_check(self) -> RolloutCheck:
         if self._check is None:
-            deployment_id, revision_id = checked_ids(self.deployment_id, self.revision_id)
+            if self.deployment_name is not None:
+                name = checked_name(self.deployment_name)
+                revision_id = checked_revision_id(self.revision_id)
+                deployment_id = deployment_by_name(self.hook, name).id
+                self.log.info("Deployment %r has id %s", name, deployment_id)
+            else:
+                deployment_id, revision_id = checked_ids(self.deployment_id, self.revision_id)
             self._check = RolloutCheck(self.hook, deployment_id, revision_id, self.revision_check_interval, self.log)
         return self._check
 
     def execute(self, context: Context) -> Any:
         """Poke (or reschedule) until live; in deferrable mode check once, then defer to the trigger."""
-        check = self._rollout_check()
         try:
+            check = self._rollout_check()
             if not self.deferrable:
                 try:
                     return super().execute(context)

@@ -8,6 +8,7 @@ arguments: they can come from ``default_args`` and be given to ``.partial()``.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -16,8 +17,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
+from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import canonical_uuid
+from airflow_provider.models import Deployment, canonical_uuid
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
@@ -25,8 +27,16 @@ __all__ = [
     "DEFAULT_ROLLOUT_TIMEOUT",
     "DEFERRAL_GRACE",
     "MISSING_RENDERS",
+    "MISSING_RENDER_SEGMENTS",
+    "REVISION_VALUE_FIELDS",
     "DeploymentServiceBaseTask",
+    "check_rendered_value",
     "checked_ids",
+    "checked_name",
+    "checked_revision_id",
+    "deployment_by_name",
+    "exactly_one_target",
+    "missing_render_problem",
     "non_negative_seconds",
     "positive_seconds",
 ]
@@ -37,6 +47,65 @@ DEFERRAL_GRACE = 60.0
 """Seconds the triggerer's own timeout is given beyond the trigger's deadline (a safety net only)."""
 MISSING_RENDERS = ("", "None", "null")
 """What a template renders to when the XCom or param it pulls is missing."""
+MISSING_RENDER_SEGMENTS = (*MISSING_RENDERS, "undefined")
+"""Parts of a rendered URI or path that mean a missing XCom or param was spliced in (``undefined`` from
+a value built in JavaScript or a shell)."""
+REVISION_VALUE_FIELDS = ("image_uri", "repo_ref", "source_tarball_path", "graph_config_path")
+"""The ``source_revision_config`` fields whose rendered value is checked for spliced-in missing renders."""
+_MISSING_RENDER_CAUSE = (
+    "what a template renders for a missing XCom or param (task id typo in xcom_pull? param not set?)"
+)
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SEPARATORS = re.compile(r"([:/@])")
+
+
+def missing_render_problem(value: str, *, segments: bool = True) -> str | None:
+    """Why ``value`` looks like a template spliced in a missing XCom or param, or ``None`` when it does not.
+
+    A whole value of ``None``, ``null`` or blank is one; so is a part after ``:``, ``/`` or ``@`` that is
+    ``None``, ``null``, ``undefined`` or empty (a value ending in ``:`` or ``/``), and such a part before the
+    first separator. Only whole parts count: ``refs/heads/none-fix``, ``ghcr.io/acme/nullable:1`` and
+    ``app@sha256:...`` pass, and a leading ``scheme://`` or ``/`` is not an empty part.
+
+    :param value: the rendered value.
+    :param segments: also look at the parts; else only at the whole value.
+    """
+    if value.strip() in MISSING_RENDERS:
+        return f"the whole value is {value.strip()!r}" if value.strip() else "the value is empty"
+    if not segments:
+        return None
+    parts = _SEPARATORS.split(_SCHEME.sub("", value, count=1))
+    first = parts[0]
+    if len(parts) == 1:
+        return f"the whole value is {first!r}" if first in MISSING_RENDER_SEGMENTS else None
+    if first in MISSING_RENDER_SEGMENTS and (first or parts[1] != "/"):
+        return f"the part before {parts[1]!r} is {first!r}" if first else f"nothing comes before {parts[1]!r}"
+    for index in range(1, len(parts), 2):
+        separator, part = parts[index], parts[index + 1]
+        if part == "" and index + 2 == len(parts):
+            return f"it ends in {separator!r}"
+        if part in MISSING_RENDER_SEGMENTS:
+            return f"the part after {separator!r} is {part!r}" if part else f"the part after {separator!r} is empty"
+    return None
+
+
+def check_rendered_value(field: str, value: Any, *, segments: bool = True) -> None:
+    """Refuse a rendered value that holds a missing render: :class:`AirflowFailException` naming ``field``,
+    the value and the likely cause.
+
+    :param field: the field's name as the user wrote it (``image_uri``, ``source_revision_config.repo_ref``).
+    :param value: the rendered value (non-strings are left to the request's own validation).
+    :param segments: also look at the parts of a URI or path (see :func:`missing_render_problem`); else only
+        at the whole value.
+    """
+    if not isinstance(value, str):
+        return
+    problem = missing_render_problem(value, segments=segments)
+    if problem is not None:
+        raise AirflowFailException(
+            f"{field} rendered to {value!r}: {problem}, {_MISSING_RENDER_CAUSE}; nothing was sent. "
+            "Leave the field out, or set it to None, to keep the current value"
+        )
 
 
 def positive_seconds(value: float | timedelta, name: str) -> float:
@@ -58,12 +127,59 @@ def checked_ids(deployment_id: Any, revision_id: Any) -> tuple[str, str | None]:
     """Canonical ``(deployment_id, revision_id)``; :class:`AirflowFailException` naming the bad field."""
     try:
         deployment = canonical_uuid(deployment_id, "deployment_id")
-        # A template that pulls a missing revision renders "None": treat it as no revision.
-        missing = revision_id is None or revision_id in MISSING_RENDERS
-        revision = None if missing else canonical_uuid(revision_id, "revision_id")
     except ValueError as err:
         raise AirflowFailException(str(err)) from None
-    return deployment, revision
+    return deployment, checked_revision_id(revision_id)
+
+
+def checked_revision_id(revision_id: Any) -> str | None:
+    """Canonical ``revision_id``, ``None`` for none (or a missing render); :class:`AirflowFailException` if bad."""
+    # A template that pulls a missing revision renders "None": treat it as no revision.
+    if revision_id is None or revision_id in MISSING_RENDERS:
+        return None
+    try:
+        return canonical_uuid(revision_id, "revision_id")
+    except ValueError as err:
+        raise AirflowFailException(str(err)) from None
+
+
+def exactly_one_target(deployment_id: Any, deployment_name: Any) -> None:
+    """``ValueError`` (at DAG parse) unless exactly one of ``deployment_id`` and ``deployment_name`` is given.
+
+    :param deployment_id: the argument as given (a literal, a template or an ``XComArg``).
+    :param deployment_name: the argument as given.
+    """
+    if deployment_id is not None and deployment_name is not None:
+        raise ValueError(
+            f"give deployment_id or deployment_name, not both (got deployment_id={deployment_id!r} and "
+            f"deployment_name={deployment_name!r})"
+        )
+    if deployment_id is None and deployment_name is None:
+        raise ValueError("give deployment_id (the deployment's UUID) or deployment_name (its exact name)")
+
+
+def checked_name(deployment_name: Any) -> str:
+    """The rendered ``deployment_name``; :class:`AirflowFailException` when empty or a missing render."""
+    if not isinstance(deployment_name, str):
+        raise AirflowFailException(
+            f"deployment_name must be a deployment's exact name, got {type(deployment_name).__name__} "
+            f"{deployment_name!r}"
+        )
+    check_rendered_value("deployment_name", deployment_name, segments=False)
+    return deployment_name
+
+
+def deployment_by_name(hook: DeploymentServiceHook, deployment_name: str) -> Deployment:
+    """The deployment named exactly ``deployment_name``; :class:`AirflowFailException` (no retry: the names
+    will not change by waiting) when none or several are.
+
+    :param hook: the hook to ask.
+    :param deployment_name: the checked name (see :func:`checked_name`).
+    """
+    try:
+        return hook.get_deployment_by_name(deployment_name)
+    except (DeploymentNameNotFoundError, AmbiguousDeploymentNameError) as err:
+        raise AirflowFailException(f"deployment_name={deployment_name!r}: {err}") from None
 
 
 class DeploymentServiceBaseTask(BaseOperator):

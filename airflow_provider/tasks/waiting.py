@@ -205,7 +205,8 @@ def defer_until_live(
     The trigger carries the hook's settings (not the key), the task's poll interval and revision-check
     interval, and a wall-clock deadline ``task.timeout`` seconds from now, so it behaves like the worker
     wherever it resumes; the triggerer's own timeout is only a safety net beyond it. The task resumes in
-    its ``execute_complete``.
+    its ``execute_complete``. Who logs what: the task logs its own looks, the trigger only the states that
+    follow the last one the task logged, and the resumed task the outcome.
 
     :param task: the deferring task.
     :param check: the rollout being waited for.
@@ -220,6 +221,7 @@ def defer_until_live(
             poll_interval=task.poll_interval,
             deadline=time.time() + task.timeout,
             revision_check_interval=task.revision_check_interval,
+            seen_key=None if check.last_key is None else list(check.last_key),
         ),
         method_name=method_name,
         kwargs=kwargs,

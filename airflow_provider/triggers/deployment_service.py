@@ -403,6 +403,9 @@ class DeploymentRolloutTrigger(BaseTrigger):
         the trigger reports ``timeout``; ``None`` waits forever.
     :param revision_check_interval: longest time in seconds between two calls to the revision endpoint
         while the deployment does not change.
+    :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
+        last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
+        resumed task logs it (or fails with it), so each waiting line appears once.
     """
 
     def __init__(
@@ -413,8 +416,10 @@ class DeploymentRolloutTrigger(BaseTrigger):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         deadline: float | None = None,
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
+        seen_key: list[str | None] | None = None,
     ) -> None:
         super().__init__()
+        self.seen_key = None if seen_key is None else list(seen_key)
         self.deployment_id = deployment_id
         self.revision_id = revision_id
         self.hook_params = dict(hook_params)
@@ -433,6 +438,7 @@ class DeploymentRolloutTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "revision_check_interval": self.revision_check_interval,
+                "seen_key": self.seen_key,
             },
         )
 
@@ -471,7 +477,7 @@ class DeploymentRolloutTrigger(BaseTrigger):
 
     async def _wait(self, poller: _BatchPoller, subscription: _Subscription) -> TriggerEvent:
         started = time.monotonic()
-        last_key: tuple[Any, ...] | None = None
+        last_key: tuple[Any, ...] | None = None if self.seen_key is None else tuple(self.seen_key)
         last_deployment: Deployment | None = None
         final_requested = False
         target = f"revision {self.revision_id}" if self.revision_id else "READY"
@@ -517,7 +523,7 @@ class DeploymentRolloutTrigger(BaseTrigger):
             verdict = rollout_verdict(
                 update.deployment, self.revision_id, subscription.revision, deployment_id=self.deployment_id
             )
-            if verdict.key != last_key:
+            if verdict.key != last_key and not verdict.is_done:  # the outcome is the resumed task's to log
                 self.log.info("%s (waited %s)", verdict.message, waited())
                 last_key = verdict.key
             if verdict.state is RolloutState.SUCCEEDED:

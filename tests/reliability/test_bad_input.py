@@ -121,6 +121,13 @@ CASES = [
     Case("ListDeploymentsOperator", "page_size=0", lambda env: list_deployments(env, page_size=0), "page_size"),
     Case("ListDeploymentsOperator", "page_size=101", lambda env: list_deployments(env, page_size=101), "page_size"),
     Case("ListDeploymentsOperator", "max_results=0", lambda env: list_deployments(env, max_results=0), "max_results"),
+    Case("ListDeploymentsOperator", "limit=500 (wire name)", lambda env: list_deployments(env, limit=500), "page_size"),
+    Case(
+        "ListDeploymentsOperator",
+        "offset=100 (wire name)",
+        lambda env: list_deployments(env, offset=100),
+        "max_results",
+    ),
     Case(
         "PatchDeploymentOperator",
         "deployment_id='checkout-api-dev' (a name, not a UUID)",

@@ -99,7 +99,7 @@ SCENARIOS = (
         "unknown deployment",
         {"deployment_name": "no-such-service"},
         "failed",
-        "expected exactly one deployment named 'no-such-service'",
+        "no deployment is named exactly 'no-such-service'",
     ),
     Scenario(
         "rollout_after_build",

@@ -163,11 +163,15 @@ def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
     assert ti.xcoms["deployment_url"] == url
 
     from airflow.sdk.execution_time.xcom import XCom
+    from airflow.sdk.types import TaskInstanceKey
 
     monkeypatch.setattr(XCom, "get_value", classmethod(lambda cls, *, ti_key, key: ti.xcoms.get(key)))
+    monkeypatch.setattr(XCom, "get_all", classmethod(lambda cls, *, key, **where: [ti.xcoms[key]]))
     link = DeploymentLink()
     assert link.name == "Deployment"
-    assert link.get_link(task, ti_key=object()) == url  # type: ignore[arg-type]
+    for map_index in (-1, 3):
+        key = TaskInstanceKey(dag_id="d", task_id="patch", run_id="r", try_number=1, map_index=map_index)
+        assert link.get_link(task, ti_key=key) == url
     assert any(isinstance(item, DeploymentLink) for item in task.operator_extra_links)
 
 

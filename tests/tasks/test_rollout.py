@@ -140,3 +140,178 @@ def test_without_a_revision_ready_with_a_newer_revision_building_is_not_done() -
     verdict = rollout_verdict(deployment(active=OLD, latest=OURS), None)
     assert verdict.state is RolloutState.WAITING and "still rolling out" in verdict.message
     assert rollout_verdict(deployment(active=OURS, latest=OURS), None).state is RolloutState.SUCCEEDED
+
+
+# ------------------------------------------------------------------- the exact lines a user reads
+NAME = f"deployment 'shop-api' ({DEP})"
+
+
+@pytest.mark.parametrize(
+    ("dep", "revision_id", "rev", "state", "message"),
+    [
+        pytest.param(
+            None,
+            OURS,
+            None,
+            RolloutState.FAILED,
+            f"deployment {DEP} disappeared: the service no longer lists it (awaited revision {OURS})",
+            id="gone",
+        ),
+        pytest.param(
+            deployment("AWAITING_DELETE"),
+            OURS,
+            None,
+            RolloutState.FAILED,
+            f"{NAME} is being deleted (status AWAITING_DELETE); revision {OURS} will never go live",
+            id="deleting",
+        ),
+        pytest.param(
+            deployment("AWAITING_DELETE", active=OLD, latest=OLD),
+            None,
+            None,
+            RolloutState.FAILED,
+            f"{NAME} is being deleted (status AWAITING_DELETE); it will never be READY again",
+            id="deleting-without-revision",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OLD),
+            None,
+            None,
+            RolloutState.SUCCEEDED,
+            f"{NAME} is READY (active revision {OLD})",
+            id="ready-without-revision",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            None,
+            None,
+            RolloutState.WAITING,
+            f"{NAME} is READY but revision {OURS} is still rolling out (active {OLD}); waiting for it",
+            id="ready-newer-rolling-out",
+        ),
+        pytest.param(
+            deployment("UNUSED", active=OLD, latest=OLD),
+            None,
+            None,
+            RolloutState.WAITING,
+            f"{NAME} has status UNUSED, waiting for READY",
+            id="not-ready-without-revision",
+        ),
+        pytest.param(
+            deployment("READY", active=OURS, latest=OURS),
+            OURS,
+            None,
+            RolloutState.SUCCEEDED,
+            f"{NAME}: revision {OURS} is live (status READY)",
+            id="live",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            revision("BUILD_FAILED", message="npm ci failed"),
+            RolloutState.FAILED,
+            f"{NAME}: revision {OURS} ended with status BUILD_FAILED: npm ci failed (active revision is still {OLD})",
+            id="build-failed",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            revision("DEPLOY_FAILED"),
+            RolloutState.FAILED,
+            f"{NAME}: revision {OURS} ended with status DEPLOY_FAILED (active revision is still {OLD})",
+            id="failed-without-status-message",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            revision("DEPLOY_FAILED", message=""),
+            RolloutState.FAILED,
+            f"{NAME}: revision {OURS} ended with status DEPLOY_FAILED (active revision is still {OLD})",
+            id="failed-with-empty-status-message",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=NEWER),
+            OURS,
+            None,
+            RolloutState.FAILED,
+            f"{NAME}: revision {OURS} was superseded by {NEWER}, a newer revision; it is not active "
+            f"(active revision {OLD}, status READY)",
+            id="superseded",
+        ),
+        pytest.param(
+            deployment("AWAITING_DATABASE", active=OURS, latest=OURS),
+            OURS,
+            None,
+            RolloutState.WAITING,
+            f"{NAME}: revision {OURS} is active, waiting for status READY (now AWAITING_DATABASE)",
+            id="active-not-ready",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            None,
+            RolloutState.WAITING,
+            f"{NAME} is READY but still serves revision {OLD}; waiting for revision {OURS}",
+            id="stale-ready",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            OURS,
+            revision("BUILDING"),
+            RolloutState.WAITING,
+            f"{NAME} is READY but still serves revision {OLD}; waiting for revision {OURS}, revision status BUILDING",
+            id="stale-ready-building",
+        ),
+        pytest.param(
+            deployment("AWAITING_DATABASE", active=OLD, latest=OURS),
+            OURS,
+            None,
+            RolloutState.WAITING,
+            f"{NAME} has status AWAITING_DATABASE (active revision {OLD}); waiting for revision {OURS}",
+            id="not-ready-latest-not-active",
+        ),
+        pytest.param(
+            deployment("UNKNOWN", active=None, latest=OURS),
+            OURS,
+            revision("DEPLOYING"),
+            RolloutState.WAITING,
+            f"{NAME} has status UNKNOWN (active revision None); waiting for revision {OURS}, revision status DEPLOYING",
+            id="not-ready-latest-deploying",
+        ),
+    ],
+)
+def test_the_line_a_user_reads(
+    dep: Deployment | None, revision_id: str | None, rev: Revision | None, state: RolloutState, message: str
+) -> None:
+    verdict = rollout_verdict(dep, revision_id, rev, deployment_id=DEP)
+    assert (verdict.state, verdict.message) == (state, message)
+    assert ": None" not in verdict.message
+
+
+def test_a_gone_deployment_without_ids_still_reads_well() -> None:
+    verdict = rollout_verdict(None, None)
+    assert verdict.message == (
+        "deployment (unknown id) disappeared: the service no longer lists it (awaited revision (any))"
+    )
+    assert verdict.key == ("gone",) and verdict.state is RolloutState.FAILED
+
+
+def test_keys_name_the_state_and_everything_seen() -> None:
+    key = rollout_verdict(deployment("READY", active=OLD, latest=OURS), OURS, revision("BUILDING")).key
+    assert key == ("waiting", "READY", OLD, OURS, "BUILDING")
+    assert rollout_verdict(None, OURS, deployment_id=DEP).key == ("gone",)
+
+
+def test_schedule_accepts_zero_and_measures_time_since_the_last_call() -> None:
+    now = [1000.0]
+    schedule = RevisionCheckSchedule(0.0, clock=lambda: now[0])
+    assert schedule.last_asked == float("-inf")
+    building = deployment(active=OLD, latest=OURS)
+    schedule.mark(building)
+    assert schedule.reason(building, OURS) == "timer"  # an interval of 0: every look asks
+    slow = RevisionCheckSchedule(10.0, clock=lambda: now[0])
+    slow.mark(building)
+    now[0] += 9.5
+    assert slow.reason(building, OURS) is None  # 9.5 s since the call, not 2009.5
+    with pytest.raises(ValueError, match=r"^revision_check_interval must be >= 0 seconds, got -0.5$"):
+        RevisionCheckSchedule(-0.5)

@@ -47,7 +47,8 @@ def _close_hooks() -> Iterator[None]:
 
 def test_template_fields_and_defaults() -> None:
     task = DeploymentRolloutSensor(task_id="wait", deployment_id="{{ params.dep }}")
-    assert set(task.template_fields) == {"deployment_id", "revision_id", "deployment_service_conn_id"}
+    fields = {"deployment_id", "deployment_name", "revision_id", "deployment_service_conn_id"}
+    assert set(task.template_fields) == fields
     assert task.deployment_id == "{{ params.dep }}"
     assert task.deployment_service_conn_id == "deployment_service_default"
     assert task.deferrable is False
@@ -239,6 +240,7 @@ async def test_deferral_carries_every_setting_and_resumes(emulator: Any) -> None
     _, kwargs = trigger.serialize()
     deadline = kwargs.pop("deadline")
     assert before + 600 <= deadline <= time.time() + 600
+    assert kwargs.pop("seen_key")[0] == "waiting"  # what the sensor's own look logged
     assert kwargs == {
         "deployment_id": dep["id"],
         "revision_id": revision_id,

@@ -75,6 +75,7 @@ def test_serialize_round_trip() -> None:
         "poll_interval": 7.0,
         "deadline": 1_900_000_000.5,
         "revision_check_interval": 45.0,
+        "seen_key": None,
     }
     again = DeploymentRolloutTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
