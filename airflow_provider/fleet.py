@@ -204,6 +204,7 @@ class FleetRow:
     :param previous_latest: the latest revision before the patch (to read back an ambiguous patch).
     :param went_live: whether its new revision served at some point (only then is a rollback needed).
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
+    :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
     """
 
     deployment_id: str
@@ -219,6 +220,7 @@ class FleetRow:
     previous_latest: str | None = None
     went_live: bool = False
     rollback_revision: str | None = None
+    rollback_decided: bool = False
 
     @property
     def seconds(self) -> float | None:

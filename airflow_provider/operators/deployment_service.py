@@ -4,6 +4,7 @@ a deployment and (optionally) wait for its new revision to go live."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import time
@@ -1545,30 +1546,32 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 wave.phase = "watched"
                 progress_store.save(progress, index)
             if wave.phase == "watched":
+                save = functools.partial(progress_store.save, progress, index)
                 if self.verify is not None:
                     fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                    save()
                 if self.rollback_on_failure:
                     over = len(progress.failures) > progress.allowed_failures
-                    rollbacks = fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, log=self.log)
-                    wave.phase = "rolling_back"
-                    progress_store.save(progress, index)
-                    if rollbacks:
-                        deadline = time.time() + self.timeout
-                        if self.deferrable:
-                            self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
-                        outcomes = fleet_tasks.watch_wave(
-                            self.hook,
-                            rollbacks,
-                            poll_interval=self.poll_interval,
-                            deadline=deadline,
-                            bake_seconds=0,
-                            revision_check_interval=self.revision_check_interval,
-                            log=self.log,
-                        )
-                        fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
-                else:
-                    wave.phase = "rolling_back"
+                    fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, save=save, log=self.log)
+                wave.phase = "rolling_back"
+                save()
             if wave.phase == "rolling_back":
+                # The rollbacks started, this try's or an earlier one's, whose outcome is not recorded yet.
+                rollbacks = fleet_tasks.pending_rollbacks(wave)
+                if rollbacks:
+                    deadline = time.time() + self.timeout
+                    if self.deferrable:
+                        self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollbacks,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=0,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                    )
+                    fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
                 wave.phase = "done"
                 self._log_wave(progress, index)
                 if progress.budget_exceeded:

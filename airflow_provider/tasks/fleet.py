@@ -613,6 +613,7 @@ def start_rollbacks(
     wave: WaveRecord,
     *,
     whole_wave: bool,
+    save: Callable[[], None],
     log: logging.Logger | Any,
 ) -> dict[str, str | None]:
     """Roll back every deployment of the wave whose new revision went live and failed (and, with
@@ -620,13 +621,18 @@ def start_rollbacks(
 
     Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
     the old config patched back; never twice; refuses over a newer revision someone else rolled out).
-    A rollback that cannot start leaves its row ``failed`` with the reason.
+    Each rollback is recorded (``save``) as soon as the service accepted it, so a retry watches it instead
+    of rolling back again. A rollback that cannot start (refused, the deployment gone, the service's
+    4xx) leaves its row ``failed`` with the reason and the others go on; a transient failure that outlived
+    the client's retries fails the task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
     :param wave: the wave.
     :param whole_wave: also roll back the rows that landed.
+    :param save: records the progress (called after each rollback started or refused).
     :param log: the task's logger.
-    :returns: ``{deployment_id: revision to wait for}`` of the rollbacks started.
+    :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
+        an earlier try's included (see :func:`pending_rollbacks`).
     """
     from airflow_provider.tasks.rollback import start_rollback
 
@@ -640,24 +646,50 @@ def start_rollbacks(
         and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
     ]
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
-    started: dict[str, str | None] = {}
     for row in wanted:
         deployment = live.get(row.deployment_id)
         if deployment is None:
+            reason = f"deployment {row.name!r} no longer exists"
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {reason}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
             continue
         assert row.from_revision is not None
         try:
             rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
         except AirflowFailException as err:
             row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
+        except DeploymentServiceError as err:
+            if err.transient:
+                save()  # the rollbacks already sent are recorded: a retry watches them
+                raise
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {err}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
             continue
         if row.outcome == Outcome.LANDED:
             row.decide(
                 Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
             )
         row.rollback_revision = rollback.revision_id
-        started[row.deployment_id] = rollback.revision_id
-    return started
+        save()
+    return pending_rollbacks(wave)
+
+
+def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
+    """``{deployment_id: rollback revision}`` of the wave's rollbacks started (by this try or an earlier
+    one) whose outcome is not recorded yet.
+
+    :param wave: the wave.
+    """
+    return {
+        row.deployment_id: row.rollback_revision
+        for row in wave.rows
+        if row.rollback_revision is not None and not row.rollback_decided and row.outcome == Outcome.FAILED
+    }
 
 
 def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
@@ -669,9 +701,10 @@ def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log
     """
     for row in wave.rows:
         decision = outcomes.get(row.deployment_id)
-        if row.rollback_revision is None or decision is None or row.outcome != Outcome.FAILED:
+        if row.rollback_revision is None or row.rollback_decided or decision is None or row.outcome != Outcome.FAILED:
             continue
         outcome, message, at = decision
+        row.rollback_decided = True
         if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
             row.decide(
                 Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)

@@ -559,3 +559,53 @@ def test_build_logs_are_shown_for_at_most_five_failed_builds_per_wave(
     assert out.count("line(s) of the build log of revision") == 5
     assert "wave 1: 2 more failed build(s), build logs not shown: app-0005, app-0006" in out
     assert emulator.state.count(LOGS_ROUTE) == 5
+
+
+def test_a_rollback_interrupted_mid_wave_is_recorded_and_a_retry_watches_it_instead_of_refusing(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    store = FakeStore()
+    redeploy = f"/v2/deployments/{ids['app-0001']}/revisions/*/redeploy"
+    emulator.state.add_fault(
+        FaultRule(kind="status", status_code=429, retry_after="0", method="POST", path=redeploy, count=None)
+    )
+    options = {
+        "deployment_names": sorted(ids),
+        "verify": lambda deployment: False,
+        "rollback_on_failure": True,
+        "max_failures": 3,
+        "max_attempts": 2,
+    }
+    with pytest.raises(Exception, match="429"):
+        fleet_op(**options).execute(make_context(FakeTI(try_number=1), store))
+    rows = {row["name"]: row for row in store.data[f"{STATE_KEY}/wave/0"]["rows"]}
+    assert rows["app-0000"]["rollback_revision"], "the rollback the service accepted was not recorded"
+    emulator.state.clear_faults()
+    ti = FakeTI(try_number=2)
+    table = {row["name"]: row for row in fleet_op(**options).execute(make_context(ti, store))}
+    for name in sorted(ids):
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        assert "refused" not in table[name]["message"]
+        deployment = emulator.state.deployment(ids[name])
+        # one patch, one rollback: the first try's rollback of app-0000 was not sent again
+        assert len(deployment["revisions"]) == 3, name
+        restored = deployment["revisions"][-1]
+        assert deployment["active_revision_id"] == restored["id"]
+        assert restored["redeploy_of"] == before[name]
+
+
+def test_a_rollback_the_service_refuses_fails_that_deployment_and_the_others_are_rolled_back(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    redeploy = f"/v2/deployments/{ids['app-0001']}/revisions/*/redeploy"
+    emulator.state.add_fault(FaultRule(kind="status", status_code=409, method="POST", path=redeploy, count=None))
+    options = {"deployment_names": sorted(ids), "verify": lambda deployment: False, "rollback_on_failure": True}
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException):
+        fleet_op(max_failures=0, **options).execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0001"]["outcome"] == Outcome.FAILED
+    assert "the rollback could not be started" in table["app-0001"]["message"]
+    assert "409" in table["app-0001"]["message"]
+    assert table["app-0000"]["outcome"] == table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
