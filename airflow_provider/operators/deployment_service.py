@@ -1445,7 +1445,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
-        progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+        progress_store = fleet_tasks.ProgressStore(
+            context.get("task_state_store"), self.log, secrets=self._secret_values()
+        )
         progress = progress_store.load(change)
         if progress is not None:
             self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
@@ -1474,7 +1476,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
                 raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
             request_for, change = self._change()
-            progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+            progress_store = fleet_tasks.ProgressStore(
+                context.get("task_state_store"), self.log, secrets=self._secret_values()
+            )
             progress = progress_store.load(change)
             carry = event.get("carry")
             if progress is None and isinstance(carry, dict):
@@ -1548,7 +1552,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             if wave.phase == "watched":
                 save = functools.partial(progress_store.save, progress, index)
                 if self.verify is not None:
-                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log, secrets=self._secret_values())
                     save()
                 if self.rollback_on_failure:
                     over = len(progress.failures) > progress.allowed_failures
@@ -1603,6 +1607,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         bake: bool = True,
     ) -> None:
         wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
+        fleet_tasks.scrub_messages(progress, self._secret_values())
         self.defer(
             trigger=FleetWaveTrigger(
                 wave=index,
@@ -1655,6 +1660,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         )
 
     def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+        fleet_tasks.scrub_messages(progress, self._secret_values())
         table = progress.table()
         counts = progress.counts()
         self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import describe_validation_error
+from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
@@ -188,11 +188,13 @@ class ProgressStore:
 
     :param store: ``context["task_state_store"]`` or ``None``.
     :param log: the task's logger.
+    :param secrets: secret values to scrub from every row's message before it is recorded.
     """
 
-    def __init__(self, store: Any, log: logging.Logger | Any) -> None:
+    def __init__(self, store: Any, log: logging.Logger | Any, secrets: Iterable[str] = ()) -> None:
         self.store = store
         self.log = log
+        self.secrets = tuple(secrets)
 
     def load(self, change: str) -> FleetProgress | None:
         """The progress an earlier try or deferral recorded for this change, else ``None``."""
@@ -214,7 +216,8 @@ class ProgressStore:
         return FleetProgress.from_json(header, waves)
 
     def save(self, progress: FleetProgress, *waves: int) -> None:
-        """Record the header and the given waves (all when none is given)."""
+        """Record the header and the given waves (all when none is given), their messages scrubbed."""
+        scrub_messages(progress, self.secrets)
         if self.store is None:
             return
         try:
@@ -223,6 +226,20 @@ class ProgressStore:
             self.store.set(STATE_KEY, progress.header_json())
         except Exception as err:  # not fatal: a retry recognises patches on the deployments
             self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+
+
+def scrub_messages(progress: FleetProgress, secrets: Iterable[str]) -> None:
+    """Replace every secret value in the rows' messages (they reach the task state store, XCom, the
+    failure message and the trigger's arguments; a ``verify`` error often quotes a URL with a token).
+
+    :param progress: the progress (its rows are updated in place).
+    :param secrets: the task's secret values.
+    """
+    known = tuple(secrets)
+    if not known:
+        return
+    for row in progress.rows:
+        row.message = scrub(row.message, known)
 
 
 def new_progress(
@@ -577,15 +594,19 @@ def verify_wave(
     wave: WaveRecord,
     verify: Callable[[Deployment], Any],
     log: logging.Logger | Any,
+    *,
+    secrets: Iterable[str] = (),
 ) -> None:
     """Run ``verify`` on every deployment of the wave that landed (read live); a false result or an
-    exception fails that row.
+    exception fails that row (the secret values scrubbed from what it said).
 
     :param hook: the hook.
     :param wave: the wave.
     :param verify: the user's check: given the live ``Deployment``, returns false or raises when bad.
     :param log: the task's logger.
+    :param secrets: secret values to scrub from the verdict (an error often quotes a URL with a token).
     """
+    known = tuple(secrets)
     landed = [row for row in wave.rows if row.outcome == Outcome.LANDED]
     live = read_deployments(hook, [row.deployment_id for row in landed]) if landed else {}
     for row in landed:
@@ -603,6 +624,7 @@ def verify_wave(
         if passed:
             log.info("%s: %s verified on revision %s", wave.name, row.name, row.to_revision)
         else:
+            reason = scrub(reason, known)
             row.decide(Outcome.FAILED, f"verification failed on revision {row.to_revision}: {reason}", now)
             log.warning("%s: %s: %s", wave.name, row.name, row.message)
 

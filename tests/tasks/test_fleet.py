@@ -609,3 +609,48 @@ def test_a_rollback_the_service_refuses_fails_that_deployment_and_the_others_are
     assert "the rollback could not be started" in table["app-0001"]["message"]
     assert "409" in table["app-0001"]["message"]
     assert table["app-0000"]["outcome"] == table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
+
+
+def test_a_secret_in_a_verify_error_never_reaches_xcom_the_failure_nor_the_trigger(
+    fleet: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+
+    def verify(deployment: Deployment) -> bool:
+        if deployment.name == "app-0002":
+            return True
+        raise RuntimeError(f"GET https://{deployment.name}.example.com/health?token={SECRET} answered 503")
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            wave_size=1,
+            max_failures=1,
+            verify=verify,
+            secrets={"TOKEN": SECRET},
+            deferrable=True,
+        )
+
+    ti = FakeTI()
+    triggers: list[Any] = []
+    with pytest.raises(AirflowFailException) as raised:
+        try:
+            make().execute(make_context(ti))
+        except TaskDeferred as deferred:
+            pending = deferred
+            while True:
+                triggers.append(pending.trigger)
+                event = run_trigger(FleetWaveTrigger(**pending.trigger.serialize()[1]))
+                try:
+                    getattr(make(), pending.method_name)(make_context(ti), event)
+                    break
+                except TaskDeferred as again:
+                    pending = again
+    message = str(raised.value)
+    assert "verify raised RuntimeError" in message and "token=**********" in message
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == Outcome.FAILED and "token=**********" in table["app-0000"]["message"]
+    carried = [trigger.serialize()[1] for trigger in triggers if trigger.carry]
+    assert any("verify raised" in json.dumps(kwargs) for kwargs in carried), "no trigger carried the failure"
+    scan_for_secret(message, ti.xcoms, *carried, capfd.readouterr().out)
