@@ -1250,7 +1250,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     superseded, deleted, timed out), then ``verify`` runs on each deployment that landed. Failures count
     against ``max_failures``; when more fail, the rollout stops, later waves are never patched, and the
     task fails naming the deployments that failed. Within the budget the task succeeds and its table
-    shows the failures.
+    shows the failures. The canary is stricter: when any canary deployment fails, the rollout stops
+    there whatever ``max_failures`` allows (as Argo Rollouts and Flagger abort on a failed canary); the
+    budget applies to the waves after it.
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
@@ -1288,7 +1290,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param canary: how many of the first targets, or which names, to roll out and verify first.
     :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
         (``"25%"``). Default 100.
-    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
+    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0. A
+        failed canary stops the rollout whatever the budget; its failures still count against it.
     :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
     :param max_parallel_patches: most PATCH requests of a wave in flight at once (a whole number >= 1;
         default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
@@ -1300,8 +1303,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         as landed.
     :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
         re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
-        when the wave exceeds the budget, every deployment of that wave that landed; a restored one is
-        ``rolled_back`` in the table.
+        when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
+        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -1555,7 +1558,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log, secrets=self._secret_values())
                     save()
                 if self.rollback_on_failure:
-                    over = len(progress.failures) > progress.allowed_failures
+                    # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
+                    over = progress.budget_exceeded or (wave.name == fleet.CANARY and progress.canary_failed)
                     fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, save=save, log=self.log)
                 wave.phase = "rolling_back"
                 save()
@@ -1578,7 +1582,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
                 wave.phase = "done"
                 self._log_wave(progress, index)
-                if progress.budget_exceeded:
+                if wave.name == fleet.CANARY and progress.canary_failed:
+                    failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+                    progress.stop(
+                        f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                        "stops the rollout whatever max_failures allows",
+                        time.time(),
+                    )
+                elif progress.budget_exceeded:
                     failed = len(progress.failures)
                     progress.stop(
                         f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",

@@ -147,6 +147,39 @@ def test_a_failed_canary_stops_before_the_fleet(fleet: Any) -> None:
     assert patched_order(emulator) == [ids["app-0000"]]
 
 
+def test_a_failed_canary_stops_the_rollout_whatever_the_budget(fleet: Any) -> None:
+    emulator = fleet(5)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0000"], status="BUILD_FAILED")
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException, match="the canary failed") as raised:
+        fleet_op(deployment_names=sorted(ids), canary=1, wave_size=2, max_failures=0.2).execute(make_context(ti))
+    assert "app-0000" in str(raised.value) and "4 deployment(s) in later waves were not patched" in str(raised.value)
+    assert patched_order(emulator) == [ids["app-0000"]]
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert [table[f"app-000{index}"]["outcome"] for index in range(1, 5)] == [Outcome.NOT_PATCHED] * 4
+    assert ti.xcoms["fleet_summary"]["stopped"].startswith("the canary failed")
+
+
+def test_a_failed_canary_rolls_back_the_whole_canary_with_rollback_on_failure(fleet: Any) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    ti = FakeTI()
+    task = fleet_op(
+        deployment_names=sorted(ids),
+        canary=2,
+        max_failures=2,
+        verify=lambda deployment: deployment.name != "app-0001",
+        rollback_on_failure=True,
+    )
+    with pytest.raises(AirflowFailException, match="the canary failed"):
+        task.execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == table["app-0001"]["outcome"] == Outcome.ROLLED_BACK
+    assert table["app-0002"]["outcome"] == table["app-0003"]["outcome"] == Outcome.NOT_PATCHED
+    assert len(revisions(emulator, ids["app-0002"])) == 1
+
+
 def test_patch_for_gives_each_source_its_field(service: Callable[..., Any]) -> None:
     data = {
         "deployments": [
