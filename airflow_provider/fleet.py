@@ -207,7 +207,9 @@ class FleetRow:
     :param finished_at: wall-clock time the outcome was decided.
     :param fingerprint: digest of the patch sent (to recognise it on a retry; no secret values).
     :param previous_latest: the latest revision before the patch (to read back an ambiguous patch).
-    :param went_live: whether its new revision served at some point (only then is a rollback needed).
+    :param went_live: whether its new revision served at some point (a rollback is needed).
+    :param timed_out: whether its new revision was still rolling out when the watch gave up (it may yet go
+        live: a rollback is needed too).
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
     :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
     """
@@ -224,6 +226,7 @@ class FleetRow:
     fingerprint: str | None = None
     previous_latest: str | None = None
     went_live: bool = False
+    timed_out: bool = False
     rollback_revision: str | None = None
     rollback_decided: bool = False
 

@@ -1302,7 +1302,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
     :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
-        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
+        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, or
+        was still rolling out when ``timeout`` ran out (it may yet go live: the rollback queues behind it
+        on the service and replaces it once it is done), and,
         when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
         failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table.
     :param deferrable: wait in the triggerer instead of a worker slot.

@@ -454,6 +454,9 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
         outcome, message, at = decision
         row.decide(str(outcome), str(message), float(at))
         row.went_live = row.outcome == Outcome.LANDED or row.message.startswith("left service during the bake")
+        row.timed_out = row.outcome == Outcome.FAILED and row.message.startswith("timed out")
+        if row.timed_out:
+            row.message += "; still rolling out when the task stopped watching it: its revision may yet go live"
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
 
@@ -638,8 +641,14 @@ def start_rollbacks(
     save: Callable[[], None],
     log: logging.Logger | Any,
 ) -> dict[str, str | None]:
-    """Roll back every deployment of the wave whose new revision went live and failed (and, with
-    ``whole_wave``, every one that landed: the budget was exceeded); do not wait.
+    """Roll back every deployment of the wave whose new revision went live and failed, or was still
+    rolling out when the watch timed out (it may yet go live), and, with ``whole_wave``, every one that
+    landed (the wave stopped the rollout); do not wait.
+
+    A rollback over a revision still rolling out queues behind it on the service: that revision may serve
+    for a while, then the restored one replaces it (the rollback's watch waits for that, within
+    ``timeout``). When the still-building revision fails instead, there is nothing to roll back and the
+    rollback only checks that the previous revision still serves.
 
     Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
     the old config patched back; never twice; refuses over a newer revision someone else rolled out).
@@ -661,7 +670,7 @@ def start_rollbacks(
     wanted = [
         row
         for row in wave.rows
-        if row.went_live
+        if (row.went_live or row.timed_out)
         and row.from_revision
         and row.to_revision
         and row.rollback_revision is None

@@ -687,3 +687,37 @@ def test_a_secret_in_a_verify_error_never_reaches_xcom_the_failure_nor_the_trigg
     carried = [trigger.serialize()[1] for trigger in triggers if trigger.carry]
     assert any("verify raised" in json.dumps(kwargs) for kwargs in carried), "no trigger carried the failure"
     scan_for_secret(message, ti.xcoms, *carried, capfd.readouterr().out)
+
+
+def test_a_rollout_still_building_at_the_timeout_is_rolled_back_with_its_wave(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    emulator.state.update_deployment_options(ids["app-0001"], build_seconds=4.0)  # outlives the 3 s timeout
+    ti = FakeTI()
+    task = fleet_op(deployment_names=sorted(ids), rollback_on_failure=True, timeout=3)
+    with pytest.raises(AirflowFailException, match="app-0001"):
+        task.execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    slow = table["app-0001"]
+    assert slow["outcome"] == Outcome.ROLLED_BACK, slow
+    assert slow["message"].startswith("timed out") and "rolled back" in slow["message"]
+    for name in sorted(ids):  # the whole wave, the slow one included, serves its old build again
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        deployment = emulator.state.deployment(ids[name])
+        active = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
+        assert active["redeploy_of"] == before[name], name
+        assert deployment["latest_revision_id"] == active["id"], "a revision went live after the rollback"
+
+
+def test_a_rollout_still_building_at_the_timeout_says_it_may_yet_go_live(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    emulator.state.update_deployment_options(ids["app-0001"], build_seconds=3.0)
+    table = {
+        row["name"]: row
+        for row in fleet_op(deployment_names=sorted(ids), max_failures=1, timeout=1).execute(make_context())
+    }
+    assert table["app-0001"]["outcome"] == Outcome.FAILED
+    assert "timed out" in table["app-0001"]["message"]
+    assert "still rolling out when the task stopped watching it" in table["app-0001"]["message"]
