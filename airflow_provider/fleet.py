@@ -4,7 +4,8 @@ budget, watching one wave, the per-deployment result table and the progress kept
 A fleet rollout patches its targets wave by wave: first the canary, then waves of ``wave_size``. Each
 wave is patched, watched until every rollout in it is decided (live for ``bake_seconds``, or failed),
 verified, and counted against the failure budget (``max_failures``) before the next wave starts. When
-the budget is exceeded the rollout stops: later waves are never patched.
+the budget is exceeded, or any deployment of the canary fails (whatever the budget), the rollout stops:
+later waves are never patched.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
+    "CANARY",
     "FAILURE_OUTCOMES",
     "FleetProgress",
     "FleetRow",
@@ -60,6 +62,9 @@ FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK})
 """Outcomes that count against the failure budget."""
 SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
 """Outcomes of a deployment now serving what the rollout asked for."""
+
+CANARY = "canary"
+"""Name of the canary wave (the first, when a canary is given)."""
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
@@ -175,10 +180,10 @@ def plan_waves(
                 f"(targets: {', '.join(sorted(by_name)[:20])}{' ...' if len(by_name) > 20 else ''})"
             )
         chosen = {by_name[name][0] for name in canary}
-        waves.append(("canary", [by_name[name] for name in canary]))
+        waves.append((CANARY, [by_name[name] for name in canary]))
         rest = [target for target in targets if target[0] not in chosen]
     elif canary:
-        waves.append(("canary", rest[:canary]))
+        waves.append((CANARY, rest[:canary]))
         rest = rest[canary:]
     size = wave_count(wave_size, len(targets))
     for number, start in enumerate(range(0, len(rest), size), start=1):
@@ -202,8 +207,11 @@ class FleetRow:
     :param finished_at: wall-clock time the outcome was decided.
     :param fingerprint: digest of the patch sent (to recognise it on a retry; no secret values).
     :param previous_latest: the latest revision before the patch (to read back an ambiguous patch).
-    :param went_live: whether its new revision served at some point (only then is a rollback needed).
+    :param went_live: whether its new revision served at some point (a rollback is needed).
+    :param timed_out: whether its new revision was still rolling out when the watch gave up (it may yet go
+        live: a rollback is needed too).
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
+    :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
     """
 
     deployment_id: str
@@ -218,7 +226,9 @@ class FleetRow:
     fingerprint: str | None = None
     previous_latest: str | None = None
     went_live: bool = False
+    timed_out: bool = False
     rollback_revision: str | None = None
+    rollback_decided: bool = False
 
     @property
     def seconds(self) -> float | None:
@@ -306,6 +316,11 @@ class FleetProgress:
     def budget_exceeded(self) -> bool:
         """Whether more deployments failed than the budget allows."""
         return len(self.failures) > self.allowed_failures
+
+    @property
+    def canary_failed(self) -> bool:
+        """Whether a deployment of the canary wave failed (the rollout stops, whatever the budget)."""
+        return any(row.outcome in FAILURE_OUTCOMES for wave in self.waves if wave.name == CANARY for row in wave.rows)
 
     def current(self) -> int | None:
         """Index of the first wave not done, or ``None`` when every wave is done."""

@@ -4,6 +4,7 @@ a deployment and (optionally) wait for its new revision to go live."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import time
@@ -1330,7 +1331,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     superseded, deleted, timed out), then ``verify`` runs on each deployment that landed. Failures count
     against ``max_failures``; when more fail, the rollout stops, later waves are never patched, and the
     task fails naming the deployments that failed. Within the budget the task succeeds and its table
-    shows the failures.
+    shows the failures. The canary is stricter: when any canary deployment fails, the rollout stops
+    there whatever ``max_failures`` allows (as Argo Rollouts and Flagger abort on a failed canary); the
+    budget applies to the waves after it.
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
@@ -1368,7 +1371,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param canary: how many of the first targets, or which names, to roll out and verify first.
     :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
         (``"25%"``). Default 100.
-    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0.
+    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0. A
+        failed canary stops the rollout whatever the budget; its failures still count against it.
     :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
     :param max_parallel_patches: most PATCH requests of a wave in flight at once (a whole number >= 1;
         default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
@@ -1380,9 +1384,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
     :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
-        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, and,
-        when the wave exceeds the budget, every deployment of that wave that landed; a restored one is
-        ``rolled_back`` in the table.
+        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, or
+        was still rolling out when ``timeout`` ran out (it may yet go live: the rollback queues behind it
+        on the service and replaces it once it is done), and,
+        when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
+        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -1526,7 +1532,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
-        progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+        progress_store = fleet_tasks.ProgressStore(
+            context.get("task_state_store"), self.log, secrets=self._secret_values()
+        )
         progress = progress_store.load(change)
         if progress is not None:
             self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
@@ -1555,7 +1563,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
                 raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
             request_for, change = self._change()
-            progress_store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log)
+            progress_store = fleet_tasks.ProgressStore(
+                context.get("task_state_store"), self.log, secrets=self._secret_values()
+            )
             progress = progress_store.load(change)
             carry = event.get("carry")
             if progress is None and isinstance(carry, dict):
@@ -1627,33 +1637,43 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 wave.phase = "watched"
                 progress_store.save(progress, index)
             if wave.phase == "watched":
+                save = functools.partial(progress_store.save, progress, index)
                 if self.verify is not None:
-                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log)
+                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log, secrets=self._secret_values())
+                    save()
                 if self.rollback_on_failure:
-                    over = len(progress.failures) > progress.allowed_failures
-                    rollbacks = fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, log=self.log)
-                    wave.phase = "rolling_back"
-                    progress_store.save(progress, index)
-                    if rollbacks:
-                        deadline = time.time() + self.timeout
-                        if self.deferrable:
-                            self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
-                        outcomes = fleet_tasks.watch_wave(
-                            self.hook,
-                            rollbacks,
-                            poll_interval=self.poll_interval,
-                            deadline=deadline,
-                            bake_seconds=0,
-                            revision_check_interval=self.revision_check_interval,
-                            log=self.log,
-                        )
-                        fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
-                else:
-                    wave.phase = "rolling_back"
+                    # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
+                    over = progress.budget_exceeded or (wave.name == fleet.CANARY and progress.canary_failed)
+                    fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, save=save, log=self.log)
+                wave.phase = "rolling_back"
+                save()
             if wave.phase == "rolling_back":
+                # The rollbacks started, this try's or an earlier one's, whose outcome is not recorded yet.
+                rollbacks = fleet_tasks.pending_rollbacks(wave)
+                if rollbacks:
+                    deadline = time.time() + self.timeout
+                    if self.deferrable:
+                        self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollbacks,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=0,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                    )
+                    fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
                 wave.phase = "done"
                 self._log_wave(progress, index)
-                if progress.budget_exceeded:
+                if wave.name == fleet.CANARY and progress.canary_failed:
+                    failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+                    progress.stop(
+                        f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                        "stops the rollout whatever max_failures allows",
+                        time.time(),
+                    )
+                elif progress.budget_exceeded:
                     failed = len(progress.failures)
                     progress.stop(
                         f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",
@@ -1682,6 +1702,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         bake: bool = True,
     ) -> None:
         wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
+        fleet_tasks.scrub_messages(progress, self._secret_values())
         self.defer(
             trigger=FleetWaveTrigger(
                 wave=index,
@@ -1734,6 +1755,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         )
 
     def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+        fleet_tasks.scrub_messages(progress, self._secret_values())
         table = progress.table()
         counts = progress.counts()
         self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))

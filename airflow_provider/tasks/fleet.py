@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import describe_validation_error
+from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
@@ -188,11 +188,13 @@ class ProgressStore:
 
     :param store: ``context["task_state_store"]`` or ``None``.
     :param log: the task's logger.
+    :param secrets: secret values to scrub from every row's message before it is recorded.
     """
 
-    def __init__(self, store: Any, log: logging.Logger | Any) -> None:
+    def __init__(self, store: Any, log: logging.Logger | Any, secrets: Iterable[str] = ()) -> None:
         self.store = store
         self.log = log
+        self.secrets = tuple(secrets)
 
     def load(self, change: str) -> FleetProgress | None:
         """The progress an earlier try or deferral recorded for this change, else ``None``."""
@@ -214,7 +216,8 @@ class ProgressStore:
         return FleetProgress.from_json(header, waves)
 
     def save(self, progress: FleetProgress, *waves: int) -> None:
-        """Record the header and the given waves (all when none is given)."""
+        """Record the header and the given waves (all when none is given), their messages scrubbed."""
+        scrub_messages(progress, self.secrets)
         if self.store is None:
             return
         try:
@@ -223,6 +226,20 @@ class ProgressStore:
             self.store.set(STATE_KEY, progress.header_json())
         except Exception as err:  # not fatal: a retry recognises patches on the deployments
             self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+
+
+def scrub_messages(progress: FleetProgress, secrets: Iterable[str]) -> None:
+    """Replace every secret value in the rows' messages (they reach the task state store, XCom, the
+    failure message and the trigger's arguments; a ``verify`` error often quotes a URL with a token).
+
+    :param progress: the progress (its rows are updated in place).
+    :param secrets: the task's secret values.
+    """
+    known = tuple(secrets)
+    if not known:
+        return
+    for row in progress.rows:
+        row.message = scrub(row.message, known)
 
 
 def new_progress(
@@ -437,6 +454,9 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
         outcome, message, at = decision
         row.decide(str(outcome), str(message), float(at))
         row.went_live = row.outcome == Outcome.LANDED or row.message.startswith("left service during the bake")
+        row.timed_out = row.outcome == Outcome.FAILED and row.message.startswith("timed out")
+        if row.timed_out:
+            row.message += "; still rolling out when the task stopped watching it: its revision may yet go live"
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
 
@@ -577,15 +597,19 @@ def verify_wave(
     wave: WaveRecord,
     verify: Callable[[Deployment], Any],
     log: logging.Logger | Any,
+    *,
+    secrets: Iterable[str] = (),
 ) -> None:
     """Run ``verify`` on every deployment of the wave that landed (read live); a false result or an
-    exception fails that row.
+    exception fails that row (the secret values scrubbed from what it said).
 
     :param hook: the hook.
     :param wave: the wave.
     :param verify: the user's check: given the live ``Deployment``, returns false or raises when bad.
     :param log: the task's logger.
+    :param secrets: secret values to scrub from the verdict (an error often quotes a URL with a token).
     """
+    known = tuple(secrets)
     landed = [row for row in wave.rows if row.outcome == Outcome.LANDED]
     live = read_deployments(hook, [row.deployment_id for row in landed]) if landed else {}
     for row in landed:
@@ -603,6 +627,7 @@ def verify_wave(
         if passed:
             log.info("%s: %s verified on revision %s", wave.name, row.name, row.to_revision)
         else:
+            reason = scrub(reason, known)
             row.decide(Outcome.FAILED, f"verification failed on revision {row.to_revision}: {reason}", now)
             log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
@@ -613,51 +638,89 @@ def start_rollbacks(
     wave: WaveRecord,
     *,
     whole_wave: bool,
+    save: Callable[[], None],
     log: logging.Logger | Any,
 ) -> dict[str, str | None]:
-    """Roll back every deployment of the wave whose new revision went live and failed (and, with
-    ``whole_wave``, every one that landed: the budget was exceeded); do not wait.
+    """Roll back every deployment of the wave whose new revision went live and failed, or was still
+    rolling out when the watch timed out (it may yet go live), and, with ``whole_wave``, every one that
+    landed (the wave stopped the rollout); do not wait.
+
+    A rollback over a revision still rolling out queues behind it on the service: that revision may serve
+    for a while, then the restored one replaces it (the rollback's watch waits for that, within
+    ``timeout``). When the still-building revision fails instead, there is nothing to roll back and the
+    rollback only checks that the previous revision still serves.
 
     Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
     the old config patched back; never twice; refuses over a newer revision someone else rolled out).
-    A rollback that cannot start leaves its row ``failed`` with the reason.
+    Each rollback is recorded (``save``) as soon as the service accepted it, so a retry watches it instead
+    of rolling back again. A rollback that cannot start (refused, the deployment gone, the service's
+    4xx) leaves its row ``failed`` with the reason and the others go on; a transient failure that outlived
+    the client's retries fails the task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
     :param wave: the wave.
     :param whole_wave: also roll back the rows that landed.
+    :param save: records the progress (called after each rollback started or refused).
     :param log: the task's logger.
-    :returns: ``{deployment_id: revision to wait for}`` of the rollbacks started.
+    :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
+        an earlier try's included (see :func:`pending_rollbacks`).
     """
     from airflow_provider.tasks.rollback import start_rollback
 
     wanted = [
         row
         for row in wave.rows
-        if row.went_live
+        if (row.went_live or row.timed_out)
         and row.from_revision
         and row.to_revision
         and row.rollback_revision is None
         and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
     ]
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
-    started: dict[str, str | None] = {}
     for row in wanted:
         deployment = live.get(row.deployment_id)
         if deployment is None:
+            reason = f"deployment {row.name!r} no longer exists"
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {reason}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
             continue
         assert row.from_revision is not None
         try:
             rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
         except AirflowFailException as err:
             row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
+        except DeploymentServiceError as err:
+            if err.transient:
+                save()  # the rollbacks already sent are recorded: a retry watches them
+                raise
+            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {err}", time.time())
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
             continue
         if row.outcome == Outcome.LANDED:
             row.decide(
                 Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
             )
         row.rollback_revision = rollback.revision_id
-        started[row.deployment_id] = rollback.revision_id
-    return started
+        save()
+    return pending_rollbacks(wave)
+
+
+def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
+    """``{deployment_id: rollback revision}`` of the wave's rollbacks started (by this try or an earlier
+    one) whose outcome is not recorded yet.
+
+    :param wave: the wave.
+    """
+    return {
+        row.deployment_id: row.rollback_revision
+        for row in wave.rows
+        if row.rollback_revision is not None and not row.rollback_decided and row.outcome == Outcome.FAILED
+    }
 
 
 def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
@@ -669,9 +732,10 @@ def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log
     """
     for row in wave.rows:
         decision = outcomes.get(row.deployment_id)
-        if row.rollback_revision is None or decision is None or row.outcome != Outcome.FAILED:
+        if row.rollback_revision is None or row.rollback_decided or decision is None or row.outcome != Outcome.FAILED:
             continue
         outcome, message, at = decision
+        row.rollback_decided = True
         if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
             row.decide(
                 Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)

@@ -147,6 +147,39 @@ def test_a_failed_canary_stops_before_the_fleet(fleet: Any) -> None:
     assert patched_order(emulator) == [ids["app-0000"]]
 
 
+def test_a_failed_canary_stops_the_rollout_whatever_the_budget(fleet: Any) -> None:
+    emulator = fleet(5)
+    ids = ids_by_name(emulator)
+    emulator.state.fail_next_build(ids["app-0000"], status="BUILD_FAILED")
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException, match="the canary failed") as raised:
+        fleet_op(deployment_names=sorted(ids), canary=1, wave_size=2, max_failures=0.2).execute(make_context(ti))
+    assert "app-0000" in str(raised.value) and "4 deployment(s) in later waves were not patched" in str(raised.value)
+    assert patched_order(emulator) == [ids["app-0000"]]
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert [table[f"app-000{index}"]["outcome"] for index in range(1, 5)] == [Outcome.NOT_PATCHED] * 4
+    assert ti.xcoms["fleet_summary"]["stopped"].startswith("the canary failed")
+
+
+def test_a_failed_canary_rolls_back_the_whole_canary_with_rollback_on_failure(fleet: Any) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    ti = FakeTI()
+    task = fleet_op(
+        deployment_names=sorted(ids),
+        canary=2,
+        max_failures=2,
+        verify=lambda deployment: deployment.name != "app-0001",
+        rollback_on_failure=True,
+    )
+    with pytest.raises(AirflowFailException, match="the canary failed"):
+        task.execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == table["app-0001"]["outcome"] == Outcome.ROLLED_BACK
+    assert table["app-0002"]["outcome"] == table["app-0003"]["outcome"] == Outcome.NOT_PATCHED
+    assert len(revisions(emulator, ids["app-0002"])) == 1
+
+
 def test_patch_for_gives_each_source_its_field(service: Callable[..., Any]) -> None:
     data = {
         "deployments": [
@@ -559,3 +592,132 @@ def test_build_logs_are_shown_for_at_most_five_failed_builds_per_wave(
     assert out.count("line(s) of the build log of revision") == 5
     assert "wave 1: 2 more failed build(s), build logs not shown: app-0005, app-0006" in out
     assert emulator.state.count(LOGS_ROUTE) == 5
+
+
+def test_a_rollback_interrupted_mid_wave_is_recorded_and_a_retry_watches_it_instead_of_refusing(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    store = FakeStore()
+    redeploy = f"/v2/deployments/{ids['app-0001']}/revisions/*/redeploy"
+    emulator.state.add_fault(
+        FaultRule(kind="status", status_code=429, retry_after="0", method="POST", path=redeploy, count=None)
+    )
+    options = {
+        "deployment_names": sorted(ids),
+        "verify": lambda deployment: False,
+        "rollback_on_failure": True,
+        "max_failures": 3,
+        "max_attempts": 2,
+    }
+    with pytest.raises(Exception, match="429"):
+        fleet_op(**options).execute(make_context(FakeTI(try_number=1), store))
+    rows = {row["name"]: row for row in store.data[f"{STATE_KEY}/wave/0"]["rows"]}
+    assert rows["app-0000"]["rollback_revision"], "the rollback the service accepted was not recorded"
+    emulator.state.clear_faults()
+    ti = FakeTI(try_number=2)
+    table = {row["name"]: row for row in fleet_op(**options).execute(make_context(ti, store))}
+    for name in sorted(ids):
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        assert "refused" not in table[name]["message"]
+        deployment = emulator.state.deployment(ids[name])
+        # one patch, one rollback: the first try's rollback of app-0000 was not sent again
+        assert len(deployment["revisions"]) == 3, name
+        restored = deployment["revisions"][-1]
+        assert deployment["active_revision_id"] == restored["id"]
+        assert restored["redeploy_of"] == before[name]
+
+
+def test_a_rollback_the_service_refuses_fails_that_deployment_and_the_others_are_rolled_back(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    redeploy = f"/v2/deployments/{ids['app-0001']}/revisions/*/redeploy"
+    emulator.state.add_fault(FaultRule(kind="status", status_code=409, method="POST", path=redeploy, count=None))
+    options = {"deployment_names": sorted(ids), "verify": lambda deployment: False, "rollback_on_failure": True}
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException):
+        fleet_op(max_failures=0, **options).execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0001"]["outcome"] == Outcome.FAILED
+    assert "the rollback could not be started" in table["app-0001"]["message"]
+    assert "409" in table["app-0001"]["message"]
+    assert table["app-0000"]["outcome"] == table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
+
+
+def test_a_secret_in_a_verify_error_never_reaches_xcom_the_failure_nor_the_trigger(
+    fleet: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+
+    def verify(deployment: Deployment) -> bool:
+        if deployment.name == "app-0002":
+            return True
+        raise RuntimeError(f"GET https://{deployment.name}.example.com/health?token={SECRET} answered 503")
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            wave_size=1,
+            max_failures=1,
+            verify=verify,
+            secrets={"TOKEN": SECRET},
+            deferrable=True,
+        )
+
+    ti = FakeTI()
+    triggers: list[Any] = []
+    with pytest.raises(AirflowFailException) as raised:
+        try:
+            make().execute(make_context(ti))
+        except TaskDeferred as deferred:
+            pending = deferred
+            while True:
+                triggers.append(pending.trigger)
+                event = run_trigger(FleetWaveTrigger(**pending.trigger.serialize()[1]))
+                try:
+                    getattr(make(), pending.method_name)(make_context(ti), event)
+                    break
+                except TaskDeferred as again:
+                    pending = again
+    message = str(raised.value)
+    assert "verify raised RuntimeError" in message and "token=**********" in message
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0000"]["outcome"] == Outcome.FAILED and "token=**********" in table["app-0000"]["message"]
+    carried = [trigger.serialize()[1] for trigger in triggers if trigger.carry]
+    assert any("verify raised" in json.dumps(kwargs) for kwargs in carried), "no trigger carried the failure"
+    scan_for_secret(message, ti.xcoms, *carried, capfd.readouterr().out)
+
+
+def test_a_rollout_still_building_at_the_timeout_is_rolled_back_with_its_wave(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    emulator.state.update_deployment_options(ids["app-0001"], build_seconds=4.0)  # outlives the 3 s timeout
+    ti = FakeTI()
+    task = fleet_op(deployment_names=sorted(ids), rollback_on_failure=True, timeout=3)
+    with pytest.raises(AirflowFailException, match="app-0001"):
+        task.execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    slow = table["app-0001"]
+    assert slow["outcome"] == Outcome.ROLLED_BACK, slow
+    assert slow["message"].startswith("timed out") and "rolled back" in slow["message"]
+    for name in sorted(ids):  # the whole wave, the slow one included, serves its old build again
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        deployment = emulator.state.deployment(ids[name])
+        active = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
+        assert active["redeploy_of"] == before[name], name
+        assert deployment["latest_revision_id"] == active["id"], "a revision went live after the rollback"
+
+
+def test_a_rollout_still_building_at_the_timeout_says_it_may_yet_go_live(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    emulator.state.update_deployment_options(ids["app-0001"], build_seconds=3.0)
+    table = {
+        row["name"]: row
+        for row in fleet_op(deployment_names=sorted(ids), max_failures=1, timeout=1).execute(make_context())
+    }
+    assert table["app-0001"]["outcome"] == Outcome.FAILED
+    assert "timed out" in table["app-0001"]["message"]
+    assert "still rolling out when the task stopped watching it" in table["app-0001"]["message"]
