@@ -32,8 +32,8 @@ class WorkerKilled(RuntimeError):
 
 
 class DyingTI(FakeTI):
-    """A task instance whose worker dies when the task pushes its first XCom after the patch landed
-    (``deployment_id``; the empty ``deployment_url`` placeholder pushed before the patch goes through)."""
+    """A task instance whose worker dies when the task pushes its first XCom after the patch landed (the
+    empty ``deployment_url`` pushed before any request, for the extra link, goes through)."""
 
     def xcom_push(self, key: str, value: Any) -> None:
         if key == "deployment_url" and value is None and not self.xcoms:
