@@ -12,6 +12,7 @@ from airflow_provider.rollout import (
     RevisionCheckSchedule,
     RolloutState,
     awaits_revision_build,
+    bake_verdict,
     rollout_verdict,
 )
 
@@ -315,3 +316,42 @@ def test_schedule_accepts_zero_and_measures_time_since_the_last_call() -> None:
     assert slow.reason(building, OURS) is None  # 9.5 s since the call, not 2009.5
     with pytest.raises(ValueError, match=r"^revision_check_interval must be >= 0 seconds, got -0.5$"):
         RevisionCheckSchedule(-0.5)
+
+
+# ------------------------------------------------------------------- the bake: does the revision stay live?
+@pytest.mark.parametrize(
+    ("dep", "message"),
+    [
+        pytest.param(deployment("READY", active=OURS, latest=OURS), None, id="still-live"),
+        # a newer revision built meanwhile but is not active yet: ours still serves
+        pytest.param(deployment("READY", active=OURS, latest=NEWER), None, id="still-live-newer-building"),
+        pytest.param(
+            deployment("AWAITING_DATABASE", active=OURS, latest=OURS),
+            f"{NAME} left READY during the bake of revision {OURS}: status AWAITING_DATABASE",
+            id="left-ready",
+        ),
+        pytest.param(
+            deployment("AWAITING_DELETE", active=OURS, latest=OURS),
+            f"{NAME} left READY during the bake of revision {OURS}: status AWAITING_DELETE",
+            id="going-away",
+        ),
+        pytest.param(
+            deployment("READY", active=NEWER, latest=NEWER),
+            f"{NAME} left revision {OURS} during the bake: revision {NEWER} is active now (status READY)",
+            id="another-revision-active",
+        ),
+        pytest.param(
+            deployment("READY", active=OLD, latest=OURS),
+            f"{NAME} left revision {OURS} during the bake: revision {OLD} is active now (status READY)",
+            id="rolled-back-to-the-old-revision",
+        ),
+        # both changed: the revision switch is what the user is told (it is the bigger news)
+        pytest.param(
+            deployment("AWAITING_DATABASE", active=NEWER, latest=NEWER),
+            f"{NAME} left revision {OURS} during the bake: revision {NEWER} is active now (status AWAITING_DATABASE)",
+            id="another-revision-and-not-ready",
+        ),
+    ],
+)
+def test_the_bake_line_a_user_reads(dep: Deployment, message: str | None) -> None:
+    assert bake_verdict(dep, OURS) == message
