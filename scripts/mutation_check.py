@@ -50,14 +50,16 @@ _SWAPS: dict[type[ast.AST], type[ast.AST]] = {
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
-    """``id`` of every docstring constant (never mutated)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
+    """``id`` of every docstring-like constant (never mutated): a string standing alone as a statement.
+
+    Besides module, class and function docstrings this covers attribute docstrings (a string right after
+    an assignment, as Sphinx reads them); such a statement does nothing, so mutating it proves nothing.
+    """
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
 
 
 class _Mutator(ast.NodeTransformer):
