@@ -172,9 +172,11 @@ def bake_verdict(deployment: Deployment, revision_id: str) -> str | None:
     :param revision_id: the revision being baked.
     """
     if deployment.active_revision_id != revision_id:
+        active = deployment.active_revision_id
+        now = f"revision {active} is active now" if active else "no revision is active now"
         return (
             f"deployment {deployment.name!r} ({deployment.id}) left revision {revision_id} during the bake: "
-            f"revision {deployment.active_revision_id} is active now (status {deployment.status.value})"
+            f"{now} (status {deployment.status.value})"
         )
     if deployment.status is not DeploymentStatus.READY:
         return (

@@ -351,6 +351,11 @@ def test_schedule_accepts_zero_and_measures_time_since_the_last_call() -> None:
             f"{NAME} left revision {OURS} during the bake: revision {NEWER} is active now (status AWAITING_DATABASE)",
             id="another-revision-and-not-ready",
         ),
+        pytest.param(
+            deployment("AWAITING_DATABASE", active=None, latest=OURS),
+            f"{NAME} left revision {OURS} during the bake: no revision is active now (status AWAITING_DATABASE)",
+            id="no-revision-active",
+        ),
     ],
 )
 def test_the_bake_line_a_user_reads(dep: Deployment, message: str | None) -> None:
