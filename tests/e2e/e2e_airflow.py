@@ -273,6 +273,21 @@ class Emulator:
         """Make the builds of one deployment take ``seconds``."""
         self._call("PATCH", f"/deployments/{deployment_id}", {"build_seconds": seconds})
 
+    def roll_out(self, deployment_id: str, image_uri: str) -> dict[str, Any]:
+        """Patch ``image_uri`` through the service's own API (as its UI or command-line client would, not
+        through Airflow); return the deployment it answers (``latest_revision_id`` is the new revision)."""
+        assert self._http is not None, "the emulator is not running"
+        response = httpx.patch(
+            f"{self.url}/v2/deployments/{deployment_id}",
+            json={"source_revision_config": {"image_uri": image_uri}},
+            headers={"X-Api-Key": self.api_key},
+            timeout=10,
+        )
+        if response.is_error:
+            answer = f"{response.status_code}: {response.text}"
+            raise AssertionError(f"PATCH /v2/deployments/{deployment_id} answered {answer}")
+        return dict(response.json())
+
     def requests(self) -> list[dict[str, Any]]:
         """The service requests answered so far (``method``, ``path``, ``query``, ``route``...)."""
         return list(self._call("GET", "/requests"))
@@ -423,11 +438,22 @@ class AirflowServices:
         return self._start("celery-worker", *args, "--celery-hostname", f"{queue}@%h", "--without-gossip")
 
     def process(self, name: str) -> ManagedProcess:
-        """The started process called ``name``."""
-        for process in self.processes:
+        """The process called ``name`` started last (a restarted component's current process)."""
+        for process in reversed(self.processes):
             if process.name == name:
                 return process
         raise KeyError(name)
+
+    def restart(self, name: str) -> ManagedProcess:
+        """Start component ``name`` again (same command and environment, next log file ``<name>.<n>.log``)
+        after it was stopped; the stopped process stays listed for :meth:`diagnostics`."""
+        old = self.process(name)
+        assert old.stopped and not old.alive, f"{name} is still running"
+        count = sum(process.name == name for process in self.processes)
+        log_path = old.log_path.with_name(f"{name}.{count}.log")
+        process = ManagedProcess(name, old.command, old.env, log_path, old.cwd)
+        self.processes.append(process.start())
+        return process
 
     # ------------------------------------------------------------------------------ tear-down
     def stop(self, grace: float = 15.0) -> dict[str, list[int]]:
@@ -645,6 +671,26 @@ class AirflowApi:
         answer = self.request("GET", path, params=params, headers={"Accept": "application/json"})
         content = answer.get("content") or []
         return TaskLog([item if isinstance(item, dict) else {"event": str(item)} for item in content])
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """Every run of ``dag_id``, oldest first."""
+        params = {"limit": 100, "order_by": "id"}
+        return list(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params=params)["dag_runs"])
+
+    def upstream_asset_events(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The asset events that triggered a run."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/upstreamAssetEvents"
+        return list(self.request("GET", path)["asset_events"])
+
+    def asset(self, uri: str) -> dict[str, Any] | None:
+        """The asset with exactly this URI (with its ``watchers``), or ``None`` while there is none."""
+        assets = self.request("GET", "/api/v2/assets", params={"uri_pattern": uri, "limit": 100})["assets"]
+        return next((asset for asset in assets if asset["uri"] == uri), None)
+
+    def asset_state_store(self, asset_id: int) -> dict[str, Any]:
+        """An asset's state store (Airflow 3.3): ``{key: value}``."""
+        answer = self.request("GET", f"/api/v2/assets/{asset_id}/state-store", params={"limit": 100})
+        return {entry["key"]: entry["value"] for entry in answer["asset_state_store"]}
 
     def alive_triggerer_jobs(self) -> set[int]:
         """Ids of the triggerer jobs that are running and heartbeating."""

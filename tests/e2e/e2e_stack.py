@@ -17,6 +17,9 @@ from e2e_backends import E2E_DIR
 BUILD_SECONDS = 6.0
 """Emulated build time of every revision: long enough that each waiting task really defers."""
 POLL_INTERVAL = 1.0
+WATCH_INTERVAL = 1.0
+"""Poll interval of the example watcher (``smoke_test_on_new_revision``); equal to :data:`POLL_INTERVAL`, so
+the watcher shares the rollouts' poller."""
 ROLLOUT_TIMEOUT = 180.0
 PAYMENT_TOKEN = "e2e-payment-token-" + secrets.token_hex(6)
 
@@ -73,6 +76,7 @@ def airflow_stack(
             CONN_ENV: emulator.connection_json(),
             PAYMENT_TOKEN_ENV: PAYMENT_TOKEN,
             "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
+            "DEPLOYMENT_SERVICE_EXAMPLE_WATCH_INTERVAL": str(WATCH_INTERVAL),
             "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": str(ROLLOUT_TIMEOUT),
             **(extra_env or {}),
         }

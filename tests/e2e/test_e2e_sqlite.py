@@ -1,6 +1,6 @@
-"""End-to-end on SQLite + LocalExecutor (main virtual environment): one stack shared by both tests.
+"""End-to-end on SQLite + LocalExecutor (main virtual environment): one stack shared by the tests.
 
-See :mod:`e2e_scenarios` for what is checked.
+See :mod:`e2e_scenarios` and :mod:`e2e_events` for what is checked.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import time
 
 import pytest
 from e2e_airflow import wait_until
+from e2e_events import watcher_scenario
 from e2e_scenarios import (
     FLEET_DAG,
     HANDOVER_BUILD_SECONDS,
@@ -29,6 +30,15 @@ from e2e_scenarios import (
 from e2e_stack import Stack, record_timing
 
 pytestmark = pytest.mark.e2e
+
+
+def test_watcher_starts_its_dag_once_per_revision_across_a_triggerer_restart(sqlite_stack: Stack) -> None:
+    """Revisions rolled out outside Airflow start ``smoke_test_on_new_revision`` once each, also when one goes
+    live while the triggerer is down (see :func:`watcher_scenario`).
+
+    First in the module: the later tests roll ``checkout-api-staging`` out too (which starts the DAG again).
+    """
+    watcher_scenario(sqlite_stack)
 
 
 def test_rollouts_defer_and_share_one_poller_sqlite_local(sqlite_stack: Stack) -> None:
