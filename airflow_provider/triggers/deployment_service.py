@@ -389,7 +389,25 @@ def _transient_setup_error(err: Exception) -> TransportError:
 
 
 # ---------------------------------------------------------------------------------------- trigger
-class DeploymentRolloutTrigger(BaseTrigger):
+class _DeploymentEvents:
+    """The one event shape of the rollout and bake triggers: status, message, ids and the redacted deployment."""
+
+    deployment_id: str
+    revision_id: str | None
+
+    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "message": message,
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+            }
+        )
+
+
+class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     """Wait until a deployment's revision is live (``READY`` and active), failing fast when it cannot be.
 
     Yields exactly one event: ``{"status": "success" | "failed" | "timeout" | "error", "message": ...,
@@ -440,17 +458,6 @@ class DeploymentRolloutTrigger(BaseTrigger):
                 "revision_check_interval": self.revision_check_interval,
                 "seen_key": self.seen_key,
             },
-        )
-
-    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": status,
-                "message": message,
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
-            }
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -534,7 +541,7 @@ class DeploymentRolloutTrigger(BaseTrigger):
                 return self._event("timeout", f"timed out after {waited()}: {verdict.message}", update.deployment)
 
 
-class DeploymentBakeTrigger(BaseTrigger):
+class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
     """Watch a live revision for a bake period: it must stay active with the deployment ``READY``.
 
     Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
@@ -559,7 +566,7 @@ class DeploymentBakeTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.deployment_id = deployment_id
-        self.revision_id = revision_id
+        self.revision_id: str = revision_id
         self.hook_params = dict(hook_params)
         self.poll_interval = float(poll_interval)
         self.deadline = float(deadline)
@@ -575,17 +582,6 @@ class DeploymentBakeTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
             },
-        )
-
-    def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": status,
-                "message": message,
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
-            }
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
