@@ -10,7 +10,7 @@ LINT_PATHS := airflow_provider tests example_dags bench scripts docs
 $(STAMP): pyproject.toml requirements/test.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.5"
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/test.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements/test.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	@touch $(STAMP)
 

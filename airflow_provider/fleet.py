@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from airflow_provider.models import Deployment, Revision
@@ -260,6 +260,17 @@ class FleetRow:
         """Record the outcome."""
         self.outcome, self.message, self.finished_at = outcome, message, at
 
+    def to_json(self) -> dict[str, Any]:
+        """Every field as plain JSON (each is a string, number, boolean or ``None``).
+
+        Not ``dataclasses.asdict``: that deep-copies every value, and a wave's rows are written after each
+        batch of answered patches (a tenth of a second per wave of 100 on the worker).
+        """
+        return {name: getattr(self, name) for name in _ROW_FIELDS}
+
+
+_ROW_FIELDS = tuple(item.name for item in fields(FleetRow))
+
 
 @dataclass
 class WaveRecord:
@@ -277,7 +288,7 @@ class WaveRecord:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {"name": self.name, "phase": self.phase, "rows": [asdict(row) for row in self.rows]}
+        return {"name": self.name, "phase": self.phase, "rows": [row.to_json() for row in self.rows]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WaveRecord:

@@ -66,7 +66,7 @@ def bench_python() -> Path:
     uv = Path(sys.executable).parent / "uv"
     print(f"creating {VENV.relative_to(ROOT)} (pinned test set + {HTTP_PROVIDER}); reused afterwards", flush=True)
     subprocess.run([str(uv), "venv", "--quiet", "--clear", "--python", sys.executable, str(VENV)], check=True)
-    install = [str(uv), "pip", "install", "--quiet", "--python", str(python)]
+    install = [str(uv), "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
     subprocess.run([*install, "-r", str(ROOT / "requirements" / "test.lock"), HTTP_PROVIDER], check=True)
     subprocess.run([*install, "--no-deps", "-e", str(ROOT)], check=True)
     stamp.write_text(digest)
@@ -112,6 +112,10 @@ def main() -> None:
     python = bench_python()
     env = {**os.environ, **connection_env("http://127.0.0.1:9", "unused")}
     env.pop("PYTHONPATH", None)
+    # Measure what an installed provider costs: with byte-code, as ``pip install`` leaves it. A machine
+    # that sets PYTHONDONTWRITEBYTECODE (this one does) would otherwise compile every module of both
+    # candidates, Airflow's included, in every repetition, and time the compiler instead of the import.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in CANDIDATES}
     probe(python, CANDIDATES["this provider"], env)  # warm the file cache and byte-code of both
     probe(python, CANDIDATES["HTTP provider"], env)

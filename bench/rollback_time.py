@@ -159,7 +159,7 @@ def main() -> None:
         ]
     )
     seconds = time.perf_counter() - started
-    publish("rollback_time", "6. Rollback time", body, goals, quick=options.quick, seconds=seconds)
+    publish("rollback_time", "7. Rollback time", body, goals, quick=options.quick, seconds=seconds)
 
 
 if __name__ == "__main__":

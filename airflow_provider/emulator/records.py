@@ -240,6 +240,10 @@ class DeploymentRecord:
             else:
                 return
 
+    def quiet(self, ready_seconds: float) -> bool:
+        """True when time alone cannot change this deployment: no unfinished revision, no pending READY."""
+        return self.current_build() is None and self._ready_at(ready_seconds) is None
+
     def _ready_at(self, ready_seconds: float) -> datetime | None:
         if (
             self.status_pinned

@@ -186,6 +186,10 @@ class ProgressStore:
     """The fleet's progress in ``task_state_store`` (one key for the header, one per wave), or only in
     memory when the task has no store.
 
+    A key is written only when its value differs from the one this object last wrote there: on a
+    worker every write is a round trip to the API server, and the header rarely changes while a wave's
+    rows are saved after each batch of answered patches.
+
     :param store: ``context["task_state_store"]`` or ``None``.
     :param log: the task's logger.
     :param secrets: secret values to scrub from every row's message before it is recorded.
@@ -195,6 +199,7 @@ class ProgressStore:
         self.store = store
         self.log = log
         self.secrets = tuple(secrets)
+        self._written: dict[str, dict[str, Any]] = {}
 
     def load(self, change: str) -> FleetProgress | None:
         """The progress an earlier try or deferral recorded for this change, else ``None``."""
@@ -222,10 +227,17 @@ class ProgressStore:
             return
         try:
             for index in waves or range(len(progress.waves)):
-                self.store.set(f"{STATE_KEY}/wave/{index}", progress.waves[index].to_json())
-            self.store.set(STATE_KEY, progress.header_json())
+                self._write(f"{STATE_KEY}/wave/{index}", progress.waves[index].to_json())
+            self._write(STATE_KEY, progress.header_json())
         except Exception as err:  # not fatal: a retry recognises patches on the deployments
             self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+
+    def _write(self, key: str, value: dict[str, Any]) -> None:
+        if self._written.get(key) == value:
+            return
+        self._written.pop(key, None)  # until the store confirms, what it holds is unknown
+        self.store.set(key, value)
+        self._written[key] = value
 
 
 def scrub_messages(progress: FleetProgress, secrets: Iterable[str]) -> None:

@@ -400,6 +400,43 @@ class ThreadRecordingStore(FakeStore):
             self.busy.release()
 
 
+class WriteCountingStore(FakeStore):
+    """A store that keeps every write, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str]] = []
+
+    def set(self, key: str, value: Any) -> None:
+        self.writes.append((key, json.dumps(value, sort_keys=True)))
+        super().set(key, value)
+
+
+def test_the_store_gets_each_change_once_and_ends_with_the_whole_outcome(fleet: Any) -> None:
+    emulator = fleet(12)
+    ids = ids_by_name(emulator)
+    store = WriteCountingStore()
+    table = fleet_op(deployment_names=sorted(ids), wave_size=6, max_parallel_patches=3).execute(
+        make_context(store=store)
+    )
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    # No key is written twice in a row with the same value (every write is a round trip on a worker)...
+    last: dict[str, str] = {}
+    for key, text in store.writes:
+        assert last.get(key) != text, f"{key} written again unchanged"
+        last[key] = text
+    header_writes = [key for key, _ in store.writes if key == STATE_KEY]
+    assert len(header_writes) < len(store.writes) // 3
+    # ...and what the store holds at the end is the whole outcome: a retry would find every row decided.
+    rows = [row for index in range(2) for row in store.data[f"{STATE_KEY}/wave/{index}"]["rows"]]
+    assert {row["deployment_id"]: row["outcome"] for row in rows} == {row["deployment_id"]: "landed" for row in table}
+    emulator.state.reset_requests()
+    again = fleet_op(deployment_names=sorted(ids), wave_size=6, max_parallel_patches=3).execute(
+        make_context(FakeTI(try_number=2), store)
+    )
+    assert emulator.state.count(PATCH_ROUTE) == 0 and again == table
+
+
 def patch_arrivals(emulator: Any) -> list[float]:
     """When each PATCH reached the emulator (real seconds), in arrival order."""
     return sorted(record.at.timestamp() for record in emulator.state.request_log if record.route == PATCH_ROUTE)
