@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
+import json
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -35,7 +37,6 @@ from pydantic import (
     SerializationInfo,
     StringConstraints,
     ValidationError,
-    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_serializer,
@@ -43,6 +44,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
@@ -603,24 +607,66 @@ STRICT_READING = {"strict_reading": True}
 context=STRICT_READING)``): for data that must be exactly right, such as the emulator's seed files."""
 
 
-def _is_strict(info: ValidationInfo) -> bool:
-    return isinstance(info.context, dict) and bool(info.context.get("strict_reading"))
+def _strict(options: Mapping[str, Any]) -> bool:
+    context = options.get("context")
+    return isinstance(context, dict) and bool(context.get("strict_reading"))
 
 
-def _read_tolerantly(data: Any, handler: ValidatorFunctionWrapHandler, what: str) -> Any:
-    """Validate ``data``; when one value is odd, drop it (with a warning naming ``what`` and the field) and
-    validate again, so one odd value never makes the whole resource (and the page it is on) unreadable.
+class _TolerantReading(ServiceModel):
+    """Read in one pass in pydantic-core (no Python code per resource, no intermediate dicts); only data
+    that fails that pass is read again, tolerantly (:meth:`_read_again`). Valid data gives the same
+    result either way; ``context=STRICT_READING`` raises the first pass's error instead.
+    """
+
+    _what: ClassVar[str]
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        """Validate ``obj``, tolerantly when it does not fit as it is (see the class docstring)."""
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as err:
+            if _strict(options) or not isinstance(obj, dict):
+                raise
+            error = err
+        return cls._read_again(obj, options, error)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        """Validate a JSON document, tolerantly when it does not fit as it is (see the class docstring)."""
+        try:
+            return super().model_validate_json(json_data, **options)
+        except ValidationError as err:
+            if _strict(options):
+                raise
+            error = err
+        try:
+            decoded = json.loads(json_data)
+        except ValueError:
+            raise error from None
+        return cls.model_validate(decoded, **options)
+
+    @classmethod
+    def _validate_as_is(cls, obj: Any, **options: Any) -> Self:
+        return super().model_validate(obj, **options)
+
+    @classmethod
+    def _read_again(cls, obj: dict[str, Any], options: dict[str, Any], error: ValidationError) -> Self:
+        """The second reading: drop the odd values one by one (see :func:`_read_tolerantly`)."""
+        result: Self = _read_tolerantly(obj, functools.partial(cls._validate_as_is, **options), cls._what, error)
+        return result
+
+
+def _read_tolerantly(data: dict[str, Any], handler: Callable[[Any], Any], what: str, first: ValidationError) -> Any:
+    """Read ``data``, which ``handler`` refused with ``first``: drop the odd value (with a warning naming
+    ``what`` and the field) and validate again, so one odd value never makes the whole resource (and the
+    page it is on) unreadable.
 
     A value is dropped as the deepest element of the error's path that exists (a list entry whose
     required member is missing goes as a whole). When nothing can be dropped (a required top-level field)
     the first error is raised.
     """
-    try:
-        return handler(data)
-    except ValidationError as err:
-        if not isinstance(data, dict):
-            raise
-        first = error = err
+    error = first
     cleaned = copy.deepcopy(data)
     dropped: dict[tuple[int | str, ...], str] = {}
     for _ in range(_MAX_DROPPED_VALUES):
@@ -665,7 +711,7 @@ def _drop_value(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[int |
     return tuple(path)
 
 
-class Deployment(ServiceModel):
+class Deployment(_TolerantReading):
     """A hosted application deployment, as returned by the service (secret values redacted on dump).
 
     Read tolerantly: an odd value in an optional field (a secret named ``""``, ``integration_id: ""``,
@@ -688,10 +734,7 @@ class Deployment(ServiceModel):
     secret_references: list[SecretReference] | None = None
     image_version: str | None = None
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "deployment")
+    _what: ClassVar[str] = "deployment"
 
     @property
     def is_rolling_out(self) -> bool:
@@ -706,23 +749,25 @@ class Deployment(ServiceModel):
         )
 
 
-class DeploymentListPage(ServiceModel):
+class DeploymentListPage(_TolerantReading):
     """One page of ``GET /v2/deployments``: the resources and the offset of the next page."""
 
     resources: list[Deployment]
     offset: int
 
-    @field_validator("resources", mode="before")
+    _what: ClassVar[str] = "page"
+
     @classmethod
-    def _skip_unreadable(cls, resources: Any, info: ValidationInfo) -> Any:
-        """Read each deployment on its own: one the tolerant reader cannot read (its id or name is broken)
-        is left out of the page with a warning naming it, so the others are still listed."""
-        if not isinstance(resources, list) or _is_strict(info):
-            return resources
+    def _read_again(cls, obj: dict[str, Any], options: dict[str, Any], error: ValidationError) -> Self:
+        """The second reading of a page: each deployment on its own, tolerantly; one the tolerant reader cannot
+        read either (its id or name is broken) is left out with a warning naming it, so the others are listed.
+        """
+        if not isinstance(obj.get("resources"), list):
+            raise error
         readable = []
-        for index, entry in enumerate(resources):
+        for index, entry in enumerate(obj["resources"]):
             try:
-                readable.append(Deployment.model_validate(entry, context=info.context))
+                readable.append(Deployment.model_validate(entry, **options))
             except ValidationError as err:
                 shown = (entry.get("name") or entry.get("id")) if isinstance(entry, dict) else None
                 problems = "; ".join(
@@ -732,10 +777,10 @@ class DeploymentListPage(ServiceModel):
                 log.warning(
                     "Leaving out deployment %r (entry %d of the page): %s", shown or "(unnamed)", index, problems
                 )
-        return readable
+        return cls._validate_as_is({**obj, "resources": readable}, **options)
 
 
-class Revision(ServiceModel):
+class Revision(_TolerantReading):
     """One revision of a deployment (production-only endpoint; only ``id`` and ``status`` are relied on)."""
 
     id: UuidStr
@@ -746,10 +791,7 @@ class Revision(ServiceModel):
     updated_at: Timestamp | None = None
     status_message: str | None = None
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-        return handler(data) if _is_strict(info) else _read_tolerantly(data, handler, "revision")
+    _what: ClassVar[str] = "revision"
 
 
 _REQUIRED_FIELDS: dict[str, frozenset[str]] = {
@@ -759,11 +801,21 @@ _REQUIRED_FIELDS: dict[str, frozenset[str]] = {
 """Fields without which a resource is not itself: never dropped by the tolerant reader."""
 
 
-class RevisionListPage(ServiceModel):
+class RevisionListPage(_TolerantReading):
     """One page of ``GET /v2/deployments/{id}/revisions`` (newest first): the revisions and the next offset."""
 
     resources: list[Revision]
     offset: int
+
+    _what: ClassVar[str] = "page"
+
+    @classmethod
+    def _read_again(cls, obj: dict[str, Any], options: dict[str, Any], error: ValidationError) -> Self:
+        """The second reading of a page: each revision on its own, tolerantly."""
+        if not isinstance(obj.get("resources"), list):
+            raise error
+        revisions = [Revision.model_validate(entry, **options) for entry in obj["resources"]]
+        return cls._validate_as_is({**obj, "resources": revisions}, **options)
 
 
 class LogLine(ServiceModel):

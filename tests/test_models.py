@@ -26,6 +26,7 @@ from airflow_provider.models import (
     Repository,
     ResourceSpecPatch,
     Revision,
+    RevisionListPage,
     RevisionStatus,
     SourceRevisionConfigPatch,
     canonical_uuid,
@@ -437,6 +438,22 @@ def test_an_odd_revision_value_is_dropped_not_fatal(caplog: pytest.LogCaptureFix
     revision = Revision.model_validate({"id": REV_NEW, "status": "BUILDING", "created_at": "not a date"})
     assert revision.status is RevisionStatus.BUILDING and revision.created_at is None
     assert "revision '22222222-2222-4222-8222-222222222222': ignoring the value of created_at" in caplog.text
+
+
+def test_an_odd_revision_on_a_revision_page_is_dropped_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    odd = {"id": REV_NEW, "status": "BUILDING", "created_at": "not a date"}
+    fine = {"id": REV_OLD, "status": "DEPLOYED", "created_at": "2026-01-01T00:00:00Z"}
+    page = RevisionListPage.model_validate_json(json.dumps({"resources": [odd, fine], "offset": 2}))
+    assert [(item.id, item.created_at is None) for item in page.resources] == [(REV_NEW, True), (REV_OLD, False)]
+    assert f"revision '{REV_NEW}': ignoring the value of created_at" in caplog.text
+    with pytest.raises(ValidationError, match=r"resources\.0\.created_at"):
+        RevisionListPage.model_validate({"resources": [odd], "offset": 1}, context=STRICT_READING)
+
+
+@pytest.mark.parametrize("model", [Deployment, DeploymentListPage, Revision, RevisionListPage])
+def test_a_body_that_is_not_json_is_a_validation_error(model: Any) -> None:
+    with pytest.raises(ValidationError, match="Invalid JSON"):
+        model.model_validate_json(b'{"resources": [')
 
 
 def test_strict_reading_switches_the_tolerant_reader_off() -> None:
