@@ -134,3 +134,52 @@ class HumanResponder:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+class WhenRevisionAppears:
+    """Run ``action`` from a watcher thread as soon as deployment ``name`` gets a new revision (simulates a
+    colleague or the platform acting while our rollout is in flight); gives up after 60 s.
+
+    :param emulator: the emulator serving the deployment.
+    :param name: the deployment's name.
+    :param action: called once, with the deployment as the emulator's control API shows it.
+    :param in_process: read the emulator's state directly (an emulator in this process) instead of through
+        its control API: untouched by faults injected on requests.
+    :param poll: seconds between looks.
+    """
+
+    def __init__(
+        self,
+        emulator: Any,
+        name: str,
+        action: Callable[[dict[str, Any]], None],
+        *,
+        in_process: bool = False,
+        poll: float = 0.01,
+    ) -> None:
+        self.find: Callable[[str], dict[str, Any]] = (
+            emulator.state.find_deployment if in_process else emulator.admin.find_deployment
+        )
+        self.name, self.action, self.poll = name, action, poll
+        self.before = self.find(name)["latest_revision_id"]
+        self.stop = threading.Event()
+        self.fired = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + 60
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            deployment = self.find(self.name)
+            if deployment["latest_revision_id"] != self.before:
+                self.action(deployment)
+                self.fired.set()
+                return
+            time.sleep(self.poll)
+
+    def __enter__(self) -> WhenRevisionAppears:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)

@@ -6,7 +6,6 @@ scenarios that must fail in the right task with a clear message.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from airflow_provider.models import PatchDeploymentRequest
 from tests.conftest import connection_json
-from tests.dag_runs import DAGS, run_dag
+from tests.dag_runs import DAGS, WhenRevisionAppears, run_dag
 
 PAYMENT_TOKEN = "pt-Example-Dag-Token-58d1c0"
 
@@ -38,36 +37,6 @@ def emulator(
 def revisions_of(emulator: Any, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     deployment = emulator.admin.find_deployment(name)
     return deployment, deployment["revisions"]
-
-
-class WhenRevisionAppears:
-    """Run ``action`` from a watcher thread as soon as ``name`` gets a new revision (simulates a colleague
-    or the platform acting while our rollout is in flight)."""
-
-    def __init__(self, emulator: Any, name: str, action: Callable[[dict[str, Any]], None]) -> None:
-        self.emulator, self.name, self.action = emulator, name, action
-        self.before = emulator.admin.find_deployment(name)["latest_revision_id"]
-        self.stop = threading.Event()
-        self.fired = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        deadline = time.monotonic() + 60
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            deployment = self.emulator.admin.find_deployment(self.name)
-            if deployment["latest_revision_id"] != self.before:
-                self.action(deployment)
-                self.fired.set()
-                return
-            time.sleep(0.01)
-
-    def __enter__(self) -> WhenRevisionAppears:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
 
 
 @pytest.fixture

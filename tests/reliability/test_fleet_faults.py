@@ -11,8 +11,6 @@ within the budget, and every other one must serve the new revision.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.triggers.deployment_service import FleetWaveTrigger
+from tests.dag_runs import WhenRevisionAppears
 from tests.reliability.support import PATCH_ROUTE, Report
 from tests.tasks.conftest import FakeStore, FakeTI, make_context
 
@@ -91,35 +90,6 @@ def one_try(deferrable: bool, context: dict[str, Any]) -> list[dict[str, Any]]:
             pending = deferred
 
 
-class DeleteWhenPatched:
-    """Delete a deployment from a thread as soon as its patch has created a revision."""
-
-    def __init__(self, emulator: EmulatorServer, name: str) -> None:
-        self.state = emulator.state
-        self.deployment = self.state.find_deployment(name)
-        self.deleted = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        deadline = time.monotonic() + 60
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            current = self.state.deployment(self.deployment["id"])
-            if current["latest_revision_id"] != self.deployment["latest_revision_id"]:
-                self.state.delete_deployment(self.deployment["id"])
-                self.deleted.set()
-                return
-            time.sleep(0.005)
-
-    def __enter__(self) -> DeleteWhenPatched:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
 @pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda seed: f"seed-{seed}")
 def test_fleet_rollout_under_faults_never_duplicates_nor_loses_an_outcome(
@@ -137,7 +107,10 @@ def test_fleet_rollout_under_faults_never_duplicates_nor_loses_an_outcome(
 
     store, tries, errors = FakeStore(), 0, []
     table: list[dict[str, Any]] | None = None
-    with DeleteWhenPatched(emulator, DELETED) as deleter:
+    deleter = WhenRevisionAppears(
+        emulator, DELETED, lambda deployment: state.delete_deployment(deployment["id"]), in_process=True, poll=0.005
+    )
+    with deleter:
         while table is None and tries < MAX_TRIES:
             tries += 1
             context = make_context(FakeTI(try_number=tries), store)
@@ -151,7 +124,7 @@ def test_fleet_rollout_under_faults_never_duplicates_nor_loses_an_outcome(
     state.clear_faults()
     kinds = fault_kinds(emulator)
     assert table is not None, f"no try finished in {MAX_TRIES}: {errors}"
-    assert deleter.deleted.is_set(), f"{DELETED} was never patched"
+    assert deleter.fired.is_set(), f"{DELETED} was never patched"
 
     rows = {row["name"]: row for row in table}
     assert sorted(rows) == sorted(before), "a deployment is missing from the result table"
