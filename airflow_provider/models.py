@@ -619,6 +619,7 @@ class _TolerantReading(ServiceModel):
     """
 
     _what: ClassVar[str]
+    """What the tolerant reader's warnings call one resource (the pages read each entry as its own resource)."""
 
     @classmethod
     def model_validate(cls, obj: Any, **options: Any) -> Self:
@@ -755,8 +756,6 @@ class DeploymentListPage(_TolerantReading):
     resources: list[Deployment]
     offset: int
 
-    _what: ClassVar[str] = "page"
-
     @classmethod
     def _read_again(cls, obj: dict[str, Any], options: dict[str, Any], error: ValidationError) -> Self:
         """The second reading of a page: each deployment on its own, tolerantly; one the tolerant reader cannot
@@ -806,8 +805,6 @@ class RevisionListPage(_TolerantReading):
 
     resources: list[Revision]
     offset: int
-
-    _what: ClassVar[str] = "page"
 
     @classmethod
     def _read_again(cls, obj: dict[str, Any], options: dict[str, Any], error: ValidationError) -> Self:

@@ -66,7 +66,7 @@ def bench_python() -> Path:
     uv = Path(sys.executable).parent / "uv"
     print(f"creating {VENV.relative_to(ROOT)} (pinned test set + {HTTP_PROVIDER}); reused afterwards", flush=True)
     subprocess.run([str(uv), "venv", "--quiet", "--clear", "--python", sys.executable, str(VENV)], check=True)
-    install = [str(uv), "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
+    install = [str(uv), "pip", "install", "--quiet", "--python", str(python)]
     subprocess.run([*install, "-r", str(ROOT / "requirements" / "test.lock"), HTTP_PROVIDER], check=True)
     subprocess.run([*install, "--no-deps", "-e", str(ROOT)], check=True)
     stamp.write_text(digest)
