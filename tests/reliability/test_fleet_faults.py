@@ -10,20 +10,18 @@ within the budget, and every other one must serve the new revision.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.triggers.deployment_service import FleetWaveTrigger
 from tests.dag_runs import WhenRevisionAppears
 from tests.reliability.support import PATCH_ROUTE, Report
-from tests.tasks.conftest import FakeStore, FakeTI, make_context
+from tests.tasks.conftest import FakeStore, FakeTI, make_context, run_deferred
 
 SIZE = 12
 DELETED = "fleet-0006"
@@ -60,34 +58,10 @@ def operator(deferrable: bool) -> FleetRolloutOperator:
     )
 
 
-def run_trigger(trigger: FleetWaveTrigger) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            payload: dict[str, Any] = event.payload
-            return payload
-        raise AssertionError("the wave's trigger ended without an event")
-
-    import asyncio
-
-    return asyncio.run(asyncio.wait_for(first(), 60))
-
-
 def one_try(deferrable: bool, context: dict[str, Any]) -> list[dict[str, Any]]:
     """One try of the task to its end; each resume on a fresh operator, as on another worker."""
-    try:
-        result: list[dict[str, Any]] = operator(deferrable).execute(context)
-        return result
-    except TaskDeferred as deferred:
-        pending = deferred
-    while True:
-        _path, kwargs = pending.trigger.serialize()
-        json.dumps(kwargs)
-        event = run_trigger(FleetWaveTrigger(**kwargs))
-        try:
-            result = getattr(operator(deferrable), pending.method_name)(context, event)
-            return result
-        except TaskDeferred as deferred:
-            pending = deferred
+    table: list[dict[str, Any]] = run_deferred(lambda: operator(deferrable), context, trigger_timeout=60)[0]
+    return table
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])

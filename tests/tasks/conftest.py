@@ -57,6 +57,43 @@ def make_context(ti: FakeTI | None = None, store: FakeStore | None = None) -> di
     return context
 
 
+def run_trigger(trigger: Any, timeout: float = 30) -> dict[str, Any]:
+    """The payload of the trigger's first event, as the triggerer would hand it to the task."""
+
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            payload: dict[str, Any] = event.payload
+            return payload
+        raise AssertionError(f"{type(trigger).__name__} ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout))
+
+
+def run_deferred(
+    make_task: Callable[[], Any], context: dict[str, Any], *, trigger_timeout: float = 30
+) -> tuple[Any, list[Any]]:
+    """Run a task to the end, deferrable or not: each trigger is rebuilt from its (JSON-checked) arguments,
+    as the triggerer does, and each resume runs on a fresh operator, as on another worker. Returns the
+    result and the triggers it deferred to."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    triggers: list[Any] = []
+    try:
+        return make_task().execute(context), triggers
+    except TaskDeferred as deferred:
+        pending = deferred
+    while True:
+        trigger = pending.trigger
+        triggers.append(trigger)
+        _path, kwargs = trigger.serialize()
+        json.dumps(kwargs)  # trigger kwargs are JSON
+        event = run_trigger(type(trigger)(**kwargs), trigger_timeout)
+        try:
+            return getattr(make_task(), pending.method_name)(context, event), triggers
+        except TaskDeferred as deferred:
+            pending = deferred
+
+
 def connection_json(base_url: str, api_key: str, **extra: Any) -> str:
     return json.dumps({"conn_type": "deployment_service", "host": base_url, "password": api_key, "extra": extra})
 

@@ -3,7 +3,6 @@ deferral wave by wave, resuming a retry, and bad input refused before any reques
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import threading
@@ -27,6 +26,8 @@ from tests.tasks.conftest import (
     FakeStore,
     FakeTI,
     make_context,
+    run_deferred,
+    run_trigger,
     scan_for_secret,
     seed,
 )
@@ -263,33 +264,6 @@ def test_a_deployment_deleted_mid_rollout_fails_and_the_others_go_on(fleet: Any)
 
 
 # ------------------------------------------------------------------------------------------ deferral
-def run_trigger(trigger: FleetWaveTrigger) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            payload: dict[str, Any] = event.payload
-            return payload
-        raise AssertionError("no event")
-
-    return asyncio.run(asyncio.wait_for(first(), 30))
-
-
-def run_deferred(make_task: Callable[[], FleetRolloutOperator], context: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """Run a deferrable task to the end: each resume on a fresh operator, as on another worker."""
-    triggers: list[Any] = []
-    try:
-        return make_task().execute(context), triggers
-    except TaskDeferred as deferred:
-        pending = deferred
-    while True:
-        trigger = pending.trigger
-        triggers.append(trigger)
-        _path, kwargs = trigger.serialize()
-        json.dumps(kwargs)  # trigger kwargs are JSON
-        event = run_trigger(FleetWaveTrigger(**kwargs))
-        try:
-            return getattr(make_task(), pending.method_name)(context, event), triggers
-        except TaskDeferred as deferred:
-            pending = deferred
 
 
 @pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "progress-in-trigger"])
