@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +73,16 @@ def service_connection(deployment_service_emulator: Any, monkeypatch: pytest.Mon
 def airflow_db() -> str:
     """The session's AIRFLOW_HOME, whose SQLite metadata database was migrated at start-up."""
     return _AIRFLOW_HOME
+
+
+@pytest.fixture
+def task_logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> Callable[[], str]:
+    """Everything the test printed or logged so far (task logs included), for message assertions."""
+    captured: list[str] = []
+
+    def read() -> str:
+        out, err = capfd.readouterr()
+        captured.append(out + err)
+        return "\n".join([*captured, caplog.text])
+
+    return read

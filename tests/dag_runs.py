@@ -7,9 +7,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, connection_json
 
 DAGS = REPO_ROOT / "example_dags"
+
+
+def example_emulator(factory: Callable[..., Any], monkeypatch: Any) -> Any:
+    """A real-time emulator (builds take 1 s) behind the default connection, as the example DAGs use it.
+
+    :param factory: the ``deployment_service_emulator_factory`` fixture.
+    :param monkeypatch: the test's ``monkeypatch`` (the connection is an environment variable).
+    """
+    server = factory(frozen_clock=False, build_seconds=1.0, ready_seconds=0.5)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
+        connection_json(server.base_url, server.api_key, backoff_initial=0.05, backoff_max=0.2),
+    )
+    return server
 
 
 def load_dag(dag_id: str) -> Any:

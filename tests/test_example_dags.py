@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider.models import PatchDeploymentRequest
-from tests.conftest import connection_json
-from tests.dag_runs import DAGS, WhenRevisionAppears, run_dag
+from tests.dag_runs import DAGS, WhenRevisionAppears, example_emulator, run_dag
 
 PAYMENT_TOKEN = "pt-Example-Dag-Token-58d1c0"
 
@@ -24,12 +23,8 @@ PAYMENT_TOKEN = "pt-Example-Dag-Token-58d1c0"
 def emulator(
     airflow_db: str, deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> Any:
-    """A real-time emulator (builds take 1 s) wired to the default connection and the DAGs' Variable."""
-    server = deployment_service_emulator_factory(frozen_clock=False, build_seconds=1.0, ready_seconds=0.5)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
-        connection_json(server.base_url, server.api_key, backoff_initial=0.05, backoff_max=0.2),
-    )
+    """The examples' emulator (``example_emulator``), and the Variable the DAGs read."""
+    server = example_emulator(deployment_service_emulator_factory, monkeypatch)
     monkeypatch.setenv("AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN", PAYMENT_TOKEN)
     return server
 
@@ -37,19 +32,6 @@ def emulator(
 def revisions_of(emulator: Any, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     deployment = emulator.admin.find_deployment(name)
     return deployment, deployment["revisions"]
-
-
-@pytest.fixture
-def task_logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> Iterator[Callable[[], str]]:
-    """Everything the run printed or logged, for message assertions."""
-    captured: list[str] = []
-
-    def read() -> str:
-        out, err = capfd.readouterr()
-        captured.append(out + err)
-        return "\n".join([*captured, caplog.text])
-
-    yield read
 
 
 # ------------------------------------------------------------------------------- rollout_after_build

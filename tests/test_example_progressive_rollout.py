@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import connection_json
-from tests.dag_runs import DAGS, HumanResponder, run_dag
+from tests.dag_runs import DAGS, HumanResponder, example_emulator, run_dag
 
 CANARY = "checkout-api-dev"
 REST_DEV = {"search-staging": "image_uri", "catalog-graph-dev": "source_tarball_path"}
@@ -23,24 +22,8 @@ PATCH = "PATCH /v2/deployments/{deployment_id}"
 def emulator(
     airflow_db: str, deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> Any:
-    """A real-time emulator (builds take 1 s) behind the default connection, as for the other examples."""
-    server = deployment_service_emulator_factory(frozen_clock=False, build_seconds=1.0, ready_seconds=0.5)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
-        connection_json(server.base_url, server.api_key, backoff_initial=0.05, backoff_max=0.2),
-    )
-    return server
-
-
-@pytest.fixture
-def task_logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> Callable[[], str]:
-    """Everything the run printed or logged so far."""
-
-    def read() -> str:
-        out, err = capfd.readouterr()
-        return "\n".join([out, err, caplog.text])
-
-    return read
+    """The examples' emulator (``example_emulator``)."""
+    return example_emulator(deployment_service_emulator_factory, monkeypatch)
 
 
 def expected_value(field: str, version: str) -> str:
