@@ -188,24 +188,40 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         *,
         resume: str = "execute_complete",
         resume_kwargs: dict[str, Any] | None = None,
+        allowed_latest_revision_id: str | None = None,
+        carry: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Wait until ``revision_id`` (or, when ``None``, ``READY``) is live; returns the deployment JSON.
 
         Decided at once when the deployment already shows the outcome; otherwise defers (raises
         ``TaskDeferred``, resuming in ``resume``, by default :meth:`execute_complete`, with
-        ``resume_kwargs``) or blocks on the worker. A failed build's log tail is logged before failing.
+        ``resume_kwargs``, and ``carry`` in the event) or blocks on the worker. A failed build's log tail is
+        logged before failing. ``allowed_latest_revision_id``: a newer revision that may stay the latest while
+        ``revision_id`` goes live (see :func:`~airflow_provider.rollout.rollout_verdict`).
         """
         try:
-            verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
+            verdict = rollout_verdict(
+                deployment,
+                revision_id,
+                deployment_id=deployment.id,
+                allowed_latest_revision_id=allowed_latest_revision_id,
+            )
             if verdict.state is RolloutState.SUCCEEDED:
                 self.log.info("%s", verdict.message)
                 return deployment.model_dump(mode="json")
             if verdict.state is RolloutState.FAILED:
                 raise AirflowFailException(verdict.message)
-            check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
+            check = RolloutCheck(
+                self.hook,
+                deployment.id,
+                revision_id,
+                self.revision_check_interval,
+                self.log,
+                allowed_latest_revision_id=allowed_latest_revision_id,
+            )
             check.deployment = deployment
             if self.deferrable:
-                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs)
+                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs, carry=carry)
             return check.wait(self.poll_interval, self.timeout)
         except AirflowFailException:
             self._explain_failure(deployment.id, revision_id)
