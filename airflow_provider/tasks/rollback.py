@@ -253,7 +253,8 @@ class RollbackIntent:
     :param path: ``redeploy`` or ``patch``.
     :param expected_config: the non-secret revision fields the rollback's revision will show (``{}``:
         unknown).
-    :param resource_spec: the whole ``resource_spec`` sent with it (``None``: not sent).
+    :param resource_spec: the whole ``resource_spec`` the rollback restores (``None``: not given, left alone);
+        sent with the request when it differs from the deployment's.
     :param exact: whether the very build returns (``False``: a branch rebuilt from its head).
     :param not_restored: what the rollback will not restore (see ``RollbackStarted.not_restored``).
     """
@@ -553,6 +554,11 @@ def _neighbours(
     return None
 
 
+def _changed_since(revision: Revision | None, deployment: Deployment) -> bool:
+    """Whether ``revision`` changed after ``deployment`` was read (then the deployment is stale: read it again)."""
+    return revision is not None and revision.updated_at is not None and revision.updated_at > deployment.updated_at
+
+
 def _in_progress(revision: Revision | None) -> bool:
     return revision is not None and not revision.status.is_terminal and revision.status is not RevisionStatus.UNKNOWN
 
@@ -591,8 +597,8 @@ def find_earlier_rollback(
     1. ``L`` is neither ``to_revision_id`` nor ``rolling_back_from`` (never the revision being rolled back);
     2. ``L`` has ``to_revision_id``'s ``source_revision_config`` (read from the revision endpoint, else
        ``fallback_config``; the commit compared unless the ref is a branch, whose rebuild has a new one);
-    3. ``L`` was made since the DAG run started (its ``created_at``, else the deployment's ``updated_at``) and
-       after ``to_revision_id``;
+    3. ``L`` was made since the DAG run started (its ``created_at``, else the deployment's ``updated_at``; when
+       the start is known) and after ``to_revision_id`` (when the revision endpoint shows both);
     4. ``L`` was made after the revision rolled back: with ``rolling_back_from``, ``L`` is newer than it (it is
        the latest and not it); without it, the revision list (``GET .../revisions``) shows the revision made
        just before ``L``, which must not be ``to_revision_id`` (``L`` would be the change itself) and must have
@@ -633,7 +639,9 @@ def find_earlier_rollback(
     if since is not None and made < since:
         return None
     exact = not is_branch_ref(expected.get("repo_ref")) or bool(expected.get("image_uri"))
-    seen = f"revision {latest}, the latest, made {made.isoformat()} (after this DAG run started)"
+    when = "made" if newest is not None and newest.created_at else "the deployment last changed"
+    since_run = " (after this DAG run started)" if since is not None else ""
+    seen = f"revision {latest}, the latest ({when} {made.isoformat()}{since_run})"
     if not expected:
         raise _cannot_tell(
             name,
@@ -660,7 +668,7 @@ def find_earlier_rollback(
             why = (
                 "the service does not list the deployment's revisions (GET .../revisions)"
                 if around is None
-                else ("no revision is listed before it")
+                else "no revision is listed before it"
             )
             raise _cannot_tell(
                 name,
@@ -704,13 +712,12 @@ def find_earlier_rollback(
         )
     path: RollbackPath = "patch" if secrets_given or resource_spec is not None else "redeploy"
     log.warning(
-        "%s: revision %s is the rollback to revision %s an earlier try sent (no task_state_store record): it has its "
-        "source_revision_config, was made since this DAG run started, and %s. Reattaching to it instead of rolling "
-        "back again",
+        "%s: %s, and %s: it is the rollback to revision %s an earlier try sent (no task_state_store record). "
+        "Reattaching to it instead of rolling back again",
         name,
-        latest,
-        to_revision_id,
+        seen,
         evidence,
+        to_revision_id,
     )
     not_restored = _build_clause(expected, exact or path == "redeploy")
     if resource_spec is None and _spec_applies(deployment):
@@ -784,7 +791,8 @@ def reattach_recorded_rollback(
                 latest,
             )
             return found(target, latest)
-        if latest != target and path == "redeploy" and _in_progress(_revision_if_shown(hook, deployment.id, target)):
+        revision = _revision_if_shown(hook, deployment.id, target) if latest != target and path == "redeploy" else None
+        if _in_progress(revision):
             log.warning(
                 "%s: revision %s is being deployed again (latest still %s): the recorded redeploy is under way",
                 name,
@@ -792,6 +800,13 @@ def reattach_recorded_rollback(
                 latest,
             )
             return found(target, latest)
+        if _changed_since(revision, deployment):  # deployed again since the deployment was read?
+            fresh = hook.get_deployment(deployment.id)
+            if fresh.latest_revision_id == latest and fresh.active_revision_id == target:
+                log.warning(
+                    "%s: revision %s serves again: the recorded redeploy landed without a new revision", name, target
+                )
+                return replace(found(target, latest), deployment=fresh)
         log.info(
             "%s: the rollback an earlier try was about to send did not land (the latest revision is still %s): "
             "sending it now",
@@ -916,7 +931,7 @@ def start_rollback(
             previous_latest_revision_id=latest,
         ).judged_on(after)
 
-    def intent(path: RollbackPath, config: dict[str, str], sent_spec: dict[str, Any] | None, exact: bool) -> None:
+    def intent(path: RollbackPath, config: dict[str, str], exact: bool) -> None:
         if before_sending is not None:
             before_sending(
                 RollbackIntent(
@@ -927,7 +942,7 @@ def start_rollback(
                     active,
                     path,
                     config,
-                    sent_spec,
+                    spec,
                     exact,
                     (*_build_clause(config, exact), *unknown_spec),
                 )
@@ -963,6 +978,16 @@ def start_rollback(
             f"{name}: revision {target} has no build to return to (status {revision.status.value}); "
             "roll back to a revision that was live"
         )
+    if not spec_differs and active != target and latest not in (None, target) and _changed_since(revision, deployment):
+        fresh = hook.get_deployment(deployment.id)  # the revision moved since the deployment was read
+        if fresh.latest_revision_id == latest and fresh.active_revision_id == target:
+            log.warning(
+                "%s serves revision %s again: it was redeployed without a new revision (by an earlier try or someone "
+                "else) while this task looked; nothing to send",
+                name,
+                target,
+            )
+            return started("none", target, fresh, {}, allowed_latest=latest)
     config = _fields(revision.source_revision_config) if revision is not None else {}
     if not config and fallback:
         config = fallback
@@ -987,7 +1012,7 @@ def start_rollback(
                 name,
                 target,
             )
-        intent("redeploy", config, None, True)
+        intent("redeploy", config, True)
         after = _redeploy(hook, deployment, target, config, name, log)
         if after is not None:
             moved = after.latest_revision_id is not None and after.latest_revision_id != latest
@@ -1046,7 +1071,7 @@ def start_rollback(
             f"commit {commit}" if commit else "the commit",
             target,
         )
-    intent("patch", config, spec if spec_differs else None, exact)
+    intent("patch", config, exact)
     after = hook.patch_deployment(deployment.id, request, previous_latest_revision_id=latest)
     if after.latest_revision_id in (None, latest):
         raise AirflowFailException(

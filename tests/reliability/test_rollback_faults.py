@@ -441,3 +441,40 @@ def test_the_rollback_recorded_before_sending_decides_what_the_deployment_cannot
         assert event["outcome"] == "rolled_back_partially" and event["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
     else:
         assert events_of(context) == [] and "revision_id" not in second.xcoms
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["task_state_store", "no store"])
+def test_a_redeploy_finishing_while_the_retry_looks_is_not_sent_again(
+    frozen_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, store: bool
+) -> None:
+    """A redeploy without a new revision that try 1 sent finishes between try 2's read of the deployment (the
+    bad revision active) and its read of the revision (DEPLOYED, no longer in progress): try 2 reads the
+    deployment again instead of taking the revision for never redeployed, and sends nothing."""
+    from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+
+    state = frozen_emulator.state
+    state.update_settings(redeploy_mode="in_place")
+    dep = state.find_deployment(DOCKER)
+    run_started = state.now()
+    good, bad = bad_rollout(frozen_emulator)
+    saved = FakeStore() if store else None
+    options = {"task_id": "rollback", "deployment_id": dep["id"], "revision_id": good, "rolling_back_from": bad}
+    kill_worker(monkeypatch, "redeploy_revision", after_request=True)
+    _first, context = rollback_try(1, saved, run_started)
+    with pytest.raises(WorkerKilled):
+        RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    original = DeploymentServiceHook.get_revision
+
+    def deploy_finishes_first(self: Any, deployment_id: str, revision_id: str) -> Any:
+        if revision_id == good:
+            state.advance(2.5)  # the redeploy finishes just before this look
+        return original(self, deployment_id, revision_id)
+
+    monkeypatch.setattr(DeploymentServiceHook, "get_revision", deploy_finishes_first)
+    second, context = rollback_try(2, saved, run_started)
+    result = RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    assert state.count(REDEPLOY_ROUTE) == 1
+    assert result["active_revision_id"] == good == second.xcoms["revision_id"]
+    assert state.get_deployment(dep["id"])["latest_revision_id"] == bad
+    [event] = events_of(context)
+    assert event["outcome"] == "rolled_back" and event["revision_id"] == good
