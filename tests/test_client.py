@@ -178,6 +178,17 @@ def test_get_deployment_absent_from_list_is_not_found(
         (lambda c: c.patch_deployment(DEPLOYMENT_ID, {}), "empty patch"),
         (lambda c: c.patch_deployment(DEPLOYMENT_ID, {"image_uri": "x"}), "image_uri"),
         (lambda c: c.patch_deployment("x", {"secrets": []}), "deployment_id"),
+        (
+            lambda c: c.patch_deployment(
+                DEPLOYMENT_ID,
+                {
+                    "source_config": {
+                        "resource_spec": {"sidecars": [{"name": "p", "resources": {"limits": {"cpu": 1}}}]}
+                    }
+                },
+            ),
+            r'sidecars\.0\.resources\.limits\.cpu: must be a Kubernetes quantity string such as "500m" or "1Gi"',
+        ),
     ],
 )
 def test_invalid_input_raises_before_anything_is_sent(
