@@ -944,8 +944,18 @@ class _ReadBack:
         log.warning("%s; %s: %s did not land", self.failure.error, self._looked(), self.plan.what)
 
 
-class _Paginator:
-    """Offset pagination shared by both twins: next query, end detection, repeat guard, ``max_results``."""
+class DeploymentPaginator:
+    """Offset pagination of ``GET /v2/deployments``, the one copy every listing uses (both twins and the
+    triggers' shared poller): next query, end detection, repeat guard, ``max_results``.
+
+    Ask for :attr:`query` until :attr:`done`, handing each page to :meth:`accept`. The next offset is the
+    page's ``offset`` when it moved on, else the current offset plus the page's length (a server that
+    echoes the offset it was sent still pages); a page that brings no new deployment raises
+    :class:`UnexpectedResponseError` (a server that ignores ``offset`` would repeat it forever).
+
+    :param query: the first page's query (its ``limit`` is the page size).
+    :param max_results: stop after this many deployments (``None``: all).
+    """
 
     def __init__(self, query: ListDeploymentsQuery, max_results: int | None) -> None:
         if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
@@ -1158,7 +1168,7 @@ class DeploymentServiceClient(_ClientCore):
         """Every deployment matching the filters, page after page (page size ``limit``, default 100)."""
         if query is None:
             filters.setdefault("limit", MAX_PAGE_SIZE)
-        paginator = _Paginator(self._query(query, filters), max_results)
+        paginator = DeploymentPaginator(self._query(query, filters), max_results)
         while not paginator.done:
             yield from paginator.accept(self.execute(self._list_deployments(paginator.query)))
 
@@ -1405,7 +1415,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
         """Every deployment matching the filters, page after page."""
         if query is None:
             filters.setdefault("limit", MAX_PAGE_SIZE)
-        paginator = _Paginator(self._query(query, filters), max_results)
+        paginator = DeploymentPaginator(self._query(query, filters), max_results)
         while not paginator.done:
             for deployment in paginator.accept(await self.execute(self._list_deployments(paginator.query))):
                 yield deployment

@@ -36,6 +36,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from airflow_provider.assets import EVENT_KINDS, event_payload
+from airflow_provider.client import DeploymentPaginator
 from airflow_provider.defaults import (
     DEFAULT_CONN_ID,
     DEFAULT_POLL_INTERVAL,
@@ -273,16 +274,15 @@ class _BatchPoller:
         return searches
 
     async def _iterate(self, query: ListDeploymentsQuery) -> list[Deployment]:
-        """Every deployment matching ``query`` over all pages (each page counts as a list request)."""
+        """Every deployment matching ``query`` over all pages (each page counts as a list request), paged by
+        the client's :class:`~airflow_provider.client.DeploymentPaginator`: a server that repeats a page
+        ends the listing with an :class:`UnexpectedResponseError` instead of looping."""
         found: list[Deployment] = []
-        offset = 0
-        while True:
+        paginator = DeploymentPaginator(query, max_results=None)
+        while not paginator.done:
             self.list_requests += 1
-            page = await self.hook.a_list_deployments(query.model_copy(update={"offset": offset}))
-            found.extend(page.resources)
-            if len(page.resources) < query.limit or not page.resources:
-                return found
-            offset = page.offset
+            found.extend(paginator.accept(await self.hook.a_list_deployments(paginator.query)))
+        return found
 
     async def revision(self, deployment_id: str, revision_id: str) -> Revision | None:
         """The revision (``None`` when the endpoint is missing, off or failing); one call per pair per round,

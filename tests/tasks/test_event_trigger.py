@@ -84,7 +84,13 @@ def roll_out(emulator: Any, deployment_id: str, ref: str = "release/2") -> str:
 async def rounds(count: int = 3) -> None:
     (poller,) = active_pollers()
     target = poller.rounds_completed + count
-    await wait_until(lambda: poller.rounds_completed >= target)
+    try:
+        await wait_until(lambda: poller.rounds_completed >= target)
+    except AssertionError:
+        raise AssertionError(
+            f"poll round {target} did not complete: {poller.rounds_completed} completed, {poller.rounds_started} "
+            f"started, {poller.list_requests} list requests"
+        ) from None
 
 
 async def no_tasks_left() -> None:
@@ -288,6 +294,60 @@ async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count
 
 async def _drain(trig: DeploymentRolloutTrigger) -> list[Any]:
     return [event async for event in trig.run()]
+
+
+def page_bug(emulator: Any, monkeypatch: pytest.MonkeyPatch, bug: str) -> None:
+    """Make the emulator's listing misbehave: ignore the ``offset`` asked for, or answer with it unchanged."""
+    honest = emulator.state.list_deployments
+
+    def listing(filters: Any = None, *, limit: int = 20, offset: int = 0, tenant: str | None = None) -> Any:
+        if bug == "ignores offset":  # the first page again, its offset moved on as if it were the next
+            page = honest(filters, limit=limit, offset=0, tenant=tenant)
+            page["offset"] = offset + len(page["resources"])
+            return page
+        page = honest(filters, limit=limit, offset=offset, tenant=tenant)
+        page["offset"] = offset  # the right page, but the offset it was asked for, not the next one
+        return page
+
+    monkeypatch.setattr(emulator.state, "list_deployments", listing)
+
+
+async def test_a_listing_that_repeats_a_page_ends_with_a_clear_error_instead_of_looping(
+    service: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # One pagination, one guard: the watcher's filter listing pages like the client. A server that ignores
+    # the offset returns the first page forever; the round ends with an error naming it, and the poller
+    # goes on (its rollouts and other watchers are served).
+    emulator = service(data=seed(150, status="READY"))
+    page_bug(emulator, monkeypatch, "ignores offset")
+    run = Running(watcher(filters={"name_contains": "app-"}))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    (poller,) = active_pollers()
+    await rounds(3)
+    logged = "".join(capfd.readouterr())
+    assert "GET /v2/deployments returned the same page again for offset 100" in logged
+    assert "stopping instead of looping" in logged
+    assert logged.count("returned the same page again") == 1, "logged once, not once per round"
+    assert poller.list_requests <= 2 * poller.rounds_started, "more than two pages a round: it looped"
+    assert run.payloads == []
+    await run.stop()
+    await no_tasks_left()
+
+
+async def test_a_listing_that_echoes_the_offset_asked_for_still_reads_every_page(
+    service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = service(data=seed(150, status="READY"))
+    page_bug(emulator, monkeypatch, "echoes the offset")
+    run = Running(watcher(filters={"name_contains": "app-"}))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    deployment_id = deployment_named(emulator, "app-0120")["id"]  # on the second page
+    revision_id = roll_out(emulator, deployment_id)
+    await wait_until(lambda: len(run.payloads) == 1)
+    assert run.payloads[0]["kind"] == "revision_live" and run.payloads[0]["revision_id"] == revision_id
+    await run.stop()
+    await no_tasks_left()
 
 
 # ------------------------------------------------------------------------------------------ cursor
