@@ -948,7 +948,7 @@ class DeploymentPaginator:
     """Offset pagination of ``GET /v2/deployments``, the one copy every listing uses (both twins and the
     triggers' shared poller): next query, end detection, repeat guard, ``max_results``.
 
-    Ask for :attr:`query` until :attr:`done`, handing each page to :meth:`accept`. The next offset is the
+    Ask for ``query`` until ``done``, handing each page to :meth:`accept`. The next offset is the
     page's ``offset`` when it moved on, else the current offset plus the page's length (a server that
     echoes the offset it was sent still pages); a page that brings no new deployment raises
     :class:`UnexpectedResponseError` (a server that ignores ``offset`` would repeat it forever).
