@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from typing import Any
 
 import pytest
@@ -112,6 +113,7 @@ async def no_tasks_left() -> None:
         ({"filters": {"deployment_type": "prod"}, "events": ["revision_live", "typo"]}, "events must be"),
         ({"deployment_names": ["a"], "poll_interval": 0}, "poll_interval must be a positive"),
         ({"deployment_names": ["a"], "max_attempts": -1}, "max_attempts must be a positive"),
+        ({"deployment_names": ["a"], "revision_check_interval": -1}, "revision_check_interval must be >= 0"),
     ],
 )
 def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], message: str) -> None:
@@ -124,6 +126,7 @@ def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
         deployment_ids="8D12E254-9195-47CA-94EC-20051AE2FC1B, 8d12e254-9195-47ca-94ec-20051ae2fc1b",
         events=["status_changed", "revision_live"],
         poll_interval=15,
+        revision_check_interval=120,
         deployment_service_conn_id="svc",
         read_timeout=5.0,
     )
@@ -135,6 +138,7 @@ def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
         "filters": None,
         "events": ["revision_live", "status_changed"],
         "poll_interval": 15.0,
+        "revision_check_interval": 120.0,
         "deployment_service_conn_id": "svc",
         "read_timeout": 5.0,
     }
@@ -205,6 +209,43 @@ async def test_failed_revision_through_the_revision_endpoint(emulator: Any) -> N
     assert payload["revision_id"] == dep["active_revision_id"]  # the old revision still serves
     assert payload["source_revision_config"]["repo_ref"] == "release/bad"
     assert emulator.state.count(REVISION_ROUTE) <= 3  # asked when the deployment changed, not every round
+    await run.stop()
+
+
+async def test_a_failed_build_is_reported_when_the_deployment_record_does_not_change(emulator: Any) -> None:
+    # The service need not touch the deployment when a build fails: the watcher's safety net asks the
+    # revision endpoint at most every revision_check_interval while nothing changes, and so reports it.
+    check_interval = 0.3
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(
+        watcher(deployment_ids=[dep["id"]], events=["revision_failed"], revision_check_interval=check_interval)
+    )
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": "release/bad"})
+    failed = str(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
+    await rounds(3)  # the new latest revision was seen (the deployment changed) and asked about once
+    emulator.state.update_settings(revision_status_touches_deployment=False)
+    touched = emulator.state.get_deployment(dep["id"])["updated_at"]
+    asked_before, started = emulator.state.count(REVISION_ROUTE), time.monotonic()
+    emulator.state.advance(3.5)  # the build fails; the deployment record does not change
+    assert emulator.state.get_revision(dep["id"], failed)["status"] == "BUILD_FAILED"
+    assert emulator.state.get_deployment(dep["id"])["updated_at"] == touched
+    try:
+        await wait_until(lambda: len(run.payloads) == 1)
+    except AssertionError:
+        calls = emulator.state.count(REVISION_ROUTE) - asked_before
+        raise AssertionError(f"no revision_failed event; {calls} revision calls since the build failed") from None
+    waited = time.monotonic() - started
+    (payload,) = run.payloads
+    assert payload["kind"] == "revision_failed" and payload["failed_revision_id"] == failed
+    assert payload["failed_revision_status"] == "BUILD_FAILED"
+    # asked at most once per interval while nothing changed, not once per round (every 0.05 s)
+    asked = emulator.state.count(REVISION_ROUTE) - asked_before
+    assert 1 <= asked <= 1 + math.ceil(waited / check_interval), f"{asked} revision calls in {waited:.2f} s"
+    await rounds(int(2 * check_interval / INTERVAL))
+    assert emulator.state.count(REVISION_ROUTE) - asked_before == asked, "asked again after reporting the failure"
     await run.stop()
 
 
