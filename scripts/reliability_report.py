@@ -242,7 +242,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ),
     (
         "7. Rollback requests",
-        "One fault injected on `POST .../revisions/{revision_id}/redeploy` (the rollback), through the sync and "
+        "One fault injected on `POST .../revisions/{{revision_id}}/redeploy` (the rollback), through the sync and "
         "async clients over real HTTP, then a whole `RollbackDeploymentOperator` run whose redeploy answer is "
         "dropped after processing, and its retry. A rollback that may have reached the service is read back "
         "(up to three looks, as for a PATCH) before anything is re-sent: it landed when the latest revision "
