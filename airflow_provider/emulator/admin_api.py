@@ -101,6 +101,10 @@ class SettingsBody(_Body):
     disabled_endpoints: list[OptionalEndpoint] | None = Field(
         default=None, description="production-only endpoints to answer 404 (405 for get_deployment)"
     )
+    revision_status_touches_deployment: bool | None = Field(
+        default=None,
+        description="whether a revision's status change (building, failed...) moves its deployment's updated_at",
+    )
 
 
 class HealthBody(_Body):
@@ -212,7 +216,10 @@ async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, st
     return state.fail_revision(deployment_id, revision_id, body.status, body.message)
 
 
-@admin_router.get("/settings", description="The switches: resource_spec_mode, optional/disabled endpoints.")
+@admin_router.get(
+    "/settings",
+    description="The switches: resource_spec_mode, optional/disabled endpoints, revision_status_touches_deployment.",
+)
 async def get_settings(state: State) -> dict[str, Any]:
     return state.settings()
 
