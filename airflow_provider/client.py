@@ -6,7 +6,8 @@ response parsing and offset pagination. Endpoint methods only say which call the
 No Airflow imports: this module is usable (and tested) on its own.
 
 The two clients share :class:`_ClientCore`; the only code that exists twice is the few lines that
-``await`` (or do not): the send loop, the pagination loop and the patch read-back.
+``await`` (or do not): the send loop, the pagination loop and the read-back loop of a request sent once
+only (its decisions live in :class:`_ReadBack`).
 """
 
 from __future__ import annotations
@@ -230,11 +231,17 @@ class Call(Generic[T]):
 
 
 class AmbiguousFailure(Exception):
-    """Internal: a non-idempotent call failed in a way that may have been processed."""
+    """Internal: a non-idempotent call failed in a way that may have been processed.
 
-    def __init__(self, error: DeploymentServiceError) -> None:
+    :param error: the failure.
+    :param answered_after: seconds from sending to the answer or dropped connection that ended the attempt;
+        ``None`` when it timed out waiting (the service had it for the whole read timeout).
+    """
+
+    def __init__(self, error: DeploymentServiceError, answered_after: float | None = None) -> None:
         super().__init__(str(error))
         self.error = error
+        self.answered_after = answered_after
 
 
 def _parse_model(model: type[pydantic.BaseModel]) -> Callable[[bytes], Any]:
@@ -323,6 +330,13 @@ class _Decision:
     error: DeploymentServiceError | None = None
     retry_in: float | None = None
     ambiguous: bool = False
+    timed_out: bool = False
+    """The attempt ended waiting for the answer (a read or write timeout): the service may have it still."""
+
+    def ambiguous_failure(self, took: float) -> AmbiguousFailure:
+        """The :class:`AmbiguousFailure` of an attempt that took ``took`` seconds."""
+        assert self.error is not None
+        return AmbiguousFailure(self.error, None if self.timed_out else took)
 
 
 class _ClientCore:
@@ -433,7 +447,7 @@ class _ClientCore:
         if not isinstance(exc, httpx.TransportError) or isinstance(exc, _LOCAL_TRANSPORT_ERRORS):
             return _Decision(error=error)
         if not safe and not call.retry_ambiguous:
-            return _Decision(error=error, ambiguous=True)
+            return _Decision(error=error, ambiguous=True, timed_out=isinstance(exc, httpx.TimeoutException))
         return self._maybe_retry(call, error, attempt, delay=None)
 
     def _after_response(self, call: Call[Any], response: httpx.Response, attempt: int) -> _Decision:
@@ -472,6 +486,11 @@ class _ClientCore:
             wait,
         )
         return _Decision(error=error, retry_in=wait)
+
+    def _read_back_waits(self, round_number: int, failure: AmbiguousFailure) -> tuple[float, ...]:
+        """The read-back waits after ``failure``, the ``round_number``-th of a request sent once only."""
+        first = self.settings.retry.backoff(round_number, self._rng)
+        return read_back_waits(self.settings.read_timeout, first, failure.answered_after)
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         header = response.headers.get("retry-after")
@@ -621,58 +640,19 @@ class _ClientCore:
         return Call("GET", path, _parse_model(RevisionLogPage), params=params)
 
     def _redeploy_plan(
-        self, deployment_id: str, revision_id: str, previous_latest_revision_id: str | None
-    ) -> tuple[Call[Deployment], Call[DeploymentListPage], str | None]:
+        self,
+        deployment_id: str,
+        revision_id: str,
+        previous_latest_revision_id: str | None,
+        expected_config: SourceRevisionConfig | None,
+    ) -> _RedeployPlan:
+        """Prepare a redeploy's call and its read-back (shared by both twins)."""
         call = self._redeploy(deployment_id, revision_id)
         previous = previous_latest_revision_id
         if previous is not None:
             previous = _path_id(previous, "previous_latest_revision_id")
-        return call, self._get_deployment_via_list(deployment_id), previous
-
-    @staticmethod
-    def _redeploy_landed(
-        failure: AmbiguousFailure,
-        current: Deployment,
-        previous_latest: str | None,
-        expected: SourceRevisionConfig | None,
-    ) -> bool:
-        """After an ambiguous redeploy failure: whether the read-back shows the redeploy applied.
-
-        It landed when ``latest_revision_id`` moved on from the one read before sending and the new latest
-        revision's config (what the deployment shows) equals the redeployed revision's, commit included.
-        A latest revision that moved to some other config is someone else's rollout: refused, never
-        redeployed over it. When the redeployed revision's config is unknown (``expected`` is ``None``), a
-        move cannot be told apart from someone else's rollout: :class:`ConflictError` saying the outcome is
-        unknown, neither claimed as landed nor sent again.
-        """
-        if current.latest_revision_id == previous_latest:
-            log.warning("%s; read the deployment back: the redeploy did not land", failure.error)
-            return False
-        if expected is None:
-            raise ConflictError(
-                f"{failure.error}; read the deployment back: its latest revision moved from {previous_latest} to "
-                f"{current.latest_revision_id}, but the redeployed revision's config is unknown, so whether that is "
-                "this redeploy or another rollout cannot be told: the outcome of the redeploy is unknown; not "
-                f"redeploying again. Check revision {current.latest_revision_id} (its source_revision_config and "
-                "commit) against the revision being redeployed; pass expected_config (for a rollback task: "
-                "source_revision_config=) so the client can tell",
-                method=failure.error.method,
-                path=failure.error.path,
-            )
-        if not same_revision_config(current.source_revision_config, expected):
-            raise ConflictError(
-                f"{failure.error}; read the deployment back: its latest revision moved to "
-                f"{current.latest_revision_id}, which is not a copy of the revision being redeployed (another "
-                "rollout happened meanwhile); not redeploying again",
-                method=failure.error.method,
-                path=failure.error.path,
-            )
-        log.warning(
-            "%s; read the deployment back: revision %s is the redeploy, not sending it again",
-            failure.error,
-            current.latest_revision_id,
-        )
-        return True
+        read_back = self._get_deployment_via_list(deployment_id)
+        return _RedeployPlan(_path_id(deployment_id, "deployment_id"), call, read_back, previous, expected_config)
 
     def _patch_deployment(self, deployment_id: str, request: PatchDeploymentRequest) -> Call[Deployment]:
         deployment = _path_id(deployment_id, "deployment_id")
@@ -763,44 +743,219 @@ class _ClientCore:
         if previous_latest is not None:  # compared with the service's lower-case ids after an ambiguous failure
             previous_latest = _path_id(previous_latest, "previous_latest_revision_id")
         read_back = replace(self._get_deployment_via_list(deployment_id), secrets=call.secrets)
-        return _PatchPlan(patch, call, read_back, previous_latest)
+        return _PatchPlan(_path_id(deployment_id, "deployment_id"), call, read_back, previous_latest, patch=patch)
 
-    @staticmethod
-    def _patch_landed(
-        request: PatchDeploymentRequest, failure: AmbiguousFailure, current: Deployment, previous_latest: str | None
-    ) -> bool:
-        """After an ambiguous PATCH failure: whether the read-back shows the patch applied.
 
-        A patch that creates a revision landed exactly when ``latest_revision_id`` moved on from the one
-        read before sending (the values alone could have been there before, or be echoed differently);
-        any other patch landed when the deployment shows every value it sets. A patch that may or may not
-        create one (a ``resource_spec``: production creates one, the spec's reading none) landed on either
-        sign, so both readings are recognised without predicting which one the server follows.
-        """
-        moved = current.latest_revision_id != previous_latest
-        if request.creates_revision:
-            landed = moved
-        elif request.may_create_revision:
-            landed = moved or request.is_reflected_in(current)
-        else:
-            landed = request.is_reflected_in(current)
-        outcome = "the patch is already applied, not sending it again" if landed else "the patch did not land"
-        log.warning("%s; read the deployment back: %s", failure.error, outcome)
-        return landed
+# --------------------------------------------------------------------------------- sent once only
+READ_BACK_SHARES = (0.3, 0.7)
+"""The waits before the later read-back looks after an ambiguous PATCH or redeploy failure, as shares of the
+read-back window: after the first look (one retry backoff after the failure, where a request that landed
+is usually seen), a look 30 % of the window later, and the last at the window's end."""
+READ_BACK_WINDOW_MAX = 60.0
+"""Cap in seconds of one read-back window, however long the read timeout."""
+
+Landing = Literal["landed", "not yet", "theirs"]
+"""What one read-back look shows: the request landed, not yet, or someone else's revision took the place."""
+
+
+def read_back_waits(read_timeout: float, first: float, answered_after: float | None) -> tuple[float, ...]:
+    """The waits (seconds) before each look at the deployment after an ambiguous PATCH or redeploy failure.
+
+    The first is ``first`` (one retry backoff: a request that landed is usually seen at once). The others
+    span the read-back window: as long again as the service had the request when the attempt ended, so a
+    request it is still processing has time to show before it is sent once more. After a read timeout
+    that is the whole read timeout; after an answer (502, 503, 504) or a dropped connection, the time it
+    came after (never more than the read timeout); at most :data:`READ_BACK_WINDOW_MAX` either way.
+
+    :param read_timeout: the client's read timeout in seconds.
+    :param first: the wait before the first look.
+    :param answered_after: seconds from sending to the answer or dropped connection; ``None`` after a timeout.
+    """
+    window = read_timeout if answered_after is None else min(max(answered_after, 0.0), read_timeout)
+    window = min(window, READ_BACK_WINDOW_MAX)
+    return (first, *(window * share for share in READ_BACK_SHARES))
 
 
 @dataclass
-class _PatchPlan:
-    """A validated PATCH, the read-back that decides an ambiguous failure, and the revision before it."""
+class _OnceOnlyPlan:
+    """A request that must never apply twice (a PATCH, a redeploy), the read-back that decides an ambiguous
+    failure, and the deployment's latest revision before it.
 
-    patch: PatchDeploymentRequest
+    :param deployment_id: the deployment's UUID.
+    :param call: the request.
+    :param read_back: the read of the deployment that tells whether the request landed.
+    :param previous_latest: ``latest_revision_id`` before the request (``None``: not read).
+    """
+
+    deployment_id: str
     call: Call[Deployment]
     read_back: Call[DeploymentListPage]
     previous_latest: str | None
 
+    what = "the request"
 
-class _Paginator:
-    """Offset pagination shared by both twins: next query, end detection, repeat guard, ``max_results``."""
+    @property
+    def needs_previous_latest(self) -> bool:
+        """Whether ``previous_latest`` must be read before sending (the read-back compares with it)."""
+        return self.previous_latest is None
+
+    def landing(self, failure: AmbiguousFailure, current: Deployment) -> Landing:
+        """What the deployment as read back (``current``) says about the request."""
+        raise NotImplementedError
+
+    def conflict(self, failure: AmbiguousFailure, theirs: Deployment, looked: str) -> ConflictError:
+        """The error when the latest revision moved to someone else's and never to this request's."""
+        raise NotImplementedError
+
+
+@dataclass
+class _PatchPlan(_OnceOnlyPlan):
+    """A validated PATCH (see :class:`_OnceOnlyPlan`).
+
+    :param patch: the validated patch.
+    """
+
+    patch: PatchDeploymentRequest = field(kw_only=True)
+    what = "the patch"
+
+    @property
+    def needs_previous_latest(self) -> bool:
+        return self.patch.may_create_revision and self.previous_latest is None
+
+    def landing(self, failure: AmbiguousFailure, current: Deployment) -> Landing:
+        """A patch that may create a revision landed when ``latest_revision_id`` moved on from the one read
+        before sending (values alone could have been there before, or be echoed differently) and, when the
+        patch sets ``source_revision_config`` fields, the new latest revision shows them: a later revision
+        with this config is the patch's own, one with another config is someone else's. A ``resource_spec``
+        patch also landed when the deployment shows its values without a move (the spec's reading creates
+        no revision), and a patch that creates none landed when the deployment shows every value it sets.
+        """
+        patch = self.patch
+        if patch.may_create_revision and current.latest_revision_id != self.previous_latest:
+            return "landed" if _shows_revision_fields(patch, current) else "theirs"
+        if not patch.creates_revision and patch.is_reflected_in(current):
+            return "landed"
+        return "not yet"
+
+    def conflict(self, failure: AmbiguousFailure, theirs: Deployment, looked: str) -> ConflictError:
+        return ConflictError(
+            f"{failure.error}; {looked}: its latest revision moved from {self.previous_latest} to "
+            f"{theirs.latest_revision_id}, whose source_revision_config is not this patch's (another rollout "
+            "happened meanwhile), so whether this patch landed cannot be told; not sending it again",
+            method=failure.error.method,
+            path=failure.error.path,
+        )
+
+
+@dataclass
+class _RedeployPlan(_OnceOnlyPlan):
+    """A redeploy of an earlier revision (see :class:`_OnceOnlyPlan`).
+
+    :param expected: the redeployed revision's ``source_revision_config``, when known.
+    """
+
+    expected: SourceRevisionConfig | None = None
+    what = "the redeploy"
+
+    def landing(self, failure: AmbiguousFailure, current: Deployment) -> Landing:
+        """It landed when ``latest_revision_id`` moved on from the one read before sending and the new latest
+        revision's config (what the deployment shows) equals the redeployed revision's, commit included; a
+        move to another config is someone else's rollout, never redeployed over. When the redeployed
+        revision's config is unknown (``expected`` is ``None``), a move cannot be told apart from someone
+        else's rollout: :class:`ConflictError` at once, saying the outcome is unknown.
+        """
+        if current.latest_revision_id == self.previous_latest:
+            return "not yet"
+        if self.expected is None:
+            raise ConflictError(
+                f"{failure.error}; read the deployment back: its latest revision moved from {self.previous_latest} "
+                f"to {current.latest_revision_id}, but the redeployed revision's config is unknown, so whether that "
+                "is this redeploy or another rollout cannot be told: the outcome of the redeploy is unknown; not "
+                f"redeploying again. Check revision {current.latest_revision_id} (its source_revision_config and "
+                "commit) against the revision being redeployed; pass expected_config (for a rollback task: "
+                "source_revision_config=) so the client can tell",
+                method=failure.error.method,
+                path=failure.error.path,
+            )
+        return "landed" if same_revision_config(current.source_revision_config, self.expected) else "theirs"
+
+    def conflict(self, failure: AmbiguousFailure, theirs: Deployment, looked: str) -> ConflictError:
+        return ConflictError(
+            f"{failure.error}; {looked}: its latest revision moved to {theirs.latest_revision_id}, which is not a "
+            "copy of the revision being redeployed (another rollout happened meanwhile); not redeploying again",
+            method=failure.error.method,
+            path=failure.error.path,
+        )
+
+
+def _shows_revision_fields(patch: PatchDeploymentRequest, deployment: Deployment) -> bool:
+    """Whether ``deployment`` shows every ``source_revision_config`` field ``patch`` sets (true when it sets none)."""
+    if patch.source_revision_config is None:
+        return True
+    wanted = patch.source_revision_config.model_dump(mode="json", exclude_none=True)
+    shown = deployment.source_revision_config.model_dump(mode="json")
+    return all(shown.get(name) == value for name, value in wanted.items())
+
+
+class _ReadBack:
+    """What to do after an ambiguous failure of a request sent once only (sans-IO: both twins drive it).
+
+    Wait each of :attr:`waits` in turn and read the deployment back after each; :meth:`landed` says whether
+    that look shows the request applied (then it is not sent again). After the last look :meth:`give_up`
+    raises :class:`ConflictError` when the latest revision moved to someone else's and never to this
+    request's; otherwise the request did not land and may be sent once more.
+
+    :param plan: the request and how to read it back.
+    :param failure: the ambiguous failure.
+    :param waits: the waits before each look (see :func:`read_back_waits`).
+    """
+
+    def __init__(self, plan: _OnceOnlyPlan, failure: AmbiguousFailure, waits: tuple[float, ...]) -> None:
+        self.plan = plan
+        self.failure = failure
+        self.waits = waits
+        self.looks = 0
+        self.theirs: Deployment | None = None
+
+    def _looked(self) -> str:
+        return f"read the deployment back {self.looks} time(s) over {sum(self.waits[: self.looks]):.3g} s"
+
+    def landed(self, current: Deployment) -> bool:
+        """Whether ``current`` (the deployment read back after the next wait) shows the request applied."""
+        self.looks += 1
+        landing = self.plan.landing(self.failure, current)
+        if landing == "theirs":
+            self.theirs = current
+        if landing != "landed":
+            return False
+        log.warning(
+            "%s; %s: %s is already applied (latest revision %s), not sending it again",
+            self.failure.error,
+            self._looked(),
+            self.plan.what,
+            current.latest_revision_id,
+        )
+        return True
+
+    def give_up(self) -> None:
+        """After the last look: raise when someone else's revision took the place, else log that it did not land."""
+        if self.theirs is not None:
+            raise self.plan.conflict(self.failure, self.theirs, self._looked())
+        log.warning("%s; %s: %s did not land", self.failure.error, self._looked(), self.plan.what)
+
+
+class DeploymentPaginator:
+    """Offset pagination of ``GET /v2/deployments``, the one copy every listing uses (both twins and the
+    triggers' shared poller): next query, end detection, repeat guard, ``max_results``.
+
+    Ask for ``query`` until ``done``, handing each page to :meth:`accept`. The next offset is the
+    page's ``offset`` when it moved on, else the current offset plus the page's length (a server that
+    echoes the offset it was sent still pages); a page that brings no new deployment raises
+    :class:`UnexpectedResponseError` (a server that ignores ``offset`` would repeat it forever).
+
+    :param query: the first page's query (its ``limit`` is the page size).
+    :param max_results: stop after this many deployments (``None``: all).
+    """
 
     def __init__(self, query: ListDeploymentsQuery, max_results: int | None) -> None:
         if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
@@ -892,10 +1047,10 @@ def _scrub_detail(detail: str | list[ErrorDetail] | None, secrets: tuple[str, ..
     return detail
 
 
-def _exhausted(error: DeploymentServiceError, rounds: int) -> DeploymentServiceError:
-    """The last PATCH round's ``error``, saying that every round was used and read back."""
+def _exhausted(error: DeploymentServiceError, rounds: int, what: str) -> DeploymentServiceError:
+    """The last round's ``error`` of a request sent once only, saying that every round was used and read back."""
     first_round = str(error).replace(" after 1 attempt(s)", "")
-    message = f"{first_round} after {rounds} attempt(s), each read back: the patch had not landed"
+    message = f"{first_round} after {rounds} attempt(s), each read back: {what} had not landed"
     return type(error)(
         message, method=error.method, path=error.path, status_code=error.status_code, detail=error.detail
     )
@@ -979,6 +1134,7 @@ class DeploymentServiceClient(_ClientCore):
         attempt = 0
         while True:
             attempt += 1
+            sent_at = time.monotonic()
             try:
                 response = self._http.send(self._request(self._http, call))
             except httpx.HTTPError as exc:
@@ -991,7 +1147,7 @@ class DeploymentServiceClient(_ClientCore):
             if decision.error is None:
                 return decision.result
             if decision.ambiguous:
-                raise AmbiguousFailure(decision.error)
+                raise decision.ambiguous_failure(time.monotonic() - sent_at)
             raise decision.error
 
     def list_oauth_providers(self) -> list[OAuthProvider]:
@@ -1012,7 +1168,7 @@ class DeploymentServiceClient(_ClientCore):
         """Every deployment matching the filters, page after page (page size ``limit``, default 100)."""
         if query is None:
             filters.setdefault("limit", MAX_PAGE_SIZE)
-        paginator = _Paginator(self._query(query, filters), max_results)
+        paginator = DeploymentPaginator(self._query(query, filters), max_results)
         while not paginator.done:
             yield from paginator.accept(self.execute(self._list_deployments(paginator.query)))
 
@@ -1086,11 +1242,14 @@ class DeploymentServiceClient(_ClientCore):
         spec): deploy an earlier revision's build again. Never applied twice.
 
         Re-sent only when it provably did not reach the service. After an ambiguous failure (timeout,
-        dropped connection, 502/504) the client waits one backoff, reads the deployment back and counts
+        dropped connection, 502/504) the client reads the deployment back three times: one backoff after the
+        failure, then over as long again as the service had the request, a whole read timeout after a
+        timeout (:func:`read_back_waits`; a request the service is still processing has time to show), and
+        counts
         the redeploy as landed when ``latest_revision_id`` moved on and the deployment shows
-        ``expected_config``; a latest revision with another config is someone else's and raises
-        :class:`ConflictError` instead of redeploying over it, as does any move when ``expected_config`` is
-        not given (the outcome cannot be told).
+        ``expected_config``; a latest revision that only ever shows another config is someone else's and
+        raises :class:`ConflictError` instead of redeploying over it, as does any move when
+        ``expected_config`` is not given (the outcome cannot be told).
 
         :param deployment_id: the deployment's UUID.
         :param revision_id: the earlier revision to deploy again.
@@ -1099,22 +1258,9 @@ class DeploymentServiceClient(_ClientCore):
         :param expected_config: the redeployed revision's ``source_revision_config``, when known; without it
             an ambiguous failure followed by a move of ``latest_revision_id`` raises :class:`ConflictError`.
         """
-        call, read_back, previous = self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id)
-        if previous is None:
-            previous = self._found(deployment_id, self.execute(read_back)).latest_revision_id
-        rounds = self.settings.retry.max_attempts
-        for round_number in range(1, rounds + 1):
-            try:
-                return self.execute(call)
-            except AmbiguousFailure as failure:
-                self._sleep(self.settings.retry.backoff(round_number, self._rng))
-                current = self._found(deployment_id, self.execute(read_back))
-                if self._redeploy_landed(failure, current, previous, expected_config):
-                    return current
-                if round_number == rounds:
-                    raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending %s once more (round %d of %d)", call.label, round_number + 1, rounds)
-        raise AssertionError("unreachable")
+        return self._send_once(
+            self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id, expected_config)
+        )
 
     def get_revision_logs(
         self,
@@ -1147,33 +1293,45 @@ class DeploymentServiceClient(_ClientCore):
     ) -> Deployment:
         """``PATCH /v2/deployments/{id}``, never applied twice.
 
-        Re-sent only when it provably did not reach the service; after an ambiguous failure the client
-        waits one backoff (a request that timed out may still be processed meanwhile), reads the
-        deployment back, and sends the patch once more only if it did not land (for a patch that creates
-        a revision: ``latest_revision_id`` did not move; for one that may create one, a ``resource_spec``:
-        neither did it move nor does the deployment show the values).
+        Re-sent only when it provably did not reach the service. After an ambiguous failure the client
+        reads the deployment back three times, one backoff after the failure and then over as long again as
+        the service had the request, a whole read timeout after a timeout (:func:`read_back_waits`: a
+        request that timed out may still be processed meanwhile), and sends the patch once more only if no
+        look shows it landed. A patch that creates a revision landed when
+        ``latest_revision_id`` moved on and, when it sets ``source_revision_config`` fields, the new latest
+        revision shows them (a later revision with the patch's config is its own; if it only ever shows
+        another config, someone else rolled out and :class:`ConflictError` says the outcome cannot be told,
+        nothing re-sent). A ``resource_spec`` patch also landed when the deployment shows its values; any
+        other patch when the deployment shows every value it sets.
 
         :param deployment_id: the deployment's UUID.
         :param request: the patch (a model, or a dict validated into one before anything is sent).
         :param previous_latest_revision_id: the deployment's ``latest_revision_id`` before this patch;
             when not given for a patch that may create a revision, the client reads it first (one GET).
         """
-        plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
-        if plan.patch.may_create_revision and plan.previous_latest is None:  # the read-back needs the revision before
-            plan.previous_latest = self._found(deployment_id, self.execute(plan.read_back)).latest_revision_id
+        return self._send_once(self._patch_plan(deployment_id, request, previous_latest_revision_id))
+
+    def _send_once(self, plan: _OnceOnlyPlan) -> Deployment:
+        """Send a PATCH or redeploy so that it never applies twice: re-sent only when it provably did not
+        reach the service, or when every look of a read-back (see :class:`_ReadBack`) shows it did not land."""
+        if plan.needs_previous_latest:  # the read-back compares with the revision before
+            plan.previous_latest = self._found(plan.deployment_id, self.execute(plan.read_back)).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):
             try:
                 return self.execute(plan.call)
             except AmbiguousFailure as failure:
-                # Wait before reading back: a request that timed out may still be processed meanwhile.
-                self._sleep(self.settings.retry.backoff(round_number, self._rng))
-                current = self._found(deployment_id, self.execute(plan.read_back))
-                if self._patch_landed(plan.patch, failure, current, plan.previous_latest):
-                    return current
+                # A request that timed out may still be processed: look more than once before re-sending.
+                read_back = _ReadBack(plan, failure, self._read_back_waits(round_number, failure))
+                for wait in read_back.waits:
+                    self._sleep(wait)
+                    current = self._found(plan.deployment_id, self.execute(plan.read_back))
+                    if read_back.landed(current):
+                        return current
+                read_back.give_up()
                 if round_number == rounds:
-                    raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending PATCH %s once more (round %d of %d)", plan.call.path, round_number + 1, rounds)
+                    raise _exhausted(failure.error, rounds, plan.what) from None
+                log.warning("Sending %s once more (round %d of %d)", plan.call.label, round_number + 1, rounds)
         raise AssertionError("unreachable")
 
     def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:
@@ -1223,6 +1381,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
         attempt = 0
         while True:
             attempt += 1
+            sent_at = time.monotonic()
             try:
                 response = await self._http.send(self._request(self._http, call))
             except httpx.HTTPError as exc:
@@ -1235,7 +1394,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
             if decision.error is None:
                 return decision.result
             if decision.ambiguous:
-                raise AmbiguousFailure(decision.error)
+                raise decision.ambiguous_failure(time.monotonic() - sent_at)
             raise decision.error
 
     async def list_oauth_providers(self) -> list[OAuthProvider]:
@@ -1256,7 +1415,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
         """Every deployment matching the filters, page after page."""
         if query is None:
             filters.setdefault("limit", MAX_PAGE_SIZE)
-        paginator = _Paginator(self._query(query, filters), max_results)
+        paginator = DeploymentPaginator(self._query(query, filters), max_results)
         while not paginator.done:
             for deployment in paginator.accept(await self.execute(self._list_deployments(paginator.query))):
                 yield deployment
@@ -1311,22 +1470,9 @@ class AsyncDeploymentServiceClient(_ClientCore):
         expected_config: SourceRevisionConfig | None = None,
     ) -> Deployment:
         """Deploy an earlier revision again, never twice (see the sync twin)."""
-        call, read_back, previous = self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id)
-        if previous is None:
-            previous = self._found(deployment_id, await self.execute(read_back)).latest_revision_id
-        rounds = self.settings.retry.max_attempts
-        for round_number in range(1, rounds + 1):
-            try:
-                return await self.execute(call)
-            except AmbiguousFailure as failure:
-                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
-                current = self._found(deployment_id, await self.execute(read_back))
-                if self._redeploy_landed(failure, current, previous, expected_config):
-                    return current
-                if round_number == rounds:
-                    raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending %s once more (round %d of %d)", call.label, round_number + 1, rounds)
-        raise AssertionError("unreachable")
+        return await self._send_once(
+            self._redeploy_plan(deployment_id, revision_id, previous_latest_revision_id, expected_config)
+        )
 
     async def get_revision_logs(
         self,
@@ -1350,22 +1496,28 @@ class AsyncDeploymentServiceClient(_ClientCore):
         previous_latest_revision_id: str | None = None,
     ) -> Deployment:
         """``PATCH /v2/deployments/{id}``, never applied twice (see the sync twin)."""
-        plan = self._patch_plan(deployment_id, request, previous_latest_revision_id)
-        if plan.patch.may_create_revision and plan.previous_latest is None:  # the read-back needs the revision before
-            plan.previous_latest = self._found(deployment_id, await self.execute(plan.read_back)).latest_revision_id
+        return await self._send_once(self._patch_plan(deployment_id, request, previous_latest_revision_id))
+
+    async def _send_once(self, plan: _OnceOnlyPlan) -> Deployment:
+        """Send a PATCH or redeploy so that it never applies twice (see the sync twin)."""
+        if plan.needs_previous_latest:  # the read-back compares with the revision before
+            page = await self.execute(plan.read_back)
+            plan.previous_latest = self._found(plan.deployment_id, page).latest_revision_id
         rounds = self.settings.retry.max_attempts
         for round_number in range(1, rounds + 1):
             try:
                 return await self.execute(plan.call)
             except AmbiguousFailure as failure:
-                # Wait before reading back: a request that timed out may still be processed meanwhile.
-                await self._sleep(self.settings.retry.backoff(round_number, self._rng))
-                current = self._found(deployment_id, await self.execute(plan.read_back))
-                if self._patch_landed(plan.patch, failure, current, plan.previous_latest):
-                    return current
+                read_back = _ReadBack(plan, failure, self._read_back_waits(round_number, failure))
+                for wait in read_back.waits:
+                    await self._sleep(wait)
+                    current = self._found(plan.deployment_id, await self.execute(plan.read_back))
+                    if read_back.landed(current):
+                        return current
+                read_back.give_up()
                 if round_number == rounds:
-                    raise _exhausted(failure.error, rounds) from None
-                log.warning("Sending PATCH %s once more (round %d of %d)", plan.call.path, round_number + 1, rounds)
+                    raise _exhausted(failure.error, rounds, plan.what) from None
+                log.warning("Sending %s once more (round %d of %d)", plan.call.label, round_number + 1, rounds)
         raise AssertionError("unreachable")
 
     async def create_deployment(self, request: CreateDeploymentRequest | dict[str, Any]) -> Deployment:

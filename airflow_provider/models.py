@@ -383,6 +383,31 @@ DISCOURAGED_RESOURCE_PREFIXES = ("orchestrator_", "executor_")
 """ResourceSpec fields production marks "do not use": accepted and sent, with a warning (see patch_rules)."""
 
 
+def _kubernetes_quantity(value: object) -> object:
+    """Refuse a number where a Kubernetes quantity is expected: production's schema takes strings only."""
+    if not isinstance(value, str):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        got = f"the number {value!r}" if number else f"a {type(value).__name__}"
+        raise PydanticCustomError(
+            "kubernetes_quantity",
+            'must be a Kubernetes quantity string such as "500m" or "1Gi", got {got}',
+            {"got": got},
+        )
+    return value
+
+
+KubernetesQuantity = Annotated[str, BeforeValidator(_kubernetes_quantity)]
+"""A container's resource amount in a request (``"500m"``, ``"1Gi"``): a string, never a JSON number."""
+
+
+class ContainerResourcesPatch(ContainerResources):
+    """A container's ``limits`` and ``requests`` in a request: Kubernetes quantity strings (production's
+    request schema answers 422 to a number such as ``0.5`` or ``512``)."""
+
+    limits: dict[str, KubernetesQuantity] | None = None
+    requests: dict[str, KubernetesQuantity] | None = None
+
+
 class VolumeMountPatch(VolumeMount):
     """A volume mount in a request: ``mountPath`` is required (production's request schema)."""
 
@@ -390,9 +415,11 @@ class VolumeMountPatch(VolumeMount):
 
 
 class ContainerPatch(Container):
-    """An init container or sidecar in a request: ``name`` is required (production's request schema)."""
+    """An init container or sidecar in a request: ``name`` is required and ``resources`` amounts are
+    Kubernetes quantity strings (production's request schema)."""
 
     name: str
+    resources: ContainerResourcesPatch | None = None
     volumeMounts: list[VolumeMountPatch] | None = None  # type: ignore[assignment]
 
 
@@ -401,7 +428,8 @@ class ResourceSpecPatch(ResourceSpec):
     ``*_memory_limit_mb``, ``*_scale``, ``db_storage_gi`` and ``db_max_connections`` an integer >= 0 (sent
     as a JSON integer; ``512.0`` is read as 512, ``512.5`` is refused naming the field); ``cpu``,
     ``queue_cpu``, ``redis_cpu`` 0.1..8 and their ``*_limit`` 0.1..16; label and annotation values strings;
-    containers named; volume mounts with a ``mountPath``."""
+    containers named, their ``resources.limits``/``requests`` Kubernetes quantity strings; volume mounts
+    with a ``mountPath``."""
 
     # main service
     min_scale: WholeNumber | None = None

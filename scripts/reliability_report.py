@@ -196,12 +196,14 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "1. Fault matrix",
         "Every endpoint against every fault the emulator injects, through the provider's client over real "
         "HTTP. Retry policy: {fault_matrix_settings}. Request counts come from the emulator's counters; waits "
-        "are the client's recorded `sleep=` calls (nothing really sleeps). A PATCH whose failure may have "
-        "reached the service (502, 504, timeout, dropped connection) is never re-sent blindly: the client "
-        "waits one backoff (a request that timed out may still be processed), reads the deployment back "
-        "(`read-back`) and re-sends only if the patch did not land. `+N rev` is the number of revisions the "
-        "PATCH created.",
-        ["fault_matrix", "patch_resend_backoff", "patch_exhausted"],
+        "are the client's recorded `sleep=` calls (nothing really sleeps, except after the late fault, which "
+        "the emulator times in real seconds). A PATCH whose failure may have reached the service (502, 503, "
+        "504, timeout, dropped connection) is never re-sent blindly: the client reads the deployment back "
+        "(`read-back`) three times, one backoff after the failure and then over as long again as the service "
+        "had the request (a whole read timeout after a timeout), and re-sends only if no look shows the patch "
+        "landed. The late fault is a PATCH the service processes after the client gave up on it (PATCH only: "
+        "for a GET it is the delay fault). `+N rev` is the number of revisions the PATCH created.",
+        ["fault_matrix", "patch_resend_backoff", "late_patch", "patch_exhausted"],
     ),
     (
         "2. Chaos rollout",
@@ -240,18 +242,21 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ),
     (
         "7. Rollback requests",
-        "One fault injected on `POST .../revisions/{revision_id}/redeploy` (the rollback), through the sync and "
+        "One fault injected on `POST .../revisions/{{revision_id}}/redeploy` (the rollback), through the sync and "
         "async clients over real HTTP, then a whole `RollbackDeploymentOperator` run whose redeploy answer is "
         "dropped after processing, and its retry. A rollback that may have reached the service is read back "
-        "before anything is re-sent: it landed when the latest revision moved and shows the redeployed "
-        "revision's config (another config is someone else's rollout: refused). `rollback_revisions` is the "
+        "(up to three looks, as for a PATCH) before anything is re-sent: it landed when the latest revision "
+        "moved and shows the redeployed revision's config (another config at every look is someone else's "
+        "rollout: refused). The read-timeout case is processed by the service after the client gave up on "
+        "it. `rollback_revisions` is the "
         "number of revisions the deployment gained; the retry reattaches to the recorded rollback.",
         ["rollback_faults"],
     ),
 ]
 
 TITLES = {
-    "patch_resend_backoff": "Backoff before re-sending an ambiguous PATCH",
+    "patch_resend_backoff": "Waits before re-sending an ambiguous PATCH",
+    "late_patch": "A PATCH the service processes after the client gave up on it",
     "patch_exhausted": "The error after every PATCH attempt failed",
     "retried_tasks": "Retried patch tasks",
     "resumed_trigger": "Trigger torn down and rebuilt",

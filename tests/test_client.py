@@ -6,6 +6,7 @@ the emulator tests exercise the same client over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -20,6 +21,7 @@ import pytest
 
 from airflow_provider.client import (
     MIN_LENGTH_MASKED_SECRET,
+    READ_BACK_WINDOW_MAX,
     AsyncDeploymentServiceClient,
     AuthError,
     ClientSettings,
@@ -31,6 +33,7 @@ from airflow_provider.client import (
     RequestRejectedError,
     RetryPolicy,
     ServerError,
+    SourceRevisionConfig,
     TransportError,
     UnexpectedResponseError,
     scrub,
@@ -101,6 +104,8 @@ def client(service: ScriptedService, sleeps: list[float]) -> DeploymentServiceCl
     return make_client(service, sleeps, tenant_id=TENANT_ID)
 
 
+READ_BACK_LOOKS = 3
+"""Looks at the deployment after an ambiguous PATCH failure before it is sent again."""
 PREFIX = "/api-host"
 LIST = f"{PREFIX}/v2/deployments"
 PATCH = f"{PREFIX}/v2/deployments/{DEPLOYMENT_ID}"
@@ -178,6 +183,17 @@ def test_get_deployment_absent_from_list_is_not_found(
         (lambda c: c.patch_deployment(DEPLOYMENT_ID, {}), "empty patch"),
         (lambda c: c.patch_deployment(DEPLOYMENT_ID, {"image_uri": "x"}), "image_uri"),
         (lambda c: c.patch_deployment("x", {"secrets": []}), "deployment_id"),
+        (
+            lambda c: c.patch_deployment(
+                DEPLOYMENT_ID,
+                {
+                    "source_config": {
+                        "resource_spec": {"sidecars": [{"name": "p", "resources": {"limits": {"cpu": 1}}}]}
+                    }
+                },
+            ),
+            r'sidecars\.0\.resources\.limits\.cpu: must be a Kubernetes quantity string such as "500m" or "1Gi"',
+        ),
     ],
 )
 def test_invalid_input_raises_before_anything_is_sent(
@@ -559,7 +575,7 @@ def test_ambiguous_patch_failure_resends_once_when_the_patch_did_not_land(
     service.always("GET", LIST, page(unapplied_deployment(), offset=1))
     result = client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
     assert result.latest_revision_id == REV_NEW
-    assert service.count("PATCH") == 2 and service.count("GET") == 1
+    assert service.count("PATCH") == 2 and service.count("GET") == READ_BACK_LOOKS
 
 
 def test_same_values_without_a_new_revision_count_as_not_applied(
@@ -599,7 +615,7 @@ def test_without_the_previous_revision_the_client_reads_it_before_patching(
     service.always("GET", LIST, page(same_image, offset=1))
     service.script("PATCH", PATCH, httpx.ReadTimeout("slow"), httpx.Response(200, json=applied_deployment()))
     client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY)
-    assert [r.method for r in service.requests] == ["GET", "PATCH", "GET", "PATCH"]
+    assert [r.method for r in service.requests] == ["GET", "PATCH", *["GET"] * READ_BACK_LOOKS, "PATCH"]
 
 
 SPEC_PATCH = {"source_config": {"resource_spec": {"min_scale": 3, "cpu": 0.12345}}}
@@ -624,8 +640,10 @@ def test_a_resource_spec_patch_is_recognised_as_landed_under_both_readings(
     service.always("GET", LIST, page(deployment_json(**read_back), offset=1))
     service.script("PATCH", PATCH, httpx.ReadTimeout("slow"), httpx.Response(200, json=applied_deployment()))
     client.patch_deployment(DEPLOYMENT_ID, SPEC_PATCH)
-    # read first (the revision before it), then the PATCH, the read-back, and a resend only when not landed
-    assert [r.method for r in service.requests] == ["GET", "PATCH", "GET", "PATCH"][: 2 + sends]
+    # read first (the revision before it), then the PATCH, the read-back (one look when it landed, every
+    # look when not), and a resend only when not landed
+    looks = 1 if sends == 1 else READ_BACK_LOOKS
+    assert [r.method for r in service.requests] == ["GET", "PATCH", *["GET"] * looks, "PATCH"][: 1 + looks + sends]
 
 
 def test_patch_that_never_gets_an_answer_gives_up_after_the_budget(
@@ -637,6 +655,123 @@ def test_patch_that_never_gets_an_answer_gives_up_after_the_budget(
     with pytest.raises(TransportError, match="PATCH"):
         client.patch_deployment(DEPLOYMENT_ID, PATCH_BODY)
     assert service.count("PATCH") == 3
+
+
+REV_THEIRS = "33333333-3333-4333-8333-333333333333"
+
+
+def theirs_deployment() -> dict[str, Any]:
+    """Someone else's rollout landed meanwhile: the latest revision moved, with another image."""
+    return deployment_json(source_revision_config={"image_uri": "img:theirs"}, latest_revision_id=REV_THEIRS)
+
+
+def twin_client(service: ScriptedService, twin: str, sleeps: list[float], **settings: Any) -> Any:
+    """The sync or async client over ``service``, recording each wait in ``sleeps``."""
+    if twin == "sync":
+        return make_client(service, sleeps, **settings)
+
+    async def record(delay: float) -> None:
+        sleeps.append(delay)
+
+    client_settings = ClientSettings(base_url="https://api.example.test/api-host", **settings)
+    return AsyncDeploymentServiceClient(
+        client_settings, API_KEY, transport=httpx.MockTransport(service), sleep=record, rng=random.Random(7)
+    )
+
+
+def call_twin(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Call ``method`` on a sync or async client, returning its result."""
+    if isinstance(client, DeploymentServiceClient):
+        return getattr(client, method)(*args, **kwargs)
+
+    async def run() -> Any:
+        async with client:
+            return await getattr(client, method)(*args, **kwargs)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+@pytest.mark.parametrize(("read_timeout", "window"), [(2.0, 2.0), (30.0, 30.0), (600.0, READ_BACK_WINDOW_MAX)])
+def test_the_read_back_looks_several_times_over_one_read_timeout_at_most_the_cap(
+    service: ScriptedService, twin: str, read_timeout: float, window: float
+) -> None:
+    # A PATCH the service processes late must be found before it is sent again: the client looks one
+    # backoff after a read timeout, then twice more over as long as the service had to answer (its read
+    # timeout), capped.
+    sleeps: list[float] = []
+    client = twin_client(service, twin, sleeps, read_timeout=read_timeout, retry=RetryPolicy(max_attempts=2))
+    service.always("PATCH", PATCH, httpx.ReadTimeout("slow"))
+    service.always("GET", LIST, page(unapplied_deployment(), offset=1))
+    with pytest.raises(TransportError, match="each read back: the patch had not landed"):
+        call_twin(client, "patch_deployment", DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert service.count("PATCH") == 2 and service.count("GET") == 2 * READ_BACK_LOOKS
+    assert len(sleeps) == 2 * READ_BACK_LOOKS, sleeps
+    for round_number, first in enumerate((0, READ_BACK_LOOKS), start=1):
+        backoff, *later = sleeps[first : first + READ_BACK_LOOKS]
+        assert 0 <= backoff <= RetryPolicy().backoff_initial * 2 ** (round_number - 1), sleeps  # the first look
+        assert sum(later) == pytest.approx(window) and later == sorted(later), sleeps  # then one read timeout
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_after_a_quick_answer_the_read_back_window_is_as_short(service: ScriptedService, twin: str) -> None:
+    # A 502 that came at once: the service had the request for milliseconds, not a read timeout; the
+    # client still looks three times, but waits no longer than the answer took (plus one backoff).
+    sleeps: list[float] = []
+    client = twin_client(service, twin, sleeps, read_timeout=30.0, retry=RetryPolicy(max_attempts=2))
+    service.always("PATCH", PATCH, httpx.Response(502))
+    service.always("GET", LIST, page(unapplied_deployment(), offset=1))
+    with pytest.raises(ServerError, match="each read back: the patch had not landed"):
+        call_twin(client, "patch_deployment", DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert service.count("PATCH") == 2 and service.count("GET") == 2 * READ_BACK_LOOKS
+    later = [wait for index, wait in enumerate(sleeps) if index % READ_BACK_LOOKS]
+    assert len(later) == 2 * (READ_BACK_LOOKS - 1) and sum(later) < 1.0, sleeps
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_later_revision_with_the_patch_config_is_the_patch_own(service: ScriptedService, twin: str) -> None:
+    # Nothing at the first look, someone else's revision at the second, the patch's own config at the third:
+    # the late PATCH landed (after theirs); it is not sent again and its revision is returned.
+    sleeps: list[float] = []
+    client = twin_client(service, twin, sleeps)
+    service.script("PATCH", PATCH, httpx.ReadTimeout("slow"))
+    service.script("GET", LIST, page(unapplied_deployment(), offset=1), page(theirs_deployment(), offset=1))
+    service.always("GET", LIST, page(applied_deployment(), offset=1))
+    result = call_twin(client, "patch_deployment", DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("PATCH") == 1 and service.count("GET") == 3
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_someone_elses_revision_is_never_taken_for_the_patch(service: ScriptedService, twin: str) -> None:
+    # The latest revision moved, but to another config at every look: whether the patch landed cannot be
+    # told (it may have been superseded, or never arrived). Neither claimed nor sent again.
+    sleeps: list[float] = []
+    client = twin_client(service, twin, sleeps)
+    service.script("PATCH", PATCH, httpx.Response(504))
+    service.always("GET", LIST, page(theirs_deployment(), offset=1))
+    with pytest.raises(ConflictError, match="cannot be told; not sending it again") as raised:
+        call_twin(client, "patch_deployment", DEPLOYMENT_ID, PATCH_BODY, previous_latest_revision_id=REV_OLD)
+    assert REV_THEIRS in str(raised.value) and "read the deployment back 3 time(s)" in str(raised.value)
+    assert service.count("PATCH") == 1 and service.count("GET") == READ_BACK_LOOKS
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_late_redeploy_after_someone_elses_revision_is_found(service: ScriptedService, twin: str) -> None:
+    # The redeploy's read-back looks more than once too: someone else's revision first, then the copy of
+    # the redeployed revision. Found, not sent again, not refused.
+    sleeps: list[float] = []
+    client = twin_client(service, twin, sleeps)
+    redeploy = f"{PATCH}/revisions/{REV_OLD}/redeploy"
+    service.script("POST", redeploy, httpx.ReadTimeout("slow"))
+    service.script("GET", LIST, page(theirs_deployment(), offset=1))
+    copy = deployment_json(source_revision_config={"image_uri": "img:1"}, latest_revision_id=REV_NEW)
+    service.always("GET", LIST, page(copy, offset=1))
+    expected = SourceRevisionConfig(image_uri="img:1")
+    options = {"previous_latest_revision_id": REV_OLD, "expected_config": expected}
+    result = call_twin(client, "redeploy_revision", DEPLOYMENT_ID, REV_OLD, **options)
+    assert result.latest_revision_id == REV_NEW
+    assert service.count("POST") == 1 and service.count("GET") == 2
 
 
 def test_create_is_never_resent_after_an_ambiguous_failure(

@@ -196,6 +196,19 @@ def test_patch_of_source_config_only_creates_no_revision() -> None:
         ({"source_config": {"resource_spec": {"cpuu": 1}}}, "did you mean 'cpu'"),
         ({"source_revision_config": {"repo_commit_sha": "abc"}}, "source_revision_config.repo_commit_sha"),
         ({"source_config": {"resource_spec": {"sidecars": [{"name": "p", "imagee": "x"}]}}}, "sidecars[0].imagee"),
+        (
+            {"source_config": {"resource_spec": {"sidecars": [{"name": "p", "resources": {"limits": {"cpu": 0.5}}}]}}},
+            'sidecars.0.resources.limits.cpu\n  must be a Kubernetes quantity string such as "500m" or "1Gi", '
+            "got the number 0.5",
+        ),
+        (
+            {
+                "source_config": {
+                    "resource_spec": {"init_containers": [{"name": "i", "resources": {"requests": {"memory": 512}}}]}
+                }
+            },
+            "init_containers.0.resources.requests.memory\n  must be a Kubernetes quantity string",
+        ),
         ({"revision_source": "external_docker"}, "revision_source"),
         ({"secrets": [{"name": "", "value": "x"}]}, "secrets.0.name"),
         ({"secrets": [{"value": "x"}]}, "secrets.0.name"),
@@ -209,6 +222,18 @@ def test_patch_request_refuses_bad_input_naming_the_field(body: dict[str, Any], 
     with pytest.raises(ValidationError) as caught:
         PatchDeploymentRequest.model_validate(body)
     assert expected in str(caught.value)
+
+
+def test_container_resources_in_a_patch_are_kubernetes_quantity_strings() -> None:
+    sidecar = {"name": "proxy", "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}, "requests": {"cpu": "0.25"}}}
+    patch = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": {"sidecars": [sidecar]}}})
+    assert patch.to_request_body()["source_config"]["resource_spec"]["sidecars"] == [sidecar]
+    # responses stay tolerant: a number the service might echo is read as sent
+    body = deployment_json()
+    body["source_config"]["resource_spec"]["sidecars"][0]["resources"] = {"limits": {"cpu": 1}}
+    spec = Deployment.model_validate(body).source_config.resource_spec
+    assert spec is not None and spec.sidecars is not None and spec.sidecars[0].resources is not None
+    assert spec.sidecars[0].resources.limits == {"cpu": 1}
 
 
 def test_bad_secret_is_refused_without_echoing_its_value() -> None:

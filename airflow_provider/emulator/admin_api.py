@@ -107,6 +107,10 @@ class SettingsBody(_Body):
     redeploy_mode: RedeployMode | None = Field(
         default=None, description="new_revision (a redeploy creates a revision) or in_place (it creates none)"
     )
+    revision_status_touches_deployment: bool | None = Field(
+        default=None,
+        description="whether a revision's status change (building, failed...) moves its deployment's updated_at",
+    )
 
 
 class HealthBody(_Body):
@@ -219,7 +223,9 @@ async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, st
 
 
 @admin_router.get(
-    "/settings", description="The switches: resource_spec_mode, redeploy_mode, optional/disabled endpoints."
+    "/settings",
+    description="The switches: resource_spec_mode, redeploy_mode, optional/disabled endpoints, "
+    "revision_status_touches_deployment.",
 )
 async def get_settings(state: State) -> dict[str, Any]:
     return state.settings()

@@ -11,7 +11,9 @@ Schema rules (refused with a FastAPI-style 422 ``{"detail": [{"loc", "msg", "typ
 * every ``*_memory_mb``, ``*_memory_limit_mb``, ``*_scale``, ``db_storage_gi`` and
   ``db_max_connections``: an integer >= 0, read like pydantic/FastAPI read ``int`` (``512.0`` and
   ``"512"`` are 512; ``512.5`` is refused with ``int_from_float``);
-* containers (``init_containers``, ``sidecars``) need a ``name``; a volume mount needs a ``mountPath``;
+* containers (``init_containers``, ``sidecars``) need a ``name``, and their ``resources.limits`` and
+  ``resources.requests`` values are Kubernetes quantity strings (a number is refused with ``string_type``);
+  a volume mount needs a ``mountPath``;
   ``labels`` and ``annotations`` values must be strings; volumes and image pull secrets need a name;
 * ids (``integration_id``, ``listener_id``) must be UUIDs; ``revision_source`` one of ``codehost``,
   ``internal_docker``, ``internal_source``; ``deployment_type`` one of ``dev_free``, ``dev``, ``prod``;
@@ -133,10 +135,11 @@ class EnvVarIn(_Lenient):
 
 
 class ContainerResourcesIn(_Lenient):
-    """Container ``limits`` and ``requests`` (free-form)."""
+    """Container ``limits`` and ``requests``: Kubernetes quantities, strings only (``"500m"``, ``"1Gi"``);
+    a JSON number is a 422 ``string_type``, as in production's schema."""
 
-    limits: dict[str, Any] | None = None
-    requests: dict[str, Any] | None = None
+    limits: dict[str, str] | None = None
+    requests: dict[str, str] | None = None
 
 
 class ContainerIn(_Lenient):

@@ -20,7 +20,12 @@ class FaultKind(str, Enum):
     STATUS = "status"
     """An error status (``status_code``), JSON ``{"detail": ...}``; ``Retry-After`` if given."""
     DELAY = "delay"
-    """Sleep ``delay_seconds``, then answer normally."""
+    """Sleep ``delay_seconds``, then answer normally. A client that gave up meanwhile has closed the
+    connection, and the request is then never processed (its body can no longer be read)."""
+    LATE = "late"
+    """Read the request, then process it ``delay_seconds`` later even when the client gave up meanwhile (a
+    PATCH is applied then: a request the service processes after the client's read timeout); the answer
+    reaches the client only if it still waits."""
     DROP = "drop"
     """Close the connection mid-response without processing the request."""
     DROP_AFTER_PROCESSING = "drop_after_processing"
@@ -50,7 +55,7 @@ class FaultRule(BaseModel):
     :param count: how many matching requests to fault; ``None`` for every one until cleared.
     :param status_code: status for ``status`` (required) and ``html``/``not_json``/``empty``.
     :param retry_after: ``Retry-After`` header value (seconds, or an HTTP date) sent with the status.
-    :param delay_seconds: sleep before answering, for ``delay``.
+    :param delay_seconds: sleep before answering, for ``delay``; before processing, for ``late``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -70,8 +75,8 @@ class FaultRule(BaseModel):
     def _check(self) -> FaultRule:
         if self.kind is FaultKind.STATUS and self.status_code is None:
             raise ValueError("a 'status' fault needs status_code")
-        if self.kind is FaultKind.DELAY and self.delay_seconds <= 0:
-            raise ValueError("a 'delay' fault needs delay_seconds > 0")
+        if self.kind in (FaultKind.DELAY, FaultKind.LATE) and self.delay_seconds <= 0:
+            raise ValueError(f"a '{self.kind.value}' fault needs delay_seconds > 0")
         if self.path_regex is not None:
             try:
                 re.compile(self.path_regex)

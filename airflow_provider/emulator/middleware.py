@@ -119,6 +119,10 @@ class FaultMiddleware:
             if fault is not None:
                 await asyncio.sleep(fault.delay_seconds)
             await self.app(scope, receive, _recording(send, record))
+        elif fault.kind is FaultKind.LATE:
+            body = await _read_body(receive)  # read now: once the client gives up, the body is gone
+            await asyncio.sleep(fault.delay_seconds)
+            await self.app(scope, _replay(body, receive), _recording(send, record))
         elif fault.kind is FaultKind.DROP:
             await _drain(receive)
             record(None)
@@ -166,6 +170,32 @@ async def _drain(receive: Receive) -> None:
         message = await receive()
         if message["type"] != "http.request" or not message.get("more_body", False):
             return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The whole request body."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app ``body`` (read earlier), then defers to the connection's own."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def _recording(send: Send, record: Callable[[int], None]) -> Send:

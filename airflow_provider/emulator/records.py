@@ -233,8 +233,14 @@ class DeploymentRecord:
         return next((rev for rev in self.revisions if not rev.finished), None)
 
     # ------------------------------------------------------------------------------ state machine
-    def settle(self, now: datetime, ready_seconds: float) -> None:
-        """Apply, in time order, every transition due at or before ``now``."""
+    def settle(self, now: datetime, ready_seconds: float, *, revision_status_touches: bool = True) -> None:
+        """Apply, in time order, every transition due at or before ``now``.
+
+        :param now: the emulated time.
+        :param ready_seconds: the emulator's delay before a new deployment is ``READY``.
+        :param revision_status_touches: whether a revision's status change moves the deployment's
+            ``updated_at`` (when false only the changes the deployment shows do: a revision going live).
+        """
         while True:
             build = self.current_build()
             if build is not None and build.started_at is None:
@@ -248,7 +254,7 @@ class DeploymentRecord:
                 and (ready_at is None or revision_step[0] <= ready_at)
             ):
                 assert build is not None
-                self._apply(build, revision_step[1], revision_step[0])
+                self._apply(build, revision_step[1], revision_step[0], touch=revision_status_touches)
             elif ready_at is not None and ready_at <= now:
                 self.resource.status = DeploymentStatus.READY
                 self.touch(ready_at)
@@ -268,20 +274,22 @@ class DeploymentRecord:
             return None
         return max(self.resource.created_at + timedelta(seconds=ready_seconds), self.active_since)
 
-    def _apply(self, revision: RevisionRecord, status: RevisionStatus, at: datetime) -> None:
+    def _apply(self, revision: RevisionRecord, status: RevisionStatus, at: datetime, *, touch: bool = True) -> None:
         revision.set_status(status, at)
-        self.touch(at)
+        if touch or status is RevisionStatus.DEPLOYED:
+            self.touch(at)
         if status is RevisionStatus.DEPLOYED:
             self.resource.active_revision_id = revision.id
             self.active_since = at
         if revision.finished:
-            self._start_next(at)
+            self._start_next(at, touch=touch)
 
-    def _start_next(self, at: datetime) -> None:
+    def _start_next(self, at: datetime, *, touch: bool = True) -> None:
         following = self.current_build()
         if following is not None and following.started_at is None:
             following.start(max(at, following.created_at))
-            self.touch(at)
+            if touch:
+                self.touch(at)
 
     def add_revision(self, revision: RevisionRecord, now: datetime) -> None:
         """Append a new revision created at ``now``; it starts at once if nothing else is building."""
@@ -331,12 +339,20 @@ class DeploymentRecord:
         return None
 
     def fail_revision(
-        self, revision: RevisionRecord, status: RevisionStatus, message: str | None, now: datetime
+        self,
+        revision: RevisionRecord,
+        status: RevisionStatus,
+        message: str | None,
+        now: datetime,
+        *,
+        touch: bool = True,
     ) -> None:
-        """End an unfinished ``revision`` with ``status`` at ``now``."""
+        """End an unfinished ``revision`` with ``status`` at ``now`` (moving the deployment's ``updated_at``
+        unless ``touch`` is false)."""
         revision.set_status(status, now, message)
-        self.touch(now)
-        self._start_next(now)
+        if touch:
+            self.touch(now)
+        self._start_next(now, touch=touch)
 
     @property
     def source(self) -> str:

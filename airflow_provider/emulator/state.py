@@ -189,6 +189,10 @@ class EmulatorState:
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"``; see the module docstring.
     :param disabled_endpoints: names from :data:`OPTIONAL_ENDPOINTS` to answer as missing.
     :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"``; see the module docstring.
+    :param revision_status_touches_deployment: whether a revision's status change (building, failed...)
+        moves its deployment's ``updated_at`` (default). When false, only what the deployment itself shows
+        does (a new latest or active revision, a status): a failed build then leaves the deployment record
+        unchanged, which production may do too (it does not document it).
     """
 
     def __init__(
@@ -206,6 +210,7 @@ class EmulatorState:
         resource_spec_mode: ResourceSpecMode = "replace",
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
+        revision_status_touches_deployment: bool = True,
     ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
@@ -223,6 +228,7 @@ class EmulatorState:
         self.resource_spec_mode: ResourceSpecMode = _spec_mode(resource_spec_mode)
         self.disabled_endpoints: frozenset[str] = _endpoint_names(disabled_endpoints)
         self.redeploy_mode: RedeployMode = _redeploy_mode(redeploy_mode)
+        self.revision_status_touches_deployment = bool(revision_status_touches_deployment)
         self.public_url: str | None = None
         """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
         self._unhealthy_rules: list[UnhealthyRule] = []
@@ -264,7 +270,7 @@ class EmulatorState:
         for deployment_id in list(self._moving):
             record = self._deployments.get(deployment_id)
             if record is not None:
-                record.settle(now, self.ready_seconds)
+                record.settle(now, self.ready_seconds, revision_status_touches=self.revision_status_touches_deployment)
             if record is None or record.quiet(self.ready_seconds):
                 self._moving.discard(deployment_id)
 
@@ -666,7 +672,8 @@ class EmulatorState:
         revision = self._revision(record, revision_id)
         if revision.finished:
             raise EmulatorError(409, f"Revision {revision.id} already finished with {revision.status.value}.")
-        record.fail_revision(revision, _failure(status), message, self.clock.now())
+        touch = self.revision_status_touches_deployment
+        record.fail_revision(revision, _failure(status), message, self.clock.now(), touch=touch)
         return revision.to_json()
 
     @_locked
@@ -759,10 +766,12 @@ class EmulatorState:
             "redeploy_mode": self.redeploy_mode,
             "optional_endpoints": self.optional_endpoints,
             "disabled_endpoints": sorted(self.disabled_endpoints),
+            "revision_status_touches_deployment": self.revision_status_touches_deployment,
         }
 
     def settings(self) -> dict[str, Any]:
-        """``{"resource_spec_mode", "redeploy_mode", "optional_endpoints", "disabled_endpoints"}``."""
+        """``{"resource_spec_mode", "redeploy_mode", "optional_endpoints", "disabled_endpoints",
+        "revision_status_touches_deployment"}``."""
         with self._lock:
             return self._settings()
 
@@ -772,12 +781,14 @@ class EmulatorState:
         resource_spec_mode: ResourceSpecMode | None = None,
         disabled_endpoints: Iterable[str] | None = None,
         redeploy_mode: RedeployMode | None = None,
+        revision_status_touches_deployment: bool | None = None,
     ) -> dict[str, Any]:
         """Change switches at run time (``None``: unchanged); return the settings.
 
         :param resource_spec_mode: ``"replace"`` or ``"merge"`` (see the module docstring).
         :param disabled_endpoints: the complete set of disabled endpoint names (``[]`` enables all).
         :param redeploy_mode: ``"new_revision"`` or ``"in_place"`` (see the module docstring).
+        :param revision_status_touches_deployment: see :class:`EmulatorState`.
         :raises EmulatorError: 422 for an unknown mode or endpoint name.
         """
         try:
@@ -793,6 +804,9 @@ class EmulatorState:
                 self.resource_spec_mode = mode
             if names is not None:
                 self.disabled_endpoints = names
+            if revision_status_touches_deployment is not None:
+                self._settle()  # what happened so far happened under the old setting
+                self.revision_status_touches_deployment = revision_status_touches_deployment
             return self._settings()
 
     # ------------------------------------------------------------------------------ app health

@@ -36,6 +36,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from airflow_provider.assets import EVENT_KINDS, event_payload
+from airflow_provider.client import DeploymentPaginator
 from airflow_provider.defaults import (
     DEFAULT_CONN_ID,
     DEFAULT_POLL_INTERVAL,
@@ -273,16 +274,15 @@ class _BatchPoller:
         return searches
 
     async def _iterate(self, query: ListDeploymentsQuery) -> list[Deployment]:
-        """Every deployment matching ``query`` over all pages (each page counts as a list request)."""
+        """Every deployment matching ``query`` over all pages (each page counts as a list request), paged by
+        the client's :class:`~airflow_provider.client.DeploymentPaginator`: a server that repeats a page
+        ends the listing with an :class:`UnexpectedResponseError` instead of looping."""
         found: list[Deployment] = []
-        offset = 0
-        while True:
+        paginator = DeploymentPaginator(query, max_results=None)
+        while not paginator.done:
             self.list_requests += 1
-            page = await self.hook.a_list_deployments(query.model_copy(update={"offset": offset}))
-            found.extend(page.resources)
-            if len(page.resources) < query.limit or not page.resources:
-                return found
-            offset = page.offset
+            found.extend(paginator.accept(await self.hook.a_list_deployments(paginator.query)))
+        return found
 
     async def revision(self, deployment_id: str, revision_id: str) -> Revision | None:
         """The revision (``None`` when the endpoint is missing, off or failing); one call per pair per round,
@@ -936,6 +936,9 @@ class DeploymentEventTrigger(BaseEventTrigger):
         ``status_changed``, ``deleted``). ``revision_failed`` needs the service's revision endpoint and
         stays silent without it.
     :param poll_interval: seconds between two looks.
+    :param revision_check_interval: longest time in seconds between two revision-endpoint calls about a
+        deployment whose newest revision is not live yet while the deployment record does not change (a
+        safety net: a build that fails without touching the deployment is still reported).
     :param deployment_service_conn_id: the Airflow connection.
     :param connect_timeout: overrides the connection's connect timeout (seconds).
     :param read_timeout: overrides the connection's read timeout (seconds).
@@ -953,6 +956,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
         filters: dict[str, Any] | None = None,
         events: list[str] | tuple[str, ...] | str = EVENT_KINDS,
         poll_interval: float = DEFAULT_EVENT_POLL_INTERVAL,
+        revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         deployment_service_conn_id: str = DEFAULT_CONN_ID,
         connect_timeout: float | None = None,
         read_timeout: float | None = None,
@@ -1004,6 +1008,13 @@ class DeploymentEventTrigger(BaseEventTrigger):
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
+        if (
+            isinstance(revision_check_interval, bool)
+            or not isinstance(revision_check_interval, (int, float))
+            or revision_check_interval < 0
+        ):
+            raise ValueError(f"revision_check_interval must be >= 0 seconds, got {revision_check_interval!r}")
+        self.revision_check_interval = float(revision_check_interval)
         if not isinstance(deployment_service_conn_id, str) or not deployment_service_conn_id.strip():
             raise ValueError(f"deployment_service_conn_id must be a connection id, got {deployment_service_conn_id!r}")
         self.deployment_service_conn_id = deployment_service_conn_id
@@ -1035,6 +1046,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
             "filters": self.filters,
             "events": list(self.events),
             "poll_interval": self.poll_interval,
+            "revision_check_interval": self.revision_check_interval,
             "deployment_service_conn_id": self.deployment_service_conn_id,
             **self.hook_overrides,
         }
@@ -1175,6 +1187,8 @@ class _WatchState:
         self.baseline = cursor is None
         self.changed = False
         self._last_problem: str | None = None
+        self.revision_checks: dict[str, RevisionCheckSchedule] = {}
+        """Per deployment, when the revision endpoint was last asked (the safety net's clock; not in the cursor)."""
         if cursor is not None:
             self.started = str(cursor.get("started") or self.started)
             for key, value in cursor["deployments"].items():
@@ -1262,12 +1276,25 @@ class _WatchState:
             self.changed = True
         return payloads
 
+    def _revision_check_due(self, deployment_id: str, deployment: Deployment, before: _Seen, now: _Seen) -> bool:
+        """Whether to ask the revision endpoint about ``deployment``'s newest revision (not live, not yet
+        reported failed): when the deployment changed since the last round (a build moving through its
+        statuses usually touches it), or ``revision_check_interval`` seconds passed without a call (a build
+        can fail without the deployment record changing). The safety net's clock starts at the first look."""
+        schedule = self.revision_checks.get(deployment_id)
+        if schedule is None:
+            schedule = self.revision_checks[deployment_id] = RevisionCheckSchedule(self.trigger.revision_check_interval)
+            schedule.mark(deployment)
+        changed = now.updated_at != before.updated_at or now.latest != before.latest
+        return changed or schedule.due(deployment, deployment.latest_revision_id)
+
     async def _compare(
         self, deployment_id: str, deployment: Deployment | None, poller: _BatchPoller
     ) -> list[dict[str, Any]]:
         before = self.seen.get(deployment_id)
         trigger = self.trigger
         if deployment is None:
+            self.revision_checks.pop(deployment_id, None)
             if before is None or before == GONE:
                 if before is None:
                     self.seen[deployment_id] = GONE
@@ -1335,13 +1362,15 @@ class _WatchState:
             and latest is not None
             and latest != deployment.active_revision_id
             and latest != before.failed
-            and (now.updated_at != before.updated_at or now.latest != before.latest)
             and poller.revision_endpoint
+            and self._revision_check_due(deployment_id, deployment, before, now)
         ):
             try:
                 revision = await poller.revision(deployment_id, latest)
             except DeploymentServiceError:  # transient: ask again next round
                 revision, checked = None, False
+            else:
+                self.revision_checks[deployment_id].mark(deployment)
             if revision is not None and revision.status.is_failed:
                 after.failed = latest
                 config = revision.source_revision_config

@@ -107,6 +107,55 @@ def test_drop_after_processing_applies_the_patch(emulator: EmulatorServer, clien
     assert (entry["status_code"], entry["fault"]) == (200, "drop_after_processing")
 
 
+def wait_for_logged(emulator: EmulatorServer, fault: str, within: float = 5.0) -> dict[str, Any]:
+    """The request log's entry of the request faulted with ``fault``, waiting until it is processed."""
+    deadline = time.monotonic() + within
+    while True:
+        entries = [entry for entry in emulator.admin.requests() if entry["fault"] == fault]
+        if entries:
+            return entries[-1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {fault!r} request logged within {within} s: {emulator.admin.requests()}")
+        time.sleep(0.02)
+
+
+def test_a_late_patch_is_applied_after_the_client_gave_up(emulator: EmulatorServer, client: httpx.Client) -> None:
+    target = some_deployment(client)
+    revisions_before = len(emulator.state.deployment(target["id"])["revisions"])
+    emulator.admin.add_fault("late", delay_seconds=0.4, method="PATCH", path="/v2/deployments/*")
+    with pytest.raises(httpx.ReadTimeout):
+        client.patch(
+            f"/v2/deployments/{target['id']}", json={"source_revision_config": {"repo_ref": "late"}}, timeout=0.1
+        )
+    assert emulator.state.deployment(target["id"])["latest_revision_id"] == target["latest_revision_id"]  # not yet
+    entry = wait_for_logged(emulator, "late")
+    assert (entry["method"], entry["status_code"]) == ("PATCH", 200)
+    after = emulator.state.deployment(target["id"])
+    assert after["latest_revision_id"] != target["latest_revision_id"]
+    assert after["source_revision_config"]["repo_ref"] == "late"
+    assert len(after["revisions"]) == revisions_before + 1
+
+
+def test_a_late_answer_reaches_a_client_that_still_waits(emulator: EmulatorServer, client: httpx.Client) -> None:
+    target = some_deployment(client)
+    emulator.admin.add_fault("late", delay_seconds=0.2, method="PATCH", path="/v2/deployments/*")
+    response = client.patch(f"/v2/deployments/{target['id']}", json={"source_revision_config": {"repo_ref": "v9"}})
+    assert response.status_code == 200 and response.json()["source_revision_config"]["repo_ref"] == "v9"
+    assert emulator.admin.requests()[-1]["fault"] == "late"
+
+
+def test_a_delayed_patch_is_not_applied_once_the_client_gave_up(emulator: EmulatorServer, client: httpx.Client) -> None:
+    """Unlike ``late``, ``delay`` holds the request before reading it: the body is gone with the client."""
+    target = some_deployment(client)
+    emulator.admin.add_fault("delay", delay_seconds=0.3, method="PATCH", path="/v2/deployments/*")
+    with pytest.raises(httpx.ReadTimeout):
+        client.patch(
+            f"/v2/deployments/{target['id']}", json={"source_revision_config": {"repo_ref": "gone"}}, timeout=0.1
+        )
+    wait_for_logged(emulator, "delay")
+    assert emulator.state.deployment(target["id"])["latest_revision_id"] == target["latest_revision_id"]
+
+
 def test_not_json(emulator: EmulatorServer, client: httpx.Client) -> None:
     emulator.admin.add_fault("not_json", path="/v2/deployments")
     response = client.get("/v2/deployments")

@@ -101,6 +101,14 @@ def test_integers_come_back_as_integers_and_cpu_is_rounded_to_millicores(client:
         ({"sidecars": [{"image": "proxy:1"}]}, ["sidecars", 0, "name"]),
         ({"init_containers": [{"name": "init", "volumeMounts": [{"name": "v"}]}]}, ["init_containers", 0]),
         ({"volume_mounts": [{"name": "data", "mountPath": None}]}, ["volume_mounts", 0, "mountPath"]),
+        (
+            {"sidecars": [{"name": "proxy", "resources": {"limits": {"cpu": 0.5}}}]},
+            ["sidecars", 0, "resources", "limits", "cpu"],
+        ),
+        (
+            {"init_containers": [{"name": "init", "resources": {"requests": {"memory": 512}}}]},
+            ["init_containers", 0, "resources", "requests", "memory"],
+        ),
     ],
 )
 def test_resource_spec_bounds_are_422(client: httpx.Client, spec: dict[str, Any], loc: list[Any]) -> None:
@@ -117,6 +125,14 @@ def test_bounds_accept_their_edges(client: httpx.Client) -> None:
     response = patch(client, target, edges)
     assert response.status_code == 200, response.text
     assert response.json()["source_config"]["resource_spec"]["cpu_limit"] == 16
+
+
+def test_container_resources_take_kubernetes_quantity_strings(client: httpx.Client) -> None:
+    target = named(client, EXTERNAL)
+    sidecar = {"name": "proxy", "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}, "requests": {"cpu": "250m"}}}
+    response = patch(client, target, spec_patch(sidecars=[sidecar]))
+    assert response.status_code == 200, response.text
+    assert response.json()["source_config"]["resource_spec"]["sidecars"][0]["resources"] == sidecar["resources"]
 
 
 def test_merge_mode_keeps_the_old_reading(

@@ -131,6 +131,35 @@ def test_fail_the_next_build(server: EmulatorServer, http: httpx.Client, failure
     assert revision(http, target["id"], fixed)["status"] == "DEPLOYED"
 
 
+def test_revision_status_changes_can_leave_the_deployment_untouched(server: EmulatorServer, http: httpx.Client) -> None:
+    target = named(http, "checkout-api-dev")
+    server.admin.fail_next_build(target["id"], "BUILD_FAILED")
+    created = patch_ref(http, target["id"], "broken")
+    assert (
+        server.admin.update_settings(revision_status_touches_deployment=False)["revision_status_touches_deployment"]
+        is False
+    )
+    server.state.advance(BUILD)
+    assert revision(http, target["id"], created["latest_revision_id"])["status"] == "BUILD_FAILED"
+    after = deployment(http, target["id"])
+    assert after["updated_at"] == created["updated_at"], "the failed build moved the deployment's updated_at"
+    # what the deployment itself shows still moves it: a new revision, and one going live
+    fixed = patch_ref(http, target["id"], "fixed")
+    assert at(fixed["updated_at"]) > at(created["updated_at"])
+    server.state.advance(BUILD)
+    live = deployment(http, target["id"])
+    assert live["active_revision_id"] == fixed["latest_revision_id"]
+    assert at(live["updated_at"]) > at(fixed["updated_at"])
+
+
+def test_by_default_a_failed_build_moves_the_deployment(server: EmulatorServer, http: httpx.Client) -> None:
+    target = named(http, "checkout-api-dev")
+    server.admin.fail_next_build(target["id"], "BUILD_FAILED")
+    created = patch_ref(http, target["id"], "broken")
+    server.state.advance(BUILD)
+    assert at(deployment(http, target["id"])["updated_at"]) > at(created["updated_at"])
+
+
 def test_fail_next_build_marks_a_build_in_progress(server: EmulatorServer, http: httpx.Client) -> None:
     target = named(http, "search-dev")
     new = patch_ref(http, target["id"], "x")["latest_revision_id"]

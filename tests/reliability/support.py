@@ -3,6 +3,7 @@ HTTP server, and scanners for what Airflow persisted."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import ipaddress
@@ -73,22 +74,42 @@ class Report:
 # ------------------------------------------------------------------------------------ recorded sleeps
 @dataclass
 class RecordedSleeps:
-    """A ``sleep=`` for the client that records each wait (never sleeps) and how many requests the
-    emulator had counted at that moment, so a test can tell which request each wait came before."""
+    """A ``sleep=`` for the client that records each wait and how many requests the emulator had counted
+    at that moment, so a test can tell which request each wait came before. It never sleeps unless
+    ``real`` (for a fault the emulator times in real seconds, such as a request processed late)."""
 
     requests_so_far: Callable[[], int] = lambda: 0
     waits: list[tuple[float, int]] = field(default_factory=list)
+    real: bool = False
 
     def __call__(self, seconds: float) -> None:
         self.waits.append((seconds, self.requests_so_far()))
+        if self.real:
+            time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
         """The asyncio twin."""
-        self(seconds)
+        self.waits.append((seconds, self.requests_so_far()))
+        if self.real:
+            await asyncio.sleep(seconds)
 
     @property
     def delays(self) -> list[float]:
         return [delay for delay, _ in self.waits]
+
+
+def wait_for_faulted_request(state: Any, fault: str, within: float = 5.0) -> dict[str, Any]:
+    """The request log's last entry faulted with ``fault`` (e.g. ``late``), once the emulator has answered it."""
+    deadline = time.monotonic() + within
+    while True:
+        found = [record for record in state.request_log if record.fault == fault]
+        if found:
+            entry: dict[str, Any] = found[-1].to_json()
+            return entry
+        if time.monotonic() > deadline:
+            shown = [record.to_json() for record in state.request_log]
+            raise AssertionError(f"no {fault!r} request answered within {within} s; requests: {shown}")
+        time.sleep(0.02)
 
 
 def example_data_with_secrets() -> dict[str, Any]:

@@ -4,7 +4,7 @@ Each case injects one fault either once or on every request, calls the endpoint 
 client, and checks the outcome: success after retries within the configured budget, or a specific
 error that names the request and the fault. The emulator's counters give the number of requests; the
 client's injectable ``sleep=`` records each backoff wait (nothing really sleeps, except the short
-read timeouts of the delay fault).
+read timeouts of the delay and late faults and the read-back waits after a late PATCH).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from airflow_provider.client import (
+    READ_BACK_SHARES,
+    READ_BACK_WINDOW_MAX,
     AsyncDeploymentServiceClient,
     ClientSettings,
     DeploymentServiceClient,
@@ -30,7 +32,14 @@ from airflow_provider.client import (
     UnexpectedResponseError,
 )
 from airflow_provider.emulator.server import EmulatorServer
-from tests.reliability.support import API_KEY, LIST_ROUTE, PATCH_ROUTE, RecordedSleeps, Report
+from tests.reliability.support import (
+    API_KEY,
+    LIST_ROUTE,
+    PATCH_ROUTE,
+    RecordedSleeps,
+    Report,
+    wait_for_faulted_request,
+)
 
 INTEGRATION = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
 TARGET = "8d12e254-9195-47ca-94ec-20051ae2fc1b"  # checkout-api-dev
@@ -38,6 +47,12 @@ RETRY = RetryPolicy(max_attempts=3, backoff_initial=0.5, backoff_max=4.0, retry_
 READ_TIMEOUT = 5.0
 DELAY_READ_TIMEOUT = 0.2
 DELAY_SECONDS = 0.5
+LATE_READ_TIMEOUT = 0.4
+LATE_AFTER = 0.6 * LATE_READ_TIMEOUT
+"""A late request is processed this long after the client gave up. The read-back looks one backoff (at most
+0.5 s), then 30 % and 100 % of the read timeout later: the late PATCH lands after the first look and
+before the last."""
+LOOKS = 1 + len(READ_BACK_SHARES)
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,9 @@ class Fault:
     :param retried: a GET is retried after it.
     :param on_patch: ``retry`` (provably not processed: re-sent after backoff), ``read_back`` (may have been
         processed: read back, re-sent only when not applied), ``applied`` (processed: the read-back finds
-        it) or ``fail`` (not transient: a specific error at once).
+        it at its first look), ``late`` (processed after the client gave up: a later look finds it) or
+        ``fail`` (not transient: a specific error at once).
+    :param methods: the methods it is injected on (``late`` only on PATCH: for a GET it is the delay fault).
     """
 
     label: str
@@ -82,6 +99,7 @@ class Fault:
     on_patch: str
     error: type[DeploymentServiceError]
     says: str
+    methods: tuple[str, ...] = ("GET", "PATCH")
 
 
 FAULTS = (
@@ -115,6 +133,15 @@ FAULTS = (
         TransportError,
         "RemoteProtocolError",
     ),
+    Fault(
+        f"late: processed {LATE_AFTER:g} s after the client gave up (read timeout {LATE_READ_TIMEOUT:g} s)",
+        {"kind": "late", "delay_seconds": LATE_READ_TIMEOUT + LATE_AFTER},
+        True,
+        "late",
+        TransportError,
+        "timed out (ReadTimeout",
+        methods=("PATCH",),
+    ),
     Fault("200, body not JSON", {"kind": "not_json"}, False, "fail", UnexpectedResponseError, "not JSON"),
     Fault("502 HTML error page", {"kind": "html"}, True, "read_back", ServerError, "text/html"),
     Fault("200, empty body", {"kind": "empty"}, False, "fail", UnexpectedResponseError, "empty body"),
@@ -127,6 +154,7 @@ CASES = [
     for twin in endpoint.twins
     for fault in FAULTS
     for mode in MODES
+    if endpoint.method in fault.methods
 ]
 
 
@@ -138,14 +166,14 @@ def emulator(report: Report) -> Iterator[EmulatorServer]:
         f"`max_attempts={RETRY.max_attempts}`, full-jitter backoff from {RETRY.backoff_initial:g} s doubling up to "
         f"{RETRY.backoff_max:g} s, `Retry-After` honoured up to {RETRY.retry_after_max:g} s; read timeout "
         f"{READ_TIMEOUT:g} s ({DELAY_READ_TIMEOUT:g} s for the delay fault, which holds each answer "
-        f"{DELAY_SECONDS:g} s)",
+        f"{DELAY_SECONDS:g} s; {LATE_READ_TIMEOUT:g} s for the late fault, whose read-back waits really pass)",
     )
     with EmulatorServer(api_key=API_KEY, frozen_clock=True, build_seconds=2, ready_seconds=1) as server:
         yield server
 
 
 def settings_for(emulator: EmulatorServer, fault: Fault) -> ClientSettings:
-    read_timeout = DELAY_READ_TIMEOUT if fault.rule["kind"] == "delay" else READ_TIMEOUT
+    read_timeout = {"delay": DELAY_READ_TIMEOUT, "late": LATE_READ_TIMEOUT}.get(fault.rule["kind"], READ_TIMEOUT)
     return ClientSettings(base_url=emulator.base_url, connect_timeout=5.0, read_timeout=read_timeout, retry=RETRY)
 
 
@@ -174,6 +202,23 @@ def backoff_cap(retry_number: int) -> float:
     return min(RETRY.backoff_max, RETRY.backoff_initial * 2 ** (retry_number - 1))
 
 
+def assert_read_back_rounds(
+    case: str, waits: list[float], read_timeout: float, rounds: int, *, timed_out: bool
+) -> None:
+    """The waits of ``rounds`` read-backs: each round looks ``LOOKS`` times, the first one backoff after the
+    failure, the others spanning as long again as the service had the request: one read timeout (at most
+    the cap) after a timeout, no longer than that after an answer or a dropped connection."""
+    assert len(waits) == LOOKS * rounds, f"{case}: waits {waits}, expected {LOOKS} per read-back round"
+    window = min(read_timeout, READ_BACK_WINDOW_MAX)
+    for round_number, start in enumerate(range(0, len(waits), LOOKS), start=1):
+        backoff, *later = waits[start : start + LOOKS]
+        assert 0 <= backoff <= backoff_cap(round_number), f"{case}: first wait {backoff} of round {round_number}"
+        if timed_out:
+            assert sum(later) == pytest.approx(window), f"{case}: waits {later} do not span {window} s"
+        else:
+            assert 0 <= sum(later) <= window, f"{case}: waits {later} longer than the read timeout {window} s"
+
+
 @pytest.mark.parametrize(("endpoint", "fault", "mode", "twin"), CASES)
 def test_fault(
     emulator: EmulatorServer, report: Report, endpoint: Endpoint, fault: Fault, mode: str, twin: str
@@ -185,7 +230,8 @@ def test_fault(
     rule = state.add_fault(
         method=endpoint.method, path=endpoint.path, count=1 if mode == "once" else None, **fault.rule
     )
-    sleeps = RecordedSleeps(requests_so_far=lambda: state.count(endpoint.route))
+    late = fault.on_patch == "late"
+    sleeps = RecordedSleeps(requests_so_far=lambda: state.count(endpoint.route), real=late)
     before = state.deployment(TARGET)
     image = f"registry.example.com/acme/matrix:{abs(hash(case))}"
     patch = {"revision_source": "internal_docker", "source_revision_config": {"image_uri": image}}
@@ -229,8 +275,9 @@ def test_fault(
         succeeds = fault.retried and mode == "once"
         expected_sends = 1 if not fault.retried else (2 if mode == "once" else RETRY.max_attempts)
     else:
-        succeeds = fault.on_patch == "applied" or (fault.on_patch in ("retry", "read_back") and mode == "once")
-        expected_sends = {"retry": 2, "read_back": 2, "applied": 1, "fail": 1}[fault.on_patch]
+        processed = fault.on_patch in ("applied", "late")
+        succeeds = processed or (fault.on_patch in ("retry", "read_back") and mode == "once")
+        expected_sends = {"retry": 2, "read_back": 2, "applied": 1, "late": 1, "fail": 1}[fault.on_patch]
         if mode != "once" and fault.on_patch in ("retry", "read_back"):
             expected_sends = RETRY.max_attempts
     assert rule.hits >= 1
@@ -250,38 +297,50 @@ def test_fault(
         if endpoint.method == "GET" and fault.retried:
             assert f"after {RETRY.max_attempts} attempt(s)" in message
 
-    # ---- backoff: a wait before every re-send, never more than the policy allows (the re-send after an
-    # ambiguous PATCH failure has its own test below)
+    # ---- waits: a backoff before every re-send, never more than the policy allows; after an ambiguous PATCH
+    # failure, the read-back's looks instead (the re-send after it has its own test below)
     waits_before = [count for _, count in sleeps.waits]
-    if not (endpoint.method == "PATCH" and fault.on_patch == "read_back"):
+    read_back_fault = endpoint.method == "PATCH" and fault.on_patch in ("read_back", "applied", "late")
+    if not read_back_fault:
         for sent in range(1, sends):
             assert sent in waits_before, f"{case}: request {sent + 1} was sent without a backoff wait first"
     if endpoint.method == "GET":
         assert len(sleeps.waits) == sends - 1
-    for number, delay in enumerate(sleeps.delays, start=1):
-        if fault.rule.get("retry_after"):
-            assert delay == float(fault.rule["retry_after"])
-        else:
-            assert 0 <= delay <= backoff_cap(number)
+    if read_back_fault and fault.on_patch == "read_back":
+        timed_out = fault.rule["kind"] == "delay"
+        rounds = sends - int(succeeds)
+        assert_read_back_rounds(case, sleeps.delays, settings.read_timeout, rounds, timed_out=timed_out)
+    elif read_back_fault:  # found by a look: the waits up to it
+        assert sleeps.delays and len(sleeps.delays) == read_backs, f"{case}: waits {sleeps.delays}"
+    else:
+        for number, delay in enumerate(sleeps.delays, start=1):
+            if fault.rule.get("retry_after"):
+                assert delay == float(fault.rule["retry_after"])
+            else:
+                assert 0 <= delay <= backoff_cap(number)
 
     # ---- PATCH: applied exactly once when it succeeds, never when it fails before the service
     if endpoint.method == "PATCH":
         assert new_revisions == (1 if succeeds else 0), f"{case}: {new_revisions} new revisions"
-        expected_read_backs = {"retry": 0, "fail": 0, "applied": 1, "read_back": sends - int(succeeds)}[fault.on_patch]
-        assert read_backs == expected_read_backs, f"{case}: {read_backs} read-backs"
+        if late:  # processed while the client looked: found by a later look, never re-sent
+            assert 2 <= read_backs <= LOOKS, f"{case}: {read_backs} read-backs"
+        else:
+            expected_read_backs = {"retry": 0, "fail": 0, "applied": 1, "read_back": LOOKS * (sends - int(succeeds))}
+            assert read_backs == expected_read_backs[fault.on_patch], f"{case}: {read_backs} read-backs"
         if succeeds:
             assert outcome.latest_revision_id == state.deployment(TARGET)["latest_revision_id"]
 
 
 @pytest.mark.parametrize("twin", ["sync", "async"])
-def test_ambiguous_patch_failure_backs_off_before_sending_again(
+def test_ambiguous_patch_failure_waits_a_read_back_window_before_sending_again(
     emulator: EmulatorServer, report: Report, twin: str
 ) -> None:
     """After a PATCH failed in a way that may have reached the service (502, 504, read timeout, dropped
     connection), the client reads the deployment back and sends the patch again when it did not land.
-    That re-send must wait a backoff first, like every other retry: an overloaded gateway answering 502
-    should not get the same PATCH again within milliseconds, and a server still processing the first
-    one gets time to finish before the read-back decides it did not land."""
+    It looks three times first, one backoff after the failure and then over as long again as the service
+    had the request: an overloaded gateway answering 502 does not get the same PATCH again within
+    milliseconds, and a server still processing the first one gets time to finish before the read-back
+    decides it did not land (the late PATCH has its own test below)."""
     state = emulator.state
     state.clear_faults()
     state.reset_requests()
@@ -311,12 +370,59 @@ def test_ambiguous_patch_failure_backs_off_before_sending_again(
         waits=[round(delay, 3) for delay in sleeps.delays],
         wait_before_request=[count + 1 for _, count in sleeps.waits],
     )
-    assert sends == 3 and state.count(LIST_ROUTE) == 2
-    waits_before = [count for _, count in sleeps.waits]
-    for sent in (1, 2):
-        assert sent in waits_before, f"PATCH {sent + 1} was sent again without a backoff wait (waits: {sleeps.waits})"
-    for number, delay in enumerate(sleeps.delays, start=1):
-        assert 0 <= delay <= backoff_cap(number)
+    assert sends == 3 and state.count(LIST_ROUTE) == 2 * LOOKS
+    assert_read_back_rounds("502 then drop", sleeps.delays, READ_TIMEOUT, rounds=2, timed_out=False)
+    for sent in (1, 2):  # every wait of a round comes after PATCH number `sent` and before the next
+        assert [count for _, count in sleeps.waits].count(sent) == LOOKS, f"waits: {sleeps.waits}"
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_patch_processed_after_the_client_gave_up_makes_one_revision(
+    emulator: EmulatorServer, report: Report, twin: str
+) -> None:
+    """The service processes a PATCH 1.5 read timeouts after it arrived, after the client gave up on it. The
+    client's read-back must find it before re-sending: one revision, and the call returns that revision
+    (a re-sent PATCH would make a second one, and the task would wait on a revision its own duplicate
+    superseded). The read-back's waits really pass here (the emulator processes in real time), with a
+    short backoff that would have read back too early."""
+    state = emulator.state
+    state.clear_faults()
+    state.reset_requests()
+    read_timeout = 0.5
+    state.add_fault(method="PATCH", path=f"/v2/deployments/{TARGET}", kind="late", delay_seconds=1.5 * read_timeout)
+    before = state.deployment(TARGET)
+    image = f"registry.example.com/acme/late:{twin}"
+    patch = {"revision_source": "internal_docker", "source_revision_config": {"image_uri": image}}
+    settings = ClientSettings(
+        base_url=emulator.base_url,
+        read_timeout=read_timeout,
+        retry=RetryPolicy(max_attempts=3, backoff_initial=0.05, backoff_max=0.2),
+    )
+    sleeps = RecordedSleeps(requests_so_far=lambda: state.count(PATCH_ROUTE), real=True)
+    if twin == "sync":
+        with DeploymentServiceClient(settings, API_KEY, sleep=sleeps, rng=random.Random(7)) as client:
+            result = client.patch_deployment(TARGET, patch, previous_latest_revision_id=before["latest_revision_id"])
+    else:
+        aclient = AsyncDeploymentServiceClient(settings, API_KEY, sleep=sleeps.asleep, rng=random.Random(7))
+        result = asyncio.run(call_async(aclient, ENDPOINTS[-1], patch, before["latest_revision_id"]))
+    late = wait_for_faulted_request(state, "late")
+    after = state.deployment(TARGET)
+    new_revisions = after["revisions"][len(before["revisions"]) :]
+    report.row(
+        "late_patch",
+        injected=f"PATCH processed {0.5 * read_timeout:g} s after the client gave up (read timeout {read_timeout:g} s)",
+        twin=twin,
+        requests=state.count(PATCH_ROUTE),
+        read_backs=state.count(LIST_ROUTE),
+        waits=[round(delay, 3) for delay in sleeps.delays],
+        new_revisions=len(new_revisions),
+        returned_is_it=result.latest_revision_id == after["latest_revision_id"],
+    )
+    assert late["status_code"] == 200
+    assert len(new_revisions) == 1, f"{len(new_revisions)} revisions for one patch: {new_revisions}"
+    assert state.count(PATCH_ROUTE) == 1
+    assert result.latest_revision_id == new_revisions[0]["id"] == after["latest_revision_id"]
+    assert after["source_revision_config"]["image_uri"] == image
 
 
 def test_an_exhausted_patch_error_counts_every_attempt(emulator: EmulatorServer, report: Report) -> None:

@@ -34,14 +34,16 @@ from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.models import PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import ROLLBACK_STATE_KEY, RollbackDeploymentOperator
 from airflow_provider.tasks.rollback import RESOURCE_SPEC_UNKNOWN
-from tests.reliability.support import API_KEY, LIST_ROUTE, RecordedSleeps, Report
+from tests.reliability.support import API_KEY, LIST_ROUTE, RecordedSleeps, Report, wait_for_faulted_request
 from tests.tasks.conftest import FakeStore, FakeTI, make_context
 
 TARGET = "76cd9fa7-036e-43e7-8660-ade2b5acb208"  # checkout-api-staging (internal_docker)
 REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"
 REDEPLOY_PATH = "/v2/deployments/*/revisions/*/redeploy"
-DELAY_SECONDS = 0.5
-READ_TIMEOUT = 0.2
+READ_TIMEOUT = 0.4
+LATE_SECONDS = 1.6 * READ_TIMEOUT
+"""The late redeploy is processed 0.6 read timeouts after the client gave up, within the read-back's
+window (its last look comes one backoff plus one read timeout after the failure)."""
 
 FAULTS: dict[str, dict[str, Any]] = {
     "502": {"kind": "status", "status_code": 502},
@@ -49,7 +51,7 @@ FAULTS: dict[str, dict[str, Any]] = {
     "504": {"kind": "status", "status_code": 504},
     "drop": {"kind": "drop"},
     "drop_after_processing": {"kind": "drop_after_processing"},
-    "read timeout (server still processes)": {"kind": "delay", "delay_seconds": DELAY_SECONDS},
+    "read timeout (server still processes)": {"kind": "late", "delay_seconds": LATE_SECONDS},
 }
 
 
@@ -79,9 +81,9 @@ def test_ambiguous_redeploy_creates_one_rollback_revision(
     expected = SourceRevisionConfig.model_validate(state.get_revision(TARGET, good)["source_revision_config"])
     before = len(state.deployment(TARGET)["revisions"])
     state.reset_requests()
-    delayed = FAULTS[fault]["kind"] == "delay"
+    delayed = FAULTS[fault]["kind"] == "late"
     rule = state.add_fault(method="POST", path=REDEPLOY_PATH, count=1, **FAULTS[fault])
-    # Backoff 0.5..2 s: with this seed the wait before the read-back (0.65 s) outlasts the server's delay.
+    # A late redeploy is found by the read-back's looks, which really wait (over one read timeout).
     settings = ClientSettings(
         base_url=emulator.base_url,
         read_timeout=READ_TIMEOUT if delayed else 5.0,
@@ -108,8 +110,8 @@ def test_ambiguous_redeploy_creates_one_rollback_revision(
 
         result = asyncio.run(run())
     state.clear_faults()
-    if delayed:
-        time.sleep(DELAY_SECONDS)  # did a delayed request still apply after the client gave up on it?
+    if delayed:  # the late request was processed (and found), not still on its way to a second revision
+        assert wait_for_faulted_request(state, "late")["status_code"] == 200
     after = state.deployment(TARGET)
     new_revisions = len(after["revisions"]) - before
     report.add("rollback_faults_injected", rule.hits)

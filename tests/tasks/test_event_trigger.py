@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from typing import Any
 
 import pytest
@@ -84,7 +85,13 @@ def roll_out(emulator: Any, deployment_id: str, ref: str = "release/2") -> str:
 async def rounds(count: int = 3) -> None:
     (poller,) = active_pollers()
     target = poller.rounds_completed + count
-    await wait_until(lambda: poller.rounds_completed >= target)
+    try:
+        await wait_until(lambda: poller.rounds_completed >= target)
+    except AssertionError:
+        raise AssertionError(
+            f"poll round {target} did not complete: {poller.rounds_completed} completed, {poller.rounds_started} "
+            f"started, {poller.list_requests} list requests"
+        ) from None
 
 
 async def no_tasks_left() -> None:
@@ -106,6 +113,7 @@ async def no_tasks_left() -> None:
         ({"filters": {"deployment_type": "prod"}, "events": ["revision_live", "typo"]}, "events must be"),
         ({"deployment_names": ["a"], "poll_interval": 0}, "poll_interval must be a positive"),
         ({"deployment_names": ["a"], "max_attempts": -1}, "max_attempts must be a positive"),
+        ({"deployment_names": ["a"], "revision_check_interval": -1}, "revision_check_interval must be >= 0"),
     ],
 )
 def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], message: str) -> None:
@@ -118,6 +126,7 @@ def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
         deployment_ids="8D12E254-9195-47CA-94EC-20051AE2FC1B, 8d12e254-9195-47ca-94ec-20051ae2fc1b",
         events=["status_changed", "revision_live"],
         poll_interval=15,
+        revision_check_interval=120,
         deployment_service_conn_id="svc",
         read_timeout=5.0,
     )
@@ -129,6 +138,7 @@ def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
         "filters": None,
         "events": ["revision_live", "status_changed"],
         "poll_interval": 15.0,
+        "revision_check_interval": 120.0,
         "deployment_service_conn_id": "svc",
         "read_timeout": 5.0,
     }
@@ -199,6 +209,43 @@ async def test_failed_revision_through_the_revision_endpoint(emulator: Any) -> N
     assert payload["revision_id"] == dep["active_revision_id"]  # the old revision still serves
     assert payload["source_revision_config"]["repo_ref"] == "release/bad"
     assert emulator.state.count(REVISION_ROUTE) <= 3  # asked when the deployment changed, not every round
+    await run.stop()
+
+
+async def test_a_failed_build_is_reported_when_the_deployment_record_does_not_change(emulator: Any) -> None:
+    # The service need not touch the deployment when a build fails: the watcher's safety net asks the
+    # revision endpoint at most every revision_check_interval while nothing changes, and so reports it.
+    check_interval = 0.3
+    dep = deployment_named(emulator, "checkout-api-dev")
+    run = Running(
+        watcher(deployment_ids=[dep["id"]], events=["revision_failed"], revision_check_interval=check_interval)
+    )
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "npm ci exited with 1")
+    body = PatchDeploymentRequest(source_revision_config={"repo_ref": "release/bad"})
+    failed = str(emulator.state.patch_deployment(dep["id"], body)["latest_revision_id"])
+    await rounds(3)  # the new latest revision was seen (the deployment changed) and asked about once
+    emulator.state.update_settings(revision_status_touches_deployment=False)
+    touched = emulator.state.get_deployment(dep["id"])["updated_at"]
+    asked_before, started = emulator.state.count(REVISION_ROUTE), time.monotonic()
+    emulator.state.advance(3.5)  # the build fails; the deployment record does not change
+    assert emulator.state.get_revision(dep["id"], failed)["status"] == "BUILD_FAILED"
+    assert emulator.state.get_deployment(dep["id"])["updated_at"] == touched
+    try:
+        await wait_until(lambda: len(run.payloads) == 1)
+    except AssertionError:
+        calls = emulator.state.count(REVISION_ROUTE) - asked_before
+        raise AssertionError(f"no revision_failed event; {calls} revision calls since the build failed") from None
+    waited = time.monotonic() - started
+    (payload,) = run.payloads
+    assert payload["kind"] == "revision_failed" and payload["failed_revision_id"] == failed
+    assert payload["failed_revision_status"] == "BUILD_FAILED"
+    # asked at most once per interval while nothing changed, not once per round (every 0.05 s)
+    asked = emulator.state.count(REVISION_ROUTE) - asked_before
+    assert 1 <= asked <= 1 + math.ceil(waited / check_interval), f"{asked} revision calls in {waited:.2f} s"
+    await rounds(int(2 * check_interval / INTERVAL))
+    assert emulator.state.count(REVISION_ROUTE) - asked_before == asked, "asked again after reporting the failure"
     await run.stop()
 
 
@@ -288,6 +335,60 @@ async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count
 
 async def _drain(trig: DeploymentRolloutTrigger) -> list[Any]:
     return [event async for event in trig.run()]
+
+
+def page_bug(emulator: Any, monkeypatch: pytest.MonkeyPatch, bug: str) -> None:
+    """Make the emulator's listing misbehave: ignore the ``offset`` asked for, or answer with it unchanged."""
+    honest = emulator.state.list_deployments
+
+    def listing(filters: Any = None, *, limit: int = 20, offset: int = 0, tenant: str | None = None) -> Any:
+        if bug == "ignores offset":  # the first page again, its offset moved on as if it were the next
+            page = honest(filters, limit=limit, offset=0, tenant=tenant)
+            page["offset"] = offset + len(page["resources"])
+            return page
+        page = honest(filters, limit=limit, offset=offset, tenant=tenant)
+        page["offset"] = offset  # the right page, but the offset it was asked for, not the next one
+        return page
+
+    monkeypatch.setattr(emulator.state, "list_deployments", listing)
+
+
+async def test_a_listing_that_repeats_a_page_ends_with_a_clear_error_instead_of_looping(
+    service: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # One pagination, one guard: the watcher's filter listing pages like the client. A server that ignores
+    # the offset returns the first page forever; the round ends with an error naming it, and the poller
+    # goes on (its rollouts and other watchers are served).
+    emulator = service(data=seed(150, status="READY"))
+    page_bug(emulator, monkeypatch, "ignores offset")
+    run = Running(watcher(filters={"name_contains": "app-"}))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    (poller,) = active_pollers()
+    await rounds(3)
+    logged = "".join(capfd.readouterr())
+    assert "GET /v2/deployments returned the same page again for offset 100" in logged
+    assert "stopping instead of looping" in logged
+    assert logged.count("returned the same page again") == 1, "logged once, not once per round"
+    assert poller.list_requests <= 2 * poller.rounds_started, "more than two pages a round: it looped"
+    assert run.payloads == []
+    await run.stop()
+    await no_tasks_left()
+
+
+async def test_a_listing_that_echoes_the_offset_asked_for_still_reads_every_page(
+    service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = service(data=seed(150, status="READY"))
+    page_bug(emulator, monkeypatch, "echoes the offset")
+    run = Running(watcher(filters={"name_contains": "app-"}))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    await rounds(2)
+    deployment_id = deployment_named(emulator, "app-0120")["id"]  # on the second page
+    revision_id = roll_out(emulator, deployment_id)
+    await wait_until(lambda: len(run.payloads) == 1)
+    assert run.payloads[0]["kind"] == "revision_live" and run.payloads[0]["revision_id"] == revision_id
+    await run.stop()
+    await no_tasks_left()
 
 
 # ------------------------------------------------------------------------------------------ cursor
