@@ -69,6 +69,7 @@ from airflow_provider.tasks.waiting import (
     bake,
     defer_bake,
     defer_until_live,
+    resumed_value,
     rollout_event_result,
 )
 from airflow_provider.triggers.deployment_service import FleetWaveTrigger
@@ -794,12 +795,40 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Resume after the rollout trigger fired; then verify and bake the live revision (on the worker)."""
+        """Resume after the rollout trigger fired; then verify and bake the live revision (on the worker).
+
+        ``landing`` comes from the resume kwargs, else from the trigger's event (``dag.test()`` drops the
+        kwargs); a task with ``verify`` or a bake that gets neither fails instead of declaring the revision
+        landed unjudged.
+        """
+        landing = resumed_value("landing", landing, event)
         live = super().execute_complete(context, event)
         try:
+            if self._judges_live():
+                landing = self._checked_landing(landing, event, "execute_complete")
             return self._judge_live(context, live, landing)
         finally:
             self.close_hook()
+
+    def _judges_live(self) -> bool:
+        """Whether a live revision is judged (``verify`` or a bake) before it counts as landed."""
+        return self.verify is not None or bool(self.bake_seconds)
+
+    @staticmethod
+    def _checked_landing(landing: Any, event: Any, method: str) -> dict[str, Any]:
+        """``landing`` when it has what verify, the bake and the rollback need; else :class:`AirflowException`
+        (a retry reattaches to the revision and judges it again) naming what is missing."""
+        needed = ("deployment_id", "revision_id", "previous_active_revision_id")
+        missing = [key for key in needed if not isinstance(landing, dict) or key not in landing]
+        if not missing:
+            return dict(landing)
+        seen = event if isinstance(event, dict) else {}
+        raise AirflowException(
+            f"deployment {seen.get('deployment_id')}: revision {seen.get('revision_id')} is live, but {method} "
+            f"resumed without {', '.join(missing)} of 'landing' (neither in the resume kwargs nor in the "
+            "trigger's event): without them verify, the bake and the rollback cannot run, so the revision is "
+            "not declared landed. A retry reattaches to it and judges it again"
+        )
 
     def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
         """Run ``verify`` on the live deployment, then the bake; roll back (or fail) when either fails."""
@@ -828,10 +857,12 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def execute_bake_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Resume after the bake trigger fired: landed, or roll back when the revision left."""
+        """Resume after the bake trigger fired: landed, or roll back when the revision left (``landing`` from
+        the resume kwargs, else from the trigger's event)."""
         try:
-            if not isinstance(event, dict) or landing is None:
+            if not isinstance(event, dict):
                 raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
+            landing = self._checked_landing(resumed_value("landing", landing, event), event, "execute_bake_complete")
             message = str(event.get("message", ""))
             if event.get("status") == "baked":
                 self.log.info("%s", message)
@@ -895,9 +926,22 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         landing: dict[str, Any] | None = None,
         rollback: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Resume after the rollback's revision went live (or not): fail naming both revisions."""
+        """Resume after the rollback's revision went live (or not): fail naming both revisions (``landing``
+        and ``rollback`` from the resume kwargs, else from the trigger's event; without them the task still
+        fails, saying what it lacks)."""
+        landing = resumed_value("landing", landing, event)
+        rollback = resumed_value("rollback", rollback, event)
         super().execute_complete(context, event)
-        raise AirflowFailException(self._rolled_back_message(landing or {}, rollback or {}))
+        if not isinstance(landing, dict) or not isinstance(rollback, dict):
+            seen = event if isinstance(event, dict) else {}
+            missing = [name for name, value in (("landing", landing), ("rollback", rollback)) if value is None]
+            raise AirflowFailException(
+                f"deployment {seen.get('deployment_id')}: the automatic rollback's revision {seen.get('revision_id')} "
+                f"is live, but execute_rollback_complete resumed without {' and '.join(missing) or 'a valid record'} "
+                "(neither in the resume kwargs nor in the trigger's event): which revision was rolled back, why, and "
+                "what the rollback restored are unknown"
+            )
+        raise AirflowFailException(self._rolled_back_message(landing, rollback))
 
     @staticmethod
     def _rolled_back_message(landing: dict[str, Any], rollback: dict[str, Any]) -> str:

@@ -167,6 +167,21 @@ def rollout_event_result(event: dict[str, Any] | None, task_log: logging.Logger 
     raise AirflowException(message)
 
 
+def resumed_value(name: str, given: Any, event: Any) -> Any:
+    """A value a deferring task handed to its resume method: ``given`` (the ``kwargs`` Airflow's triggerer
+    merges back), else the one the trigger echoed in ``event`` (``dag.test()`` in Airflow 3.3 drops the
+    ``kwargs``), else ``None``: the caller decides whether it can go on without it.
+
+    :param name: the keyword given to ``defer(kwargs=...)``.
+    :param given: the value the resume method received for it.
+    :param event: the trigger's event payload.
+    """
+    if given is not None:
+        return given
+    echo = event.get("echo") if isinstance(event, dict) else None
+    return echo.get(name) if isinstance(echo, dict) else None
+
+
 class WaitingTask(Protocol):
     """A task that waits for rollouts: the settings :func:`defer_until_live` reads from it."""
 
@@ -208,6 +223,9 @@ def defer_until_live(
     its ``execute_complete``. Who logs what: the task logs its own looks, the trigger only the states that
     follow the last one the task logged, and the resumed task the outcome.
 
+    ``kwargs`` also travel in the trigger's ``echo`` and come back in its event: ``dag.test()`` in Airflow
+    3.3 resumes a task with ``event`` only. Read them with :func:`resumed_value`.
+
     :param task: the deferring task.
     :param check: the rollout being waited for.
     :param method_name: the task method to resume in (called with ``event`` and ``kwargs``).
@@ -222,6 +240,7 @@ def defer_until_live(
             deadline=time.time() + task.timeout,
             revision_check_interval=task.revision_check_interval,
             seen_key=None if check.last_key is None else list(check.last_key),
+            echo=kwargs or None,
         ),
         method_name=method_name,
         kwargs=kwargs,
@@ -308,7 +327,8 @@ def defer_bake(
     :param revision_id: the live revision.
     :param seconds: the bake period; the trigger's deadline is wall-clock.
     :param method_name: the task method to resume in.
-    :param kwargs: JSON values passed on to ``method_name``.
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret), also echoed in the trigger's
+        event (see :func:`defer_until_live`).
     """
     task.defer(
         trigger=DeploymentBakeTrigger(
@@ -317,6 +337,7 @@ def defer_bake(
             hook_params=hook.hook_params,
             poll_interval=task.poll_interval,
             deadline=time.time() + seconds,
+            echo=kwargs or None,
         ),
         method_name=method_name,
         kwargs=kwargs,

@@ -390,28 +390,36 @@ def _transient_setup_error(err: Exception) -> TransportError:
 
 # ---------------------------------------------------------------------------------------- trigger
 class _DeploymentEvents:
-    """The one event shape of the rollout and bake triggers: status, message, ids and the redacted deployment."""
+    """The one event shape of the rollout and bake triggers: status, message, ids, the redacted deployment
+    and, when the deferring task gave one, its ``echo``."""
 
     deployment_id: str
     revision_id: str | None
+    echo: Any
 
     def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": status,
-                "message": message,
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
-            }
-        )
+        payload: dict[str, Any] = {
+            "status": status,
+            "message": message,
+            "deployment_id": self.deployment_id,
+            "revision_id": self.revision_id,
+            "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+        }
+        if self.echo is not None:
+            payload["echo"] = self.echo
+        return TriggerEvent(payload)
+
+    def _with_echo(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` plus ``echo`` when there is one (so a trigger without one serializes as before)."""
+        return kwargs if self.echo is None else {**kwargs, "echo": self.echo}
 
 
 class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     """Wait until a deployment's revision is live (``READY`` and active), failing fast when it cannot be.
 
     Yields exactly one event: ``{"status": "success" | "failed" | "timeout" | "error", "message": ...,
-    "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``.
+    "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``, plus
+    ``"echo"`` when one was given.
 
     :param deployment_id: the deployment to watch.
     :param revision_id: the revision that must become active; ``None`` waits only for ``READY``.
@@ -424,6 +432,9 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
         last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
         resumed task logs it (or fails with it), so each waiting line appears once.
+    :param echo: an opaque JSON value (never a secret: it is stored with the trigger) handed back unchanged
+        in the event, under ``"echo"``: what the resumed task needs, which must not depend on the ``kwargs``
+        given to ``defer()`` alone (``dag.test()`` in Airflow 3.3 resumes a task without them).
     """
 
     def __init__(
@@ -435,9 +446,11 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         deadline: float | None = None,
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         seen_key: list[str | None] | None = None,
+        echo: Any = None,
     ) -> None:
         super().__init__()
         self.seen_key = None if seen_key is None else list(seen_key)
+        self.echo = echo
         self.deployment_id = deployment_id
         self.revision_id = revision_id
         self.hook_params = dict(hook_params)
@@ -449,15 +462,17 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         """Class path and JSON-only keyword arguments (no secret: the API key stays in the connection)."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "hook_params": dict(self.hook_params),
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "revision_check_interval": self.revision_check_interval,
-                "seen_key": self.seen_key,
-            },
+            self._with_echo(
+                {
+                    "deployment_id": self.deployment_id,
+                    "revision_id": self.revision_id,
+                    "hook_params": dict(self.hook_params),
+                    "poll_interval": self.poll_interval,
+                    "deadline": self.deadline,
+                    "revision_check_interval": self.revision_check_interval,
+                    "seen_key": self.seen_key,
+                }
+            ),
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -546,14 +561,17 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
 
     Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
     more. Yields one event: ``{"status": "baked" | "left" | "error", "message": ..., "deployment_id": ...,
-    "revision_id": ..., "deployment": <redacted deployment JSON or None>}``: ``left`` as soon as another
-    revision is active or the status is not ``READY``. Transient errors are retried until the deadline.
+    "revision_id": ..., "deployment": <redacted deployment JSON or None>}`` (plus ``"echo"`` when one was
+    given): ``left`` as soon as another revision is active or the status is not ``READY``. Transient errors
+    are retried until the deadline.
 
     :param deployment_id: the deployment.
     :param revision_id: the revision that must stay live.
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param poll_interval: seconds between two looks.
     :param deadline: wall-clock end of the bake (Unix epoch seconds).
+    :param echo: an opaque JSON value (never a secret) handed back unchanged in the event (see
+        :class:`DeploymentRolloutTrigger`).
     """
 
     def __init__(
@@ -563,8 +581,10 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
         hook_params: dict[str, Any],
         poll_interval: float,
         deadline: float,
+        echo: Any = None,
     ) -> None:
         super().__init__()
+        self.echo = echo
         self.deployment_id = deployment_id
         self.revision_id: str = revision_id
         self.hook_params = dict(hook_params)
@@ -575,13 +595,15 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
         """Class path and JSON-only keyword arguments (no secret)."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "hook_params": dict(self.hook_params),
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-            },
+            self._with_echo(
+                {
+                    "deployment_id": self.deployment_id,
+                    "revision_id": self.revision_id,
+                    "hook_params": dict(self.hook_params),
+                    "poll_interval": self.poll_interval,
+                    "deadline": self.deadline,
+                }
+            ),
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
