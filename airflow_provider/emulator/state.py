@@ -7,8 +7,8 @@ Switches (constructor arguments, changeable at run time with :meth:`EmulatorStat
 
 * ``resource_spec_mode``: ``"replace"`` (default, production): a PATCH with a non-null
   ``source_config.resource_spec`` creates a revision and replaces the whole spec (unset ``*_limit`` fields
-  default to twice their request); ``"merge"`` (the older reading of the spec): the spec merges field by
-  field and creates no revision.
+  default to twice their request; a limit below its request is refused with 422); ``"merge"`` (the older
+  reading of the spec): the spec merges field by field and creates no revision.
 * ``disabled_endpoints``: names from :data:`OPTIONAL_ENDPOINTS` of production-only endpoints that answer
   as if they did not exist (404; ``get_deployment`` 405, since PATCH shares its path), so client
   fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of the app instead.
@@ -46,7 +46,7 @@ from airflow_provider.models import (
 )
 
 from .clock import Clock
-from .contract import PatchBody, PatchInvalid, parse_patch, stored_resource_spec
+from .contract import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
 from .faults import ChaosSettings, FaultBook, FaultRule, RequestRecord
 from .health import APPS_PREFIX, UnhealthyRule, app_answer
 from .merge import known_dump, merge_model
@@ -493,6 +493,9 @@ class EmulatorState:
                 merged = {**stored.get("resource_spec", {})}
                 merged.update(stored_resource_spec(patch.resource_spec, default_limits=False))
                 stored["resource_spec"] = merged
+            below = limits_below_requests(stored["resource_spec"])
+            if below:  # Kubernetes refuses a request above its limit: nothing is applied
+                raise EmulatorError(422, below)
         return SourceConfig.model_validate(stored)
 
     @_locked

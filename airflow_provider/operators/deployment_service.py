@@ -30,8 +30,10 @@ from airflow_provider.models import (
 )
 from airflow_provider.patch_rules import (
     RESOURCE_SPEC_MODES,
+    describe_limits_below_requests,
     describe_refusals,
     discouraged_fields,
+    limits_below_requests,
     merge_resource_spec,
     refusals,
     unchanged_fixed_fields,
@@ -577,9 +579,13 @@ def build_patch_request(
         "secret_references": secret_references,
     }
     try:
-        return PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
+        request = PatchDeploymentRequest.model_validate({k: v for k, v in body.items() if v is not None})
     except pydantic.ValidationError as err:
         raise _fail_on_invalid(what, err) from None
+    below = limits_below_requests(request.source_config.resource_spec if request.source_config else None)
+    if below:
+        raise AirflowFailException(f"invalid {what}: {describe_limits_below_requests(below)}")
+    return request
 
 
 class PatchDeploymentOperator(_RolloutWaitingOperator):
@@ -1010,6 +1016,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                         "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
                         "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
                         ", ".join(merged.kept),
+                    )
+                if merged.dropped:
+                    self.log.warning(
+                        "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
+                        "(production set it to twice the old request); left out, so the service sets it to twice "
+                        "the new request",
+                        ", ".join(merged.dropped),
                     )
                 if merged.left_out:
                     self.log.warning(
