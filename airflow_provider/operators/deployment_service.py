@@ -9,8 +9,9 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pydantic
 from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink, Variable, conf
@@ -18,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from airflow_provider import fleet
-from airflow_provider.client import describe_validation_error, scrub
+from airflow_provider.client import describe_validation_error, same_revision_config, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -26,6 +27,8 @@ from airflow_provider.models import (
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
+    RevisionStatus,
+    SourceRevisionConfig,
     canonical_uuid,
 )
 from airflow_provider.patch_rules import (
@@ -39,7 +42,7 @@ from airflow_provider.patch_rules import (
     unchanged_fixed_fields,
     without_unchanged_fixed_fields,
 )
-from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
@@ -85,6 +88,7 @@ XCOM_REVISION_ID = "revision_id"
 XCOM_PREVIOUS_ACTIVE_REVISION_ID = "previous_active_revision_id"
 XCOM_DEPLOYMENT_URL = "deployment_url"
 XCOM_PREVIOUS_SOURCE_REVISION_CONFIG = "previous_source_revision_config"
+XCOM_PREVIOUS_RESOURCE_SPEC = "previous_resource_spec"
 XCOM_ROLLED_BACK_FROM = "rolled_back_from"
 XCOM_ROLLBACK_PATH = "rollback_path"
 TASK_STATE_KEY = "deployment_service_patch"
@@ -741,43 +745,76 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             request = self.build_request()
             current = self._read(deployment_id)
         store = context.get("task_state_store")
+        record = self._recorded_patch(store, request, current)
+        if record is not None and isinstance(record.get("rollback"), dict):
+            return self._resume_recorded_rollback(context, store, record, current)
         to_send = self._against_current(request, current)
-        deployment, revision_id, previous_active = self._reattach(request, current, context, store)
-        previous_config = self._recorded_previous_config(store) if deployment is not None else {}
-        if deployment is None:
+        earlier = self._reattach(request, current, context, record)
+        if earlier is not None and earlier.rollback is not None:
+            return self._resume_found_rollback(context, earlier, current)
+        if earlier is None:
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
+            previous_spec: dict[str, Any] | None = resource_spec_of(current)
+            not_restorable = _not_restorable(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
             self._record(
                 store,
-                _fingerprint(deployment_id, request),
-                revision_id,
-                previous_active,
-                previous_latest,
-                previous_config=previous_config,
+                {
+                    "deployment_id": deployment_id,
+                    "fingerprint": _fingerprint(deployment_id, request)[1],
+                    "revision_id": revision_id,
+                    "previous_active_revision_id": previous_active,
+                    "previous_latest_revision_id": previous_latest,
+                    "previous_source_revision_config": previous_config,
+                    "previous_resource_spec": previous_spec,
+                    "not_restorable": not_restorable,
+                },
             )
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
             else:
                 self.log.info("Patched; no new revision was created (active revision %s)", previous_active)
-        ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=deployment_id)
+        else:
+            deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
+            recorded = record or {}
+            previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
+            previous_spec = recorded.get("previous_resource_spec") if record is not None else None
+            not_restorable = list(recorded.get("not_restorable") or _not_restorable(to_send, None))
+        self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
+        if not self.wait_for_rollout:
+            return deployment.model_dump(mode="json")
+        self._previous_active_id = previous_active
+        landing = self._landing(
+            deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable
+        )
+        live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
+        return self._judge_live(context, live, landing)
+
+    def _push_xcoms(
+        self,
+        ti: Any,
+        deployment: Deployment,
+        revision_id: str | None,
+        previous_active: str | None,
+        previous_config: dict[str, str],
+        previous_spec: dict[str, Any] | None,
+    ) -> None:
+        """Push the patch's XComs (again on a retry: Airflow clears a task's XComs when a try starts)."""
+        ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=deployment.id)
         # "" rather than None for "no revision": Airflow reads a pushed None under a custom key as a missing
         # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
+        if previous_spec is not None:  # unknown (a retry without a record): no value rather than a wrong one
+            ti.xcom_push(key=XCOM_PREVIOUS_RESOURCE_SPEC, value=previous_spec)
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
-        if not self.wait_for_rollout:
-            return deployment.model_dump(mode="json")
-        self._previous_active_id = previous_active
-        landing = self._landing(deployment_id, revision_id, previous_active, previous_config)
-        live = self._wait(deployment, revision_id, resume_kwargs={"landing": landing} if landing else None)
-        return self._judge_live(context, live, landing)
 
     # ---- automatic rollback (verify, bake, roll back)
     def _landing(
@@ -786,16 +823,24 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revision_id: str | None,
         previous_active: str | None,
         previous_config: dict[str, str],
+        previous_spec: dict[str, Any] | None = None,
+        not_restorable: Sequence[str] = (),
     ) -> dict[str, Any] | None:
-        """What judging the live revision needs after a deferral (JSON, no secret); ``None`` when there is
-        nothing to judge (no ``verify``, no bake)."""
-        if self.verify is None and not self.bake_seconds:
+        """What judging the live revision and rolling it back need after a deferral or on a retry (JSON, no
+        secret); ``None`` when there is nothing to judge (no ``verify``, no bake).
+
+        ``previous_resource_spec`` is the whole resource_spec before the patch (``None``: unknown);
+        ``not_restorable`` names the parts of the patch no rollback undoes (secrets by name).
+        """
+        if not self._judges_live():
             return None
         return {
             "deployment_id": deployment_id,
             "revision_id": revision_id,
             "previous_active_revision_id": previous_active,
             "previous_source_revision_config": previous_config,
+            "previous_resource_spec": previous_spec,
+            "not_restorable": list(not_restorable),
         }
 
     def execute_complete(
@@ -858,7 +903,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             )
         if reason is None:
             return self._landed(context, live)
-        return self._roll_back(landing, reason)
+        return self._roll_back(context, landing, reason)
 
     def execute_bake_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
@@ -874,7 +919,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 self.log.info("%s", message)
                 return self._landed(context, event.get("deployment") or {})
             if event.get("status") == "left":
-                return self._roll_back(landing, message)
+                return self._roll_back(context, landing, message)
             raise AirflowException(f"could not watch the bake: {message}")
         finally:
             self.close_hook()
@@ -894,8 +939,12 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         self.log.info("verify accepted revision %s", deployment.active_revision_id)
         return None
 
-    def _roll_back(self, landing: dict[str, Any], reason: str) -> dict[str, Any]:
-        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``."""
+    def _roll_back(self, context: Context, landing: dict[str, Any], reason: str) -> dict[str, Any]:
+        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``.
+
+        The rollback is recorded in ``task_state_store`` before it is sent (a retry then knows one may be out)
+        and again once sent (a retry waits for it instead of rolling back a second time).
+        """
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         previous = landing.get("previous_active_revision_id")
         bad = f"deployment {deployment_id}: revision {revision_id} went live but {reason}"
@@ -907,23 +956,60 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             what = "the patch created no revision" if not revision_id else "no revision served before the patch"
             raise AirflowFailException(f"{bad}; cannot roll back: {what}")
         self.log.error("%s; rolling back to revision %s", bad, previous)
+        store = context.get("task_state_store")
         current = self._read(deployment_id)
+        rollback = {
+            "reason": reason,
+            "to_revision_id": previous,
+            "rolling_back_from": revision_id,
+            "latest_before": current.latest_revision_id,
+            "sent": False,
+        }
+        self._record_rollback(store, landing, rollback)
+        return self._send_rollback(context, store, landing, rollback, current)
+
+    def _send_rollback(
+        self,
+        context: Context,
+        store: Any,
+        landing: dict[str, Any],
+        rollback: dict[str, Any],
+        current: Deployment,
+    ) -> dict[str, Any]:
+        """Send the rollback recorded in ``rollback``, record it as sent, wait for it, fail."""
         started = start_rollback(
             self.hook,
             current,
-            previous,
-            rolling_back_from=revision_id,
+            rollback["to_revision_id"],
+            rolling_back_from=rollback["rolling_back_from"],
             fallback_config=landing.get("previous_source_revision_config") or None,
             log=self.log,
         )
-        rollback = {"path": started.path, "revision_id": started.revision_id, "reason": reason}
-        self._wait(
-            started.deployment,
-            started.revision_id,
+        rollback = {
+            **rollback,
+            "sent": True,
+            "path": started.path,
+            "revision_id": started.revision_id,
+            "not_restored": list(landing.get("not_restorable") or []),
+        }
+        self._record_rollback(store, landing, rollback)
+        if rollback["not_restored"]:
+            self.log.warning(
+                "The rollback of revision %s does not undo: %s", rollback["rolling_back_from"], _clauses(rollback)
+            )
+        return self._wait_for_rollback(landing, rollback, started.deployment)
+
+    def _wait_for_rollback(
+        self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
+    ) -> dict[str, Any]:
+        """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
+        live = self._wait(
+            deployment,
+            rollback["revision_id"],
             resume="execute_rollback_complete",
             resume_kwargs={"landing": landing, "rollback": rollback},
         )
-        raise AirflowFailException(self._rolled_back_message(landing, rollback))
+        raise AirflowFailException(self._rolled_back_message(landing, rollback, live))
 
     def execute_rollback_complete(
         self,
@@ -937,7 +1023,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         fails, saying what it lacks)."""
         landing = resumed_value("landing", landing, event)
         rollback = resumed_value("rollback", rollback, event)
-        super().execute_complete(context, event)
+        live = super().execute_complete(context, event)
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
             seen = event if isinstance(event, dict) else {}
             missing = [name for name, value in (("landing", landing), ("rollback", rollback)) if value is None]
@@ -947,15 +1033,163 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 "(neither in the resume kwargs nor in the trigger's event): which revision was rolled back, why, and "
                 "what the rollback restored are unknown"
             )
-        raise AirflowFailException(self._rolled_back_message(landing, rollback))
+        raise AirflowFailException(self._rolled_back_message(landing, rollback, live))
 
-    @staticmethod
-    def _rolled_back_message(landing: dict[str, Any], rollback: dict[str, Any]) -> str:
-        return (
+    def _rolled_back_message(self, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]) -> str:
+        """The failure message of a rolled-back patch: "rolled back" only when the previous build serves again
+        with the resource_spec recorded before the patch; otherwise "rolled back ... except: <what not>"."""
+        not_restored = list(rollback.get("not_restored") or [])
+        recorded = landing.get("previous_resource_spec")
+        shown = _plain_spec((live.get("source_config") or {}).get("resource_spec"))
+        if (
+            isinstance(recorded, dict)
+            and shown != _plain_spec(recorded)
+            and not any(clause.startswith("resource_spec") for clause in not_restored)
+        ):
+            not_restored.append("resource_spec (the deployment does not show the one recorded before the patch)")
+        head = (
             f"deployment {landing.get('deployment_id')}: revision {landing.get('revision_id')} went live but "
             f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} "
-            f"({rollback.get('path')}), which serves again as revision {rollback.get('revision_id')}"
+            f"({rollback.get('path')})"
         )
+        if not not_restored:
+            return f"{head}, which serves again as revision {rollback.get('revision_id')}"
+        return f"{head} as revision {rollback.get('revision_id')}, except: {'; '.join(not_restored)}"
+
+    def _record_rollback(self, store: Any, landing: dict[str, Any], rollback: dict[str, Any]) -> None:
+        """Write ``rollback`` into this try's ``task_state_store`` record (not fatal when the store fails: a retry
+        then judges from the service)."""
+        if store is None:
+            return
+        try:
+            recorded = store.get(TASK_STATE_KEY)
+            if not isinstance(recorded, dict) or recorded.get("deployment_id") != landing.get("deployment_id"):
+                self.log.warning("No task_state_store record of the patch to add the rollback to; not recording it")
+                return
+            store.set(TASK_STATE_KEY, {**recorded, "rollback": rollback})
+        except Exception as err:
+            self.log.warning("Could not record the rollback in task_state_store (%s)", err)
+
+    # ---- retries: an earlier try's rollback
+    def _resume_recorded_rollback(
+        self, context: Context, store: Any, record: dict[str, Any], current: Deployment
+    ) -> dict[str, Any]:
+        """An earlier try recorded a rollback: wait for it (sent), send it (it never reached the service) or
+        recognise it on the service; never roll back twice, never succeed."""
+        landing = self._landing_of(record)
+        rollback = dict(record["rollback"])
+        self._push_xcoms(
+            context["ti"],
+            current,
+            landing["revision_id"],
+            landing["previous_active_revision_id"],
+            landing["previous_source_revision_config"],
+            landing["previous_resource_spec"],
+        )
+        bad, target = rollback.get("rolling_back_from"), rollback.get("to_revision_id")
+        if rollback.get("sent"):
+            self.log.warning(
+                "An earlier try rolled revision %s back to revision %s (recorded in task_state_store): waiting for "
+                "its revision %s instead of rolling back again",
+                bad,
+                target,
+                rollback.get("revision_id"),
+            )
+            return self._wait_for_rollback(landing, rollback, current)
+        if current.latest_revision_id == rollback.get("latest_before"):
+            self.log.warning(
+                "An earlier try was rolling revision %s back to revision %s when it stopped; the deployment shows no "
+                "rollback (latest revision still %s): rolling back now",
+                bad,
+                target,
+                current.latest_revision_id,
+            )
+            return self._send_rollback(context, store, landing, rollback, current)
+        if self._copies_revision(current, current.latest_revision_id, target, landing):
+            rollback = {
+                **rollback,
+                "sent": True,
+                "path": "an earlier try's, recognised on the service",
+                "revision_id": current.latest_revision_id,
+                "not_restored": list(landing.get("not_restorable") or []),
+            }
+            self._record_rollback(store, landing, rollback)
+            self.log.warning(
+                "An earlier try sent the rollback of revision %s before it stopped: revision %s copies revision %s; "
+                "waiting for it instead of rolling back again",
+                bad,
+                current.latest_revision_id,
+                target,
+            )
+            return self._wait_for_rollback(landing, rollback, current)
+        raise AirflowFailException(
+            f"deployment {current.id}: an earlier try was rolling revision {bad} back to revision {target} "
+            f"({rollback.get('reason')}) when it stopped, and the deployment's latest revision is now "
+            f"{current.latest_revision_id} (active {current.active_revision_id}, status {current.status.value}), "
+            f"which does not copy revision {target}: someone rolled out meanwhile, or the rollback's outcome cannot "
+            "be told. Not rolling back over it, and not claiming the patch landed; check the deployment"
+        )
+
+    def _resume_found_rollback(self, context: Context, earlier: _EarlierTry, current: Deployment) -> dict[str, Any]:
+        """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
+        assert earlier.rollback is not None
+        landing = self._landing_of(earlier.rollback["landing"])
+        rollback = earlier.rollback["rollback"]
+        self._push_xcoms(
+            context["ti"],
+            current,
+            landing["revision_id"],
+            landing["previous_active_revision_id"],
+            landing["previous_source_revision_config"],
+            None,
+        )
+        self.log.warning(
+            "%s: revision %s (this patch's config) was followed by revision %s, which copies revision %s: an "
+            "earlier try's automatic rollback (no task_state_store record). Waiting for it instead of patching again",
+            current.summary(),
+            landing["revision_id"],
+            rollback["revision_id"],
+            landing["previous_active_revision_id"],
+        )
+        return self._wait_for_rollback(landing, rollback, current)
+
+    @staticmethod
+    def _landing_of(record: dict[str, Any]) -> dict[str, Any]:
+        """The landing stored in (or built from) a record: every key present."""
+        return {
+            "deployment_id": record.get("deployment_id"),
+            "revision_id": record.get("revision_id"),
+            "previous_active_revision_id": record.get("previous_active_revision_id"),
+            "previous_source_revision_config": dict(record.get("previous_source_revision_config") or {}),
+            "previous_resource_spec": record.get("previous_resource_spec"),
+            "not_restorable": list(record.get("not_restorable") or []),
+        }
+
+    def _copies_revision(
+        self, current: Deployment, revision_id: str | None, target: str | None, landing: dict[str, Any]
+    ) -> bool:
+        """Whether ``revision_id`` (the deployment's latest) copies revision ``target``'s build: the same
+        ``source_revision_config``, from the revision endpoint, else the deployment and the recorded config."""
+        if not revision_id or not target or revision_id == target:
+            return False
+        newest, old = (self._revision_or_none(current.id, item) for item in (revision_id, target))
+        expected = old.source_revision_config if old is not None else None
+        if expected is None and landing.get("previous_source_revision_config"):
+            expected = SourceRevisionConfig.model_validate(landing["previous_source_revision_config"])
+        shown = newest.source_revision_config if newest is not None else None
+        if shown is None and revision_id == current.latest_revision_id:
+            shown = current.source_revision_config
+        return expected is not None and shown is not None and same_revision_config(shown, expected)
+
+    def _revision_or_none(self, deployment_id: str, revision_id: str) -> Revision | None:
+        """The revision from the optional revision endpoint; ``None`` when it cannot say (transient errors
+        propagate: guessing could roll back twice)."""
+        try:
+            return self.hook.get_revision(deployment_id, revision_id)
+        except DeploymentServiceError as err:
+            if err.transient:
+                raise
+            return None
 
     def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
         """The one place where the patch's revision is known to be live (verified and baked when asked):
@@ -981,15 +1215,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
-
-    def _recorded_previous_config(self, store: Any) -> dict[str, str]:
-        """The ``previous_source_revision_config`` an earlier try recorded (``{}`` when unknown)."""
-        try:
-            recorded = store.get(TASK_STATE_KEY) if store is not None else None
-        except Exception:  # the store is an optimisation
-            return {}
-        config = recorded.get("previous_source_revision_config") if isinstance(recorded, dict) else None
-        return dict(config) if isinstance(config, dict) else {}
 
     def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
         """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
@@ -1046,38 +1271,49 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         except NotFoundError as err:  # nothing to patch: retrying will not make it appear
             raise AirflowFailException(str(err)) from None
 
+    def _recorded_patch(
+        self, store: Any, request: PatchDeploymentRequest, current: Deployment
+    ) -> dict[str, Any] | None:
+        """This patch's record from an earlier try (``task_state_store``), or ``None``: none, unreadable, another
+        deployment's, or another patch's (the task's arguments changed between tries)."""
+        if store is None:
+            return None
+        try:
+            recorded = store.get(TASK_STATE_KEY)
+        except Exception as err:  # the store is an optimisation; fall back to the deployment's state
+            self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
+            return None
+        if not isinstance(recorded, dict):
+            return None
+        if recorded.get("fingerprint") != _fingerprint(current.id, request)[1]:
+            self.log.info("The patch recorded by an earlier try differs from this one; patching anew")
+            return None
+        return recorded if recorded.get("deployment_id") == current.id else None
+
     def _reattach(
         self,
         request: PatchDeploymentRequest,
         current: Deployment,
         context: Context,
-        store: Any,
-    ) -> tuple[Deployment | None, str | None, str | None]:
-        """``(deployment, revision_id, previous_active)`` when an earlier try's patch should be reattached
-        to; ``(None, None, None)`` to patch now."""
-        recorded = None
-        if store is not None:
-            try:
-                recorded = store.get(TASK_STATE_KEY)
-            except Exception as err:  # the store is an optimisation; fall back to the deployment's state
-                self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
-        if isinstance(recorded, dict) and recorded.get("fingerprint") != _fingerprint(current.id, request)[1]:
-            self.log.info("The patch recorded by an earlier try differs from this one; patching anew")
-            recorded = None
-        if isinstance(recorded, dict) and recorded.get("deployment_id") == current.id:
+        recorded: dict[str, Any] | None,
+    ) -> _EarlierTry | None:
+        """What an earlier try of this patch left to reattach to (its revision, or its rollback found on the
+        service); ``None`` to patch now."""
+        if recorded is not None:
             revision_id = recorded.get("revision_id")
             previous_active = recorded.get("previous_active_revision_id")
             source = "recorded by an earlier try"
+            previous_config = None
         else:
             try_number = getattr(context["ti"], "try_number", 1) or 1
-            if try_number <= 1 or not self._applied_by_earlier_try(request, current, context):
-                return None, None, None
-            # A resource_spec patch creates a revision in production and none under the spec's reading: an
-            # earlier try's revision is the latest one while it rolls out (once live, waiting for READY is the same).
-            created = request.creates_revision or (request.may_create_revision and current.is_rolling_out)
-            revision_id = current.latest_revision_id if created else None
-            previous_active = current.active_revision_id if current.active_revision_id != revision_id else None
+            if try_number <= 1:
+                return None
+            found = self._earlier_try_on_service(request, current, context)
+            if found is None or found.rollback is not None:
+                return found
+            revision_id, previous_active = found.revision_id, found.previous_active
             source = f"found on the deployment (try {try_number}, no task_state_store record)"
+            previous_config = found.previous_config
         revision = None
         if awaits_revision_build(current, revision_id):
             assert revision_id is not None
@@ -1087,49 +1323,254 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if verdict.state is RolloutState.FAILED and revision_id is not None:
             if revision is not None and revision.status.is_failed:
                 self.log.warning("The earlier try's revision failed (%s); patching again", verdict.message)
-                return None, None, None
+                return None
             # Superseded or going away: patching again would roll back whatever replaced our revision.
             raise AirflowFailException(f"not patching again on this retry: {verdict.message}")
         self.log.info("Reattaching to the patch %s: revision %s, not patching again", source, revision_id)
-        return current, revision_id, previous_active
+        return _EarlierTry(revision_id, previous_active, previous_config)
 
-    def _applied_by_earlier_try(self, request: PatchDeploymentRequest, current: Deployment, context: Context) -> bool:
-        if not request.is_reflected_in(current):
-            return False
-        if request.creates_revision and current.latest_revision_id is None:
-            return False
+    def _earlier_try_on_service(
+        self, request: PatchDeploymentRequest, current: Deployment, context: Context
+    ) -> _EarlierTry | None:
+        """An earlier try's patch (or patch and automatic rollback) recognised on the service, without a record.
+
+        Untouched since the DAG run started: nothing to reattach to. Otherwise, with ``rollback_on_failure``
+        (an earlier try may have rolled its revision back, so the deployment no longer shows the patch), the
+        revision list must give positive evidence: a revision made since the run started with the patch's
+        config, then (for a rollback) a newer latest one copying the revision before it. What cannot be told
+        fails the task, saying what was seen: never the bad patch again, never a success it cannot prove.
+        Without ``rollback_on_failure``: the deployment showing the patch.
+        """
         dag_run = context.get("dag_run")
         started = getattr(dag_run, "start_date", None)
-        # A deployment unchanged since before this run started was not patched by an earlier try.
-        return not (isinstance(started, datetime) and current.updated_at < started)
+        started = started if isinstance(started, datetime) else None
+        if started is not None and current.updated_at < started:  # not changed since this run started
+            return None
+        if not self.rollback_on_failure or started is None:
+            return self._reflected(request, current)
+        history = self._history_since(current, started)
+        wanted = request.source_revision_config.model_dump(exclude_none=True) if request.source_revision_config else {}
+        wanted.pop("repo_commit_sha", None)
+        if history is None:  # no revision list endpoint
+            if wanted and request.is_reflected_in(current):  # a rollback would have restored the old config
+                return self._reflected(request, current)
+            return self._cannot_tell(current, started, "the service has no revision list endpoint to tell")
+        made, before = history
+        if not made:
+            return self._reflected(request, current)
+        if not wanted:
+            if len(made) == 1:
+                return self._reflected(request, current)
+            return self._cannot_tell(
+                current,
+                started,
+                f"{len(made)} revisions were made since ({_listed(made)}), and this patch sets no revision field "
+                "that would tell its revision from an automatic rollback's",
+            )
+        mine = [index for index, item in enumerate(made) if _has_fields(item, wanted)]
+        if not mine:
+            return None  # the earlier try's patch never made its revision: patch now
+        index = mine[0]
+        patched = made[index]
+        previous = made[index + 1] if index + 1 < len(made) else before
+        if index == 0:  # the latest revision has this patch's config and was made since the run started
+            return self._patched_revision(current, patched, previous)
+        restoring = made[0]
+        if previous is not None and previous.source_revision_config is not None:
+            shown = restoring.source_revision_config or current.source_revision_config
+            if same_revision_config(shown, previous.source_revision_config):
+                return self._found_rollback(request, current, patched, previous, restoring)
+        return self._cannot_tell(
+            current,
+            started,
+            f"revision {patched.id} with this patch's config was made since, then {_listed(made[:index])}, "
+            f"the latest of which does not copy the revision before it ({previous.id if previous else 'unknown'})",
+        )
 
-    def _record(
+    @staticmethod
+    def _patched_revision(current: Deployment, patched: Revision, previous: Revision | None) -> _EarlierTry:
+        """Reattach to ``patched``, the earlier try's revision; what served before it is the active revision
+        while it builds, else the revision before it when that one had been deployed."""
+        if current.active_revision_id != patched.id:
+            return _EarlierTry(patched.id, current.active_revision_id)
+        if previous is None or previous.status is not RevisionStatus.DEPLOYED:
+            return _EarlierTry(patched.id, None)
+        config = _config_fields(previous.source_revision_config) if previous.source_revision_config else {}
+        return _EarlierTry(patched.id, previous.id, previous_config=config)
+
+    @staticmethod
+    def _reflected(request: PatchDeploymentRequest, current: Deployment) -> _EarlierTry | None:
+        """Reattach to the revision the deployment shows when it shows every value of this patch."""
+        if not request.is_reflected_in(current):
+            return None
+        if request.creates_revision and current.latest_revision_id is None:
+            return None
+        # A resource_spec patch creates a revision in production and none under the spec's reading: an
+        # earlier try's revision is the latest one while it rolls out (once live, waiting for READY is the same).
+        created = request.creates_revision or (request.may_create_revision and current.is_rolling_out)
+        revision_id = current.latest_revision_id if created else None
+        previous_active = current.active_revision_id if current.active_revision_id != revision_id else None
+        return _EarlierTry(revision_id, previous_active)
+
+    def _found_rollback(
         self,
-        store: Any,
-        fingerprint: tuple[str, str],
-        revision_id: str | None,
-        previous_active: str | None,
-        previous_latest: str | None,
-        *,
-        previous_config: dict[str, str] | None = None,
-    ) -> None:
+        request: PatchDeploymentRequest,
+        current: Deployment,
+        patched: Revision,
+        previous: Revision,
+        restoring: Revision,
+    ) -> _EarlierTry:
+        """The earlier try's patch and its automatic rollback, recognised on the service."""
+        assert previous.source_revision_config is not None
+        not_restored = _not_restorable(request, None)
+        if request.source_config is not None and request.source_config.resource_spec is not None:
+            not_restored.append("resource_spec (unknown: not recorded before the patch; no task_state_store record)")
+        previous_config = _config_fields(previous.source_revision_config)
+        landing = {
+            "deployment_id": current.id,
+            "revision_id": patched.id,
+            "previous_active_revision_id": previous.id,
+            "previous_source_revision_config": previous_config,
+            "not_restorable": not_restored,
+        }
+        rollback = {
+            "reason": "verify or the bake failed in an earlier try (its log says why; no task_state_store record)",
+            "to_revision_id": previous.id,
+            "rolling_back_from": patched.id,
+            "sent": True,
+            "path": "an earlier try's, recognised on the service",
+            "revision_id": restoring.id,
+            "not_restored": not_restored,
+        }
+        return _EarlierTry(patched.id, previous.id, previous_config, {"landing": landing, "rollback": rollback})
+
+    @staticmethod
+    def _cannot_tell(current: Deployment, started: datetime, seen: str) -> NoReturn:
+        """Fail: the deployment changed since the run started and does not prove what an earlier try did."""
+        raise AirflowFailException(
+            f"not patching on this retry: {current.summary()} changed since this DAG run started "
+            f"({started.isoformat()}) and there is no task_state_store record of an earlier try; {seen}. An earlier "
+            "try may have patched and "
+            "rolled back (patching again would re-apply a change that failed verify or its bake), or someone else "
+            "changed the deployment. Check its revisions, then clear the task to patch again"
+        )
+
+    def _history_since(self, current: Deployment, started: datetime) -> tuple[list[Revision], Revision | None] | None:
+        """``(revisions made since started, newest first; the newest one before it)`` from the revision list
+        endpoint; ``None`` when the service has no such endpoint."""
+        made: list[Revision] = []
+        before: Revision | None = None
+        try:
+            revisions = sorted(
+                self.hook.iter_revisions(current.id, max_results=HISTORY_LOOKBACK),
+                key=lambda item: item.created_at or datetime.min.replace(tzinfo=timezone.utc),
+                reverse=True,
+            )
+        except DeploymentServiceError as err:
+            if err.status_code in REVISION_ENDPOINT_MISSING:
+                self.log.info("The revision list endpoint is not available (%s)", err)
+                return None
+            raise
+        for revision in revisions:
+            if revision.created_at is not None and revision.created_at >= started:
+                made.append(revision)
+            else:
+                before = revision
+                break
+        return made, before
+
+    def _record(self, store: Any, record: dict[str, Any]) -> None:
+        """Record this try's patch in ``task_state_store`` (JSON, no secret; not fatal when the store fails)."""
         if store is None:
             return
-        deployment_id, digest = fingerprint
         try:
-            store.set(
-                TASK_STATE_KEY,
-                {
-                    "deployment_id": deployment_id,
-                    "fingerprint": digest,
-                    "revision_id": revision_id,
-                    "previous_active_revision_id": previous_active,
-                    "previous_latest_revision_id": previous_latest,
-                    "previous_source_revision_config": previous_config or {},
-                },
-            )
+            store.set(TASK_STATE_KEY, record)
         except Exception as err:  # not fatal: a retry still recognises the patch on the deployment
             self.log.warning("Could not record the patch in task_state_store (%s)", err)
+
+
+@dataclass(frozen=True)
+class _EarlierTry:
+    """What a retry of the patch task reattaches to.
+
+    :param revision_id: the earlier try's revision (``None``: its patch created none).
+    :param previous_active: the revision active before that patch (``None``: unknown or none).
+    :param previous_config: that revision's non-secret ``source_revision_config`` fields, when found without a
+        record (``None``: take the record's).
+    :param rollback: ``{"landing", "rollback"}`` when that try's automatic rollback was recognised on the service.
+    """
+
+    revision_id: str | None
+    previous_active: str | None
+    previous_config: dict[str, str] | None = None
+    rollback: dict[str, Any] | None = None
+
+
+HISTORY_LOOKBACK = 100
+"""Revisions a retry without a record reads back (newest first) to recognise an earlier try's patch and rollback."""
+
+
+def resource_spec_of(deployment: Deployment) -> dict[str, Any]:
+    """The deployment's whole ``source_config.resource_spec`` as JSON (``{}`` when it has none).
+
+    :param deployment: the deployment as read.
+    """
+    spec = deployment.source_config.resource_spec
+    return spec.model_dump(mode="json", exclude_none=True) if spec is not None else {}
+
+
+def _plain_spec(spec: Any) -> dict[str, Any]:
+    """A resource spec as JSON without null fields (``{}`` for none), for comparing what is recorded with what
+    is shown."""
+    if isinstance(spec, pydantic.BaseModel):
+        spec = spec.model_dump(mode="json")
+    return {key: value for key, value in (spec or {}).items() if value is not None}
+
+
+def _not_restorable(request: PatchDeploymentRequest, current: Deployment | None) -> list[str]:
+    """Clauses naming the parts of ``request`` no automatic rollback undoes (secret names only, never values).
+
+    :param request: the patch as sent.
+    :param current: the deployment before the patch; ``None`` when unknown (every ``source_config`` field the
+        patch gives is then named).
+    """
+    clauses = []
+    if request.secrets is not None:
+        names = sorted({secret.name for secret in request.secrets})
+        removed = sorted({secret.name for secret in current.secrets or []} - set(names)) if current else []
+        listed = f"secrets {', '.join(names)}" if names else "secrets (the patch sent an empty list)"
+        if removed:
+            listed += f", and removed {', '.join(removed)}"
+        clauses.append(f"{listed} (the rollback cannot restore secret values; the deployment keeps the new ones)")
+    if request.secret_references is not None:
+        clauses.append("secret_references (the rollback does not restore them; the deployment keeps the new ones)")
+    if request.source_config is not None:
+        given = request.source_config.model_dump(mode="json", exclude_none=True, exclude={"resource_spec"})
+        have = current.source_config.model_dump(mode="json") if current is not None else {}
+        changed = sorted(name for name, value in given.items() if current is None or have.get(name) != value)
+        if changed:
+            fields = ", ".join(f"source_config.{name}" for name in changed)
+            clauses.append(f"{fields} (a rollback restores the build and resource_spec only; the new values stay)")
+    return clauses
+
+
+def _clauses(rollback: dict[str, Any]) -> str:
+    return "; ".join(rollback.get("not_restored") or [])
+
+
+def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:
+    """Whether ``revision`` shows every ``source_revision_config`` value in ``wanted``."""
+    config = revision.source_revision_config
+    shown = config.model_dump(exclude_none=True) if config is not None else {}
+    return all(shown.get(name) == value for name, value in wanted.items())
+
+
+def _config_fields(config: SourceRevisionConfig) -> dict[str, str]:
+    return {name: str(value) for name, value in config.model_dump(exclude_none=True).items()}
+
+
+def _listed(revisions: Sequence[Revision]) -> str:
+    return ", ".join(f"{item.id} ({item.status.value})" for item in revisions) or "none"
 
 
 # ------------------------------------------------------------------------------------------ rollback
