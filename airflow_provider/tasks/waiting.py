@@ -39,6 +39,8 @@ class RolloutCheck:
     :param revision_id: canonical awaited revision, or ``None`` to wait for ``READY`` only.
     :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
     :param log: where to report state changes.
+    :param allowed_latest_revision_id: a newer revision that may stay the latest while ``revision_id`` goes
+        live (an earlier revision redeployed without a new revision; see :func:`rollout_verdict`).
     """
 
     def __init__(
@@ -48,10 +50,13 @@ class RolloutCheck:
         revision_id: str | None,
         revision_check_interval: float,
         log: logging.Logger | Any,
+        *,
+        allowed_latest_revision_id: str | None = None,
     ) -> None:
         self.hook = hook
         self.deployment_id = deployment_id
         self.revision_id = revision_id
+        self.allowed_latest_revision_id = allowed_latest_revision_id
         self.schedule = RevisionCheckSchedule(revision_check_interval)
         self.revision: Revision | None = None
         self.log = log
@@ -95,7 +100,13 @@ class RolloutCheck:
         if deployment is not None and self.revision_id and self.schedule.due(deployment, self.revision_id, force=final):
             self.schedule.mark(deployment)
             self._ask_revision()
-        verdict = rollout_verdict(deployment, self.revision_id, self.revision, deployment_id=self.deployment_id)
+        verdict = rollout_verdict(
+            deployment,
+            self.revision_id,
+            self.revision,
+            deployment_id=self.deployment_id,
+            allowed_latest_revision_id=self.allowed_latest_revision_id,
+        )
         if verdict.key != self.last_key:
             self.log.info("%s (waited %s)", verdict.message, self.waited())
             self.last_key = verdict.key
@@ -169,17 +180,17 @@ def rollout_event_result(event: dict[str, Any] | None, task_log: logging.Logger 
 
 def resumed_value(name: str, given: Any, event: Any) -> Any:
     """A value a deferring task handed to its resume method: ``given`` (the ``kwargs`` Airflow's triggerer
-    merges back), else the one the trigger echoed in ``event`` (``dag.test()`` in Airflow 3.3 drops the
-    ``kwargs``), else ``None``: the caller decides whether it can go on without it.
+    merges back), else the one the trigger carried back in ``event["carry"]`` (``dag.test()`` in Airflow 3.3
+    drops the ``kwargs``), else ``None``: the caller decides whether it can go on without it.
 
-    :param name: the keyword given to ``defer(kwargs=...)``.
+    :param name: the keyword given to ``defer(kwargs=...)`` and to the trigger's ``carry``.
     :param given: the value the resume method received for it.
     :param event: the trigger's event payload.
     """
     if given is not None:
         return given
-    echo = event.get("echo") if isinstance(event, dict) else None
-    return echo.get(name) if isinstance(echo, dict) else None
+    carried = event.get("carry") if isinstance(event, dict) else None
+    return carried.get(name) if isinstance(carried, dict) else None
 
 
 class WaitingTask(Protocol):
@@ -214,6 +225,7 @@ def defer_until_live(
     *,
     method_name: str = "execute_complete",
     kwargs: dict[str, Any] | None = None,
+    carry: dict[str, Any] | None = None,
 ) -> None:
     """Hand the rest of ``check``'s wait to a :class:`DeploymentRolloutTrigger` (raises ``TaskDeferred``).
 
@@ -223,13 +235,17 @@ def defer_until_live(
     its ``execute_complete``. Who logs what: the task logs its own looks, the trigger only the states that
     follow the last one the task logged, and the resumed task the outcome.
 
-    ``kwargs`` also travel in the trigger's ``echo`` and come back in its event: ``dag.test()`` in Airflow
-    3.3 resumes a task with ``event`` only. Read them with :func:`resumed_value`.
+    ``dag.test()`` in Airflow 3.3 resumes a task with ``event`` only: give what the resume needs as
+    ``carry`` too (the same dict as ``kwargs`` will do) and read it with :func:`resumed_value`.
 
     :param task: the deferring task.
     :param check: the rollout being waited for.
     :param method_name: the task method to resume in (called with ``event`` and ``kwargs``).
-    :param kwargs: JSON values passed on to ``method_name`` (never a secret: they are stored).
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret: they are stored). ``airflow dags
+        test`` / ``dag.test()`` in Airflow 3.3 drops them on resume: what a resume cannot do without goes in
+        ``carry``.
+    :param carry: plain JSON (never a secret) the trigger echoes in its event (``event["carry"]``), which every
+        resume gets.
     """
     task.defer(
         trigger=DeploymentRolloutTrigger(
@@ -240,7 +256,8 @@ def defer_until_live(
             deadline=time.time() + task.timeout,
             revision_check_interval=task.revision_check_interval,
             seen_key=None if check.last_key is None else list(check.last_key),
-            echo=kwargs or None,
+            allowed_latest_revision_id=check.allowed_latest_revision_id,
+            carry=carry,
         ),
         method_name=method_name,
         kwargs=kwargs,
@@ -327,8 +344,8 @@ def defer_bake(
     :param revision_id: the live revision.
     :param seconds: the bake period; the trigger's deadline is wall-clock.
     :param method_name: the task method to resume in.
-    :param kwargs: JSON values passed on to ``method_name`` (never a secret), also echoed in the trigger's
-        event (see :func:`defer_until_live`).
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret), also carried back in the
+        trigger's event (``event["carry"]``; see :func:`defer_until_live`).
     """
     task.defer(
         trigger=DeploymentBakeTrigger(
@@ -337,7 +354,7 @@ def defer_bake(
             hook_params=hook.hook_params,
             poll_interval=task.poll_interval,
             deadline=time.time() + seconds,
-            echo=kwargs or None,
+            carry=kwargs or None,
         ),
         method_name=method_name,
         kwargs=kwargs,

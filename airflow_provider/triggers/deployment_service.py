@@ -390,28 +390,24 @@ def _transient_setup_error(err: Exception) -> TransportError:
 
 # ---------------------------------------------------------------------------------------- trigger
 class _DeploymentEvents:
-    """The one event shape of the rollout and bake triggers: status, message, ids, the redacted deployment
-    and, when the deferring task gave one, its ``echo``."""
+    """The one event shape of the rollout and bake triggers: status, message, ids and the redacted deployment."""
 
     deployment_id: str
     revision_id: str | None
-    echo: Any
+    carry: dict[str, Any] | None = None
+    """Plain JSON echoed in every event (``"carry"``), when given."""
 
     def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
-        payload: dict[str, Any] = {
+        payload = {
             "status": status,
             "message": message,
             "deployment_id": self.deployment_id,
             "revision_id": self.revision_id,
             "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
         }
-        if self.echo is not None:
-            payload["echo"] = self.echo
+        if self.carry is not None:
+            payload["carry"] = self.carry
         return TriggerEvent(payload)
-
-    def _with_echo(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``kwargs`` plus ``echo`` when there is one (so a trigger without one serializes as before)."""
-        return kwargs if self.echo is None else {**kwargs, "echo": self.echo}
 
 
 class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
@@ -419,7 +415,7 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
 
     Yields exactly one event: ``{"status": "success" | "failed" | "timeout" | "error", "message": ...,
     "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``, plus
-    ``"echo"`` when one was given.
+    ``"carry"`` when the trigger was given one.
 
     :param deployment_id: the deployment to watch.
     :param revision_id: the revision that must become active; ``None`` waits only for ``READY``.
@@ -432,9 +428,11 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
         last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
         resumed task logs it (or fails with it), so each waiting line appears once.
-    :param echo: an opaque JSON value (never a secret: it is stored with the trigger) handed back unchanged
-        in the event, under ``"echo"``: what the resumed task needs, which must not depend on the ``kwargs``
-        given to ``defer()`` alone (``dag.test()`` in Airflow 3.3 resumes a task without them).
+    :param allowed_latest_revision_id: a newer revision that may stay the deployment's latest while
+        ``revision_id`` goes live (an earlier revision redeployed without a new revision); see
+        :func:`~airflow_provider.rollout.rollout_verdict`.
+    :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
+        Airflow 3.3 drops the ``kwargs`` given to ``defer()``).
     """
 
     def __init__(
@@ -446,11 +444,13 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         deadline: float | None = None,
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         seen_key: list[str | None] | None = None,
-        echo: Any = None,
+        allowed_latest_revision_id: str | None = None,
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.allowed_latest_revision_id = allowed_latest_revision_id
+        self.carry = carry
         self.seen_key = None if seen_key is None else list(seen_key)
-        self.echo = echo
         self.deployment_id = deployment_id
         self.revision_id = revision_id
         self.hook_params = dict(hook_params)
@@ -462,17 +462,17 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         """Class path and JSON-only keyword arguments (no secret: the API key stays in the connection)."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            self._with_echo(
-                {
-                    "deployment_id": self.deployment_id,
-                    "revision_id": self.revision_id,
-                    "hook_params": dict(self.hook_params),
-                    "poll_interval": self.poll_interval,
-                    "deadline": self.deadline,
-                    "revision_check_interval": self.revision_check_interval,
-                    "seen_key": self.seen_key,
-                }
-            ),
+            {
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "revision_check_interval": self.revision_check_interval,
+                "seen_key": self.seen_key,
+                "allowed_latest_revision_id": self.allowed_latest_revision_id,
+                "carry": self.carry,
+            },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -543,7 +543,11 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
                 continue
             last_deployment = update.deployment or last_deployment
             verdict = rollout_verdict(
-                update.deployment, self.revision_id, subscription.revision, deployment_id=self.deployment_id
+                update.deployment,
+                self.revision_id,
+                subscription.revision,
+                deployment_id=self.deployment_id,
+                allowed_latest_revision_id=self.allowed_latest_revision_id,
             )
             if verdict.key != last_key and not verdict.is_done:  # the outcome is the resumed task's to log
                 self.log.info("%s (waited %s)", verdict.message, waited())
@@ -561,17 +565,17 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
 
     Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
     more. Yields one event: ``{"status": "baked" | "left" | "error", "message": ..., "deployment_id": ...,
-    "revision_id": ..., "deployment": <redacted deployment JSON or None>}`` (plus ``"echo"`` when one was
-    given): ``left`` as soon as another revision is active or the status is not ``READY``. Transient errors
-    are retried until the deadline.
+    "revision_id": ..., "deployment": <redacted deployment JSON or None>}`` (plus ``"carry"`` when the
+    trigger was given one): ``left`` as soon as another revision is active or the status is not ``READY``.
+    Transient errors are retried until the deadline.
 
     :param deployment_id: the deployment.
     :param revision_id: the revision that must stay live.
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param poll_interval: seconds between two looks.
     :param deadline: wall-clock end of the bake (Unix epoch seconds).
-    :param echo: an opaque JSON value (never a secret) handed back unchanged in the event (see
-        :class:`DeploymentRolloutTrigger`).
+    :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
+        Airflow 3.3 drops the ``kwargs`` given to ``defer()``).
     """
 
     def __init__(
@@ -581,10 +585,10 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
         hook_params: dict[str, Any],
         poll_interval: float,
         deadline: float,
-        echo: Any = None,
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.echo = echo
+        self.carry = carry
         self.deployment_id = deployment_id
         self.revision_id: str = revision_id
         self.hook_params = dict(hook_params)
@@ -595,15 +599,14 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
         """Class path and JSON-only keyword arguments (no secret)."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            self._with_echo(
-                {
-                    "deployment_id": self.deployment_id,
-                    "revision_id": self.revision_id,
-                    "hook_params": dict(self.hook_params),
-                    "poll_interval": self.poll_interval,
-                    "deadline": self.deadline,
-                }
-            ),
+            {
+                "deployment_id": self.deployment_id,
+                "revision_id": self.revision_id,
+                "hook_params": dict(self.hook_params),
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                **({"carry": self.carry} if self.carry is not None else {}),
+            },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -1,6 +1,6 @@
 """The patch task's resumes (issue 22, item 1): whatever ``execute_complete``, ``execute_bake_complete`` and
 ``execute_rollback_complete`` need survives a resume that drops the ``defer()`` kwargs, as ``dag.test()``
-does in Airflow 3.3 (the trigger echoes it in its event); a resume that lacks it fails, never succeeds.
+does in Airflow 3.3 (the trigger carries it back in its event); a resume that lacks it fails, never succeeds.
 
 Each deferrable run is driven twice: as the real triggerer resumes (kwargs merged) and as ``dag.test()``
 does (``{"event": payload}`` only). Assertions are on the emulator's real state."""
@@ -158,20 +158,20 @@ def test_a_verified_and_baked_revision_lands_whether_or_not_the_kwargs_come_back
     assert len(now["revisions"]) == len(dep["revisions"]) + 1
 
 
-def test_the_triggers_echo_what_the_resume_needs_and_no_secret(emulator: Any) -> None:
+def test_the_triggers_carry_what_the_resume_needs_and_no_secret(emulator: Any) -> None:
     dep = deployment_named(emulator, DOCKER)
     with pytest.raises(TaskDeferred) as deferred:
         patch_op(dep["id"], verify=lambda d: False, rollback_on_failure=True).execute(make_context(FakeTI()))
     _path, kwargs = deferred.value.trigger.serialize()
-    assert kwargs["echo"] == deferred.value.kwargs and kwargs["echo"]["landing"]["previous_active_revision_id"]
+    assert kwargs["carry"] == deferred.value.kwargs and kwargs["carry"]["landing"]["previous_active_revision_id"]
     emulator.state.advance(3.5)
     event = run_trigger(DeploymentRolloutTrigger(**kwargs))
-    assert event["status"] == "success" and event["echo"] == deferred.value.kwargs
+    assert event["status"] == "success" and event["carry"] == deferred.value.kwargs
     scan_for_secret(kwargs, event)
 
 
 # --------------------------------------------------------------------------------- nothing to go on
-def event_without_echo(emulator: Any, deployment_id: str, status: str = "success") -> dict[str, Any]:
+def event_without_carry(emulator: Any, deployment_id: str, status: str = "success") -> dict[str, Any]:
     live = emulator.state.deployment(deployment_id)
     return {
         "status": status,
@@ -192,7 +192,7 @@ def test_a_resume_without_the_landing_fails_instead_of_skipping_verify(emulator:
     missing = r"resumed without deployment_id, revision_id, previous_active"
     with pytest.raises(AirflowException, match=missing) as raised:
         patch_op(dep["id"], verify=lambda d: seen.append(d) or True).execute_complete(
-            make_context(FakeTI()), event_without_echo(emulator, dep["id"])
+            make_context(FakeTI()), event_without_carry(emulator, dep["id"])
         )
     assert not isinstance(raised.value, AirflowFailException)  # a retry reattaches and judges the revision
     assert "not declared landed" in str(raised.value) and seen == []
@@ -200,7 +200,7 @@ def test_a_resume_without_the_landing_fails_instead_of_skipping_verify(emulator:
 
 def test_a_bake_resume_without_the_landing_fails(emulator: Any) -> None:
     dep = deployment_named(emulator, DOCKER)
-    event = {**event_without_echo(emulator, dep["id"]), "status": "left", "message": "left READY"}
+    event = {**event_without_carry(emulator, dep["id"]), "status": "left", "message": "left READY"}
     with pytest.raises(AirflowException, match="execute_bake_complete resumed without"):
         patch_op(dep["id"], bake_seconds=5, rollback_on_failure=True).execute_bake_complete(
             make_context(FakeTI()), event
@@ -211,5 +211,5 @@ def test_a_rollback_resume_without_its_record_still_fails_saying_what_it_lacks(e
     dep = deployment_named(emulator, DOCKER)
     with pytest.raises(AirflowFailException, match="resumed without landing and rollback"):
         patch_op(dep["id"], verify=lambda d: False, rollback_on_failure=True).execute_rollback_complete(
-            make_context(FakeTI()), event_without_echo(emulator, dep["id"])
+            make_context(FakeTI()), event_without_carry(emulator, dep["id"])
         )
