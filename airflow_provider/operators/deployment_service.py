@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from airflow_provider import fleet
-from airflow_provider.client import describe_validation_error, same_revision_config, scrub
+from airflow_provider.client import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -64,11 +64,13 @@ from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_VERDICTS,
+    RollbackIntent,
     RollbackStarted,
     checked_fallback_config,
     checked_resource_spec,
     find_earlier_rollback,
     reattach_recorded_rollback,
+    resource_spec_json,
     revision_config_snapshot,
     start_rollback,
 )
@@ -778,7 +780,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            previous_spec: dict[str, Any] | None = resource_spec_of(current)
+            previous_spec: dict[str, Any] | None = resource_spec_json(current.source_config.resource_spec)
             not_restorable = _not_restorable(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
@@ -963,11 +965,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         return None
 
     def _roll_back(self, context: Context, landing: dict[str, Any], reason: str) -> dict[str, Any]:
-        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``.
-
-        The rollback is recorded in ``task_state_store`` before it is sent (a retry then knows one may be out)
-        and again once sent (a retry waits for it instead of rolling back a second time).
-        """
+        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``."""
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         previous = landing.get("previous_active_revision_id")
         bad = f"deployment {deployment_id}: revision {revision_id} went live but {reason}"
@@ -979,48 +977,49 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             what = "the patch created no revision" if not revision_id else "no revision served before the patch"
             raise AirflowFailException(f"{bad}; cannot roll back: {what}")
         self.log.error("%s; rolling back to revision %s", bad, previous)
-        store = context.get("task_state_store")
-        current = self._read(deployment_id)
-        rollback = {
-            "reason": reason,
-            "to_revision_id": previous,
-            "rolling_back_from": revision_id,
-            "latest_before": current.latest_revision_id,
-            "sent": False,
-        }
-        self._record_rollback(store, landing, rollback)
-        return self._send_rollback(context, store, landing, rollback, current)
+        return self._send_rollback(context, landing, reason, self._read(deployment_id))
 
     def _send_rollback(
-        self,
-        context: Context,
-        store: Any,
-        landing: dict[str, Any],
-        rollback: dict[str, Any],
-        current: Deployment,
+        self, context: Context, landing: dict[str, Any], reason: str, current: Deployment
     ) -> dict[str, Any]:
-        """Send the rollback recorded in ``rollback``, record it as sent, wait for it, fail."""
+        """Roll back to the revision that served before the patch, its resource_spec included; record the
+        rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
+        (a retry waits for it instead of rolling back twice); wait for it; fail."""
+        store = context.get("task_state_store")
+        patch_clauses = list(landing.get("not_restorable") or [])
+
+        def before_sending(intent: RollbackIntent) -> None:
+            record = intent.record()
+            record["not_restored"] = _merged(record.get("not_restored"), patch_clauses)
+            self._record_rollback(store, landing, {"reason": reason, **record})
+
         started = start_rollback(
             self.hook,
             current,
-            rollback["to_revision_id"],
-            rolling_back_from=rollback["rolling_back_from"],
+            landing["previous_active_revision_id"],
+            rolling_back_from=landing["revision_id"],
             fallback_config=landing.get("previous_source_revision_config") or None,
+            resource_spec=landing.get("previous_resource_spec"),
+            before_sending=before_sending,
             log=self.log,
         )
-        rollback = {
-            **rollback,
-            "sent": True,
-            "path": started.path,
-            "revision_id": started.revision_id,
-            "not_restored": list(landing.get("not_restorable") or []),
-        }
+        rollback = self._rollback_record(started, reason, patch_clauses)
         self._record_rollback(store, landing, rollback)
         if rollback["not_restored"]:
             self.log.warning(
-                "The rollback of revision %s does not undo: %s", rollback["rolling_back_from"], _clauses(rollback)
+                "The rollback of revision %s does not undo: %s", landing["revision_id"], _clauses(rollback)
             )
         return self._wait_for_rollback(landing, rollback, started.deployment)
+
+    @staticmethod
+    def _rollback_record(
+        started: RollbackStarted, reason: str, patch_clauses: Sequence[str], *, origin: str | None = None
+    ) -> dict[str, Any]:
+        """The JSON of a sent rollback (``task_state_store``, the trigger's carry): the contract's record, why
+        it was rolled back, and the parts of the patch no rollback undoes (secrets by name)."""
+        record = started.record()
+        record["not_restored"] = _merged(record.get("not_restored"), patch_clauses)
+        return {"reason": reason, **record, **({"origin": origin} if origin else {})}
 
     def _wait_for_rollback(
         self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
@@ -1032,6 +1031,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             rollback["revision_id"],
             resume="execute_rollback_complete",
             resume_kwargs=resume_kwargs,
+            allowed_latest_revision_id=rollback.get("allowed_latest_revision_id"),
             carry=resume_kwargs,
         )
         raise AirflowFailException(self._rolled_back_message(landing, rollback, live))
@@ -1062,27 +1062,28 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 
     def _rolled_back_message(self, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]) -> str:
         """The failure message of a rolled-back patch: "rolled back" only when the previous build serves again
-        with the resource_spec recorded before the patch; otherwise "rolled back ... except: <what not>"."""
+        with its previous resource_spec (judged again on the live deployment); otherwise "rolled back ...
+        except: <what the rollback did not undo>". Also logged, as an error."""
         not_restored = list(rollback.get("not_restored") or [])
-        recorded = landing.get("previous_resource_spec")
-        shown = _plain_spec((live.get("source_config") or {}).get("resource_spec"))
-        if (
-            isinstance(recorded, dict)
-            and shown != _plain_spec(recorded)
-            and not any(clause.startswith("resource_spec") for clause in not_restored)
-        ):
-            not_restored.append("resource_spec (the deployment does not show the one recorded before the patch)")
+        if live:
+            shown = Deployment.model_validate(live)
+            not_restored = list(RollbackStarted.from_record(rollback, shown).judged_on(shown).not_restored)
+        how = rollback.get("path")
+        if rollback.get("origin"):
+            how = f"{how}, {rollback['origin']}"
         head = (
             f"deployment {landing.get('deployment_id')}: revision {landing.get('revision_id')} went live but "
-            f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} "
-            f"({rollback.get('path')})"
+            f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} ({how})"
         )
         if not not_restored:
-            return f"{head}, which serves again as revision {rollback.get('revision_id')}"
-        return f"{head} as revision {rollback.get('revision_id')}, except: {'; '.join(not_restored)}"
+            message = f"{head}, which serves again as revision {rollback.get('revision_id')}"
+        else:
+            message = f"{head} as revision {rollback.get('revision_id')}, except: {'; '.join(not_restored)}"
+        self.log.error("%s", message)
+        return message
 
     def _record_rollback(self, store: Any, landing: dict[str, Any], rollback: dict[str, Any]) -> None:
-        """Write ``rollback`` into this try's ``task_state_store`` record (not fatal when the store fails: a retry
+        """Write ``rollback`` into this task's ``task_state_store`` record (not fatal when the store fails: a retry
         then judges from the service)."""
         if store is None:
             return
@@ -1099,8 +1100,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def _resume_recorded_rollback(
         self, context: Context, store: Any, record: dict[str, Any], current: Deployment
     ) -> dict[str, Any]:
-        """An earlier try recorded a rollback: wait for it (sent), send it (it never reached the service) or
-        recognise it on the service; never roll back twice, never succeed."""
+        """An earlier try recorded its rollback: wait for it (sent, or found landed), send it (it never reached
+        the service), or fail saying what the deployment shows; never a second rollback, never success."""
         landing = self._landing_of(record)
         rollback = dict(record["rollback"])
         self._push_xcoms(
@@ -1111,49 +1112,31 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             landing["previous_source_revision_config"],
             landing["previous_resource_spec"],
         )
-        bad, target = rollback.get("rolling_back_from"), rollback.get("to_revision_id")
-        if rollback.get("sent"):
+        reason = str(rollback.get("reason") or "verify or the bake failed in an earlier try")
+        started = reattach_recorded_rollback(self.hook, current, rollback, log=self.log)
+        if started is None:
             self.log.warning(
-                "An earlier try rolled revision %s back to revision %s (recorded in task_state_store): waiting for "
-                "its revision %s instead of rolling back again",
-                bad,
-                target,
-                rollback.get("revision_id"),
+                "An earlier try was rolling revision %s back to revision %s when it stopped, and the rollback did "
+                "not reach the service: rolling back now",
+                landing["revision_id"],
+                landing["previous_active_revision_id"],
             )
-            return self._wait_for_rollback(landing, rollback, current)
-        if current.latest_revision_id == rollback.get("latest_before"):
-            self.log.warning(
-                "An earlier try was rolling revision %s back to revision %s when it stopped; the deployment shows no "
-                "rollback (latest revision still %s): rolling back now",
-                bad,
-                target,
-                current.latest_revision_id,
+            return self._send_rollback(context, landing, reason, current)
+        if rollback.get("phase") == "sent":
+            rollback = {**rollback, "not_restored": list(started.not_restored)}
+        else:  # recorded before sending, found landed: record it as sent
+            rollback = self._rollback_record(
+                started, reason, landing["not_restorable"], origin="an earlier try's, found on the service"
             )
-            return self._send_rollback(context, store, landing, rollback, current)
-        if self._copies_revision(current, current.latest_revision_id, target, landing):
-            rollback = {
-                **rollback,
-                "sent": True,
-                "path": "an earlier try's, recognised on the service",
-                "revision_id": current.latest_revision_id,
-                "not_restored": list(landing.get("not_restorable") or []),
-            }
             self._record_rollback(store, landing, rollback)
-            self.log.warning(
-                "An earlier try sent the rollback of revision %s before it stopped: revision %s copies revision %s; "
-                "waiting for it instead of rolling back again",
-                bad,
-                current.latest_revision_id,
-                target,
-            )
-            return self._wait_for_rollback(landing, rollback, current)
-        raise AirflowFailException(
-            f"deployment {current.id}: an earlier try was rolling revision {bad} back to revision {target} "
-            f"({rollback.get('reason')}) when it stopped, and the deployment's latest revision is now "
-            f"{current.latest_revision_id} (active {current.active_revision_id}, status {current.status.value}), "
-            f"which does not copy revision {target}: someone rolled out meanwhile, or the rollback's outcome cannot "
-            "be told. Not rolling back over it, and not claiming the patch landed; check the deployment"
+        self.log.warning(
+            "An earlier try rolled revision %s back to revision %s: waiting for its revision %s instead of rolling "
+            "back again",
+            landing["revision_id"],
+            landing["previous_active_revision_id"],
+            started.revision_id,
         )
+        return self._wait_for_rollback(landing, rollback, current)
 
     def _resume_found_rollback(self, context: Context, earlier: _EarlierTry, current: Deployment) -> dict[str, Any]:
         """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
@@ -1189,32 +1172,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "previous_resource_spec": record.get("previous_resource_spec"),
             "not_restorable": list(record.get("not_restorable") or []),
         }
-
-    def _copies_revision(
-        self, current: Deployment, revision_id: str | None, target: str | None, landing: dict[str, Any]
-    ) -> bool:
-        """Whether ``revision_id`` (the deployment's latest) copies revision ``target``'s build: the same
-        ``source_revision_config``, from the revision endpoint, else the deployment and the recorded config."""
-        if not revision_id or not target or revision_id == target:
-            return False
-        newest, old = (self._revision_or_none(current.id, item) for item in (revision_id, target))
-        expected = old.source_revision_config if old is not None else None
-        if expected is None and landing.get("previous_source_revision_config"):
-            expected = SourceRevisionConfig.model_validate(landing["previous_source_revision_config"])
-        shown = newest.source_revision_config if newest is not None else None
-        if shown is None and revision_id == current.latest_revision_id:
-            shown = current.source_revision_config
-        return expected is not None and shown is not None and same_revision_config(shown, expected)
-
-    def _revision_or_none(self, deployment_id: str, revision_id: str) -> Revision | None:
-        """The revision from the optional revision endpoint; ``None`` when it cannot say (transient errors
-        propagate: guessing could roll back twice)."""
-        try:
-            return self.hook.get_revision(deployment_id, revision_id)
-        except DeploymentServiceError as err:
-            if err.transient:
-                raise
-            return None
 
     def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
         """The one place where the patch's revision is known to be live (verified and baked when asked):
@@ -1400,11 +1357,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         previous = made[index + 1] if index + 1 < len(made) else before
         if index == 0:  # the latest revision has this patch's config and was made since the run started
             return self._patched_revision(current, patched, previous)
-        restoring = made[0]
         if previous is not None and previous.source_revision_config is not None:
-            shown = restoring.source_revision_config or current.source_revision_config
-            if same_revision_config(shown, previous.source_revision_config):
-                return self._found_rollback(request, current, patched, previous, restoring)
+            found = self._found_rollback(request, current, started, patched, previous)
+            if found is not None:
+                return found
         return self._cannot_tell(
             current,
             started,
@@ -1441,32 +1397,36 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         self,
         request: PatchDeploymentRequest,
         current: Deployment,
+        started: datetime,
         patched: Revision,
         previous: Revision,
-        restoring: Revision,
-    ) -> _EarlierTry:
-        """The earlier try's patch and its automatic rollback, recognised on the service."""
+    ) -> _EarlierTry | None:
+        """The earlier try's automatic rollback of ``patched`` to ``previous`` when the service shows positive
+        evidence of it (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`); ``None`` when it
+        shows none."""
         assert previous.source_revision_config is not None
-        not_restored = _not_restorable(request, None)
-        if request.source_config is not None and request.source_config.resource_spec is not None:
-            not_restored.append("resource_spec (unknown: not recorded before the patch; no task_state_store record)")
         previous_config = _config_fields(previous.source_revision_config)
+        found = find_earlier_rollback(
+            self.hook,
+            current,
+            previous.id,
+            since=started,
+            rolling_back_from=patched.id,
+            fallback_config=previous_config,
+            log=self.log,
+        )
+        if found is None:
+            return None
+        not_restorable = _not_restorable(request, None)
         landing = {
             "deployment_id": current.id,
             "revision_id": patched.id,
             "previous_active_revision_id": previous.id,
             "previous_source_revision_config": previous_config,
-            "not_restorable": not_restored,
+            "not_restorable": not_restorable,
         }
-        rollback = {
-            "reason": "verify or the bake failed in an earlier try (its log says why; no task_state_store record)",
-            "to_revision_id": previous.id,
-            "rolling_back_from": patched.id,
-            "sent": True,
-            "path": "an earlier try's, recognised on the service",
-            "revision_id": restoring.id,
-            "not_restored": not_restored,
-        }
+        reason = "verify or the bake failed in an earlier try (that try's log says why; no task_state_store record)"
+        rollback = self._rollback_record(found, reason, not_restorable, origin="an earlier try's, found on the service")
         return _EarlierTry(patched.id, previous.id, previous_config, {"landing": landing, "rollback": rollback})
 
     @staticmethod
@@ -1535,23 +1495,6 @@ HISTORY_LOOKBACK = 100
 """Revisions a retry without a record reads back (newest first) to recognise an earlier try's patch and rollback."""
 
 
-def resource_spec_of(deployment: Deployment) -> dict[str, Any]:
-    """The deployment's whole ``source_config.resource_spec`` as JSON (``{}`` when it has none).
-
-    :param deployment: the deployment as read.
-    """
-    spec = deployment.source_config.resource_spec
-    return spec.model_dump(mode="json", exclude_none=True) if spec is not None else {}
-
-
-def _plain_spec(spec: Any) -> dict[str, Any]:
-    """A resource spec as JSON without null fields (``{}`` for none), for comparing what is recorded with what
-    is shown."""
-    if isinstance(spec, pydantic.BaseModel):
-        spec = spec.model_dump(mode="json")
-    return {key: value for key, value in (spec or {}).items() if value is not None}
-
-
 def _not_restorable(request: PatchDeploymentRequest, current: Deployment | None) -> list[str]:
     """Clauses naming the parts of ``request`` no automatic rollback undoes (secret names only, never values).
 
@@ -1581,6 +1524,12 @@ def _not_restorable(request: PatchDeploymentRequest, current: Deployment | None)
 
 def _clauses(rollback: dict[str, Any]) -> str:
     return "; ".join(rollback.get("not_restored") or [])
+
+
+def _merged(clauses: Any, more: Sequence[str]) -> list[str]:
+    """``clauses`` then each of ``more`` not already there."""
+    merged = [str(item) for item in clauses or []]
+    return merged + [item for item in more if item not in merged]
 
 
 def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:

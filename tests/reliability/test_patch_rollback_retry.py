@@ -169,8 +169,8 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     assert verdicts == [bad]
     if store is not None:
         recorded = store.data[TASK_STATE_KEY]["rollback"]  # recorded before it was sent
-        assert (recorded["rolling_back_from"], recorded["to_revision_id"]) == (bad, good)
-        assert recorded["sent"] is (kill_point == "deferred, waiting for the rollback")
+        assert (recorded["rolled_back_from"], recorded["to_revision_id"]) == (bad, good)
+        assert recorded["phase"] == ("sent" if kill_point == "deferred, waiting for the rollback" else "sending")
 
     context = context_for(2, store, run_started)
     second = run_try(lambda: patch_task(before["id"], verdicts), context, server)
@@ -194,7 +194,7 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     assert ti.xcoms["previous_source_revision_config"] == {"image_uri": OLD_IMAGE}
     assert context["outlet_events"]._dict == {}  # no asset event: nothing landed
     if store is not None:
-        assert store.data[TASK_STATE_KEY]["rollback"]["sent"] is True
+        assert store.data[TASK_STATE_KEY]["rollback"]["phase"] == "sent"
 
 
 def test_without_a_store_a_rollback_someone_else_followed_fails_loudly_without_patching(
@@ -263,6 +263,6 @@ def test_a_retry_sees_a_recorded_rollback_that_lost_to_a_newer_rollout_and_fails
     second = run_try(lambda: patch_task(before["id"], []), context_for(2, store, run_started), server)
 
     assert isinstance(second, AirflowFailException), second
-    assert f"latest revision is now {newer}" in str(second) and "Not rolling back over it" in str(second)
+    assert f"the latest is now {newer}" in str(second) and "Not sending it again" in str(second)
     assert state.count(REDEPLOY_ROUTE) == 0
     assert state.find_deployment(NAME)["active_revision_id"] == newer
