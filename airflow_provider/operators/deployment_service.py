@@ -63,6 +63,7 @@ from airflow_provider.tasks.base import (
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_UNKNOWN,
     RESOURCE_SPEC_VERDICTS,
     RollbackIntent,
     RollbackStarted,
@@ -1356,7 +1357,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         patched = made[index]
         previous = made[index + 1] if index + 1 < len(made) else before
         if index == 0:  # the latest revision has this patch's config and was made since the run started
-            return self._patched_revision(current, patched, previous)
+            redeployed = self._redeployed_in_place(request, current, patched, previous)
+            return redeployed or self._patched_revision(current, patched, previous)
         if previous is not None and previous.source_revision_config is not None:
             found = self._found_rollback(request, current, started, patched, previous)
             if found is not None:
@@ -1367,6 +1369,30 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             f"revision {patched.id} with this patch's config was made since, then {_listed(made[:index])}, "
             f"the latest of which does not copy the revision before it ({previous.id if previous else 'unknown'})",
         )
+
+    def _redeployed_in_place(
+        self, request: PatchDeploymentRequest, current: Deployment, patched: Revision, previous: Revision | None
+    ) -> _EarlierTry | None:
+        """The earlier try's rollback when the service redeployed the previous revision without making a new
+        one: ``patched`` went live (``DEPLOYED``), and the revision before it is active again or being deployed
+        again (an older revision only deploys again when redeployed)."""
+        if previous is None or previous.source_revision_config is None or patched.status is not RevisionStatus.DEPLOYED:
+            return None
+        in_progress = not previous.status.is_terminal and previous.status is not RevisionStatus.UNKNOWN
+        if current.active_revision_id != previous.id and not in_progress:
+            return None
+        started = RollbackStarted(
+            "redeploy",
+            previous.id,
+            previous.id,
+            patched.id,
+            current,
+            _config_fields(previous.source_revision_config),
+            not_restored=(RESOURCE_SPEC_UNKNOWN,) if current.source_config.resource_spec is not None else (),
+            allowed_latest_revision_id=patched.id,
+            previous_latest_revision_id=patched.id,
+        )
+        return self._earlier_rollback(request, current, patched, previous, started)
 
     @staticmethod
     def _patched_revision(current: Deployment, patched: Revision, previous: Revision | None) -> _EarlierTry:
@@ -1417,6 +1443,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         )
         if found is None:
             return None
+        return self._earlier_rollback(request, current, patched, previous, found)
+
+    def _earlier_rollback(
+        self,
+        request: PatchDeploymentRequest,
+        current: Deployment,
+        patched: Revision,
+        previous: Revision,
+        found: RollbackStarted,
+    ) -> _EarlierTry:
+        """What a retry without a record reattaches to when it found its earlier try's rollback."""
+        assert previous.source_revision_config is not None
+        previous_config = _config_fields(previous.source_revision_config)
         not_restorable = _not_restorable(request, None)
         landing = {
             "deployment_id": current.id,

@@ -142,6 +142,7 @@ KILL_POINTS = {
 }
 
 
+@pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
 @pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
 def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback(
@@ -149,8 +150,10 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     kill_redeploy: Callable[[str], None],
     kill_point: str,
     with_store: bool,
+    redeploy_mode: str,
 ) -> None:
-    server = emulator()
+    """``redeploy_mode="in_place"``: a redeploy that makes no revision (production does not say which)."""
+    server = emulator(redeploy_mode=redeploy_mode)
     state = server.state
     before = state.find_deployment(NAME)
     good, revisions_before = before["active_revision_id"], len(before["revisions"])
@@ -176,10 +179,12 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     second = run_try(lambda: patch_task(before["id"], verdicts), context, server)
 
     after = state.find_deployment(NAME)
-    assert len(after["revisions"]) == revisions_before + 2, f"a second patch or rollback was sent, or none: {second!r}"
+    made = 2 if redeploy_mode == "new_revision" else 1  # the patch's revision, and the rollback's if it makes one
+    assert len(after["revisions"]) == revisions_before + made, f"a second patch or rollback, or none: {second!r}"
     assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
-    restored = after["revisions"][-1]
-    assert after["active_revision_id"] == after["latest_revision_id"] == restored["id"] != bad
+    restored = after["revisions"][-1] if redeploy_mode == "new_revision" else before["revisions"][-1]
+    assert after["active_revision_id"] == restored["id"] != bad
+    assert after["latest_revision_id"] == (restored["id"] if redeploy_mode == "new_revision" else bad)
     assert after["status"] == "READY" and after["source_revision_config"]["image_uri"] == OLD_IMAGE
     assert isinstance(second, AirflowFailException), second
     message = str(second)
