@@ -626,7 +626,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     instead of patching again. Pushes the XComs ``deployment_id``, ``revision_id`` (the new latest
     revision, ``""`` when the patch created none), ``previous_active_revision_id`` (``""`` when there was
     no active revision), ``previous_source_revision_config`` (the non-secret revision fields that served
-    before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say) and,
+    before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say),
+    ``previous_resource_spec`` (the whole ``source_config.resource_spec`` before the patch, ``{}`` when none;
+    not pushed when a retry without a record cannot know it) and,
     when the service reports a ``source_config.custom_url``, ``deployment_url``
     (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
@@ -669,9 +671,12 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
         Needs ``wait_for_rollout``.
     :param rollback_on_failure: when ``verify`` or the bake fails, roll back to the revision active before
-        the patch (redeploy, else its config patched back; secrets not re-sent), wait until it serves again,
-        then fail naming both revisions. A failed build needs no rollback (the old revision never stopped
-        serving): the task says so and fails.
+        the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
+        in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
+        revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
+        recorded in ``task_state_store`` before it is sent: a retry waits for it instead of rolling back (or
+        patching) again. A failed build needs no rollback (the old revision never stopped serving): the task
+        says so and fails.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
