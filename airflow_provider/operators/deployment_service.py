@@ -814,6 +814,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else None
             not_restorable = list(recorded.get("not_restorable") or _not_restorable(to_send, None))
+            if record is None:  # found on the service: record it, so a later try (and the rollback) has a record
+                self._record(
+                    store,
+                    {
+                        "deployment_id": deployment_id,
+                        "fingerprint": _fingerprint(deployment_id, request)[1],
+                        "revision_id": revision_id,
+                        "previous_active_revision_id": previous_active,
+                        "previous_latest_revision_id": None,
+                        "previous_source_revision_config": previous_config,
+                        "previous_resource_spec": None,
+                        "not_restorable": not_restorable,
+                    },
+                )
         self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
@@ -1404,11 +1418,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         """Reattach to ``patched``, the earlier try's revision; what served before it is the active revision
         while it builds, else the revision before it when that one had been deployed."""
         if current.active_revision_id != patched.id:
-            return _EarlierTry(patched.id, current.active_revision_id)
-        if previous is None or previous.status is not RevisionStatus.DEPLOYED:
+            served = previous if previous is not None and previous.id == current.active_revision_id else None
+        elif previous is not None and previous.status is RevisionStatus.DEPLOYED:
+            served = previous
+        else:
             return _EarlierTry(patched.id, None)
-        config = _config_fields(previous.source_revision_config) if previous.source_revision_config else {}
-        return _EarlierTry(patched.id, previous.id, previous_config=config)
+        config = _config_fields(served.source_revision_config) if served and served.source_revision_config else None
+        return _EarlierTry(patched.id, served.id if served else current.active_revision_id, previous_config=config)
 
     @staticmethod
     def _reflected(request: PatchDeploymentRequest, current: Deployment) -> _EarlierTry | None:

@@ -11,7 +11,7 @@ emulator's real state.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +24,7 @@ from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import TASK_STATE_KEY, PatchDeploymentOperator
+from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger
 from tests.reliability.support import CONN_ENV, FAST_RETRY_EXTRAS, OPERATOR_SECRET, PATCH_ROUTE, connection_json
 from tests.tasks.conftest import FakeStore, FakeTI, run_trigger
 
@@ -56,6 +57,9 @@ def patch_task(deployment_id: str, verdicts: list[str], **kwargs: Any) -> PatchD
 
     def verify(deployment: Deployment) -> bool:
         verdicts.append(str(deployment.active_revision_id))
+        if DIE_IN_VERIFY in verdicts:
+            verdicts.remove(DIE_IN_VERIFY)
+            raise WorkerKilled("worker killed while verify ran")
         return False
 
     options: dict[str, Any] = {
@@ -90,6 +94,7 @@ def run_try(
     emulator: EmulatorServer,
     *,
     stop_before: str | None = None,
+    before_trigger: Callable[[Any], None] | None = None,
 ) -> BaseException | dict[str, Any] | None:
     """One try to its end (deferrals resumed on fresh operators, kwargs merged, the emulated builds let
     finish before each trigger): its result, the exception it ended with, or ``None`` when it was left
@@ -104,6 +109,8 @@ def run_try(
         if pending.method_name == stop_before:
             return None
         emulator.state.advance(LIVE)
+        if before_trigger is not None:
+            before_trigger(pending.trigger)
         _path, kwargs = pending.trigger.serialize()
         event = run_trigger(type(pending.trigger)(**json.loads(json.dumps(kwargs))))
         try:
@@ -114,32 +121,56 @@ def run_try(
             return err
 
 
+DIE_IN_VERIFY = "die in verify"
+"""Put in ``verdicts`` to make the next verify call kill the worker (after recording the call)."""
+
+
 @pytest.fixture
-def kill_redeploy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
-    """``kill(when)``: the worker dies in the next redeploy call, ``"before"`` it is sent or ``"after"`` the
-    service processed it (before the task hears back)."""
-    original = DeploymentServiceHook.redeploy_revision
-    armed: list[str] = []
+def kill_in(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """``kill(method, when)``: the worker dies in the next call of the hook's ``method`` (``patch_deployment``,
+    ``redeploy_revision``), ``"before"`` it is sent or ``"after"`` the service processed it (before the task
+    hears back)."""
 
-    def redeploy(hook: DeploymentServiceHook, *args: Any, **kwargs: Any) -> Deployment:
-        if armed and armed[0] == "before":
-            armed.clear()
-            raise WorkerKilled("worker killed before the rollback was sent")
-        result = original(hook, *args, **kwargs)
-        if armed and armed[0] == "after":
-            armed.clear()
-            raise WorkerKilled("worker killed after the rollback reached the service")
-        return result
+    def arm(method: str, when: str) -> None:
+        original = getattr(DeploymentServiceHook, method)
+        armed = [when]
 
-    monkeypatch.setattr(DeploymentServiceHook, "redeploy_revision", redeploy)
-    yield armed.append
+        def dying(hook: DeploymentServiceHook, *args: Any, **kwargs: Any) -> Deployment:
+            if armed == ["before"]:
+                armed.clear()
+                raise WorkerKilled(f"worker killed before {method} was sent")
+            result: Deployment = original(hook, *args, **kwargs)
+            if armed == ["after"]:
+                armed.clear()
+                raise WorkerKilled(f"worker killed after {method} reached the service")
+            return result
+
+        monkeypatch.setattr(DeploymentServiceHook, method, dying)
+
+    return arm
 
 
-KILL_POINTS = {
-    "before the rollback is sent": ("before", None),
-    "after the rollback reached the service": ("after", None),
-    "deferred, waiting for the rollback": (None, "execute_rollback_complete"),
+@pytest.fixture
+def kill_redeploy(kill_in: Callable[[str, str], None]) -> Callable[[str], None]:
+    """``kill(when)``: the worker dies in the next redeploy (see :func:`kill_in`)."""
+    return lambda when: kill_in("redeploy_revision", when)
+
+
+KILL_POINTS: dict[str, tuple[tuple[str, str] | None, str | None, bool]] = {
+    # name: ((hook method, before/after) to die in, resume method the try is left deferred before, die in verify)
+    "after the patch reached the service": (("patch_deployment", "after"), None, False),
+    "deferred, waiting for the patch's revision": (None, "execute_complete", False),
+    "while verify ran": (None, None, True),
+    "before the rollback is sent": (("redeploy_revision", "before"), None, False),
+    "after the rollback reached the service": (("redeploy_revision", "after"), None, False),
+    "deferred, waiting for the rollback": (None, "execute_rollback_complete", False),
 }
+NOT_JUDGED_IN_TRY_1 = {"after the patch reached the service", "deferred, waiting for the patch's revision"}
+"""Kill points before verify ran in try 1."""
+VERIFIED_AGAIN = {"while verify ran"}
+"""Kill points whose retry runs verify again (always: try 1 never finished judging the revision)."""
+VERIFIED_AGAIN_WITHOUT_STORE = {"before the rollback is sent"}
+"""Kill points whose retry runs verify again without a store (nothing says a rollback was about to go out)."""
 
 
 @pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
@@ -147,7 +178,7 @@ KILL_POINTS = {
 @pytest.mark.parametrize("kill_point", list(KILL_POINTS))
 def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback(
     emulator: Callable[..., EmulatorServer],
-    kill_redeploy: Callable[[str], None],
+    kill_in: Callable[[str, str], None],
     kill_point: str,
     with_store: bool,
     redeploy_mode: str,
@@ -160,17 +191,20 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     store = FakeStore() if with_store else None
     run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
     verdicts: list[str] = []
-    kill, stop_before = KILL_POINTS[kill_point]
+    kill, stop_before, in_verify = KILL_POINTS[kill_point]
     if kill is not None:
-        kill_redeploy(kill)
+        kill_in(*kill)
+    if in_verify:
+        verdicts.append(DIE_IN_VERIFY)
 
     first = run_try(
         lambda: patch_task(before["id"], verdicts), context_for(1, store, run_started), server, stop_before=stop_before
     )
     assert first is None or isinstance(first, WorkerKilled), first
     bad = state.find_deployment(NAME)["revisions"][revisions_before]["id"]
-    assert verdicts == [bad]
-    if store is not None:
+    judged_in_try_1 = kill_point not in NOT_JUDGED_IN_TRY_1
+    assert verdicts == ([bad] if judged_in_try_1 else [])
+    if store is not None and "rollback" in kill_point:
         recorded = store.data[TASK_STATE_KEY]["rollback"]  # recorded before it was sent
         assert (recorded["rolled_back_from"], recorded["to_revision_id"]) == (bad, good)
         assert recorded["phase"] == ("sent" if kill_point == "deferred, waiting for the rollback" else "sending")
@@ -192,14 +226,58 @@ def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback
     assert f"rolled back to revision {good} (" in message and f"as revision {restored['id']}" in message
     assert "secrets TOKEN (the rollback cannot restore secret values" in message
     assert OPERATOR_SECRET not in message
-    # try 1 never saw the rollback land: when it died before sending, only try 2 sent it (after verifying again)
-    assert verdicts == ([bad, bad] if kill_point == "before the rollback is sent" and store is None else [bad])
+    # verify runs again on a retry only where try 1 left nothing saying it had judged the revision
+    again = kill_point in VERIFIED_AGAIN or (kill_point in VERIFIED_AGAIN_WITHOUT_STORE and store is None)
+    tries_verified = 2 if again else 1
+    assert verdicts == [bad] * tries_verified
     ti = context["ti"]
     assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (bad, good)
     assert ti.xcoms["previous_source_revision_config"] == {"image_uri": OLD_IMAGE}
     assert context["outlet_events"]._dict == {}  # no asset event: nothing landed
     if store is not None:
         assert store.data[TASK_STATE_KEY]["rollback"]["phase"] == "sent"
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+def test_a_retry_after_dying_in_the_bake_verifies_and_bakes_again_then_rolls_back_once(
+    emulator: Callable[..., EmulatorServer], with_store: bool
+) -> None:
+    """Try 1's worker dies while its bake is deferred; try 2 reattaches, verifies and bakes again; the revision
+    leaves READY during that bake: one rollback, and the task fails rolled back."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    passed: list[str] = []
+
+    def task() -> PatchDeploymentOperator:
+        return patch_task(
+            before["id"], [], verify=lambda d: passed.append(str(d.active_revision_id)) or True, bake_seconds=60
+        )
+
+    def leave_ready_in_the_bake(trigger: Any) -> None:
+        if isinstance(trigger, DeploymentBakeTrigger):
+            state.set_status(before["id"], "AWAITING_DATABASE")
+        elif state.find_deployment(NAME)["status"] == "AWAITING_DATABASE":
+            state.set_status(before["id"], "READY")
+
+    first = run_try(task, context_for(1, store, run_started), server, stop_before="execute_bake_complete")
+    assert first is None
+    bad = state.find_deployment(NAME)["latest_revision_id"]
+    context = context_for(2, store, run_started)
+    second = run_try(task, context, server, before_trigger=leave_ready_in_the_bake)
+
+    assert isinstance(second, AirflowFailException), second
+    assert "left READY during the bake" in str(second)
+    assert f"rolled back to revision {before['active_revision_id']} (" in str(second)
+    assert passed == [bad, bad]  # verified in both tries
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2
+    assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
+    assert after["active_revision_id"] == after["revisions"][-1]["id"] != bad
+    assert after["source_revision_config"]["image_uri"] == OLD_IMAGE and after["status"] == "READY"
+    assert context["outlet_events"]._dict == {}
 
 
 def test_without_a_store_a_rollback_someone_else_followed_fails_loudly_without_patching(
