@@ -897,7 +897,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         kwargs); a task with ``verify`` or a bake that gets neither fails instead of declaring the revision
         landed unjudged.
         """
-        landing = resumed_value("landing", landing, event)
+        landing = resumed_value("landing", landing, event) or self._recorded_landing(context, event)
         live = super().execute_complete(context, event)
         try:
             if self._judges_live():
@@ -905,6 +905,25 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             return self._judge_live(context, live, landing)
         finally:
             self.close_hook()
+
+    def _recorded_landing(self, context: Context, event: Any) -> dict[str, Any] | None:
+        """The landing of this task's ``task_state_store`` record, when it is the one of the revision ``event``
+        is about (a resume that got the landing neither in its kwargs nor in the trigger's event: a trigger
+        serialized by an earlier provider version); ``None`` otherwise."""
+        store = context.get("task_state_store")
+        if not self._judges_live() or store is None or not isinstance(event, dict):
+            return None
+        try:
+            record = store.get(TASK_STATE_KEY)
+        except Exception as err:  # the store is a fallback here
+            self.log.warning("Could not read task_state_store (%s)", err)
+            return None
+        if not isinstance(record, dict) or record.get("deployment_id") != event.get("deployment_id"):
+            return None
+        if record.get("revision_id") != event.get("revision_id"):
+            return None
+        self.log.info("Resumed without the landing in the kwargs or the event: taking it from task_state_store")
+        return self._landing_of(record)
 
     def _judges_live(self) -> bool:
         """Whether a live revision is judged (``verify`` or a bake) before it counts as landed."""
@@ -958,7 +977,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         try:
             if not isinstance(event, dict):
                 raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
-            landing = self._checked_landing(resumed_value("landing", landing, event), event, "execute_bake_complete")
+            landing = self._checked_landing(
+                resumed_value("landing", landing, event) or self._recorded_landing(context, event),
+                event,
+                "execute_bake_complete",
+            )
             message = str(event.get("message", ""))
             if event.get("status") == "baked":
                 self.log.info("%s", message)

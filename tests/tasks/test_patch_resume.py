@@ -17,7 +17,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
 from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
-from tests.tasks.conftest import SECRET, FakeTI, deployment_named, make_context, run_trigger, scan_for_secret
+from tests.tasks.conftest import (
+    SECRET,
+    FakeStore,
+    FakeTI,
+    deployment_named,
+    make_context,
+    run_trigger,
+    scan_for_secret,
+)
 
 DOCKER = "checkout-api-staging"  # internal_docker, image registry.example.com/acme/checkout-api:0.4.0
 OLD_IMAGE = "registry.example.com/acme/checkout-api:0.4.0"
@@ -196,6 +204,21 @@ def test_a_resume_without_the_landing_fails_instead_of_skipping_verify(emulator:
         )
     assert not isinstance(raised.value, AirflowFailException)  # a retry reattaches and judges the revision
     assert "not declared landed" in str(raised.value) and seen == []
+
+
+def test_a_resume_without_the_landing_takes_it_from_task_state_store(emulator: Any) -> None:
+    """A trigger serialized without the carry (an earlier provider version) resumes with neither: the task's
+    own record of the patch says what to judge, and verify runs."""
+    dep = deployment_named(emulator, DOCKER)
+    store, seen = FakeStore(), []
+    ti = FakeTI()
+    with pytest.raises(TaskDeferred):
+        patch_op(dep["id"], verify=lambda d: False).execute(make_context(ti, store))
+    emulator.state.advance(3.5)
+    task = patch_op(dep["id"], verify=lambda d: seen.append(d.active_revision_id) or False)
+    with pytest.raises(AirflowFailException, match="went live but verify returned False; not rolling back"):
+        task.execute_complete(make_context(FakeTI(), store), event_without_carry(emulator, dep["id"]))
+    assert seen == [ti.xcoms["revision_id"]]
 
 
 def test_a_bake_resume_without_the_landing_fails(emulator: Any) -> None:
