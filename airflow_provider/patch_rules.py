@@ -19,7 +19,10 @@ The ResourceSpec bounds and integer fields are the request models' (:class:`~air
 ResourceSpecPatch`): refused when the patch is built, before the deployment is read.
 
 A partial ``resource_spec`` would replace the whole one in production; :func:`merge_resource_spec`
-completes it from the deployment's current one.
+completes it from the deployment's current one. A ``*_limit`` below its request is never sent: given so
+by the user it is refused before any request (:func:`limits_below_requests`); kept from the current spec
+(where production had set it to twice the old request) it is left out, so the service sets it to twice
+the new request again.
 """
 
 from __future__ import annotations
@@ -54,6 +57,65 @@ TAG_PREFIX = "refs/tags/"
 
 RESOURCE_SPEC_MODES = ("merge", "replace")
 """How a patch's ``resource_spec`` is sent: completed from the current one, or as given."""
+
+_RESOURCE_PREFIXES = ("", "queue_", "orchestrator_", "executor_", "redis_", "db_")
+LIMIT_OF: dict[str, str] = {
+    **{f"{prefix}cpu": f"{prefix}cpu_limit" for prefix in _RESOURCE_PREFIXES},
+    **{f"{prefix}memory_mb": f"{prefix}memory_limit_mb" for prefix in _RESOURCE_PREFIXES},
+}
+"""Each ``resource_spec`` request field and its limit (``cpu`` -> ``cpu_limit``); production sets an unset
+limit to twice its request, and Kubernetes refuses a limit below its request."""
+
+
+@dataclass(frozen=True)
+class LimitBelowRequest:
+    """A ``*_limit`` below its request in a resource spec.
+
+    :param request: the request field (``cpu``).
+    :param limit: its limit field (``cpu_limit``).
+    :param request_value: the request.
+    :param limit_value: the limit.
+    """
+
+    request: str
+    limit: str
+    request_value: float
+    limit_value: float
+
+    def __str__(self) -> str:
+        return (
+            f"source_config.resource_spec.{self.limit}={self.limit_value:g} is below "
+            f"source_config.resource_spec.{self.request}={self.request_value:g}"
+        )
+
+
+def limits_below_requests(spec: Any) -> list[LimitBelowRequest]:
+    """Every ``*_limit`` of ``spec`` set below its request (both set, numbers); empty when none.
+
+    :param spec: a resource spec (model or mapping), e.g. a patch's ``source_config.resource_spec``.
+    """
+    if spec is None:
+        return []
+    values = spec.model_dump(exclude_none=True) if isinstance(spec, pydantic.BaseModel) else dict(spec)
+    found = []
+    for request, limit in LIMIT_OF.items():
+        wanted, capped = _number(values.get(request)), _number(values.get(limit))
+        if wanted is not None and capped is not None and capped < wanted:
+            found.append(LimitBelowRequest(request, limit, wanted, capped))
+    return found
+
+
+def describe_limits_below_requests(found: Sequence[LimitBelowRequest]) -> str:
+    """One message for limits given below their requests (refused before sending)."""
+    return (
+        "; ".join(str(item) for item in found)
+        + ": a limit must be at least its request (Kubernetes refuses a request above its limit); raise the "
+        "limit, or leave it out and the service sets it to twice the request"
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -218,11 +280,14 @@ class MergedSpec:
     :param request: the patch to send.
     :param kept: fields taken from the deployment's current ``resource_spec``.
     :param left_out: fields of the current spec a request cannot carry (unknown to this provider).
+    :param dropped: limits of the current spec not kept because they are below the patch's new request (the
+        service sets an unset limit to twice its request), each as ``cpu_limit=2 (below the new cpu=4)``.
     """
 
     request: PatchDeploymentRequest
     kept: tuple[str, ...] = ()
     left_out: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
 
 
 def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment) -> MergedSpec:
@@ -230,9 +295,12 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
 
     Production replaces the whole ``resource_spec`` with the one a patch sends; this keeps every field
     the patch does not mention. Fields are merged one level deep: a field the patch gives (``labels``,
-    ``sidecars``...) is sent as given; one it sets to ``None`` explicitly is removed. Raises
-    ``ValueError`` naming the field when a value kept from the current spec is one a request may not
-    carry (a fraction where an integer is required, a bound exceeded).
+    ``sidecars``...) is sent as given; one it sets to ``None`` explicitly is removed. A limit of the current
+    spec below the patch's new request (``cpu_limit`` 2 for a new ``cpu`` 4: production had set it to twice
+    the old request) is not kept (listed in ``dropped``): the service sets it to twice the new request.
+    Raises ``ValueError`` naming the field when a value kept from the current spec is one a request may not
+    carry (a fraction where an integer is required, a bound exceeded), and naming both fields when a limit
+    the patch gives is below the request it keeps or gives.
 
     :param request: the patch as the user gave it.
     :param deployment: the deployment as read just before.
@@ -249,6 +317,21 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
     left_out = tuple(sorted(name for name in have if name not in known))
     merged: dict[str, Any] = {name: have[name] for name in kept}
     merged.update({name: value for name, value in explicit.items() if value is not None})
+    dropped = []
+    for below in limits_below_requests(merged):
+        if below.limit in kept and below.request in explicit:
+            del merged[below.limit]
+            dropped.append(
+                f"{below.limit}={below.limit_value:g} (below the new {below.request}={below.request_value:g})"
+            )
+        else:
+            origin = "kept from the deployment's current resource_spec" if below.request in kept else "given"
+            raise ValueError(
+                f"{below} ({below.request} {origin}): a limit must be at least its request (Kubernetes refuses a "
+                f"request above its limit); raise {below.limit}, or leave it out and the service sets it to twice "
+                f"{below.request}"
+            )
+    kept = tuple(name for name in kept if name in merged)
     try:
         spec = ResourceSpecPatch.model_validate(merged)
     except pydantic.ValidationError as err:
@@ -267,7 +350,7 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
             + "; give the field in the patch, or pass resource_spec_mode='replace' to send the resource_spec as given"
         ) from None
     merged_config = config.model_copy(update={"resource_spec": spec})
-    return MergedSpec(request.model_copy(update={"source_config": merged_config}), kept, left_out)
+    return MergedSpec(request.model_copy(update={"source_config": merged_config}), kept, left_out, tuple(dropped))
 
 
 def discouraged_fields(request: PatchDeploymentRequest) -> list[str]:
@@ -286,12 +369,16 @@ def describe_refusals(found: Sequence[Refusal], deployment: Deployment) -> str:
 
 __all__ = [
     "FIXED_FIELDS",
+    "LIMIT_OF",
     "RESOURCE_SPEC_MODES",
     "REVISION_FIELD_SOURCES",
+    "LimitBelowRequest",
     "MergedSpec",
     "Refusal",
+    "describe_limits_below_requests",
     "describe_refusals",
     "discouraged_fields",
+    "limits_below_requests",
     "merge_resource_spec",
     "refusals",
     "unchanged_fixed_fields",

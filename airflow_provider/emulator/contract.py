@@ -24,7 +24,11 @@ ignored when sent.
 
 Responses (see :func:`render_resource_spec`): integer fields are sent as JSON integers (never
 ``512.0``) and CPU amounts are rounded to the millicore (3 decimals, half to even, as Python's
-``round``). With ``default_limits``, a ``*_limit`` left unset defaults to twice its request.
+``round``). With ``default_limits``, a ``*_limit`` left unset defaults to twice its request (and is echoed).
+
+A resource spec whose ``*_limit`` ends below its request (after that default) is refused with a 422
+``value_error`` located at the limit (:func:`limits_below_requests`), as Kubernetes refuses a container
+whose request exceeds its limit.
 """
 
 from __future__ import annotations
@@ -344,3 +348,23 @@ def render_resource_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             rounded = round(float(value), CPU_DECIMALS)
             rendered[name] = int(rounded) if rounded.is_integer() and isinstance(value, int) else rounded
     return rendered
+
+
+def limits_below_requests(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """FastAPI-style 422 errors for each ``*_limit`` of a stored resource spec below its request (empty: none).
+
+    :param spec: the resource spec as it would be stored (limits defaulted).
+    """
+    errors = []
+    for request, limit in LIMIT_OF.items():
+        wanted, capped = spec.get(request), spec.get(limit)
+        if isinstance(wanted, (int, float)) and isinstance(capped, (int, float)) and capped < wanted:
+            errors.append(
+                {
+                    "type": "value_error",
+                    "loc": ["body", "source_config", "resource_spec", limit],
+                    "msg": f"Value error, {limit} ({capped}) must be at least {request} ({wanted})",
+                    "input": capped,
+                }
+            )
+    return errors

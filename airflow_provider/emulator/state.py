@@ -7,8 +7,8 @@ Switches (constructor arguments, changeable at run time with :meth:`EmulatorStat
 
 * ``resource_spec_mode``: ``"replace"`` (default, production): a PATCH with a non-null
   ``source_config.resource_spec`` creates a revision and replaces the whole spec (unset ``*_limit`` fields
-  default to twice their request); ``"merge"`` (the older reading of the spec): the spec merges field by
-  field and creates no revision.
+  default to twice their request; a limit below its request is refused with 422); ``"merge"`` (the older
+  reading of the spec): the spec merges field by field and creates no revision.
 * ``redeploy_mode``: ``"new_revision"`` (default): ``POST .../redeploy`` creates a revision copying the old
   one; ``"in_place"``: it creates none, the old revision itself is deployed again and becomes active while
   the newer one stays the latest (production does not document which it does).
@@ -49,7 +49,7 @@ from airflow_provider.models import (
 )
 
 from .clock import Clock
-from .contract import PatchBody, PatchInvalid, parse_patch, stored_resource_spec
+from .contract import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
 from .faults import ChaosSettings, FaultBook, FaultRule, RequestRecord
 from .health import APPS_PREFIX, UnhealthyRule, app_answer
 from .merge import known_dump, merge_model
@@ -508,6 +508,9 @@ class EmulatorState:
                 merged = {**stored.get("resource_spec", {})}
                 merged.update(stored_resource_spec(patch.resource_spec, default_limits=False))
                 stored["resource_spec"] = merged
+            below = limits_below_requests(stored["resource_spec"])
+            if below:  # Kubernetes refuses a request above its limit: nothing is applied
+                raise EmulatorError(422, below)
         return SourceConfig.model_validate(stored)
 
     @_locked

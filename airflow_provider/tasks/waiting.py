@@ -178,6 +178,21 @@ def rollout_event_result(event: dict[str, Any] | None, task_log: logging.Logger 
     raise AirflowException(message)
 
 
+def resumed_value(name: str, given: Any, event: Any) -> Any:
+    """A value a deferring task handed to its resume method: ``given`` (the ``kwargs`` Airflow's triggerer
+    merges back), else the one the trigger carried back in ``event["carry"]`` (``dag.test()`` in Airflow 3.3
+    drops the ``kwargs``), else ``None``: the caller decides whether it can go on without it.
+
+    :param name: the keyword given to ``defer(kwargs=...)`` and to the trigger's ``carry``.
+    :param given: the value the resume method received for it.
+    :param event: the trigger's event payload.
+    """
+    if given is not None:
+        return given
+    carried = event.get("carry") if isinstance(event, dict) else None
+    return carried.get(name) if isinstance(carried, dict) else None
+
+
 class WaitingTask(Protocol):
     """A task that waits for rollouts: the settings :func:`defer_until_live` reads from it."""
 
@@ -219,6 +234,9 @@ def defer_until_live(
     wherever it resumes; the triggerer's own timeout is only a safety net beyond it. The task resumes in
     its ``execute_complete``. Who logs what: the task logs its own looks, the trigger only the states that
     follow the last one the task logged, and the resumed task the outcome.
+
+    ``dag.test()`` in Airflow 3.3 resumes a task with ``event`` only: give what the resume needs as
+    ``carry`` too (the same dict as ``kwargs`` will do) and read it with :func:`resumed_value`.
 
     :param task: the deferring task.
     :param check: the rollout being waited for.
@@ -326,7 +344,8 @@ def defer_bake(
     :param revision_id: the live revision.
     :param seconds: the bake period; the trigger's deadline is wall-clock.
     :param method_name: the task method to resume in.
-    :param kwargs: JSON values passed on to ``method_name``.
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret), also carried back in the
+        trigger's event (``event["carry"]``; see :func:`defer_until_live`).
     """
     task.defer(
         trigger=DeploymentBakeTrigger(
@@ -335,6 +354,7 @@ def defer_bake(
             hook_params=hook.hook_params,
             poll_interval=task.poll_interval,
             deadline=time.time() + seconds,
+            carry=kwargs or None,
         ),
         method_name=method_name,
         kwargs=kwargs,

@@ -565,14 +565,17 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
 
     Looks every ``poll_interval`` seconds (one list request) until the wall-clock ``deadline``, then once
     more. Yields one event: ``{"status": "baked" | "left" | "error", "message": ..., "deployment_id": ...,
-    "revision_id": ..., "deployment": <redacted deployment JSON or None>}``: ``left`` as soon as another
-    revision is active or the status is not ``READY``. Transient errors are retried until the deadline.
+    "revision_id": ..., "deployment": <redacted deployment JSON or None>}`` (plus ``"carry"`` when the
+    trigger was given one): ``left`` as soon as another revision is active or the status is not ``READY``.
+    Transient errors are retried until the deadline.
 
     :param deployment_id: the deployment.
     :param revision_id: the revision that must stay live.
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param poll_interval: seconds between two looks.
     :param deadline: wall-clock end of the bake (Unix epoch seconds).
+    :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
+        Airflow 3.3 drops the ``kwargs`` given to ``defer()``).
     """
 
     def __init__(
@@ -582,8 +585,10 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
         hook_params: dict[str, Any],
         poll_interval: float,
         deadline: float,
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.carry = carry
         self.deployment_id = deployment_id
         self.revision_id: str = revision_id
         self.hook_params = dict(hook_params)
@@ -600,6 +605,7 @@ class DeploymentBakeTrigger(_DeploymentEvents, BaseTrigger):
                 "hook_params": dict(self.hook_params),
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
+                **({"carry": self.carry} if self.carry is not None else {}),
             },
         )
 

@@ -135,6 +135,32 @@ def test_container_resources_take_kubernetes_quantity_strings(client: httpx.Clie
     assert response.json()["source_config"]["resource_spec"]["sidecars"][0]["resources"] == sidecar["resources"]
 
 
+@pytest.mark.parametrize(
+    ("spec", "limit"),
+    [
+        ({"cpu": 4, "cpu_limit": 2}, "cpu_limit"),
+        ({"memory_mb": 4096, "memory_limit_mb": 1024}, "memory_limit_mb"),
+        ({"redis_cpu": 1, "redis_cpu_limit": 0.5}, "redis_cpu_limit"),
+    ],
+)
+def test_a_limit_below_its_request_is_422_at_the_limit(client: httpx.Client, spec: dict[str, Any], limit: str) -> None:
+    """Kubernetes refuses a container whose request exceeds its limit; production answers before applying."""
+    target = named(client, EXTERNAL)
+    response = patch(client, target, spec_patch(**spec))
+    assert error_locs(response) == [["body", "source_config", "resource_spec", limit]]
+    assert "must be at least" in response.json()["detail"][0]["msg"]
+    assert named(client, EXTERNAL) == target  # nothing applied, no revision
+
+
+def test_an_unset_limit_is_twice_the_new_request_and_echoed(client: httpx.Client) -> None:
+    target = named(client, EXTERNAL)
+    patch(client, target, spec_patch(cpu=1, memory_mb=512))
+    shown = named(client, EXTERNAL)["source_config"]["resource_spec"]
+    assert (shown["cpu_limit"], shown["memory_limit_mb"]) == (2, 1024)
+    after = patch(client, target, spec_patch(cpu=4, memory_mb=4096)).json()["source_config"]["resource_spec"]
+    assert (after["cpu_limit"], after["memory_limit_mb"]) == (8, 8192)
+
+
 def test_merge_mode_keeps_the_old_reading(
     deployment_service_emulator_factory: Callable[..., EmulatorServer], make_client: Callable[..., httpx.Client]
 ) -> None:

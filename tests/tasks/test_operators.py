@@ -146,6 +146,7 @@ def test_patch_returns_deployment_and_pushes_xcoms(emulator: Any) -> None:
         "previous_source_revision_config": {
             name: value for name, value in dep["source_revision_config"].items() if value is not None
         },
+        "previous_resource_spec": {},  # the whole resource_spec before the patch (this deployment has none)
     }
     assert emulator.state.count(PATCH_ROUTE) == 1
 

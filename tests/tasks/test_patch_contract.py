@@ -107,6 +107,63 @@ def test_a_resource_spec_patch_whose_answer_is_lost_is_not_applied_twice(
     assert ti.xcoms["revision_id"] == ("" if new_revisions == 0 else revisions_of(emulator, dep["id"])[-1])
 
 
+# ------------------------------------------------------------------------------ limits under merge
+def at_cpu_1_and_512_mb(emulator: Any) -> dict[str, Any]:
+    """Put the external deployment at cpu 1 / memory 512 with the limits production defaults (2 / 1024)."""
+    dep = deployment_named(emulator, EXTERNAL)
+    whole = {**dep["source_config"]["resource_spec"], "cpu": 1, "memory_mb": 512}
+    emulator.state.patch_deployment(dep["id"], {"source_config": {"resource_spec": whole}})
+    emulator.state.advance(5)
+    spec = spec_of(emulator, EXTERNAL)
+    assert (spec["cpu"], spec["cpu_limit"], spec["memory_mb"], spec["memory_limit_mb"]) == (1, 2, 512, 1024)
+    return deployment_named(emulator, EXTERNAL)
+
+
+def test_merge_leaves_out_a_kept_limit_below_the_new_request(emulator: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """The issue's case: {cpu: 4, memory_mb: 4096} on cpu 1 / cpu_limit 2, memory 512 / 1024. The old limits
+    (production's defaults for the old requests) are not re-sent, so the service defaults them again."""
+    dep = at_cpu_1_and_512_mb(emulator)
+    ti = FakeTI()
+    patch_op(dep["id"], source_config={"resource_spec": {"cpu": 4, "memory_mb": 4096}}).execute(make_context(ti))
+    spec = spec_of(emulator, EXTERNAL)
+    assert (spec["cpu"], spec["cpu_limit"], spec["memory_mb"], spec["memory_limit_mb"]) == (4, 8, 4096, 8192)
+    assert (spec["max_scale"], spec["db_storage_gi"]) == (6, 20)  # the rest is still kept
+    assert emulator.state.count(PATCH_ROUTE) == 1  # the task sent one PATCH (the set-up went to the state)
+    assert revisions_of(emulator, dep["id"])[-1] == ti.xcoms["revision_id"] != dep["latest_revision_id"]
+    out = capfd.readouterr().out
+    assert "Not keeping cpu_limit=2 (below the new cpu=4), memory_limit_mb=1024 (below the new memory_mb=4096)" in out
+
+
+def test_merge_keeps_a_limit_still_above_the_new_request(emulator: Any) -> None:
+    dep = at_cpu_1_and_512_mb(emulator)
+    patch_op(dep["id"], source_config={"resource_spec": {"cpu": 1.5}}).execute(make_context())
+    spec = spec_of(emulator, EXTERNAL)
+    assert (spec["cpu"], spec["cpu_limit"], spec["memory_limit_mb"]) == (1.5, 2, 1024)
+
+
+@pytest.mark.parametrize("mode", ["merge", "replace"])
+def test_a_limit_given_below_the_request_given_is_refused_before_sending(emulator: Any, mode: str) -> None:
+    dep = deployment_named(emulator, EXTERNAL)
+    spec = {"cpu": 4, "cpu_limit": 2}
+    task = patch_op(dep["id"], source_config={"resource_spec": spec}, resource_spec_mode=mode)
+    with pytest.raises(
+        AirflowFailException,
+        match=r"source_config\.resource_spec\.cpu_limit=2 is below source_config\.resource_spec\.cpu=4",
+    ):
+        task.execute(make_context())
+    assert emulator.state.counters == {}  # nothing read, nothing sent
+    assert spec_of(emulator, EXTERNAL) == dict(dep["source_config"]["resource_spec"])
+
+
+def test_a_limit_given_below_the_request_kept_is_refused_naming_both(emulator: Any) -> None:
+    dep = at_cpu_1_and_512_mb(emulator)
+    patches = emulator.state.count(PATCH_ROUTE)
+    with pytest.raises(AirflowFailException, match=r"memory_limit_mb=256 is below .*memory_mb=512 \(memory_mb kept"):
+        patch_op(dep["id"], source_config={"resource_spec": {"memory_limit_mb": 256}}).execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == patches
+    assert spec_of(emulator, EXTERNAL)["memory_limit_mb"] == 1024
+
+
 # ----------------------------------------------------------------------------- rules, before sending
 OTHER_UUID = "0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
 

@@ -1,0 +1,351 @@
+"""The patch task's automatic rollback across a dead worker (issue 22, item 5).
+
+Try 1 patches, its verify fails, it rolls back, and its worker dies at one point of that rollback; try 2 is
+a fresh operator (as Airflow retries it) with the same ``task_state_store``, or with none (Airflow < 3.3).
+Every retry must end true: one revision for the patch and one for the rollback (never a second of either),
+the previous build serving again, and a failure saying so; never the bad patch re-applied, never success.
+Deferrable runs resume with the ``defer()`` kwargs merged, as the triggerer does. Assertions are on the
+emulator's real state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.execution_time.context import OutletEventAccessors
+
+from airflow_provider.emulator.server import EmulatorServer
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment, PatchDeploymentRequest
+from airflow_provider.operators.deployment_service import TASK_STATE_KEY, PatchDeploymentOperator
+from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger
+from tests.reliability.support import CONN_ENV, FAST_RETRY_EXTRAS, OPERATOR_SECRET, PATCH_ROUTE, connection_json
+from tests.tasks.conftest import FakeStore, FakeTI, run_trigger
+
+NAME = "checkout-api-staging"  # internal_docker, image registry.example.com/acme/checkout-api:0.4.0
+OLD_IMAGE = "registry.example.com/acme/checkout-api:0.4.0"
+BAD_IMAGE = "registry.example.com/acme/checkout-api:6.6.6"
+REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"
+LIVE = 3.5
+"""Seconds of emulated time after which a revision made now serves (build 2 s, ready 1 s)."""
+
+
+class WorkerKilled(BaseException):
+    """Stands for the worker dying (OOM kill, node loss): not an ``Exception``, so nothing catches it."""
+
+
+@pytest.fixture
+def emulator(
+    deployment_service_emulator_factory: Callable[..., EmulatorServer], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., EmulatorServer]:
+    def start(**options: Any) -> EmulatorServer:
+        server = deployment_service_emulator_factory(**options)
+        monkeypatch.setenv(CONN_ENV, connection_json(server.base_url, server.api_key, **FAST_RETRY_EXTRAS))
+        return server
+
+    return start
+
+
+def patch_task(deployment_id: str, verdicts: list[str], **kwargs: Any) -> PatchDeploymentOperator:
+    """The patch every try runs: a bad image whose verify fails (each call recorded in ``verdicts``)."""
+
+    def verify(deployment: Deployment) -> bool:
+        verdicts.append(str(deployment.active_revision_id))
+        if DIE_IN_VERIFY in verdicts:
+            verdicts.remove(DIE_IN_VERIFY)
+            raise WorkerKilled("worker killed while verify ran")
+        return False
+
+    options: dict[str, Any] = {
+        "task_id": "patch",
+        "image_uri": BAD_IMAGE,
+        "secrets": {"TOKEN": OPERATOR_SECRET},
+        "wait_for_rollout": True,
+        "verify": verify,
+        "rollback_on_failure": True,
+        "deferrable": True,
+        "poll_interval": 0.05,
+        "timeout": 30,
+        **kwargs,
+    }
+    return PatchDeploymentOperator(deployment_id=deployment_id, **options)
+
+
+def context_for(try_number: int, store: FakeStore | None, run_started: datetime) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "ti": FakeTI(try_number=try_number),
+        "dag_run": SimpleNamespace(start_date=run_started),
+        "outlet_events": OutletEventAccessors(),
+    }
+    if store is not None:
+        context["task_state_store"] = store
+    return context
+
+
+def run_try(
+    make_task: Callable[[], PatchDeploymentOperator],
+    context: dict[str, Any],
+    emulator: EmulatorServer,
+    *,
+    stop_before: str | None = None,
+    before_trigger: Callable[[Any], None] | None = None,
+) -> BaseException | dict[str, Any] | None:
+    """One try to its end (deferrals resumed on fresh operators, kwargs merged, the emulated builds let
+    finish before each trigger): its result, the exception it ended with, or ``None`` when it was left
+    deferred before resuming ``stop_before`` (the worker and the triggerer died)."""
+    try:
+        return make_task().execute(context)
+    except TaskDeferred as deferred:
+        pending = deferred
+    except (Exception, WorkerKilled) as err:
+        return err
+    while True:
+        if pending.method_name == stop_before:
+            return None
+        emulator.state.advance(LIVE)
+        if before_trigger is not None:
+            before_trigger(pending.trigger)
+        _path, kwargs = pending.trigger.serialize()
+        event = run_trigger(type(pending.trigger)(**json.loads(json.dumps(kwargs))))
+        try:
+            return getattr(make_task(), pending.method_name)(context, event, **(pending.kwargs or {}))
+        except TaskDeferred as deferred:
+            pending = deferred
+        except (Exception, WorkerKilled) as err:
+            return err
+
+
+DIE_IN_VERIFY = "die in verify"
+"""Put in ``verdicts`` to make the next verify call kill the worker (after recording the call)."""
+
+
+@pytest.fixture
+def kill_in(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
+    """``kill(method, when)``: the worker dies in the next call of the hook's ``method`` (``patch_deployment``,
+    ``redeploy_revision``), ``"before"`` it is sent or ``"after"`` the service processed it (before the task
+    hears back)."""
+
+    def arm(method: str, when: str) -> None:
+        original = getattr(DeploymentServiceHook, method)
+        armed = [when]
+
+        def dying(hook: DeploymentServiceHook, *args: Any, **kwargs: Any) -> Deployment:
+            if armed == ["before"]:
+                armed.clear()
+                raise WorkerKilled(f"worker killed before {method} was sent")
+            result: Deployment = original(hook, *args, **kwargs)
+            if armed == ["after"]:
+                armed.clear()
+                raise WorkerKilled(f"worker killed after {method} reached the service")
+            return result
+
+        monkeypatch.setattr(DeploymentServiceHook, method, dying)
+
+    return arm
+
+
+@pytest.fixture
+def kill_redeploy(kill_in: Callable[[str, str], None]) -> Callable[[str], None]:
+    """``kill(when)``: the worker dies in the next redeploy (see :func:`kill_in`)."""
+    return lambda when: kill_in("redeploy_revision", when)
+
+
+KILL_POINTS: dict[str, tuple[tuple[str, str] | None, str | None, bool]] = {
+    # name: ((hook method, before/after) to die in, resume method the try is left deferred before, die in verify)
+    "after the patch reached the service": (("patch_deployment", "after"), None, False),
+    "deferred, waiting for the patch's revision": (None, "execute_complete", False),
+    "while verify ran": (None, None, True),
+    "before the rollback is sent": (("redeploy_revision", "before"), None, False),
+    "after the rollback reached the service": (("redeploy_revision", "after"), None, False),
+    "deferred, waiting for the rollback": (None, "execute_rollback_complete", False),
+}
+NOT_JUDGED_IN_TRY_1 = {"after the patch reached the service", "deferred, waiting for the patch's revision"}
+"""Kill points before verify ran in try 1."""
+VERIFIED_AGAIN = {"while verify ran"}
+"""Kill points whose retry runs verify again (always: try 1 never finished judging the revision)."""
+VERIFIED_AGAIN_WITHOUT_STORE = {"before the rollback is sent"}
+"""Kill points whose retry runs verify again without a store (nothing says a rollback was about to go out)."""
+
+
+@pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize("kill_point", list(KILL_POINTS))
+def test_a_retry_after_the_automatic_rollback_ends_rolled_back_with_one_rollback(
+    emulator: Callable[..., EmulatorServer],
+    kill_in: Callable[[str, str], None],
+    kill_point: str,
+    with_store: bool,
+    redeploy_mode: str,
+) -> None:
+    """``redeploy_mode="in_place"``: a redeploy that makes no revision (production does not say which)."""
+    server = emulator(redeploy_mode=redeploy_mode)
+    state = server.state
+    before = state.find_deployment(NAME)
+    good, revisions_before = before["active_revision_id"], len(before["revisions"])
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    verdicts: list[str] = []
+    kill, stop_before, in_verify = KILL_POINTS[kill_point]
+    if kill is not None:
+        kill_in(*kill)
+    if in_verify:
+        verdicts.append(DIE_IN_VERIFY)
+
+    first = run_try(
+        lambda: patch_task(before["id"], verdicts), context_for(1, store, run_started), server, stop_before=stop_before
+    )
+    assert first is None or isinstance(first, WorkerKilled), first
+    bad = state.find_deployment(NAME)["revisions"][revisions_before]["id"]
+    judged_in_try_1 = kill_point not in NOT_JUDGED_IN_TRY_1
+    assert verdicts == ([bad] if judged_in_try_1 else [])
+    if store is not None and "rollback" in kill_point:
+        recorded = store.data[TASK_STATE_KEY]["rollback"]  # recorded before it was sent
+        assert (recorded["rolled_back_from"], recorded["to_revision_id"]) == (bad, good)
+        assert recorded["phase"] == ("sent" if kill_point == "deferred, waiting for the rollback" else "sending")
+
+    context = context_for(2, store, run_started)
+    second = run_try(lambda: patch_task(before["id"], verdicts), context, server)
+
+    after = state.find_deployment(NAME)
+    made = 2 if redeploy_mode == "new_revision" else 1  # the patch's revision, and the rollback's if it makes one
+    assert len(after["revisions"]) == revisions_before + made, f"a second patch or rollback, or none: {second!r}"
+    assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
+    restored = after["revisions"][-1] if redeploy_mode == "new_revision" else before["revisions"][-1]
+    assert after["active_revision_id"] == restored["id"] != bad
+    assert after["latest_revision_id"] == (restored["id"] if redeploy_mode == "new_revision" else bad)
+    assert after["status"] == "READY" and after["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"revision {bad} went live but" in message
+    assert f"rolled back to revision {good} (" in message and f"as revision {restored['id']}" in message
+    assert "secrets TOKEN (the rollback cannot restore secret values" in message
+    assert OPERATOR_SECRET not in message
+    # verify runs again on a retry only where try 1 left nothing saying it had judged the revision
+    again = kill_point in VERIFIED_AGAIN or (kill_point in VERIFIED_AGAIN_WITHOUT_STORE and store is None)
+    tries_verified = 2 if again else 1
+    assert verdicts == [bad] * tries_verified
+    ti = context["ti"]
+    assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (bad, good)
+    assert ti.xcoms["previous_source_revision_config"] == {"image_uri": OLD_IMAGE}
+    assert context["outlet_events"]._dict == {}  # no asset event: nothing landed
+    if store is not None:
+        assert store.data[TASK_STATE_KEY]["rollback"]["phase"] == "sent"
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+def test_a_retry_after_dying_in_the_bake_verifies_and_bakes_again_then_rolls_back_once(
+    emulator: Callable[..., EmulatorServer], with_store: bool
+) -> None:
+    """Try 1's worker dies while its bake is deferred; try 2 reattaches, verifies and bakes again; the revision
+    leaves READY during that bake: one rollback, and the task fails rolled back."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    passed: list[str] = []
+
+    def task() -> PatchDeploymentOperator:
+        return patch_task(
+            before["id"], [], verify=lambda d: passed.append(str(d.active_revision_id)) or True, bake_seconds=60
+        )
+
+    def leave_ready_in_the_bake(trigger: Any) -> None:
+        if isinstance(trigger, DeploymentBakeTrigger):
+            state.set_status(before["id"], "AWAITING_DATABASE")
+        elif state.find_deployment(NAME)["status"] == "AWAITING_DATABASE":
+            state.set_status(before["id"], "READY")
+
+    first = run_try(task, context_for(1, store, run_started), server, stop_before="execute_bake_complete")
+    assert first is None
+    bad = state.find_deployment(NAME)["latest_revision_id"]
+    context = context_for(2, store, run_started)
+    second = run_try(task, context, server, before_trigger=leave_ready_in_the_bake)
+
+    assert isinstance(second, AirflowFailException), second
+    assert "left READY during the bake" in str(second)
+    assert f"rolled back to revision {before['active_revision_id']} (" in str(second)
+    assert passed == [bad, bad]  # verified in both tries
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2
+    assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
+    assert after["active_revision_id"] == after["revisions"][-1]["id"] != bad
+    assert after["source_revision_config"]["image_uri"] == OLD_IMAGE and after["status"] == "READY"
+    assert context["outlet_events"]._dict == {}
+
+
+def test_without_a_store_a_rollback_someone_else_followed_fails_loudly_without_patching(
+    emulator: Callable[..., EmulatorServer], kill_redeploy: Callable[[str], None]
+) -> None:
+    """Try 1 patched and rolled back, then a colleague rolled out: try 2 cannot prove what happened and must
+    neither re-apply the bad patch nor claim anything."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    verdicts: list[str] = []
+    kill_redeploy("after")
+    run_try(lambda: patch_task(before["id"], verdicts), context_for(1, None, run_started), server)
+    colleague = PatchDeploymentRequest.model_validate({"source_revision_config": {"image_uri": "app:colleague"}})
+    state.patch_deployment(before["id"], colleague)
+    state.advance(2 * LIVE)
+    revisions = len(state.find_deployment(NAME)["revisions"])
+
+    second = run_try(lambda: patch_task(before["id"], verdicts), context_for(2, None, run_started), server)
+
+    assert isinstance(second, AirflowFailException), second
+    assert "not patching on this retry" in str(second) and "does not copy the revision before it" in str(second)
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == revisions and state.count(PATCH_ROUTE) == 1
+    assert after["source_revision_config"]["image_uri"] == "app:colleague"
+
+
+def test_without_a_store_or_a_revision_list_a_changed_deployment_fails_loudly(
+    emulator: Callable[..., EmulatorServer], kill_redeploy: Callable[[str], None]
+) -> None:
+    server = emulator(disabled_endpoints=["list_revisions"])
+    state = server.state
+    before = state.find_deployment(NAME)
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    verdicts: list[str] = []
+    kill_redeploy("after")
+    run_try(lambda: patch_task(before["id"], verdicts), context_for(1, None, run_started), server)
+    state.advance(LIVE)
+
+    second = run_try(lambda: patch_task(before["id"], verdicts), context_for(2, None, run_started), server)
+
+    assert isinstance(second, AirflowFailException), second
+    assert "no revision list endpoint" in str(second)
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2 and state.count(PATCH_ROUTE) == 1
+    assert after["source_revision_config"]["image_uri"] == OLD_IMAGE  # the bad patch was not re-applied
+
+
+def test_a_retry_sees_a_recorded_rollback_that_lost_to_a_newer_rollout_and_fails_without_rolling_back(
+    emulator: Callable[..., EmulatorServer], kill_redeploy: Callable[[str], None]
+) -> None:
+    """Recorded before sending, never sent, and meanwhile someone rolled out: rolling back now would undo
+    their rollout; the task fails saying so."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    store = FakeStore()
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    kill_redeploy("before")
+    run_try(lambda: patch_task(before["id"], []), context_for(1, store, run_started), server)
+    colleague = PatchDeploymentRequest.model_validate({"source_revision_config": {"image_uri": "app:colleague"}})
+    newer = state.patch_deployment(before["id"], colleague)["latest_revision_id"]
+    state.advance(LIVE)
+
+    second = run_try(lambda: patch_task(before["id"], []), context_for(2, store, run_started), server)
+
+    assert isinstance(second, AirflowFailException), second
+    assert f"the latest is now {newer}" in str(second) and "Not sending it again" in str(second)
+    assert state.count(REDEPLOY_ROUTE) == 0
+    assert state.find_deployment(NAME)["active_revision_id"] == newer

@@ -1,0 +1,100 @@
+"""``dag.test()`` (and so ``airflow dags test``) runs the patch task's verify and rollback (issue 22, item 1).
+
+Airflow 3.3's ``dag.test()`` runs triggers inline and resumes a deferred task with ``{"event": payload}``
+only: the kwargs given to ``defer()`` are dropped. The DAG below is the issue's reproduction; the test
+asserts the run's verdict, that verify ran, what the emulator serves at the end and that no ``rolled_out``
+asset event was recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider.assets import deployment_asset_uri
+from tests.dag_runs import example_emulator
+
+DEFERRED_VERIFY_DAG = """
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+
+
+def verify(deployment):
+    Path({marker!r}).write_text(str(deployment.active_revision_id))
+    return False
+
+
+with DAG("deferred_verify_rollback", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    PatchDeploymentOperator(
+        task_id="patch",
+        deployment_id="{deployment_id}",
+        image_uri="registry.example.com/acme/checkout-api:9.9.9",
+        wait_for_rollout=True,
+        deferrable=True,
+        verify=verify,
+        rollback_on_failure=True,
+        poll_interval=0.2,
+        timeout=60,
+        retries=0,
+    )
+"""
+
+
+@pytest.fixture
+def emulator(
+    airflow_db: str, deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    return example_emulator(deployment_service_emulator_factory, monkeypatch)
+
+
+def asset_events_of(deployment_id: str) -> list[dict[str, Any]]:
+    """The ``extra`` of every asset event Airflow recorded on the deployment's asset."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetModel.uri == deployment_asset_uri(deployment_id))
+        )
+        return [dict(event.extra or {}) for event in session.scalars(query)]
+
+
+def test_dag_test_runs_verify_and_rolls_back_a_deferred_patch(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_logs: Callable[[], str]
+) -> None:
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    before = emulator.admin.find_deployment("checkout-api-staging")
+    marker = tmp_path / "verify-ran"
+    dag_file = tmp_path / "deferred_verify_rollback.py"
+    dag_file.write_text(DEFERRED_VERIFY_DAG.format(deployment_id=before["id"], marker=str(marker)))
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))  # dag.test() runs DAGs of the dags folder
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+
+    run = bag.get_dag("deferred_verify_rollback").test()
+
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert (str(run.state), states) == ("failed", {"patch": "failed"})
+    after = emulator.admin.find_deployment("checkout-api-staging")
+    bad, restored = after["revisions"][-2], after["revisions"][-1]
+    assert len(after["revisions"]) == len(before["revisions"]) + 2  # the patch's revision and the rollback's
+    assert marker.read_text() == bad["id"], "verify did not run on the new revision"
+    assert after["active_revision_id"] == after["latest_revision_id"] == restored["id"]
+    assert after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert [extra for extra in asset_events_of(before["id"]) if extra.get("outcome") == "rolled_out"] == []
+    logs = task_logs()
+    assert f"revision {bad['id']} went live but verify returned False" in logs
+    assert f"rolled back to revision {before['active_revision_id']}" in logs
