@@ -22,6 +22,8 @@ from airflow_provider.rollout import RolloutState, rollout_verdict
 __all__ = [
     "CANARY",
     "FAILURE_OUTCOMES",
+    "QUIET_OUTCOMES",
+    "SUCCESS_OUTCOMES",
     "FleetProgress",
     "FleetRow",
     "Outcome",
@@ -54,14 +56,19 @@ class Outcome:
     the bake, or ``verify`` refused it."""
     ROLLED_BACK = "rolled_back"
     """Failed, then its previous revision was restored (``rollback_on_failure``)."""
+    ROLLED_BACK_WITH_WAVE = "rolled_back_with_wave"
+    """Landed (live for the bake, passed ``verify``), then restored to its previous revision because its
+    wave stopped the rollout (``rollback_on_failure``): not a failure, it does not count against the budget."""
     NOT_PATCHED = "not_patched"
     """Never patched: the rollout stopped before its wave."""
 
 
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK})
-"""Outcomes that count against the failure budget."""
+"""Outcomes that count against the failure budget (a deployment the change broke, restored or not)."""
 SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
 """Outcomes of a deployment now serving what the rollout asked for."""
+QUIET_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED, Outcome.NOT_PATCHED})
+"""Outcomes whose message the log's table leaves out (nothing went wrong there, or nothing was done)."""
 
 CANARY = "canary"
 """Name of the canary wave (the first, when a canary is given)."""
@@ -324,6 +331,11 @@ class FleetProgress:
         return [row for row in self.rows if row.outcome in FAILURE_OUTCOMES]
 
     @property
+    def rolled_back_with_wave(self) -> list[FleetRow]:
+        """Rows that landed and were rolled back because their wave stopped the rollout (not failures)."""
+        return [row for row in self.rows if row.outcome == Outcome.ROLLED_BACK_WITH_WAVE]
+
+    @property
     def budget_exceeded(self) -> bool:
         """Whether more deployments failed than the budget allows."""
         return len(self.failures) > self.allowed_failures
@@ -386,20 +398,21 @@ class FleetProgress:
 
 
 def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
-    """The result table as fixed-width text for the task log (at most ``limit`` rows, failures first).
+    """The result table as fixed-width text for the task log (at most ``limit`` rows, failures first, then
+    the rollbacks; the message of every row that failed or was rolled back).
 
     :param rows: result-table rows.
     :param limit: rows shown; the rest are counted.
     """
-    order = {Outcome.FAILED: 0, Outcome.ROLLED_BACK: 1}
-    shown = sorted(rows, key=lambda row: order.get(row["outcome"], 2))[:limit]
+    order = {Outcome.FAILED: 0, Outcome.ROLLED_BACK: 1, Outcome.ROLLED_BACK_WITH_WAVE: 2}
+    shown = sorted(rows, key=lambda row: order.get(row["outcome"], 3))[:limit]
     columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
     cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in shown]
     widths = [max([len(column), *(len(cell[index]) for cell in cells)]) for index, column in enumerate(columns)]
     lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
     for row, cell in zip(shown, cells, strict=True):
         line = "  ".join(value.ljust(width) for value, width in zip(cell, widths, strict=True))
-        lines.append(line + (f"  {row['message']}" if row["outcome"] in FAILURE_OUTCOMES else ""))
+        lines.append(line + (f"  {row['message']}" if row["outcome"] not in QUIET_OUTCOMES else ""))
     if len(rows) > limit:
         lines.append(f"... and {len(rows) - limit} more (see the returned table)")
     return "\n".join(lines)

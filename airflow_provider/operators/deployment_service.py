@@ -1337,9 +1337,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
-    ``landed``, ``unchanged``, ``failed``, ``rolled_back``, ``not_patched`` (also pushed as the return
-    value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes
-    the counts per outcome under ``fleet_summary``.
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored),
+    ``rolled_back_with_wave`` (landed, then restored because its wave stopped the rollout: not a failure),
+    ``not_patched`` (also pushed as the return value when the task fails, so a summary task with
+    ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures counted against
+    the budget and the budget under ``fleet_summary``. Only ``failed`` and ``rolled_back`` count against
+    ``max_failures``.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
@@ -1388,7 +1391,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         was still rolling out when ``timeout`` ran out (it may yet go live: the rollback queues behind it
         on the service and replaces it once it is done), and,
         when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
-        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table.
+        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table
+        (``rolled_back_with_wave`` for one that had landed).
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -1643,8 +1647,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     save()
                 if self.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
-                    over = progress.budget_exceeded or (wave.name == fleet.CANARY and progress.canary_failed)
-                    fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, save=save, log=self.log)
+                    fleet_tasks.start_rollbacks(
+                        self.hook, wave, stopping=self._stop_reason(progress, wave), save=save, log=self.log
+                    )
                 wave.phase = "rolling_back"
                 save()
             if wave.phase == "rolling_back":
@@ -1666,21 +1671,26 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
                 wave.phase = "done"
                 self._log_wave(progress, index)
-                if wave.name == fleet.CANARY and progress.canary_failed:
-                    failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
-                    progress.stop(
-                        f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
-                        "stops the rollout whatever max_failures allows",
-                        time.time(),
-                    )
-                elif progress.budget_exceeded:
-                    failed = len(progress.failures)
-                    progress.stop(
-                        f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",
-                        time.time(),
-                    )
+                stopping = self._stop_reason(progress, wave)
+                if stopping is not None:
+                    progress.stop(stopping, time.time())
                 progress_store.save(progress)
         return self._finish(context, progress)
+
+    @staticmethod
+    def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:
+        """Why this wave stops the rollout (a canary deployment failed, or more failed than the budget
+        allows), or ``None``. Only failures count: a deployment rolled back with its wave is not one."""
+        if wave.name == fleet.CANARY and progress.canary_failed:
+            failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+            return (
+                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                "stops the rollout whatever max_failures allows"
+            )
+        if progress.budget_exceeded:
+            failed = len(progress.failures)
+            return f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})"
+        return None
 
     def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
         """Record what the watch decided; show the build log's tail of each failed build."""
@@ -1760,15 +1770,28 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         counts = progress.counts()
         self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
         ti = context["ti"]
-        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value={"counts": counts, "stopped": progress.stopped})
         failures = progress.failures
+        summary = {
+            "counts": counts,
+            "failures": len(failures),
+            "allowed_failures": progress.allowed_failures,
+            "stopped": progress.stopped,
+        }
+        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
             more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            withdrawn = [row.name for row in progress.rolled_back_with_wave]
+            with_wave = (
+                f" {len(withdrawn)} deployment(s) that landed were rolled back with their wave (not failures): "
+                f"{', '.join(withdrawn[:20])}{' ...' if len(withdrawn) > 20 else ''}."
+                if withdrawn
+                else ""
+            )
             skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
             raise AirflowFailException(
-                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}. "
+                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}.{with_wave} "
                 f"{skipped} deployment(s) in later waves were not patched."
             )
         if failures:
@@ -1784,7 +1807,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
         """One asset event per deployment this rollout landed, still serving its revision (one list request
         per 100 landed deployments reads them back)."""
-        landed = {row.deployment_id: row for row in progress.rows if row.outcome == fleet.Outcome.LANDED}
+        landed = {
+            row.deployment_id: row
+            for row in progress.rows
+            if row.outcome == fleet.Outcome.LANDED and row.rollback_revision is None
+        }
         ids = [deployment_id for deployment_id, row in landed.items() if row.to_revision]
         for start in range(0, len(ids), MAX_PAGE_SIZE):
             try:

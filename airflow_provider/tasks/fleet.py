@@ -649,13 +649,14 @@ def start_rollbacks(
     hook: DeploymentServiceHook,
     wave: WaveRecord,
     *,
-    whole_wave: bool,
+    stopping: str | None,
     save: Callable[[], None],
     log: logging.Logger | Any,
 ) -> dict[str, str | None]:
     """Roll back every deployment of the wave whose new revision went live and failed, or was still
-    rolling out when the watch timed out (it may yet go live), and, with ``whole_wave``, every one that
-    landed (the wave stopped the rollout); do not wait.
+    rolling out when the watch timed out (it may yet go live), and, when the wave stops the rollout
+    (``stopping``), every one that landed (it stays ``landed`` until its rollback is decided, then becomes
+    ``rolled_back_with_wave``: not a failure); do not wait.
 
     A rollback over a revision still rolling out queues behind it on the service: that revision may serve
     for a while, then the restored one replaces it (the rollback's watch waits for that, within
@@ -671,7 +672,8 @@ def start_rollbacks(
 
     :param hook: the hook.
     :param wave: the wave.
-    :param whole_wave: also roll back the rows that landed.
+    :param stopping: why the wave stops the rollout (``"the failure budget was exceeded"``...), or ``None``
+        when it does not: the rows that landed are rolled back too only when it does.
     :param save: records the progress (called after each rollback started or refused).
     :param log: the task's logger.
     :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
@@ -686,40 +688,48 @@ def start_rollbacks(
         and row.from_revision
         and row.to_revision
         and row.rollback_revision is None
-        and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
+        and (row.outcome == Outcome.FAILED or (stopping is not None and row.outcome == Outcome.LANDED))
     ]
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
     for row in wanted:
         deployment = live.get(row.deployment_id)
         if deployment is None:
-            reason = f"deployment {row.name!r} no longer exists"
-            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {reason}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            _rollback_not_started(wave, row, f"could not be started: deployment {row.name!r} no longer exists", log)
             save()
             continue
         assert row.from_revision is not None
         try:
             rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
         except AirflowFailException as err:
-            row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            _rollback_not_started(wave, row, f"was refused: {err}", log)
             save()
             continue
         except DeploymentServiceError as err:
             if err.transient:
                 save()  # the rollbacks already sent are recorded: a retry watches them
                 raise
-            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {err}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            _rollback_not_started(wave, row, f"could not be started: {err}", log)
             save()
             continue
         if row.outcome == Outcome.LANDED:
-            row.decide(
-                Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
-            )
+            row.message = f"{row.message}; rolled back with its wave ({stopping})"
         row.rollback_revision = rollback.revision_id
         save()
     return pending_rollbacks(wave)
+
+
+def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: logging.Logger | Any) -> None:
+    """Record a rollback that was never sent: a failed row stays ``failed``; a row that landed keeps its
+    outcome (its new revision still serves), the reason in its message either way."""
+    if row.outcome == Outcome.FAILED:
+        row.decide(Outcome.FAILED, f"{row.message}; the rollback {reason}", time.time())
+    else:
+        row.message = f"{row.message}; rolling it back with its wave {reason}"
+    log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED})
+"""Outcomes a row keeps while its rollback is awaited: ``failed``, or ``landed`` (rolled back with its wave)."""
 
 
 def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
@@ -731,12 +741,14 @@ def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
     return {
         row.deployment_id: row.rollback_revision
         for row in wave.rows
-        if row.rollback_revision is not None and not row.rollback_decided and row.outcome == Outcome.FAILED
+        if row.rollback_revision is not None and not row.rollback_decided and row.outcome in ROLLBACK_OUTCOMES
     }
 
 
 def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
-    """Record how the rollbacks ended: restored rows become ``rolled_back``; the others stay ``failed``.
+    """Record how the rollbacks ended: a restored row becomes ``rolled_back`` (it had failed) or
+    ``rolled_back_with_wave`` (it had landed); the others keep their outcome, the rollback's failure in
+    their message (one that had landed still serves its new revision, or is still being rolled back).
 
     :param wave: the wave.
     :param outcomes: ``{deployment_id: (outcome, message, at)}`` of the rollbacks' watch.
@@ -744,17 +756,26 @@ def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log
     """
     for row in wave.rows:
         decision = outcomes.get(row.deployment_id)
-        if row.rollback_revision is None or row.rollback_decided or decision is None or row.outcome != Outcome.FAILED:
+        pending = row.rollback_revision is not None and not row.rollback_decided
+        if not pending or decision is None or row.outcome not in ROLLBACK_OUTCOMES:
             continue
         outcome, message, at = decision
         row.rollback_decided = True
+        had_failed = row.outcome == Outcome.FAILED
         if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
-            row.decide(
-                Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)
-            )
+            restored = Outcome.ROLLED_BACK if had_failed else Outcome.ROLLED_BACK_WITH_WAVE
+            row.decide(restored, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at))
             log.warning(
-                "%s: %s rolled back to %s (revision %s)", wave.name, row.name, row.from_revision, row.rollback_revision
+                "%s: %s rolled back%s to %s (revision %s)",
+                wave.name,
+                row.name,
+                "" if had_failed else " with its wave",
+                row.from_revision,
+                row.rollback_revision,
             )
-        else:
+        elif had_failed:
             row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
+            log.error("%s: %s: %s", wave.name, row.name, row.message)
+        else:  # it had landed: its revision still serves unless the rollback's may yet go live
+            row.message = f"{row.message}, but the rollback failed: {message}"
             log.error("%s: %s: %s", wave.name, row.name, row.message)
