@@ -217,6 +217,13 @@ class FleetRow:
     :param went_live: whether its new revision served at some point (a rollback is needed).
     :param timed_out: whether its new revision was still rolling out when the watch gave up (it may yet go
         live: a rollback is needed too).
+    :param previous_config: the non-secret ``source_revision_config`` fields of ``from_revision`` as the
+        deployment showed them before the patch (``None`` when it was rolling out another revision then):
+        what a rollback restores when the service cannot say, and how a retry recognises that rollback.
+    :param rollback_requested_after: the deployment's ``updated_at`` (the service's clock, ISO 8601) read just
+        before its rollback was requested; recorded *before* the request is sent, so a retry knows a rollback
+        may be on the service and looks for it (made after this time, copying ``from_revision``) instead of
+        refusing it as someone else's or sending it again.
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
     :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
     """
@@ -234,6 +241,8 @@ class FleetRow:
     previous_latest: str | None = None
     went_live: bool = False
     timed_out: bool = False
+    previous_config: dict[str, str] | None = None
+    rollback_requested_after: str | None = None
     rollback_revision: str | None = None
     rollback_decided: bool = False
 
@@ -268,15 +277,25 @@ class FleetRow:
         self.outcome, self.message, self.finished_at = outcome, message, at
 
     def to_json(self) -> dict[str, Any]:
-        """Every field as plain JSON (each is a string, number, boolean or ``None``).
+        """Every field as plain JSON (a string, number, boolean, ``None``, or a flat mapping or list of
+        them, copied: the store compares what it wrote last with the next value).
 
         Not ``dataclasses.asdict``: that deep-copies every value, and a wave's rows are written after each
         batch of answered patches (a tenth of a second per wave of 100 on the worker).
         """
-        return {name: getattr(self, name) for name in _ROW_FIELDS}
+        values = {name: getattr(self, name) for name in _ROW_FIELDS}
+        for name in _CONTAINER_FIELDS:
+            value = values[name]
+            if isinstance(value, dict):
+                values[name] = dict(value)
+            elif isinstance(value, list):
+                values[name] = list(value)
+        return values
 
 
 _ROW_FIELDS = tuple(item.name for item in fields(FleetRow))
+_CONTAINER_FIELDS = tuple(item.name for item in fields(FleetRow) if str(item.type).startswith(("dict", "list")))
+"""Fields holding a mapping or a list: copied by :meth:`FleetRow.to_json`."""
 
 
 @dataclass

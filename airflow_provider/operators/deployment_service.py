@@ -1648,7 +1648,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 if self.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
                     fleet_tasks.start_rollbacks(
-                        self.hook, wave, stopping=self._stop_reason(progress, wave), save=save, log=self.log
+                        self.hook,
+                        wave,
+                        stopping=self._stop_reason(progress, wave),
+                        save=save,
+                        log=self.log,
+                        earlier_try_since=self._earlier_try_since(context),
                     )
                 wave.phase = "rolling_back"
                 save()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import describe_validation_error, scrub
+from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
@@ -31,6 +31,7 @@ from airflow_provider.models import (
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
+    SourceRevisionConfig,
     canonical_uuid,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
@@ -340,6 +341,12 @@ def patch_wave(
             save()
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
+        if earlier_try_since is not None and not _applied_earlier(request, deployment, earlier_try_since):
+            earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since)
+            if earlier is not None:
+                _record_earlier_patch(wave, row, earlier, fingerprint, now, log)
+                save()
+                continue
         if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
             # A resource_spec patch creates a revision in production but not under every reading: the
             # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
@@ -349,9 +356,12 @@ def patch_wave(
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
             )
+            if row.to_revision is not None:
+                _find_what_served_before(hook, row, log)
             save()
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
+        row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
         ready.append(_Patch(len(ready), row, request, fingerprint))
     if ready:
         _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
@@ -445,6 +455,177 @@ def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, si
     if request.creates_revision and deployment.latest_revision_id is None:
         return False
     return deployment.updated_at >= since
+
+
+def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: logging.Logger | Any) -> None:
+    """For a row reattached to an earlier try's patch: the revision before it and its config (what a
+    rollback restores), when the row does not know them (planned anew after the patch went live, or the
+    patch's record was lost), from the deployment's revisions (the optional revisions endpoint).
+
+    Unknown stays unknown: ``from_revision`` is then ``None`` (no rollback is possible, and the row says so)
+    rather than the patch's own revision.
+    """
+    if row.from_revision == row.to_revision:
+        row.from_revision = None
+    if row.from_revision is not None and row.previous_config is not None:
+        return
+    try:
+        listed = list(hook.iter_revisions(row.deployment_id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        log.info("%s: the revisions before %s cannot be read (%s)", row.name, row.to_revision, err)
+        return
+    ordered = _newest_first(listed)
+    ids = [revision.id for revision in ordered]
+    if row.to_revision not in ids or ids.index(row.to_revision) + 1 >= len(ids):
+        return
+    before = ordered[ids.index(row.to_revision) + 1]
+    if row.from_revision is None:
+        row.from_revision = before.id
+    if before.id == row.from_revision:
+        row.previous_config = revision_fields(before.source_revision_config)
+
+
+def _newest_first(revisions: Iterable[Revision]) -> list[Revision]:
+    """The revisions that say when they were made, newest first (the service's order is not documented)."""
+    dated = [(revision.created_at, revision) for revision in revisions if revision.created_at is not None]
+    return [revision for _, revision in sorted(dated, key=lambda item: item[0], reverse=True)]
+
+
+def revision_fields(config: SourceRevisionConfig | None) -> dict[str, str] | None:
+    """The non-secret revision fields a config sets (``None`` when it sets none).
+
+    :param config: a deployment's or a revision's ``source_revision_config``.
+    """
+    if config is None:
+        return None
+    shown = {name: str(getattr(config, name)) for name in REVISION_CONFIG_FIELDS if getattr(config, name) is not None}
+    return shown or None
+
+
+EARLIER_REVISIONS_READ = 50
+"""At most this many of a deployment's newest revisions are read to recognise an earlier try's patch."""
+
+
+class _EarlierPatch(NamedTuple):
+    """What a retry with no record found on a deployment: an earlier try's patch, then a newer revision.
+
+    :param patched: the revision the earlier try's patch created.
+    :param before: the revision before it (what served when it was patched).
+    :param latest: the deployment's latest revision now.
+    :param rolled_back: whether ``latest`` copies ``before`` (the earlier try's rollback); else someone
+        else's revision superseded the patch.
+    :param cannot_tell: why nothing can be said (then the other fields are ``None``/``False``).
+    """
+
+    patched: str | None
+    before: str | None
+    latest: str | None
+    rolled_back: bool
+    cannot_tell: str = ""
+
+
+def _earlier_patch_undone(
+    hook: DeploymentServiceHook, request: PatchDeploymentRequest, deployment: Deployment, since: datetime
+) -> _EarlierPatch | None:
+    """On a retry with no record of this deployment: whether an earlier try patched it and its patch no
+    longer shows (rolled back by that try, or superseded), read from the revisions the deployment made since
+    the run started; ``None`` when it did not (patch it).
+
+    A deployment that does not show the patch and has not changed since the run started was not patched
+    by an earlier try. One that changed is looked up in its revisions (the optional revisions endpoint): a
+    revision made since then that carries the patch's revision fields is the earlier try's. When that
+    cannot be read (no revisions endpoint, or a patch that sets no revision field: only secrets or
+    ``resource_spec``), the answer is ``cannot_tell``: the row fails rather than risk a second patch.
+    """
+    if deployment.updated_at < since:
+        return None
+    wanted = request.source_revision_config
+    wanted_fields = wanted.model_dump(mode="json", exclude_none=True) if wanted is not None else {}
+    if not request.may_create_revision:
+        return None  # no revision, so no rollback either: applying it again changes nothing
+    try:
+        listed = list(hook.iter_revisions(deployment.id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        return _EarlierPatch(None, None, None, False, f"its revisions cannot be read ({err})")
+    if any(revision.created_at is None for revision in listed):
+        return _EarlierPatch(None, None, None, False, "the service does not say when its revisions were made")
+    revisions = _newest_first(listed)
+    made = [revision for revision in revisions if revision.created_at is not None and revision.created_at >= since]
+    if not made:
+        return None
+    if not wanted_fields:
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"{len(made)} revision(s) were made since the run started and the patch sets no revision field "
+            "(only secrets or resource_spec) to recognise its own among them",
+        )
+    ours = [
+        revision
+        for revision in made
+        if revision.source_revision_config is not None
+        and all(
+            revision.source_revision_config.model_dump(mode="json").get(name) == value
+            for name, value in wanted_fields.items()
+        )
+    ]
+    if not ours:
+        return None
+    patched, latest = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
+    if latest.id == patched.id:
+        return None  # it still shows as the latest: reattach as usual
+    before = revisions[revisions.index(patched) + 1] if revisions.index(patched) + 1 < len(revisions) else None
+    if before is None or before.source_revision_config is None or latest.source_revision_config is None:
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"revision {patched.id}, made since the run started, carries this patch, but what served before it "
+            f"and whether the latest revision {latest.id} copies it cannot be read",
+        )
+    copies = same_revision_config(latest.source_revision_config, before.source_revision_config)
+    return _EarlierPatch(patched.id, before.id, latest.id, copies)
+
+
+def _record_earlier_patch(
+    wave: WaveRecord, row: FleetRow, earlier: _EarlierPatch, fingerprint: str, now: float, log: logging.Logger | Any
+) -> None:
+    """Record what a retry found of an earlier try's patch that no longer shows: never patch it again."""
+    row.started_at, row.fingerprint = now, fingerprint
+    if earlier.cannot_tell:
+        row.decide(
+            Outcome.FAILED,
+            "changed since this DAG run started without showing this patch, and no earlier try left a record: "
+            f"cannot tell whether an earlier try patched it and rolled it back ({earlier.cannot_tell}); not "
+            "patching it again. Check the deployment, then run the rollout again",
+            now,
+        )
+    elif earlier.rolled_back:
+        row.from_revision, row.to_revision = earlier.before, earlier.patched
+        row.went_live, row.rollback_revision = True, earlier.latest
+        row.decide(
+            Outcome.FAILED,
+            f"an earlier try of this task patched it (revision {earlier.patched}) and rolled it back (revision "
+            f"{earlier.latest}, a copy of revision {earlier.before}) without leaving a record; why is not known "
+            "(verify, the bake, or its wave stopping the rollout), so it counts as failed",
+            now,
+        )
+    else:
+        row.from_revision, row.to_revision = earlier.before, earlier.patched
+        row.decide(
+            Outcome.FAILED,
+            f"superseded: an earlier try of this task patched it (revision {earlier.patched}), then revision "
+            f"{earlier.latest} replaced it (someone else rolled out); not patching it again",
+            now,
+        )
+    log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
 
 def in_flight(wave: WaveRecord) -> dict[str, str | None]:
@@ -622,13 +803,24 @@ def verify_wave(
     :param secrets: secret values to scrub from the verdict (an error often quotes a URL with a token).
     """
     known = tuple(secrets)
-    landed = [row for row in wave.rows if row.outcome == Outcome.LANDED]
+    # A row whose rollback was asked for was verified by an earlier try (its verdict is recorded): the
+    # deployment may already serve the rollback, which is not what verify is to judge.
+    landed = [row for row in wave.rows if row.outcome == Outcome.LANDED and row.rollback_requested_after is None]
     live = read_deployments(hook, [row.deployment_id for row in landed]) if landed else {}
     for row in landed:
         deployment = live.get(row.deployment_id)
         now = time.time()
         if deployment is None:
             row.decide(Outcome.FAILED, f"deployment {row.name!r} disappeared before it could be verified", now)
+            continue
+        if row.to_revision is not None and deployment.active_revision_id != row.to_revision:
+            row.decide(
+                Outcome.FAILED,
+                f"revision {row.to_revision} no longer served when verify was to run (active: "
+                f"{deployment.active_revision_id}; latest: {deployment.latest_revision_id}): not verified",
+                now,
+            )
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
             continue
         try:
             accepted = verify(deployment)
@@ -652,6 +844,7 @@ def start_rollbacks(
     stopping: str | None,
     save: Callable[[], None],
     log: logging.Logger | Any,
+    earlier_try_since: datetime | None = None,
 ) -> dict[str, str | None]:
     """Roll back every deployment of the wave whose new revision went live and failed, or was still
     rolling out when the watch timed out (it may yet go live), and, when the wave stops the rollout
@@ -664,18 +857,30 @@ def start_rollbacks(
     rollback only checks that the previous revision still serves.
 
     Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
-    the old config patched back; never twice; refuses over a newer revision someone else rolled out).
-    Each rollback is recorded (``save``) as soon as the service accepted it, so a retry watches it instead
-    of rolling back again. A rollback that cannot start (refused, the deployment gone, the service's
-    4xx) leaves its row ``failed`` with the reason and the others go on; a transient failure that outlived
-    the client's retries fails the task once what was sent is recorded (a retry resumes here).
+    the old config patched back, from the revision endpoint or the config recorded before the patch;
+    never twice; refuses over a newer revision someone else rolled out).
+
+    Each rollback is recorded before its request is sent (``rollback_requested_after``: the deployment's
+    ``updated_at`` just then) and again once the service accepted it (``rollback_revision``), each time with
+    ``save``. A row recorded as requested but not accepted is one the worker may have died on: when the
+    deployment's latest revision moved past the rolled-back one, it is reattached to only on positive
+    evidence (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`: made after the request was
+    recorded, a copy of the revision to return to, read from the revision endpoint or the recorded config);
+    without it the row keeps its outcome, its message says the rollback could not be confirmed, and nothing
+    is sent again. A retry with no record at all (no task state store) looks the same way, from the run's
+    start. A rollback that cannot start (refused, the deployment gone, the service's 4xx) leaves its row
+    ``failed`` (or ``landed``) with the reason and the others go on; a transient failure that outlived the
+    client's retries fails the task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
     :param wave: the wave.
     :param stopping: why the wave stops the rollout (``"the failure budget was exceeded"``...), or ``None``
         when it does not: the rows that landed are rolled back too only when it does.
-    :param save: records the progress (called after each rollback started or refused).
+    :param save: records the progress (called before each rollback request and after each rollback
+        started, reattached to or refused).
     :param log: the task's logger.
+    :param earlier_try_since: the run's start when this is a retry (a rollback found on a deployment may be
+        an earlier try's), else ``None``.
     :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
         an earlier try's included (see :func:`pending_rollbacks`).
     """
@@ -685,11 +890,15 @@ def start_rollbacks(
         row
         for row in wave.rows
         if (row.went_live or row.timed_out)
-        and row.from_revision
         and row.to_revision
         and row.rollback_revision is None
         and (row.outcome == Outcome.FAILED or (stopping is not None and row.outcome == Outcome.LANDED))
     ]
+    for row in [row for row in wanted if not row.from_revision]:
+        wanted.remove(row)
+        if "the revision that served before it is not known" not in row.message:
+            _rollback_not_started(wave, row, "is not possible: the revision that served before it is not known", log)
+            save()
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
     for row in wanted:
         deployment = live.get(row.deployment_id)
@@ -699,7 +908,24 @@ def start_rollbacks(
             continue
         assert row.from_revision is not None
         try:
-            rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
+            earlier = _earlier_rollback(hook, row, deployment, earlier_try_since, log)
+            if earlier is not None:
+                if earlier:
+                    _rollback_started(row, earlier, stopping)
+                else:
+                    _rollback_not_started(wave, row, _unconfirmed(row, deployment), log)
+                save()
+                continue
+            row.rollback_requested_after = deployment.updated_at.isoformat()
+            save()  # before the request: a retry then looks for this rollback instead of refusing it
+            rollback = start_rollback(
+                hook,
+                deployment,
+                row.from_revision,
+                rolling_back_from=row.to_revision,
+                fallback_config=row.previous_config,
+                log=log,
+            )
         except AirflowFailException as err:
             _rollback_not_started(wave, row, f"was refused: {err}", log)
             save()
@@ -711,11 +937,66 @@ def start_rollbacks(
             _rollback_not_started(wave, row, f"could not be started: {err}", log)
             save()
             continue
-        if row.outcome == Outcome.LANDED:
-            row.message = f"{row.message}; rolled back with its wave ({stopping})"
-        row.rollback_revision = rollback.revision_id
+        _rollback_started(row, rollback.revision_id, stopping)
         save()
     return pending_rollbacks(wave)
+
+
+def _earlier_rollback(
+    hook: DeploymentServiceHook,
+    row: FleetRow,
+    deployment: Deployment,
+    earlier_try_since: datetime | None,
+    log: logging.Logger | Any,
+) -> str | None:
+    """The revision of the rollback an earlier try (or this one, before it died) sent for ``row``, found on
+    the deployment; ``""`` when one may have been sent and the deployment's latest revision cannot be
+    confirmed as it; ``None`` when there is nothing to look for (then roll back).
+
+    :param hook: the hook.
+    :param row: a row whose rollback is wanted and not recorded as accepted.
+    :param deployment: the deployment as just read.
+    :param earlier_try_since: the run's start on a retry.
+    :param log: the task's logger.
+    """
+    from airflow_provider.tasks.rollback import find_earlier_rollback
+
+    requested = datetime.fromisoformat(row.rollback_requested_after) if row.rollback_requested_after else None
+    since = requested or earlier_try_since
+    if since is None or deployment.latest_revision_id in (None, row.to_revision):
+        return None  # nothing was made over the rolled-back revision: any earlier request did not land
+    assert row.from_revision is not None
+    found = find_earlier_rollback(
+        hook,
+        deployment,
+        row.from_revision,
+        since=since,
+        rolling_back_from=row.to_revision,
+        fallback_config=row.previous_config,
+        log=log,
+    )
+    if found is not None and found.revision_id not in (row.to_revision, row.from_revision):
+        return found.revision_id
+    return "" if requested is not None or earlier_try_since is not None else None
+
+
+def _unconfirmed(row: FleetRow, deployment: Deployment) -> str:
+    """Why a rollback that may have been sent is not reattached to, nor sent again."""
+    asked = (
+        "was requested by an earlier try" if row.rollback_requested_after else "may have been sent by an earlier try"
+    )
+    return (
+        f"{asked}, and the deployment's latest revision is now {deployment.latest_revision_id} (active "
+        f"{deployment.active_revision_id}), which cannot be confirmed as that rollback (not shown as a copy of "
+        f"revision {row.from_revision} made since then): not rolling back again. Check the deployment"
+    )
+
+
+def _rollback_started(row: FleetRow, revision_id: str, stopping: str | None) -> None:
+    """Record a rollback the service accepted (or that a retry found): a retry watches it."""
+    if row.outcome == Outcome.LANDED:
+        row.message = f"{row.message}; rolled back with its wave ({stopping})"
+    row.rollback_revision = revision_id
 
 
 def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: logging.Logger | Any) -> None:
