@@ -92,6 +92,7 @@ def rollout_verdict(
     revision: Revision | None = None,
     *,
     deployment_id: str | None = None,
+    allowed_latest_revision_id: str | None = None,
 ) -> RolloutVerdict:
     """Decide whether the rollout of ``revision_id`` succeeded, failed, or needs more waiting.
 
@@ -101,6 +102,9 @@ def rollout_verdict(
     :param revision: the awaited revision as the revision endpoint reports it, if known (ignored when it
         is another revision).
     :param deployment_id: the awaited deployment's id, named in the message when it was not found.
+    :param allowed_latest_revision_id: a newer revision that may stay the deployment's latest while
+        ``revision_id`` goes live, not taken for one that supersedes it (an earlier revision redeployed
+        without a new revision: a rollback). Any other newer latest still supersedes it.
     """
     if deployment is None:
         return RolloutVerdict(
@@ -142,7 +146,7 @@ def rollout_verdict(
             f"{name}: revision {revision_id} ended with status {revision_status}{detail} "
             f"(active revision is still {active})",
         )
-    if latest is not None and latest != revision_id and active != revision_id:
+    if latest is not None and latest not in (revision_id, allowed_latest_revision_id) and active != revision_id:
         return verdict(
             RolloutState.FAILED,
             f"{name}: revision {revision_id} was superseded by {latest}, a newer revision; it is not active "

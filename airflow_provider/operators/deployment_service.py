@@ -58,9 +58,12 @@ from airflow_provider.tasks.base import (
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.events import emit_revision_event, with_revision_outlets
 from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_VERDICTS,
     RollbackStarted,
     checked_fallback_config,
+    checked_resource_spec,
     find_earlier_rollback,
+    reattach_recorded_rollback,
     revision_config_snapshot,
     start_rollback,
 )
@@ -84,10 +87,13 @@ XCOM_DEPLOYMENT_URL = "deployment_url"
 XCOM_PREVIOUS_SOURCE_REVISION_CONFIG = "previous_source_revision_config"
 XCOM_ROLLED_BACK_FROM = "rolled_back_from"
 XCOM_ROLLBACK_PATH = "rollback_path"
+XCOM_NOT_RESTORED = "not_restored"
 TASK_STATE_KEY = "deployment_service_patch"
 """Key of the patch record in ``context["task_state_store"]`` (renaming it breaks in-flight retries)."""
 ROLLBACK_STATE_KEY = "deployment_service_rollback"
 """Key of the rollback record in ``context["task_state_store"]``."""
+ROLLBACK_CARRY_KEY = "rollback"
+"""Key of the rollback record in the rollout trigger's ``carry`` (what a resumed rollback task judges)."""
 
 DEFAULT_MAX_RESULTS = 1000
 
@@ -188,24 +194,40 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         *,
         resume: str = "execute_complete",
         resume_kwargs: dict[str, Any] | None = None,
+        allowed_latest_revision_id: str | None = None,
+        carry: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Wait until ``revision_id`` (or, when ``None``, ``READY``) is live; returns the deployment JSON.
 
         Decided at once when the deployment already shows the outcome; otherwise defers (raises
         ``TaskDeferred``, resuming in ``resume``, by default :meth:`execute_complete`, with
-        ``resume_kwargs``) or blocks on the worker. A failed build's log tail is logged before failing.
+        ``resume_kwargs``, and ``carry`` in the event) or blocks on the worker. A failed build's log tail is
+        logged before failing. ``allowed_latest_revision_id``: a newer revision that may stay the latest while
+        ``revision_id`` goes live (see :func:`~airflow_provider.rollout.rollout_verdict`).
         """
         try:
-            verdict = rollout_verdict(deployment, revision_id, deployment_id=deployment.id)
+            verdict = rollout_verdict(
+                deployment,
+                revision_id,
+                deployment_id=deployment.id,
+                allowed_latest_revision_id=allowed_latest_revision_id,
+            )
             if verdict.state is RolloutState.SUCCEEDED:
                 self.log.info("%s", verdict.message)
                 return deployment.model_dump(mode="json")
             if verdict.state is RolloutState.FAILED:
                 raise AirflowFailException(verdict.message)
-            check = RolloutCheck(self.hook, deployment.id, revision_id, self.revision_check_interval, self.log)
+            check = RolloutCheck(
+                self.hook,
+                deployment.id,
+                revision_id,
+                self.revision_check_interval,
+                self.log,
+                allowed_latest_revision_id=allowed_latest_revision_id,
+            )
             check.deployment = deployment
             if self.deferrable:
-                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs)
+                defer_until_live(self, check, method_name=resume, kwargs=resume_kwargs, carry=carry)
             return check.wait(self.poll_interval, self.timeout)
         except AirflowFailException:
             self._explain_failure(deployment.id, revision_id)
@@ -1079,21 +1101,34 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 class RollbackDeploymentOperator(_RolloutWaitingOperator):
     """Roll a deployment back to an earlier revision and (by default) wait until it serves again.
 
-    Where the service has it, the revision's build is redeployed exactly (``POST .../redeploy``, commit
-    included); otherwise (404/405) its non-secret ``source_revision_config`` is patched back, read from the
-    revision endpoint, else from ``source_revision_config=`` (e.g. the patch task's
-    ``previous_source_revision_config`` XCom). A restored branch ``repo_ref`` rebuilds the branch's current
-    head (logged as a warning); an image or a tag is exact. Secrets are not re-sent unless given. When
-    ``rolling_back_from`` is given and a newer revision exists (someone rolled out meanwhile), the task
-    refuses, naming both revisions, unless ``force``. Neither request is ever applied twice; a retry after
-    a rollback reattaches to it (recorded in ``task_state_store``; without a record, recognised on the
-    deployment: a newer latest revision, made since the DAG run started, that copies ``revision_id``'s
-    config) instead of rolling back again.
+    What it restores: the revision's build and, when given, the ``resource_spec`` that served with it. Where
+    the service has it, the build is redeployed exactly (``POST .../redeploy``, commit included); otherwise
+    (404/405), or when ``resource_spec`` differs from the current one, the revision's non-secret
+    ``source_revision_config`` is patched back, read from the revision endpoint, else from
+    ``source_revision_config=`` (the patch task's ``previous_source_revision_config`` XCom), together with
+    the whole ``resource_spec`` (production replaces it whole): one PATCH, one revision. A restored branch
+    ``repo_ref`` rebuilds the branch's current head. Secret values are never restored (they are not kept);
+    ``secrets=`` sends the ones given. When ``rolling_back_from`` is given and a newer revision exists
+    (someone rolled out meanwhile), the task refuses, naming both revisions, unless ``force``.
+
+    The verdict: "rolled back" (log, asset event ``outcome`` ``rolled_back``) only when the previous build
+    serves again with its previous ``resource_spec``. Otherwise the log, the XCom ``not_restored`` and the
+    asset event (``outcome`` ``rolled_back_partially``, extra ``not_restored``) name what was not restored
+    (a branch rebuilt from its head; a ``resource_spec`` not given while the deployment has one); and when
+    the deployment does not show the ``resource_spec`` given, the task fails saying so.
+
+    Retries never roll back twice: the rollback is recorded in ``task_state_store`` before it is sent and once
+    sent, and a retry reattaches (or, for a rollback recorded but not sent, sends it). Without a record
+    (Airflow < 3.3) a retry reattaches only on positive evidence (see
+    :func:`~airflow_provider.tasks.rollback.find_earlier_rollback`) and fails, saying what it saw and what to
+    check, when the deployment cannot tell. A deferred wait resumes with what it needs in the trigger's event,
+    so ``airflow dags test`` resumes it too.
 
     Pushes the XComs ``revision_id`` (the revision that serves after the rollback: the one it created, or
-    ``revision_id`` itself when it already served), ``rolled_back_from`` (the revision rolled back),
-    ``deployment_id`` and ``rollback_path`` (``redeploy``, ``patch`` or ``none``). Returns the deployment
-    as redacted JSON (after the rollout when ``wait_for_rollout``).
+    ``revision_id`` itself), ``rolled_back_from`` (the revision rolled back), ``deployment_id``,
+    ``rollback_path`` (``redeploy``, ``patch`` or ``none``) and ``not_restored`` (a list of clauses, ``[]``
+    when everything was restored). Returns the deployment as redacted JSON (after the rollout when
+    ``wait_for_rollout``).
 
     :param revision_id: the revision to return to (UUID). Templated.
     :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
@@ -1102,6 +1137,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         the rollback refuses when a newer revision exists. ``None``: the deployment's latest. Templated.
     :param source_revision_config: the revision's non-secret fields, used when the service can neither
         redeploy nor show the revision (``image_uri``, ``repo_ref``...). Templated.
+    :param resource_spec: the whole ``source_config.resource_spec`` that served with ``revision_id`` (the
+        patch task's ``previous_resource_spec`` XCom; ``{}`` when there was none). ``None`` (default): unknown,
+        left as it is and named in ``not_restored`` when the deployment has one. Templated.
     :param secrets: secret values to send with the restore (as on :class:`PatchDeploymentOperator`; forces
         the patch path). Not templated. Default: none sent, the deployment keeps its current secrets.
     :param force: roll back even over a newer revision than ``rolling_back_from``.
@@ -1119,6 +1157,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         "deployment_name",
         "rolling_back_from",
         "source_revision_config",
+        "resource_spec",
         "deployment_service_conn_id",
     )
     operator_extra_links = (DeploymentLink(),)
@@ -1131,6 +1170,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         deployment_name: str | None = None,
         rolling_back_from: str | None = None,
         source_revision_config: dict[str, Any] | None = None,
+        resource_spec: dict[str, Any] | None = None,
         secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
         force: bool = False,
         wait_for_rollout: bool = True,
@@ -1146,6 +1186,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         self.deployment_name = deployment_name
         self.rolling_back_from = rolling_back_from
         self.source_revision_config = source_revision_config
+        self.resource_spec = resource_spec
         self.secrets = secrets
         self.force = force
         self.wait_for_rollout = wait_for_rollout
@@ -1194,15 +1235,18 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
         target, source = self._checked_revisions()
         fallback = checked_fallback_config(self.source_revision_config)
+        spec = checked_resource_spec(self.resource_spec)
         self._resolved_secrets = resolve_secrets(self.secrets)
         current = self._resolve_deployment()
         ti = context["ti"]
         store = context.get("task_state_store")
-        started = self._reattach(store, current, target)
-        if started is None:
-            started = self._earlier_try_rollback(context, current, target, source, fallback)
+        recorded = self._recorded(store, current.id, target)
+        if recorded is not None:
+            started = reattach_recorded_rollback(self.hook, current, recorded, log=self.log)
+        else:
+            started = self._earlier_try_rollback(context, current, target, source, fallback, spec)
             if started is not None:
-                self._record(store, started)
+                self._save(store, started.record())
         if started is None:
             started = start_rollback(
                 self.hook,
@@ -1210,67 +1254,118 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
                 target,
                 rolling_back_from=source,
                 fallback_config=fallback,
+                resource_spec=spec,
                 secrets=self._resolved_secrets,
                 force=self.force,
+                before_sending=lambda intent: self._save(store, intent.record()),
                 log=self.log,
             )
-            self._record(store, started)
+            self._save(store, started.record())
         ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=current.id)
         ti.xcom_push(key=XCOM_REVISION_ID, value=started.revision_id)
         ti.xcom_push(key=XCOM_ROLLED_BACK_FROM, value=started.rolled_back_from or "")
         ti.xcom_push(key=XCOM_ROLLBACK_PATH, value=started.path)
+        ti.xcom_push(key=XCOM_NOT_RESTORED, value=list(started.not_restored))
         url = started.deployment.source_config.custom_url
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if not self.wait_for_rollout:
+            if started.not_restored:
+                self.log.warning("Started the %s", started.summary())
             return started.deployment.model_dump(mode="json")
-        return self._landed(context, self._wait(started.deployment, started.revision_id))
+        live = self._wait(
+            started.deployment,
+            started.revision_id,
+            allowed_latest_revision_id=started.allowed_latest_revision_id,
+            carry={ROLLBACK_CARRY_KEY: started.record()},
+        )
+        return self._landed(context, started, live)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Resume after the trigger fired: the restored revision is live (or the event's error is raised)."""
-        return self._landed(context, super().execute_complete(context, event))
+        """Resume after the trigger fired: judge the rollback the event carries (or the task record holds)
+        on the live deployment; raise what the event says when the wait failed.
 
-    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
-        """The one place where the restored revision is known to be live."""
-        self.log.info(
-            "Rolled back: deployment %s serves revision %s again (status %s)",
-            live.get("name"),
-            live.get("active_revision_id"),
-            live.get("status"),
+        Needs nothing from ``defer()``'s kwargs (``airflow dags test`` drops them) nor from XCom; fails,
+        claiming nothing, when neither the event nor ``task_state_store`` says what the rollback restored.
+        """
+        live = super().execute_complete(context, event)
+        started = self._resumed_rollback(context, event or {}, live)
+        return self._landed(context, started, live)
+
+    def _resumed_rollback(self, context: Context, event: dict[str, Any], live: dict[str, Any]) -> RollbackStarted:
+        """The rollback this try started, from the trigger's event, else from ``task_state_store``."""
+        deployment = Deployment.model_validate(live)
+        target, _ = self._checked_revisions()
+        carried = event.get("carry")
+        record = carried.get(ROLLBACK_CARRY_KEY) if isinstance(carried, dict) else None
+        if not isinstance(record, dict):
+            record = self._recorded(context.get("task_state_store"), deployment.id, target)
+        awaited = event.get("revision_id")
+        if not isinstance(record, dict) or record.get("phase") != "sent" or record.get("revision_id") != awaited:
+            raise AirflowFailException(
+                f"resumed after waiting for revision {awaited} of deployment {deployment.name!r} ({deployment.id}), "
+                "but neither the trigger's event nor task_state_store holds the rollback this task started, so "
+                f"what it restored cannot be told: not claiming a rollback. The deployment serves revision "
+                f"{deployment.active_revision_id} (status {deployment.status.value}); check that it runs revision "
+                f"{target}'s build with its previous resource_spec, then mark this task success or clear it"
+            )
+        return RollbackStarted.from_record(record, deployment)
+
+    def _landed(self, context: Context, started: RollbackStarted, live: dict[str, Any]) -> dict[str, Any]:
+        """The one place where the restored revision is known to be live: judge what it restored."""
+        deployment = Deployment.model_validate(live)
+        judged = started.judged_on(deployment)
+        context["ti"].xcom_push(key=XCOM_NOT_RESTORED, value=list(judged.not_restored))
+        serves = (
+            f"deployment {deployment.name!r} ({deployment.id}) serves revision {judged.to_revision_id}'s build "
+            f"again as revision {deployment.active_revision_id} (status {deployment.status.value})"
         )
-        previous = _own_xcom(context, XCOM_ROLLED_BACK_FROM, self.log)
+        if any(clause in RESOURCE_SPEC_VERDICTS for clause in judged.not_restored):
+            raise AirflowFailException(
+                f"{serves}, rolled back from revision {judged.rolled_back_from}{judged.except_clause()}. The "
+                "resource_spec given (resource_spec=) is not what the deployment shows"
+            )
+        if judged.not_restored:
+            self.log.warning("Rolled back: %s%s", serves, judged.except_clause())
+        else:
+            restored = " with its previous resource_spec" if judged.resource_spec is not None else ""
+            self.log.info("Rolled back: %s%s", serves, restored)
         emit_revision_event(
-            context, live, previous_revision_id=previous, outcome="rolled_back", outlets=self.outlets, log=self.log
+            context,
+            live,
+            previous_revision_id=judged.rolled_back_from,
+            outcome="rolled_back_partially" if judged.not_restored else "rolled_back",
+            outlets=self.outlets,
+            log=self.log,
+            not_restored=judged.not_restored,
         )
         return live
 
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in self._resolved_secrets or [])
 
-    def _reattach(self, store: Any, current: Deployment, target: str) -> RollbackStarted | None:
-        """The rollback an earlier try of this task started, when recorded; ``None`` to roll back now."""
+    def _recorded(self, store: Any, deployment_id: str, target: str) -> dict[str, Any] | None:
+        """The rollback an earlier try (or this one, before deferring) recorded for this deployment and
+        revision; ``None`` when none (or the store cannot be read)."""
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
             self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
             return None
         if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
-            current.id,
+            deployment_id,
             target,
         ):
             return None
-        revision_id = str(recorded.get("revision_id"))
-        self.log.info("Reattaching to the rollback an earlier try started: waiting for revision %s", revision_id)
-        return RollbackStarted(
-            recorded.get("path", "none"),
-            target,
-            revision_id,
-            recorded.get("rolled_back_from"),
-            current,
-            dict(recorded.get("restored_config") or {}),
-        )
+        return recorded
 
     def _earlier_try_rollback(
-        self, context: Context, current: Deployment, target: str, source: str | None, fallback: dict[str, str] | None
+        self,
+        context: Context,
+        current: Deployment,
+        target: str,
+        source: str | None,
+        fallback: dict[str, str] | None,
+        spec: dict[str, Any] | None,
     ) -> RollbackStarted | None:
         """On a retry with no record: the rollback an earlier try sent, recognised on the deployment."""
         try_number = getattr(context["ti"], "try_number", 1) or 1
@@ -1284,25 +1379,17 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             since=started if isinstance(started, datetime) else None,
             rolling_back_from=source,
             fallback_config=fallback,
+            resource_spec=spec,
             secrets_given=self._resolved_secrets is not None,
             log=self.log,
         )
 
-    def _record(self, store: Any, started: RollbackStarted) -> None:
-        if store is None or started.path == "none":
+    def _save(self, store: Any, record: dict[str, Any]) -> None:
+        """Record the rollback (about to be sent, or sent) in ``task_state_store``, when there is one."""
+        if store is None:
             return
         try:
-            store.set(
-                ROLLBACK_STATE_KEY,
-                {
-                    "deployment_id": started.deployment.id,
-                    "to_revision_id": started.to_revision_id,
-                    "revision_id": started.revision_id,
-                    "rolled_back_from": started.rolled_back_from,
-                    "path": started.path,
-                    "restored_config": started.restored_config,
-                },
-            )
+            store.set(ROLLBACK_STATE_KEY, record)
         except Exception as err:  # not fatal: the never-twice read-back still guards the request itself
             self.log.warning("Could not record the rollback in task_state_store (%s)", err)
 

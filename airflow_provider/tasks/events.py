@@ -9,7 +9,7 @@ asset on first use). DAGs scheduled on that asset then run, whoever declared it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
@@ -47,6 +47,7 @@ def emit_revision_event(
     outcome: str = "rolled_out",
     outlets: Iterable[Any] = (),
     log: logging.Logger | Any = None,
+    not_restored: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """Emit the ``revision_live`` asset event of a deployment whose revision a task just landed.
 
@@ -57,9 +58,12 @@ def emit_revision_event(
     :param context: the task's context.
     :param deployment: the live deployment (model or its redacted JSON).
     :param previous_revision_id: the revision active before the task ran (``""``/``None``: none).
-    :param outcome: what the task did: ``rolled_out`` (patch, fleet) or ``rolled_back``.
+    :param outcome: what the task did: ``rolled_out`` (patch, fleet), ``rolled_back`` or
+        ``rolled_back_partially`` (a rollback that did not undo everything).
     :param outlets: the task's outlets (``self.outlets``).
     :param log: where to say what was emitted.
+    :param not_restored: for a rollback, the parts of the change it did not undo (extra ``not_restored``, a
+        list; never a secret value).
     """
     model = deployment if isinstance(deployment, Deployment) else Deployment.model_validate(dict(deployment))
     payload = event_payload(
@@ -70,6 +74,8 @@ def emit_revision_event(
         previous_revision_id=previous_revision_id or None,
         outcome=outcome,
     )
+    if not_restored is not None:
+        payload["not_restored"] = list(not_restored)
     outlet_events = context.get("outlet_events")
     asset = deployment_asset(model.id)
     listed = list(outlets)

@@ -39,6 +39,8 @@ class RolloutCheck:
     :param revision_id: canonical awaited revision, or ``None`` to wait for ``READY`` only.
     :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
     :param log: where to report state changes.
+    :param allowed_latest_revision_id: a newer revision that may stay the latest while ``revision_id`` goes
+        live (an earlier revision redeployed without a new revision; see :func:`rollout_verdict`).
     """
 
     def __init__(
@@ -48,10 +50,13 @@ class RolloutCheck:
         revision_id: str | None,
         revision_check_interval: float,
         log: logging.Logger | Any,
+        *,
+        allowed_latest_revision_id: str | None = None,
     ) -> None:
         self.hook = hook
         self.deployment_id = deployment_id
         self.revision_id = revision_id
+        self.allowed_latest_revision_id = allowed_latest_revision_id
         self.schedule = RevisionCheckSchedule(revision_check_interval)
         self.revision: Revision | None = None
         self.log = log
@@ -95,7 +100,13 @@ class RolloutCheck:
         if deployment is not None and self.revision_id and self.schedule.due(deployment, self.revision_id, force=final):
             self.schedule.mark(deployment)
             self._ask_revision()
-        verdict = rollout_verdict(deployment, self.revision_id, self.revision, deployment_id=self.deployment_id)
+        verdict = rollout_verdict(
+            deployment,
+            self.revision_id,
+            self.revision,
+            deployment_id=self.deployment_id,
+            allowed_latest_revision_id=self.allowed_latest_revision_id,
+        )
         if verdict.key != self.last_key:
             self.log.info("%s (waited %s)", verdict.message, self.waited())
             self.last_key = verdict.key
@@ -199,6 +210,7 @@ def defer_until_live(
     *,
     method_name: str = "execute_complete",
     kwargs: dict[str, Any] | None = None,
+    carry: dict[str, Any] | None = None,
 ) -> None:
     """Hand the rest of ``check``'s wait to a :class:`DeploymentRolloutTrigger` (raises ``TaskDeferred``).
 
@@ -211,7 +223,11 @@ def defer_until_live(
     :param task: the deferring task.
     :param check: the rollout being waited for.
     :param method_name: the task method to resume in (called with ``event`` and ``kwargs``).
-    :param kwargs: JSON values passed on to ``method_name`` (never a secret: they are stored).
+    :param kwargs: JSON values passed on to ``method_name`` (never a secret: they are stored). ``airflow dags
+        test`` / ``dag.test()`` in Airflow 3.3 drops them on resume: what a resume cannot do without goes in
+        ``carry``.
+    :param carry: plain JSON (never a secret) the trigger echoes in its event (``event["carry"]``), which every
+        resume gets.
     """
     task.defer(
         trigger=DeploymentRolloutTrigger(
@@ -222,6 +238,8 @@ def defer_until_live(
             deadline=time.time() + task.timeout,
             revision_check_interval=task.revision_check_interval,
             seen_key=None if check.last_key is None else list(check.last_key),
+            allowed_latest_revision_id=check.allowed_latest_revision_id,
+            carry=carry,
         ),
         method_name=method_name,
         kwargs=kwargs,

@@ -394,24 +394,28 @@ class _DeploymentEvents:
 
     deployment_id: str
     revision_id: str | None
+    carry: dict[str, Any] | None = None
+    """Plain JSON echoed in every event (``"carry"``), when given."""
 
     def _event(self, status: str, message: str, deployment: Deployment | None) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": status,
-                "message": message,
-                "deployment_id": self.deployment_id,
-                "revision_id": self.revision_id,
-                "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
-            }
-        )
+        payload = {
+            "status": status,
+            "message": message,
+            "deployment_id": self.deployment_id,
+            "revision_id": self.revision_id,
+            "deployment": deployment.model_dump(mode="json") if deployment is not None else None,
+        }
+        if self.carry is not None:
+            payload["carry"] = self.carry
+        return TriggerEvent(payload)
 
 
 class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     """Wait until a deployment's revision is live (``READY`` and active), failing fast when it cannot be.
 
     Yields exactly one event: ``{"status": "success" | "failed" | "timeout" | "error", "message": ...,
-    "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``.
+    "deployment_id": ..., "revision_id": ..., "deployment": <redacted deployment JSON or None>}``, plus
+    ``"carry"`` when the trigger was given one.
 
     :param deployment_id: the deployment to watch.
     :param revision_id: the revision that must become active; ``None`` waits only for ``READY``.
@@ -424,6 +428,11 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
     :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
         last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
         resumed task logs it (or fails with it), so each waiting line appears once.
+    :param allowed_latest_revision_id: a newer revision that may stay the deployment's latest while
+        ``revision_id`` goes live (an earlier revision redeployed without a new revision); see
+        :func:`~airflow_provider.rollout.rollout_verdict`.
+    :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
+        Airflow 3.3 drops the ``kwargs`` given to ``defer()``).
     """
 
     def __init__(
@@ -435,8 +444,12 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         deadline: float | None = None,
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         seen_key: list[str | None] | None = None,
+        allowed_latest_revision_id: str | None = None,
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.allowed_latest_revision_id = allowed_latest_revision_id
+        self.carry = carry
         self.seen_key = None if seen_key is None else list(seen_key)
         self.deployment_id = deployment_id
         self.revision_id = revision_id
@@ -457,6 +470,8 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
                 "deadline": self.deadline,
                 "revision_check_interval": self.revision_check_interval,
                 "seen_key": self.seen_key,
+                "allowed_latest_revision_id": self.allowed_latest_revision_id,
+                "carry": self.carry,
             },
         )
 
@@ -528,7 +543,11 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
                 continue
             last_deployment = update.deployment or last_deployment
             verdict = rollout_verdict(
-                update.deployment, self.revision_id, subscription.revision, deployment_id=self.deployment_id
+                update.deployment,
+                self.revision_id,
+                subscription.revision,
+                deployment_id=self.deployment_id,
+                allowed_latest_revision_id=self.allowed_latest_revision_id,
             )
             if verdict.key != last_key and not verdict.is_done:  # the outcome is the resumed task's to log
                 self.log.info("%s (waited %s)", verdict.message, waited())

@@ -21,6 +21,7 @@ from airflow_provider.operators.deployment_service import (
     PatchDeploymentOperator,
     RollbackDeploymentOperator,
 )
+from airflow_provider.tasks.rollback import RESOURCE_SPEC_NOT_SHOWN, RESOURCE_SPEC_UNKNOWN
 from airflow_provider.tasks.waiting import BAKE_GRACE_LOOKS
 from airflow_provider.triggers.deployment_service import DeploymentBakeTrigger, DeploymentRolloutTrigger
 from tests.tasks.conftest import (
@@ -289,10 +290,130 @@ def test_a_copy_made_before_the_dag_run_is_not_taken_for_an_earlier_try(emulator
     assert ti.xcoms["rolled_back_from"] == copy and ti.xcoms["revision_id"] != copy
 
 
+# ------------------------------------------------------------------------------------------ resource_spec
+EXTERNAL = "billing-worker-prod"  # external_docker with a resource_spec
+SPEC_BEFORE = {"min_scale": 2, "max_scale": 6, "cpu": 1.5, "memory_mb": 2048, "db_storage_gi": 20}
+SPEC_BAD = {**SPEC_BEFORE, "cpu": 4, "memory_mb": 4096, "queue_cpu": 1}
+
+
+def change_spec(emulator: Any, deployment_id: str, spec: dict[str, Any]) -> str:
+    """A resource_spec-only change (same image), made directly on the emulator and live: the bad revision."""
+    body = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": spec}})
+    revision = emulator.state.patch_deployment(deployment_id, body)["latest_revision_id"]
+    emulator.state.advance(2.5)
+    return str(revision)
+
+
+def spec_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The resource_spec a deployment shows, unset fields left out."""
+    spec = deployment["source_config"].get("resource_spec") or {}
+    return {name: value for name, value in spec.items() if value is not None}
+
+
+def revision_count(emulator: Any, deployment_id: str) -> int:
+    return len(emulator.state.deployment(deployment_id)["revisions"])
+
+
+def with_events(ti: FakeTI, store: FakeStore | None = None) -> dict[str, Any]:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    return {**make_context(ti, store), "outlet_events": OutletEventAccessors()}
+
+
+def emitted(context: dict[str, Any]) -> list[dict[str, Any]]:
+    """The extra of every asset event the task recorded."""
+    accessors = context["outlet_events"]._dict.values()
+    return [dict(event.extra) for accessor in accessors for event in accessor.asset_alias_events]
+
+
+def test_a_resource_spec_only_change_is_rolled_back_whole_in_one_revision(emulator: Any, ticking: Any) -> None:
+    """Contract (issue 22 item 3): the previous resource_spec is restored whole, with the build, in ONE PATCH
+    (a redeploy is not known to restore it); "rolled back" only then."""
+    dep = deployment_named(emulator, EXTERNAL)
+    good, image = dep["active_revision_id"], dep["source_revision_config"]["image_uri"]
+    assert spec_of(dep) == SPEC_BEFORE
+    bad = change_spec(emulator, dep["id"], SPEC_BAD)
+    before = revision_count(emulator, dep["id"])
+    ticking(emulator)
+    ti = FakeTI()
+    context = with_events(ti)
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, resource_spec=SPEC_BEFORE)
+    task.execute(context)
+    now = serving(emulator, dep["id"])
+    assert revision_count(emulator, dep["id"]) == before + 1
+    assert emulator.state.count(PATCH_ROUTE) == 1 and emulator.state.count(REDEPLOY_ROUTE) == 0
+    assert now["active_revision_id"] == ti.xcoms["revision_id"] not in (good, bad)
+    assert now["source_revision_config"]["image_uri"] == image
+    # production's default limits (twice the request) are echoed: the spec is the one before, whole
+    assert spec_of(now) == {**SPEC_BEFORE, "cpu_limit": 3.0, "memory_limit_mb": 4096}
+    assert ti.xcoms["rollback_path"] == "patch" and ti.xcoms["not_restored"] == []
+    [event] = emitted(context)
+    assert event["outcome"] == "rolled_back" and event["not_restored"] == []
+    assert event["previous_revision_id"] == bad and event["revision_id"] == now["active_revision_id"]
+
+
+def test_without_resource_spec_the_rollback_names_it_as_not_restored(
+    emulator: Any, ticking: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """No resource_spec= on a deployment that has one: the build is redeployed, the resource_spec left as it
+    is, and nothing says "rolled back" without naming it."""
+    dep = deployment_named(emulator, EXTERNAL)
+    good = dep["active_revision_id"]
+    bad = change_spec(emulator, dep["id"], SPEC_BAD)
+    ticking(emulator)
+    ti = FakeTI()
+    context = with_events(ti)
+    rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad).execute(context)
+    now = serving(emulator, dep["id"])
+    assert spec_of(now)["cpu"] == 4  # the bad spec still serves
+    assert ti.xcoms["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
+    [event] = emitted(context)
+    assert event["outcome"] == "rolled_back_partially" and event["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
+    out = capfd.readouterr().out
+    assert f"except: {RESOURCE_SPEC_UNKNOWN}" in out
+
+
+def test_a_resource_spec_the_service_does_not_replace_fails_the_rollback(service: Any, ticking: Any) -> None:
+    """The emulator's merge reading keeps fields the previous spec lacks: the deployment does not show the
+    resource_spec given, so the task fails saying so (one revision all the same)."""
+    emulator = service(resource_spec_mode="merge")
+    dep = deployment_named(emulator, EXTERNAL)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/billing-worker:broken")
+    change_spec(emulator, dep["id"], SPEC_BAD)  # merge: no revision
+    before = revision_count(emulator, dep["id"])
+    ticking(emulator)
+    ti = FakeTI()
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, resource_spec=SPEC_BEFORE)
+    with pytest.raises(AirflowFailException, match="is not what the deployment shows") as raised:
+        task.execute(with_events(ti))
+    assert RESOURCE_SPEC_NOT_SHOWN in str(raised.value)
+    assert revision_count(emulator, dep["id"]) == before + 1
+    assert spec_of(serving(emulator, dep["id"]))["queue_cpu"] == 1
+    assert ti.xcoms["not_restored"] == [RESOURCE_SPEC_NOT_SHOWN]
+
+
+def test_an_unchanged_resource_spec_keeps_the_exact_redeploy(emulator: Any, ticking: Any) -> None:
+    dep = deployment_named(emulator, EXTERNAL)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/billing-worker:broken")
+    ticking(emulator)
+    ti = FakeTI()
+    rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, resource_spec=SPEC_BEFORE).execute(
+        with_events(ti)
+    )
+    assert ti.xcoms["rollback_path"] == "redeploy" and ti.xcoms["not_restored"] == []
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    assert spec_of(serving(emulator, dep["id"])) == SPEC_BEFORE
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"revision_id": "None"}, "revision_id rendered to 'None'"),
+        ({"resource_spec": "None"}, "resource_spec rendered to 'None'"),
+        ({"resource_spec": {"memory_mb": 512.5}}, "invalid resource_spec: memory_mb"),
+        ({"resource_spec": {"cpus": 1}}, "resource_spec has field.s. cpus"),
         ({"revision_id": "nope"}, "revision_id must be a UUID"),
         ({"rolling_back_from": "x"}, "rolling_back_from must be a UUID"),
         ({"source_revision_config": {"image": "x"}}, "source_revision_config has unknown field"),

@@ -64,6 +64,8 @@ def test_serialize_round_trip() -> None:
         poll_interval=7,
         deadline=1_900_000_000.5,
         revision_check_interval=45,
+        allowed_latest_revision_id="0b7c2f4e-9a1d-4c3b-8e5f-6a7b8c9d0e1f",
+        carry={"rollback": {"path": "redeploy"}},
     )
     classpath, kwargs = trig.serialize()
     assert classpath == "airflow_provider.triggers.deployment_service.DeploymentRolloutTrigger"
@@ -76,6 +78,8 @@ def test_serialize_round_trip() -> None:
         "deadline": 1_900_000_000.5,
         "revision_check_interval": 45.0,
         "seen_key": None,
+        "allowed_latest_revision_id": "0b7c2f4e-9a1d-4c3b-8e5f-6a7b8c9d0e1f",
+        "carry": {"rollback": {"path": "redeploy"}},
     }
     again = DeploymentRolloutTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
