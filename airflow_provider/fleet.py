@@ -23,7 +23,9 @@ __all__ = [
     "CANARY",
     "FAILURE_OUTCOMES",
     "QUIET_OUTCOMES",
+    "ROLLED_BACK_OUTCOMES",
     "SUCCESS_OUTCOMES",
+    "WITH_WAVE_OUTCOMES",
     "FleetProgress",
     "FleetRow",
     "Outcome",
@@ -55,16 +57,36 @@ class Outcome:
     """The rollout failed: build or deploy failed, superseded, deleted, timed out, left ``READY`` during
     the bake, or ``verify`` refused it."""
     ROLLED_BACK = "rolled_back"
-    """Failed, then its previous revision was restored (``rollback_on_failure``)."""
+    """Failed, then restored (``rollback_on_failure``): its previous build serves again with its previous
+    ``resource_spec`` (secrets the change set are never restored: the message names them)."""
+    ROLLED_BACK_PARTIALLY = "rolled_back_partially"
+    """Failed, then rolled back, but not everything the change set was undone: a ``resource_spec`` that is
+    not the previous one (unknown, or not shown), or a branch rebuilt from its current head. The message
+    says ``rolled back ... except: ...``."""
     ROLLED_BACK_WITH_WAVE = "rolled_back_with_wave"
-    """Landed (live for the bake, passed ``verify``), then restored to its previous revision because its
-    wave stopped the rollout (``rollback_on_failure``): not a failure, it does not count against the budget."""
+    """Landed (live for the bake, passed ``verify``), then restored to its previous build and
+    ``resource_spec`` because its wave stopped the rollout (``rollback_on_failure``): not a failure, it does
+    not count against the budget."""
+    ROLLED_BACK_WITH_WAVE_PARTIALLY = "rolled_back_with_wave_partially"
+    """Landed, then rolled back with its wave, but not everything was undone (as for
+    ``rolled_back_partially``): not a failure."""
     NOT_PATCHED = "not_patched"
     """Never patched: the rollout stopped before its wave."""
 
 
-FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK})
+FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_PARTIALLY})
 """Outcomes that count against the failure budget (a deployment the change broke, restored or not)."""
+WITH_WAVE_OUTCOMES = frozenset({Outcome.ROLLED_BACK_WITH_WAVE, Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY})
+"""Outcomes of a deployment that landed and was rolled back because its wave stopped the rollout."""
+ROLLED_BACK_OUTCOMES = frozenset(
+    {
+        Outcome.ROLLED_BACK,
+        Outcome.ROLLED_BACK_PARTIALLY,
+        Outcome.ROLLED_BACK_WITH_WAVE,
+        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
+    }
+)
+"""Outcomes of a deployment whose rollback went live (its previous build serves again)."""
 SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
 """Outcomes of a deployment now serving what the rollout asked for."""
 QUIET_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED, Outcome.NOT_PATCHED})
@@ -224,8 +246,17 @@ class FleetRow:
         before its rollback was requested; recorded *before* the request is sent, so a retry knows a rollback
         may be on the service and looks for it (made after this time, copying ``from_revision``) instead of
         refusing it as someone else's or sending it again.
+    :param previous_resource_spec: the whole ``source_config.resource_spec`` the deployment showed before
+        the patch (``{}`` when none; ``None`` when unknown: a retry reattached to a patch whose record was
+        lost): what a rollback restores.
+    :param secrets_changed: names of the secrets the patch set (never their values): a rollback cannot
+        restore them, and says so.
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
+    :param rollback_path: how the rollback was sent (``redeploy``, ``patch``, ``none``).
+    :param rollback_allowed_latest: a newer revision allowed to stay the latest while ``rollback_revision``
+        goes live (a redeploy that made no revision).
     :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
+    :param not_restored: what the rollback did not undo, one clause each (never a secret value).
     """
 
     deployment_id: str
@@ -243,8 +274,13 @@ class FleetRow:
     timed_out: bool = False
     previous_config: dict[str, str] | None = None
     rollback_requested_after: str | None = None
+    previous_resource_spec: dict[str, Any] | None = None
+    secrets_changed: list[str] = field(default_factory=list)
     rollback_revision: str | None = None
+    rollback_allowed_latest: str | None = None
+    rollback_path: str | None = None
     rollback_decided: bool = False
+    not_restored: list[str] = field(default_factory=list)
 
     @property
     def seconds(self) -> float | None:
@@ -352,7 +388,7 @@ class FleetProgress:
     @property
     def rolled_back_with_wave(self) -> list[FleetRow]:
         """Rows that landed and were rolled back because their wave stopped the rollout (not failures)."""
-        return [row for row in self.rows if row.outcome == Outcome.ROLLED_BACK_WITH_WAVE]
+        return [row for row in self.rows if row.outcome in WITH_WAVE_OUTCOMES]
 
     @property
     def budget_exceeded(self) -> bool:
@@ -423,8 +459,14 @@ def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
     :param rows: result-table rows.
     :param limit: rows shown; the rest are counted.
     """
-    order = {Outcome.FAILED: 0, Outcome.ROLLED_BACK: 1, Outcome.ROLLED_BACK_WITH_WAVE: 2}
-    shown = sorted(rows, key=lambda row: order.get(row["outcome"], 3))[:limit]
+    order = {
+        Outcome.FAILED: 0,
+        Outcome.ROLLED_BACK_PARTIALLY: 1,
+        Outcome.ROLLED_BACK: 2,
+        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY: 3,
+        Outcome.ROLLED_BACK_WITH_WAVE: 4,
+    }
+    shown = sorted(rows, key=lambda row: order.get(row["outcome"], len(order)))[:limit]
     columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
     cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in shown]
     widths = [max([len(column), *(len(cell[index]) for cell in cells)]) for index, column in enumerate(columns)]
@@ -458,11 +500,14 @@ class WaveTracker:
         waits for ``READY``).
     :param bake_seconds: how long a live revision must stay live.
     :param deadline: wall-clock time by which every revision must be live.
+    :param allowed_latest: ``{deployment_id: revision}`` a newer revision that may stay the deployment's
+        latest while the awaited one goes live (a rollback redeployed without a new revision).
     """
 
     rollouts: dict[str, str | None]
     bake_seconds: float
     deadline: float | None
+    allowed_latest: dict[str, str] = field(default_factory=dict)
     decided: dict[str, tuple[str, str, float]] = field(default_factory=dict)
     """``{deployment_id: (outcome, message, wall-clock time)}``."""
     _watched: dict[str, _Watched] = field(default_factory=dict)
@@ -510,7 +555,13 @@ class WaveTracker:
         watched = self._watched.get(deployment_id)
         if watched is None or deployment_id in self.decided:
             return None
-        verdict = rollout_verdict(deployment, watched.revision_id, revision, deployment_id=deployment_id)
+        verdict = rollout_verdict(
+            deployment,
+            watched.revision_id,
+            revision,
+            deployment_id=deployment_id,
+            allowed_latest_revision_id=self.allowed_latest.get(deployment_id),
+        )
         message: str = verdict.message
         if verdict.state is RolloutState.FAILED:
             if watched.live_since is not None:

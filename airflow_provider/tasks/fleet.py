@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
+from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -36,6 +36,17 @@ from airflow_provider.models import (
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
 from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_NOT_SENT,
+    RESOURCE_SPEC_NOT_SHOWN,
+    RESOURCE_SPEC_VERDICTS,
+    RollbackStarted,
+    find_earlier_rollback,
+    reattach_recorded_rollback,
+    resource_spec_json,
+    spec_shows,
+    start_rollback,
+)
 
 if TYPE_CHECKING:
     import logging
@@ -201,6 +212,9 @@ class ProgressStore:
         self.log = log
         self.secrets = tuple(secrets)
         self._written: dict[str, dict[str, Any]] = {}
+        self.behind = False
+        """Whether the last save failed: what the store holds is older than the progress (a deferral then
+        carries the progress itself, and the resume takes it over the store's)."""
 
     def load(self, change: str) -> FleetProgress | None:
         """The progress an earlier try or deferral recorded for this change, else ``None``."""
@@ -227,11 +241,18 @@ class ProgressStore:
         if self.store is None:
             return
         try:
-            for index in waves or range(len(progress.waves)):
+            for index in range(len(progress.waves)) if self.behind else waves or range(len(progress.waves)):
                 self._write(f"{STATE_KEY}/wave/{index}", progress.waves[index].to_json())
             self._write(STATE_KEY, progress.header_json())
         except Exception as err:  # not fatal: a retry recognises patches on the deployments
+            self.behind = True
             self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+        else:
+            self.behind = False
+
+    def rollback_records(self, index: int) -> RollbackRecords | None:
+        """Wave ``index``'s rollback records (``None`` without a store)."""
+        return None if self.store is None else RollbackRecords(self.store, index, self.log)
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
         if self._written.get(key) == value:
@@ -239,6 +260,42 @@ class ProgressStore:
         self._written.pop(key, None)  # until the store confirms, what it holds is unknown
         self.store.set(key, value)
         self._written[key] = value
+
+
+class RollbackRecords:
+    """One wave's rollback records in ``task_state_store``, one small key per deployment
+    (``<key>/wave/<index>/rollback/<deployment_id>``): the rollback's intent, written just before its request
+    (:class:`~airflow_provider.tasks.rollback.RollbackIntent`), then what was sent
+    (:meth:`~airflow_provider.tasks.rollback.RollbackStarted.record`), as the rollback task records its own.
+    Small keys, so that rolling back a wave of N deployments writes O(N) bytes, not the wave N times.
+
+    :param store: ``context["task_state_store"]``.
+    :param index: the wave.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, store: Any, index: int, log: logging.Logger | Any) -> None:
+        self.store, self.index, self.log = store, index, log
+
+    def key(self, deployment_id: str) -> str:
+        """The key of a deployment's record."""
+        return f"{STATE_KEY}/wave/{self.index}/rollback/{deployment_id}"
+
+    def get(self, deployment_id: str) -> dict[str, Any] | None:
+        """The record of this deployment's rollback, or ``None`` (none, or the store cannot be read)."""
+        try:
+            value = self.store.get(self.key(deployment_id))
+        except Exception as err:  # judged from the deployment instead
+            self.log.warning("Could not read the rollback record of %s (%s)", deployment_id, err)
+            return None
+        return value if isinstance(value, dict) else None
+
+    def set(self, deployment_id: str, record: dict[str, Any]) -> None:
+        """Record this deployment's rollback (a failure is logged: a retry then judges from the deployment)."""
+        try:
+            self.store.set(self.key(deployment_id), record)
+        except Exception as err:
+            self.log.warning("Could not record the rollback of %s in task_state_store (%s)", deployment_id, err)
 
 
 def scrub_messages(progress: FleetProgress, secrets: Iterable[str]) -> None:
@@ -347,6 +404,8 @@ def patch_wave(
                 _record_earlier_patch(wave, row, earlier, fingerprint, now, log)
                 save()
                 continue
+        if row.secrets_changed == [] and request.secrets:
+            row.secrets_changed = sorted(secret.name for secret in request.secrets)
         if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
             # A resource_spec patch creates a revision in production but not under every reading: the
             # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
@@ -362,8 +421,11 @@ def patch_wave(
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
         row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
+        row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+        row.secrets_changed = sorted(secret.name for secret in request.secrets or [])
         ready.append(_Patch(len(ready), row, request, fingerprint))
     if ready:
+        save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
         _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
 
 
@@ -713,6 +775,7 @@ def watch_wave(
     revision_check_interval: float,
     log: logging.Logger | Any,
     sleep: Callable[[float], None] = time.sleep,
+    allowed_latest: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[str, str, float]]:
     """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
     per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) only when
@@ -726,9 +789,11 @@ def watch_wave(
     :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
     :param log: the task's logger.
     :param sleep: how to wait (tests may pass their own).
+    :param allowed_latest: ``{deployment_id: revision}`` allowed to stay the latest (see
+        :class:`~airflow_provider.fleet.WaveTracker`).
     :returns: ``{deployment_id: (outcome, message, decided_at)}``.
     """
-    tracker = WaveTracker(dict(rollouts), bake_seconds, deadline)
+    tracker = WaveTracker(dict(rollouts), bake_seconds, deadline, dict(allowed_latest or {}))
     schedules = {deployment_id: RevisionCheckSchedule(revision_check_interval) for deployment_id in rollouts}
     revisions: dict[str, Revision] = {}
     endpoint = True
@@ -837,6 +902,19 @@ def verify_wave(
 
 
 # ------------------------------------------------------------------------------------ rolling back
+ROLLBACK_SAVE_EVERY = 20
+"""The wave is saved after this many rollbacks started (and at the end): each rollback's own record, written
+before and after its request, already protects a retry, so the wave's rows need not be written N times."""
+
+
+def secrets_clause(names: Sequence[str]) -> str:
+    """The ``not_restored`` clause naming the secrets a change set (names only: values are never kept).
+
+    :param names: the secret names.
+    """
+    return f"secrets {', '.join(names)} (a rollback cannot restore secret values: the deployment keeps the new ones)"
+
+
 def start_rollbacks(
     hook: DeploymentServiceHook,
     wave: WaveRecord,
@@ -844,6 +922,7 @@ def start_rollbacks(
     stopping: str | None,
     save: Callable[[], None],
     log: logging.Logger | Any,
+    records: RollbackRecords | None = None,
     earlier_try_since: datetime | None = None,
 ) -> dict[str, str | None]:
     """Roll back every deployment of the wave whose new revision went live and failed, or was still
@@ -856,36 +935,35 @@ def start_rollbacks(
     ``timeout``). When the still-building revision fails instead, there is nothing to roll back and the
     rollback only checks that the previous revision still serves.
 
-    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
-    the old config patched back, from the revision endpoint or the config recorded before the patch;
-    never twice; refuses over a newer revision someone else rolled out).
+    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` with what the row recorded before its
+    patch: the previous ``resource_spec`` (restored whole, with the build, in one revision when it changed)
+    and config (when the service cannot say). What it does not undo is kept in the row's ``not_restored``:
+    its clauses, plus one naming the secrets the patch set (never their values).
 
-    Each rollback is recorded before its request is sent (``rollback_requested_after``: the deployment's
-    ``updated_at`` just then) and again once the service accepted it (``rollback_revision``), each time with
-    ``save``. A row recorded as requested but not accepted is one the worker may have died on: when the
-    deployment's latest revision moved past the rolled-back one, it is reattached to only on positive
-    evidence (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`: made after the request was
-    recorded, a copy of the revision to return to, read from the revision endpoint or the recorded config);
-    without it the row keeps its outcome, its message says the rollback could not be confirmed, and nothing
-    is sent again. A retry with no record at all (no task state store) looks the same way, from the run's
-    start. A rollback that cannot start (refused, the deployment gone, the service's 4xx) leaves its row
-    ``failed`` (or ``landed``) with the reason and the others go on; a transient failure that outlived the
-    client's retries fails the task once what was sent is recorded (a retry resumes here).
+    Never twice, never claimed: every rollback about to be sent is marked in the wave's rows
+    (``rollback_requested_after``, one save before any request), then recorded in its own key just before
+    its request and once sent (``records``: :class:`RollbackRecords`). A retry reattaches to a recorded
+    rollback (:func:`~airflow_provider.tasks.rollback.reattach_recorded_rollback`: waits for it, or sends
+    one that did not land), and without a record looks for it on the deployment from the mark (or the run's
+    start) on (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`, positive evidence only).
+    When neither can tell, the row keeps its outcome and says so; nothing is sent again. A rollback that
+    cannot start (refused, the deployment gone, the service's 4xx) leaves its row ``failed`` (or ``landed``)
+    with the reason and the others go on; a transient failure that outlived the client's retries fails the
+    task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
     :param wave: the wave.
     :param stopping: why the wave stops the rollout (``"the failure budget was exceeded"``...), or ``None``
         when it does not: the rows that landed are rolled back too only when it does.
-    :param save: records the progress (called before each rollback request and after each rollback
-        started, reattached to or refused).
+    :param save: records the progress (before the first request, every :data:`ROLLBACK_SAVE_EVERY`
+        rollbacks, and at the end).
     :param log: the task's logger.
+    :param records: the wave's rollback records (``None`` without a task state store).
     :param earlier_try_since: the run's start when this is a retry (a rollback found on a deployment may be
         an earlier try's), else ``None``.
     :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
         an earlier try's included (see :func:`pending_rollbacks`).
     """
-    from airflow_provider.tasks.rollback import start_rollback
-
     wanted = [
         row
         for row in wave.rows
@@ -898,105 +976,123 @@ def start_rollbacks(
         wanted.remove(row)
         if "the revision that served before it is not known" not in row.message:
             _rollback_not_started(wave, row, "is not possible: the revision that served before it is not known", log)
-            save()
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
+    marked_earlier = {row.deployment_id for row in wanted if row.rollback_requested_after}
+    for row in wanted:
+        if row.deployment_id in live and not row.rollback_requested_after:
+            row.rollback_requested_after = live[row.deployment_id].updated_at.isoformat()
+    save()  # before any request: a retry looks for these rollbacks instead of refusing or re-sending them
+    started_count = 0
     for row in wanted:
         deployment = live.get(row.deployment_id)
         if deployment is None:
             _rollback_not_started(wave, row, f"could not be started: deployment {row.name!r} no longer exists", log)
-            save()
             continue
-        assert row.from_revision is not None
+        retried = row.deployment_id in marked_earlier or earlier_try_since is not None
         try:
-            earlier = _earlier_rollback(hook, row, deployment, earlier_try_since, log)
-            if earlier is not None:
-                if earlier:
-                    _rollback_started(row, earlier, stopping)
-                else:
-                    _rollback_not_started(wave, row, _unconfirmed(row, deployment), log)
-                save()
-                continue
-            row.rollback_requested_after = deployment.updated_at.isoformat()
-            save()  # before the request: a retry then looks for this rollback instead of refusing it
-            rollback = start_rollback(
-                hook,
-                deployment,
-                row.from_revision,
-                rolling_back_from=row.to_revision,
-                fallback_config=row.previous_config,
-                log=log,
-            )
+            started = _earlier_rollback(hook, row, deployment, records, earlier_try_since, log) if retried else None
         except AirflowFailException as err:
-            _rollback_not_started(wave, row, f"was refused: {err}", log)
-            save()
+            _rollback_not_started(wave, row, f"could not be confirmed: {err}", log)
             continue
-        except DeploymentServiceError as err:
-            if err.transient:
-                save()  # the rollbacks already sent are recorded: a retry watches them
-                raise
-            _rollback_not_started(wave, row, f"could not be started: {err}", log)
+        if started is None:
+            try:
+                started = _send_rollback(hook, row, deployment, records, log)
+            except AirflowFailException as err:
+                _rollback_not_started(wave, row, f"was refused: {err}", log)
+                continue
+            except DeploymentServiceError as err:
+                if err.transient:
+                    save()  # what was sent is recorded: a retry resumes here
+                    raise
+                _rollback_not_started(wave, row, f"could not be started: {err}", log)
+                continue
+        _rollback_started(wave, row, started, stopping, log)
+        started_count += 1
+        if started_count % ROLLBACK_SAVE_EVERY == 0:
             save()
-            continue
-        _rollback_started(row, rollback.revision_id, stopping)
-        save()
+    save()
     return pending_rollbacks(wave)
+
+
+def _send_rollback(
+    hook: DeploymentServiceHook,
+    row: FleetRow,
+    deployment: Deployment,
+    records: RollbackRecords | None,
+    log: logging.Logger | Any,
+) -> RollbackStarted:
+    """Start the row's rollback, its intent recorded just before the request and what was sent just after."""
+    assert row.from_revision is not None
+    started = start_rollback(
+        hook,
+        deployment,
+        row.from_revision,
+        rolling_back_from=row.to_revision,
+        fallback_config=row.previous_config,
+        resource_spec=row.previous_resource_spec,
+        before_sending=None if records is None else (lambda intent: records.set(row.deployment_id, intent.record())),
+        log=log,
+    )
+    if records is not None:
+        records.set(row.deployment_id, started.record())
+    return started
 
 
 def _earlier_rollback(
     hook: DeploymentServiceHook,
     row: FleetRow,
     deployment: Deployment,
+    records: RollbackRecords | None,
     earlier_try_since: datetime | None,
     log: logging.Logger | Any,
-) -> str | None:
-    """The revision of the rollback an earlier try (or this one, before it died) sent for ``row``, found on
-    the deployment; ``""`` when one may have been sent and the deployment's latest revision cannot be
-    confirmed as it; ``None`` when there is nothing to look for (then roll back).
+) -> RollbackStarted | None:
+    """The rollback an earlier try (or this one, before it died) sent for ``row``, from its record, else
+    found on the deployment; ``None`` when none landed (send it). :class:`AirflowFailException` when whether
+    one landed cannot be told (the row then says so; nothing is sent).
 
     :param hook: the hook.
-    :param row: a row whose rollback is wanted and not recorded as accepted.
+    :param row: a row whose rollback is wanted and not recorded as accepted in the wave.
     :param deployment: the deployment as just read.
+    :param records: the wave's rollback records, if any.
     :param earlier_try_since: the run's start on a retry.
     :param log: the task's logger.
     """
-    from airflow_provider.tasks.rollback import find_earlier_rollback
-
-    requested = datetime.fromisoformat(row.rollback_requested_after) if row.rollback_requested_after else None
-    since = requested or earlier_try_since
-    if since is None or deployment.latest_revision_id in (None, row.to_revision):
-        return None  # nothing was made over the rolled-back revision: any earlier request did not land
     assert row.from_revision is not None
-    found = find_earlier_rollback(
+    record = records.get(row.deployment_id) if records is not None else None
+    if (
+        record is not None
+        and record.get("deployment_id") == row.deployment_id
+        and record.get("to_revision_id") == row.from_revision
+        and record.get("rolled_back_from") in (None, row.to_revision)
+    ):
+        return reattach_recorded_rollback(hook, deployment, record, log=log)
+    if row.rollback_requested_after:
+        since: datetime | None = datetime.fromisoformat(row.rollback_requested_after)
+    else:
+        since = earlier_try_since
+    return find_earlier_rollback(
         hook,
         deployment,
         row.from_revision,
         since=since,
         rolling_back_from=row.to_revision,
         fallback_config=row.previous_config,
+        resource_spec=row.previous_resource_spec,
         log=log,
     )
-    if found is not None and found.revision_id not in (row.to_revision, row.from_revision):
-        return found.revision_id
-    return "" if requested is not None or earlier_try_since is not None else None
 
 
-def _unconfirmed(row: FleetRow, deployment: Deployment) -> str:
-    """Why a rollback that may have been sent is not reattached to, nor sent again."""
-    asked = (
-        "was requested by an earlier try" if row.rollback_requested_after else "may have been sent by an earlier try"
-    )
-    return (
-        f"{asked}, and the deployment's latest revision is now {deployment.latest_revision_id} (active "
-        f"{deployment.active_revision_id}), which cannot be confirmed as that rollback (not shown as a copy of "
-        f"revision {row.from_revision} made since then): not rolling back again. Check the deployment"
-    )
-
-
-def _rollback_started(row: FleetRow, revision_id: str, stopping: str | None) -> None:
+def _rollback_started(
+    wave: WaveRecord, row: FleetRow, started: RollbackStarted, stopping: str | None, log: logging.Logger | Any
+) -> None:
     """Record a rollback the service accepted (or that a retry found): a retry watches it."""
     if row.outcome == Outcome.LANDED:
         row.message = f"{row.message}; rolled back with its wave ({stopping})"
-    row.rollback_revision = revision_id
+    row.rollback_revision = started.revision_id
+    row.rollback_allowed_latest = started.allowed_latest_revision_id
+    row.rollback_path = started.path
+    row.not_restored = [*started.not_restored, *([secrets_clause(row.secrets_changed)] if row.secrets_changed else [])]
+    log.warning("%s: %s: %s", wave.name, row.name, started.summary())
 
 
 def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: logging.Logger | Any) -> None:
@@ -1026,33 +1122,75 @@ def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
     }
 
 
-def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
-    """Record how the rollbacks ended: a restored row becomes ``rolled_back`` (it had failed) or
-    ``rolled_back_with_wave`` (it had landed); the others keep their outcome, the rollback's failure in
-    their message (one that had landed still serves its new revision, or is still being rolled back).
+def rollbacks_allowed_latest(wave: WaveRecord) -> dict[str, str]:
+    """``{deployment_id: revision}`` allowed to stay the latest while a pending rollback goes live (a redeploy
+    that made no revision; see :class:`~airflow_provider.fleet.WaveTracker`).
 
+    :param wave: the wave.
+    """
+    pending = pending_rollbacks(wave)
+    return {
+        row.deployment_id: row.rollback_allowed_latest
+        for row in wave.rows
+        if row.deployment_id in pending and row.rollback_allowed_latest
+    }
+
+
+def is_partial(row: FleetRow) -> bool:
+    """Whether a rollback left part of the change in place, besides secrets (a resource_spec not the
+    previous one, a branch rebuilt from its head): then it is not ``rolled_back``.
+
+    :param row: a row whose rollback went live.
+    """
+    return any(not clause.startswith("secrets ") for clause in row.not_restored)
+
+
+def apply_rollbacks(
+    hook: DeploymentServiceHook, wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any
+) -> None:
+    """Record how the rollbacks ended.
+
+    A rollback that went live is judged on the deployment (one list request per 100): it is ``rolled_back``
+    (it had failed) or ``rolled_back_with_wave`` (it had landed) when the previous build serves again with
+    its previous ``resource_spec``; ``rolled_back_partially`` / ``rolled_back_with_wave_partially`` when
+    not, the message saying ``rolled back ... except: ...`` (a secret the change set is named too, but
+    does not make it partial: values are never restored). The others keep their outcome, the rollback's
+    failure in their message (one that had landed still serves its new revision, or is still being rolled
+    back).
+
+    :param hook: the hook (to read the restored deployments).
     :param wave: the wave.
     :param outcomes: ``{deployment_id: (outcome, message, at)}`` of the rollbacks' watch.
     :param log: the task's logger.
     """
-    for row in wave.rows:
-        decision = outcomes.get(row.deployment_id)
-        pending = row.rollback_revision is not None and not row.rollback_decided
-        if not pending or decision is None or row.outcome not in ROLLBACK_OUTCOMES:
-            continue
-        outcome, message, at = decision
+    decided = [
+        row
+        for row in wave.rows
+        if row.rollback_revision is not None
+        and not row.rollback_decided
+        and row.outcome in ROLLBACK_OUTCOMES
+        and row.deployment_id in outcomes
+    ]
+    live_ids = [row.deployment_id for row in decided if outcomes[row.deployment_id][0] in SUCCESS_OUTCOMES]
+    live = read_deployments(hook, live_ids) if live_ids else {}
+    for row in decided:
+        outcome, message, at = outcomes[row.deployment_id]
         row.rollback_decided = True
         had_failed = row.outcome == Outcome.FAILED
-        if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
-            restored = Outcome.ROLLED_BACK if had_failed else Outcome.ROLLED_BACK_WITH_WAVE
-            row.decide(restored, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at))
+        if outcome in SUCCESS_OUTCOMES:
+            _judge_resource_spec(row, live.get(row.deployment_id))
+            restored = _restored_outcome(had_failed, is_partial(row))
+            serves = f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
+            row.decide(restored, f"{row.message}; rolled back ({serves}){except_clause}", float(at))
             log.warning(
-                "%s: %s rolled back%s to %s (revision %s)",
+                "%s: %s rolled back%s to %s (revision %s)%s",
                 wave.name,
                 row.name,
                 "" if had_failed else " with its wave",
                 row.from_revision,
                 row.rollback_revision,
+                except_clause,
             )
         elif had_failed:
             row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
@@ -1060,3 +1198,20 @@ def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log
         else:  # it had landed: its revision still serves unless the rollback's may yet go live
             row.message = f"{row.message}, but the rollback failed: {message}"
             log.error("%s: %s: %s", wave.name, row.name, row.message)
+
+
+def _restored_outcome(had_failed: bool, partial: bool) -> str:
+    if had_failed:
+        return Outcome.ROLLED_BACK_PARTIALLY if partial else Outcome.ROLLED_BACK
+    return Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY if partial else Outcome.ROLLED_BACK_WITH_WAVE
+
+
+def _judge_resource_spec(row: FleetRow, deployment: Deployment | None) -> None:
+    """Judge the rollback's ``resource_spec`` again on the live deployment (as
+    :meth:`~airflow_provider.tasks.rollback.RollbackStarted.judged_on` does): one that does not show the
+    previous ``resource_spec`` is named in ``not_restored``."""
+    kept = [clause for clause in row.not_restored if clause not in RESOURCE_SPEC_VERDICTS]
+    wanted = row.previous_resource_spec
+    if deployment is not None and wanted is not None and not spec_shows(deployment.source_config.resource_spec, wanted):
+        kept.insert(0, RESOURCE_SPEC_NOT_SHOWN if row.rollback_path == "patch" else RESOURCE_SPEC_NOT_SENT)
+    row.not_restored = kept

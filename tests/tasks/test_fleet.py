@@ -653,6 +653,163 @@ def test_a_failure_within_the_budget_is_rolled_back_alone_and_the_rollout_goes_o
     }
 
 
+# ------------------------------------------------------------------------------------------ what a rollback restores
+SPEC_BEFORE = {"cpu": 1.0, "memory_mb": 512, "min_scale": 1}
+IMAGE = "registry.example.com/acme/app:1.0"
+
+
+def docker_fleet(service: Callable[..., Any], count: int, **options: Any) -> Any:
+    """``count`` external_docker deployments img-0000... serving IMAGE with SPEC_BEFORE and the secret TOKEN."""
+    deployments = [
+        {
+            "name": f"img-{index:04d}",
+            "source": "external_docker",
+            "source_revision_config": {"image_uri": IMAGE},
+            "source_config": {"resource_spec": dict(SPEC_BEFORE)},
+            "secrets": [{"name": "TOKEN", "value": SECRET}],
+        }
+        for index in range(count)
+    ]
+    return service(data={"deployments": deployments}, **{**FAST, **options})
+
+
+def shown_spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The resource_spec a deployment shows, unset fields and the limits the service defaults left out."""
+    spec = {name: value for name, value in (deployment["source_config"].get("resource_spec") or {}).items()}
+    return {name: value for name, value in spec.items() if value is not None and "limit" not in name}
+
+
+def fleet_events(context: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{deployment_id: extra}`` of the asset events the task recorded."""
+    found: dict[str, dict[str, Any]] = {}
+    for accessor in context["outlet_events"]._dict.values():
+        for event in accessor.asset_alias_events:
+            found[event.dest_asset_key.uri.rsplit("/", 1)[1]] = dict(event.extra)
+    return found
+
+
+def events_context(ti: FakeTI) -> dict[str, Any]:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    context = make_context(ti)
+    context["outlet_events"] = OutletEventAccessors()
+    return context
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_resource_spec_only_change_is_rolled_back_whole_build_and_resource_spec(
+    service: Callable[..., Any], deferrable: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = docker_fleet(service, 2)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    ti = FakeTI()
+    context = events_context(ti)
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            repo_ref=None,
+            deployment_names=sorted(ids),
+            source_config={"resource_spec": {"cpu": 2.0, "memory_mb": 1024, "min_scale": 1}},
+            verify=lambda deployment: deployment.name != "img-0001",
+            rollback_on_failure=True,
+            max_failures=1,
+            deferrable=deferrable,
+        )
+
+    table = {row["name"]: row for row in run_deferred(make, context)[0]}
+    bad, good = table["img-0001"], table["img-0000"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad
+    assert "rolled back (revision" in bad["message"] and "except" not in bad["message"]
+    after = emulator.state.deployment(ids["img-0001"])
+    assert len(after["revisions"]) == 3, "one patch, and one revision for the rollback (build and spec together)"
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == IMAGE
+    assert shown_spec(after) == shown_spec(before["img-0001"]) == SPEC_BEFORE
+    landed = emulator.state.deployment(ids["img-0000"])
+    assert good["outcome"] == Outcome.LANDED and landed["active_revision_id"] == good["to_revision"]
+    assert shown_spec(landed) == {"cpu": 2.0, "memory_mb": 1024, "min_scale": 1}
+    events = fleet_events(context)
+    assert events[ids["img-0001"]]["outcome"] == "rolled_back" and events[ids["img-0001"]]["not_restored"] == []
+    assert events[ids["img-0001"]]["revision_id"] == after["active_revision_id"]
+    assert events[ids["img-0001"]]["previous_revision_id"] == bad["to_revision"]
+    assert events[ids["img-0000"]]["outcome"] == "rolled_out"
+    assert ti.xcoms["fleet_summary"]["counts"] == {"landed": 1, "rolled_back": 1}
+    scan_for_secret(capfd.readouterr().out, ti.xcoms, events)
+
+
+def test_a_secrets_only_change_rolled_back_names_the_secrets_it_could_not_restore(
+    service: Callable[..., Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    new_value = "zq-New-S3cret-Value-9b1e77aa"
+    emulator = docker_fleet(service, 2)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    ti = FakeTI()
+    context = events_context(ti)
+    table = {
+        row["name"]: row
+        for row in fleet_op(
+            repo_ref=None,
+            deployment_names=sorted(ids),
+            secrets={"TOKEN": new_value},
+            verify=lambda deployment: deployment.name != "img-0000",
+            rollback_on_failure=True,
+            max_failures=1,
+        ).execute(context)
+    }
+    clause = "secrets TOKEN (a rollback cannot restore secret values: the deployment keeps the new ones)"
+    bad = table["img-0000"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad  # the previous build serves with its resource_spec
+    assert bad["message"].endswith(f"'s build again) except: {clause}"), bad["message"]
+    after = emulator.state.deployment(ids["img-0000"])
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["redeploy_of"] == before["img-0000"]["active_revision_id"]
+    assert shown_spec(after) == SPEC_BEFORE
+    event = fleet_events(context)[ids["img-0000"]]
+    assert event["outcome"] == "rolled_back" and event["not_restored"] == [clause]
+    logged = capfd.readouterr().out
+    assert f"rolled back to {before['img-0000']['active_revision_id']}" in logged and clause in logged
+    for text in (logged, json.dumps(ti.xcoms), json.dumps(event)):
+        assert new_value not in text and SECRET not in text
+
+
+def test_a_resource_spec_the_service_does_not_restore_is_rolled_back_partially(
+    service: Callable[..., Any],
+) -> None:
+    emulator = docker_fleet(service, 1, resource_spec_mode="merge")  # fields merge: one the change added stays
+    ids = ids_by_name(emulator)
+    ti = FakeTI()
+    context = events_context(ti)
+    table = fleet_op(
+        repo_ref=None,
+        deployment_names=sorted(ids),
+        image_uri="registry.example.com/acme/app:2.0",
+        source_config={"resource_spec": {**SPEC_BEFORE, "max_scale": 4}},
+        verify=lambda deployment: False,
+        rollback_on_failure=True,
+        max_failures=1,
+    ).execute(context)
+    row = table[0]
+    assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+    assert (
+        "rolled back (revision" in row["message"]
+        and " except: resource_spec (sent whole, but the deployment" in (row["message"])
+    )
+    after = emulator.state.deployment(ids["img-0000"])
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == IMAGE  # the build is back...
+    assert shown_spec(after) == {**SPEC_BEFORE, "max_scale": 4}  # ...the resource_spec is not
+    event = fleet_events(context)[ids["img-0000"]]
+    assert event["outcome"] == "rolled_back_partially" and event["not_restored"][0].startswith("resource_spec (sent")
+    assert ti.xcoms["fleet_summary"] == {
+        "counts": {"rolled_back_partially": 1},
+        "failures": 1,
+        "allowed_failures": 1,
+        "stopped": "",
+    }
+
+
 # ------------------------------------------------------------------------------------------ build logs
 @pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
 def test_a_failed_build_in_a_wave_shows_its_build_log(

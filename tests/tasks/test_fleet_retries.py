@@ -5,6 +5,7 @@ deployment matches what the emulator serves."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -13,8 +14,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.emulator import FaultRule
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
+from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks import rollback as rollback_module
 from airflow_provider.tasks.fleet import STATE_KEY
 from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, seed
@@ -32,7 +36,7 @@ def fleet(service: Callable[..., Any]) -> Callable[..., Any]:
     """A real-time emulator (builds take 0.3 s) seeded with ``count`` codehost deployments app-0000..."""
 
     def start(count: int, **options: Any) -> Any:
-        return service(data=seed(count), **{**FAST, **options})
+        return service(data=released(count), **{**FAST, **options})
 
     return start
 
@@ -59,11 +63,18 @@ def die_at_rollback(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, 
                 raise WorkerDied(f"after the rollback of {name}")
             return result
 
+        # Where the fleet finds it (its module), and where the rollback task does (the rollback module).
+        monkeypatch.setattr(fleet_tasks, "start_rollback", start_rollback, raising=False)
         monkeypatch.setattr(rollback_module, "start_rollback", start_rollback)
         return started
 
     yield arm
-    monkeypatch.setattr(rollback_module, "start_rollback", real)
+
+
+def released(count: int) -> dict[str, Any]:
+    """``count`` codehost deployments app-0000... serving the tag ``v1`` (a revision a rollback can be
+    recognised by: its config)."""
+    return seed(count, source_revision_config={"repo_ref": "refs/tags/v1"})
 
 
 def ids_by_name(emulator: Any) -> dict[str, str]:
@@ -99,6 +110,19 @@ def assert_restored(emulator: Any, deployment_id: str, revision_id: str) -> None
     assert deployment["status"] == "READY"
 
 
+def wait_settled(emulator: Any, deployment_id: str, timeout: float = 10) -> None:
+    """Wait until the deployment's latest revision is active and it is READY (bounded; says what it saw)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = emulator.state.deployment(deployment_id)
+        settled = deployment["active_revision_id"] == deployment["latest_revision_id"]
+        if settled and deployment["status"] == "READY":
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not settled in {timeout} s: {deployment['status']}, {deployment['revisions'][-1]}")
+        time.sleep(0.02)
+
+
 def operator(ids: dict[str, str], **extra: Any) -> FleetRolloutOperator:
     options: dict[str, Any] = {
         "task_id": "fleet",
@@ -129,10 +153,14 @@ def test_a_worker_dying_after_a_rollback_was_sent_is_reattached_to_never_sent_ag
     with pytest.raises(WorkerDied):
         run_deferred(lambda: operator(ids, deferrable=deferrable), context_for(1, store, run_started))
     assert started == ["app-0000", "app-0001"]
-    if store is not None:  # what the task recorded: app-0001's rollback as requested, not as accepted
+    if store is not None:  # recorded before any request: every rollback of the wave is about to be sent...
         rows = {row["name"]: row for row in store.data[f"{STATE_KEY}/wave/0"]["rows"]}
-        assert rows["app-0000"]["rollback_revision"] and rows["app-0001"]["rollback_requested_after"]
-        assert rows["app-0001"]["rollback_revision"] is None
+        assert all(rows[name]["rollback_requested_after"] for name in ids)
+        assert all(rows[name]["rollback_revision"] is None for name in ids)
+        # ...then each in its own key: app-0000's as sent, app-0001's as about to be sent (the worker died)
+        records = {name: store.data.get(f"{STATE_KEY}/wave/0/rollback/{ids[name]}") for name in ids}
+        assert records["app-0000"]["phase"] == "sent" and records["app-0001"]["phase"] == "sending"
+        assert records["app-0002"] is None
     context = context_for(2, store, run_started)
     table, _ = run_deferred(lambda: operator(ids, deferrable=deferrable), context)
     rows = {row["name"]: row for row in table}
@@ -164,26 +192,48 @@ def test_a_worker_dying_just_before_a_rollback_request_sends_it_on_retry(
         assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1
 
 
-def test_a_requested_rollback_that_cannot_be_confirmed_is_not_sent_again_nor_claimed(
-    fleet: Any, die_at_rollback: Callable[[str, str], list[str]]
+@pytest.mark.parametrize("died", ["after-the-request", "before-the-request", "request-failed"])
+def test_a_rollback_overtaken_by_someone_else_before_the_retry_is_never_sent_again_nor_claimed(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]], died: str
 ) -> None:
     emulator = fleet(1)
     ids = ids_by_name(emulator)
     run_started, store = datetime.now(timezone.utc), FakeStore()
-    die_at_rollback("after", "app-0000")
-    with pytest.raises(WorkerDied):
-        operator(ids).execute(context_for(1, store, run_started))
-    # Before the retry someone else rolls out over the rollback: the latest revision is not a copy any more.
-    emulator.state.patch_deployment(ids["app-0000"], {"source_revision_config": {"repo_ref": "hotfix"}})
+    if died == "request-failed":  # recorded as about to be sent; the request fails through every retry
+        emulator.state.add_fault(
+            FaultRule(kind="status", status_code=503, method="POST", path="/v2/deployments/*/redeploy", count=5)
+        )
+        with pytest.raises(DeploymentServiceError, match="503"):
+            operator(ids, max_attempts=1).execute(context_for(1, store, run_started))
+        emulator.state.clear_faults()
+    else:
+        die_at_rollback(died.split("-")[0], "app-0000")
+        with pytest.raises(WorkerDied):
+            operator(ids).execute(context_for(1, store, run_started))
+    sent = requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"])
+    assert sent == (1 if died == "after-the-request" else 0)
+    # Before the retry someone else rolls out a hotfix (once what was sent is live): the latest revision is not
+    # the rollback, and the hotfix serves.
+    wait_settled(emulator, ids["app-0000"])
+    hotfix = emulator.state.patch_deployment(ids["app-0000"], {"source_revision_config": {"repo_ref": "hotfix"}})
+    wait_settled(emulator, ids["app-0000"])
+    assert emulator.state.deployment(ids["app-0000"])["active_revision_id"] == hotfix["latest_revision_id"]
     revisions = len(emulator.state.deployment(ids["app-0000"])["revisions"])
-    emulator.state.reset_requests()
     ti_context = context_for(2, store, run_started)
-    table = operator(ids).execute(ti_context)
-    row = table[0]
+    row = operator(ids).execute(ti_context)[0]
     assert row["outcome"] == Outcome.FAILED, row
-    assert "cannot be confirmed as that rollback" in row["message"] and "not rolling back again" in row["message"]
-    assert emulator.state.count(REDEPLOY_ROUTE) == emulator.state.count(PATCH_ROUTE) == 0
-    assert len(emulator.state.deployment(ids["app-0000"])["revisions"]) == revisions
+    if died == "after-the-request":  # the rollback's revision is found (the first after the patch's), superseded
+        assert "the rollback failed too" in row["message"] and "superseded" in row["message"]
+    elif died == "before-the-request":  # nothing was recorded nor sent: the hotfix is someone else's, truly
+        assert "the rollback was refused" in row["message"] and "someone rolled out meanwhile" in row["message"]
+    else:  # recorded as about to be sent, and the first revision after the patch's is someone else's
+        assert "the rollback could not be confirmed" in row["message"]
+        assert "Not sending it again" in row["message"] and "not claiming a rollback" in row["message"]
+    assert requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"]) == sent, "the rollback was sent again"
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1
+    deployment = emulator.state.deployment(ids["app-0000"])
+    assert len(deployment["revisions"]) == revisions
+    assert deployment["source_revision_config"]["repo_ref"] == "hotfix"
     assert ti_context["ti"].xcoms["fleet_summary"]["counts"] == {"failed": 1}
 
 
@@ -191,7 +241,7 @@ def test_a_requested_rollback_that_cannot_be_confirmed_is_not_sent_again_nor_cla
 def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled_back(
     service: Callable[..., Any], die_at_rollback: Callable[[str, str], list[str]], disabled: list[str]
 ) -> None:
-    emulator = service(data=seed(2), disabled_endpoints=disabled, **FAST)
+    emulator = service(data=released(2), disabled_endpoints=disabled, **FAST)
     ids = ids_by_name(emulator)
     before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
     run_started = datetime.now(timezone.utc)
