@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
@@ -21,7 +21,7 @@ from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks import rollback as rollback_module
 from airflow_provider.tasks.fleet import STATE_KEY
-from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, seed
+from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, run_trigger, seed
 
 REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"
 FAST = {"frozen_clock": False, "build_seconds": 0.3, "ready_seconds": 0.1}
@@ -268,3 +268,150 @@ def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled
             assert "an earlier try of this task patched it" in rows[name]["message"]
             assert rows[name]["from_revision"] == before[name]
             assert_restored(emulator, ids[name], before[name])
+
+
+# ------------------------------------------------------------------------------------------ item 1: resumes
+def first_deferral(task: FleetRolloutOperator, context: dict[str, Any]) -> Any:
+    """Run the task until it defers; the ``TaskDeferred`` it raised."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context)
+    return deferred.value
+
+
+def resume(task: FleetRolloutOperator, context: dict[str, Any], deferred: Any, event: dict[str, Any]) -> Any:
+    """Resume as ``dag.test()`` in Airflow 3.3 does: the method named by ``defer()``, given the event only."""
+    assert deferred.kwargs is None, "the fleet must not rely on defer kwargs"
+    return getattr(task, deferred.method_name)(context, event)
+
+
+class BrokenAfterPatchStore(FakeStore):
+    """A task state store whose writes fail once a patch is to be recorded (the API server is unreachable):
+    it keeps the plan only."""
+
+    def set(self, key: str, value: Any) -> None:
+        if any(row.get("started_at") for row in value.get("rows", [])):
+            raise ConnectionError("task_state_store is unreachable")
+        super().set(key, value)
+
+
+@pytest.mark.parametrize("event_only", [True, False], ids=["dag.test-event-only", "triggerer-kwargs"])
+def test_a_store_that_fell_behind_never_makes_a_resume_patch_again(fleet: Any, event_only: bool) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    store = BrokenAfterPatchStore()
+    run_started = datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, rollback_on_failure=False, deferrable=True)
+
+    context = context_for(1, store, run_started)
+    table, triggers = run_bounded(make, context, event_only=event_only)
+    assert all(trigger.carry for trigger in triggers), "a deferral after a failed save must carry the progress"
+    for name in sorted(ids):
+        deployment = emulator.state.deployment(ids[name])
+        assert len(deployment["revisions"]) == 2, f"{name} was patched again on resume"
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+
+
+def test_a_resume_whose_progress_shows_the_wave_unpatched_fails_and_the_retry_reattaches(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    store, run_started = FakeStore(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, rollback_on_failure=False, deferrable=True)
+
+    planned: dict[str, Any] = {}
+    original_set = store.set
+
+    def keep_the_plan(key: str, value: Any) -> None:  # what the store held before the patches
+        if key not in planned:
+            planned[key] = value
+        original_set(key, value)
+
+    store.set = keep_the_plan  # type: ignore[method-assign]
+    deferred = first_deferral(make(), context_for(1, store, run_started))
+    event = run_trigger_payload(deferred)
+    store.data.update(planned)  # the store lost every write after the plan (restored from a backup, say)
+    with pytest.raises(AirflowException, match="shows it not patched"):
+        resume(make(), context_for(1, store, run_started), deferred, event)
+    assert emulator.state.count(PATCH_ROUTE) == 2, "the resume patched again"
+    table, _ = run_deferred(make, context_for(2, store, run_started))  # Airflow's retry
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for name in sorted(ids):
+        assert len(emulator.state.deployment(ids[name])["revisions"]) == 2
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+
+
+def test_a_resume_whose_event_leaves_a_rollout_undecided_watches_it_again_never_succeeds_early(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    context = context_for(1, None, datetime.now(timezone.utc))
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, rollback_on_failure=False, verify=lambda deployment: True, deferrable=True)
+
+    deferred = first_deferral(make(), context)
+    event = run_trigger_payload(deferred)
+    event["outcomes"].pop(ids["app-0001"])  # an event that decided only one of the wave's two rollouts
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as again:  # not "done": the undecided one is watched again
+        resume(make(), context, deferred, event)
+    assert [item[0] for item in again.value.trigger.rollouts] == [ids["app-0001"]]
+    table = resume(make(), context, again.value, run_trigger_payload(again.value))
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for name in sorted(ids):
+        deployment = emulator.state.deployment(ids[name])
+        assert (
+            len(deployment["revisions"]) == 2 and deployment["active_revision_id"] == deployment["revisions"][-1]["id"]
+        )
+
+
+def test_a_resume_with_neither_a_store_record_nor_a_carry_fails_loudly(fleet: Any) -> None:
+    emulator = fleet(1)
+    ids = ids_by_name(emulator)
+    store, run_started = FakeStore(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, deferrable=True)
+
+    deferred = first_deferral(make(), context_for(1, store, run_started))
+    event = run_trigger_payload(deferred)
+    with pytest.raises(AirflowException, match="progress was lost"):
+        resume(make(), context_for(1, FakeStore(), run_started), deferred, event)  # a store without the record
+    with pytest.raises(AirflowException, match="progress was lost"):
+        resume(make(), context_for(1, None, run_started), deferred, {**event, "carry": None})
+    assert emulator.state.count(PATCH_ROUTE) == 1
+
+
+def run_bounded(
+    make: Callable[[], FleetRolloutOperator], context: dict[str, Any], *, event_only: bool, deferrals: int = 8
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Run a deferrable task to its end, each resume on a fresh operator, given the event only
+    (``dag.test()``) or with the defer kwargs too (the triggerer); fails after ``deferrals`` deferrals."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    triggers: list[Any] = []
+    try:
+        return make().execute(context), triggers
+    except TaskDeferred as first:
+        pending = first
+    while len(triggers) < deferrals:
+        triggers.append(pending.trigger)
+        event = run_trigger_payload(pending)
+        kwargs = {} if event_only else dict(pending.kwargs or {})
+        try:
+            return getattr(make(), pending.method_name)(context, event, **kwargs), triggers
+        except TaskDeferred as again:
+            pending = again
+    raise AssertionError(f"still deferring after {deferrals} deferrals: {[t.rollouts for t in triggers]}")
+
+
+def run_trigger_payload(deferred: Any) -> dict[str, Any]:
+    """The event of the deferral's trigger, rebuilt from its serialized form as the triggerer does."""
+    trigger = deferred.trigger
+    return run_trigger(type(trigger)(**trigger.serialize()[1]))
