@@ -399,7 +399,7 @@ def patch_wave(
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
         if earlier_try_since is not None and not _applied_earlier(request, deployment, earlier_try_since):
-            earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since)
+            earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
             if earlier is not None:
                 _record_earlier_patch(wave, row, earlier, fingerprint, now, log)
                 save()
@@ -589,24 +589,46 @@ class _EarlierPatch(NamedTuple):
 
 
 def _earlier_patch_undone(
-    hook: DeploymentServiceHook, request: PatchDeploymentRequest, deployment: Deployment, since: datetime
+    hook: DeploymentServiceHook,
+    request: PatchDeploymentRequest,
+    deployment: Deployment,
+    since: datetime,
+    recorded_latest: str | None,
 ) -> _EarlierPatch | None:
-    """On a retry with no record of this deployment: whether an earlier try patched it and its patch no
-    longer shows (rolled back by that try, or superseded), read from the revisions the deployment made since
-    the run started; ``None`` when it did not (patch it).
+    """On a retry with no record of this deployment's patch: whether an earlier try patched it and its patch
+    no longer shows (rolled back by that try, or superseded), read from the revisions the deployment made
+    since the run started; ``None`` when it did not (patch it).
 
-    A deployment that does not show the patch and has not changed since the run started was not patched
-    by an earlier try. One that changed is looked up in its revisions (the optional revisions endpoint): a
-    revision made since then that carries the patch's revision fields is the earlier try's. When that
-    cannot be read (no revisions endpoint, or a patch that sets no revision field: only secrets or
-    ``resource_spec``), the answer is ``cannot_tell``: the row fails rather than risk a second patch.
+    No revision made since the run started means no earlier patch: the deployment has not changed since
+    then, or its latest revision is still the one recorded just before the patch would have been sent, or
+    the revision endpoint dates the latest revision before the run. Otherwise the deployment's revisions are
+    read (the optional revisions endpoint): one made since then that carries the patch's revision fields is
+    the earlier try's. When that cannot be read (no revisions endpoint, or a patch that sets no revision
+    field: only secrets or ``resource_spec``), the answer is ``cannot_tell``: the row fails rather than
+    risk a second patch.
+
+    :param hook: the hook.
+    :param request: the patch for this deployment.
+    :param deployment: the deployment as just read.
+    :param since: when the DAG run started.
+    :param recorded_latest: the deployment's latest revision as recorded before its patch (``None``: not
+        recorded).
     """
-    if deployment.updated_at < since:
+    if deployment.updated_at < since or not request.may_create_revision:
+        return None  # unchanged, or a patch that makes no revision (so no rollback either)
+    latest = deployment.latest_revision_id
+    if latest is None or (recorded_latest is not None and latest == recorded_latest):
+        return None
+    try:
+        newest = hook.get_revision(deployment.id, latest)
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        newest = None  # no revision endpoint: the revision list says more
+    if newest is not None and newest.created_at is not None and newest.created_at < since:
         return None
     wanted = request.source_revision_config
     wanted_fields = wanted.model_dump(mode="json", exclude_none=True) if wanted is not None else {}
-    if not request.may_create_revision:
-        return None  # no revision, so no rollback either: applying it again changes nothing
     try:
         listed = list(hook.iter_revisions(deployment.id, max_results=EARLIER_REVISIONS_READ))
     except DeploymentServiceError as err:
@@ -639,21 +661,21 @@ def _earlier_patch_undone(
     ]
     if not ours:
         return None
-    patched, latest = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
-    if latest.id == patched.id:
+    patched, newest_listed = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
+    if newest_listed.id == patched.id:
         return None  # it still shows as the latest: reattach as usual
     before = revisions[revisions.index(patched) + 1] if revisions.index(patched) + 1 < len(revisions) else None
-    if before is None or before.source_revision_config is None or latest.source_revision_config is None:
+    if before is None or before.source_revision_config is None or newest_listed.source_revision_config is None:
         return _EarlierPatch(
             None,
             None,
             None,
             False,
             f"revision {patched.id}, made since the run started, carries this patch, but what served before it "
-            f"and whether the latest revision {latest.id} copies it cannot be read",
+            f"and whether the latest revision {newest_listed.id} copies it cannot be read",
         )
-    copies = same_revision_config(latest.source_revision_config, before.source_revision_config)
-    return _EarlierPatch(patched.id, before.id, latest.id, copies)
+    copies = same_revision_config(newest_listed.source_revision_config, before.source_revision_config)
+    return _EarlierPatch(patched.id, before.id, newest_listed.id, copies)
 
 
 def _record_earlier_patch(
