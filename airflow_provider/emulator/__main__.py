@@ -7,7 +7,9 @@ Switches: ``--resource-spec-mode replace|merge`` (default ``replace``, productio
 ``resource_spec`` creates a revision and replaces the spec; ``merge``: field by field, no revision);
 ``--disable-endpoint NAME`` (repeatable; ``get_deployment``, ``list_revisions``, ``get_revision``,
 ``redeploy``, ``revision_logs``) answers that production-only endpoint 404 (405 for ``get_deployment``);
-``--no-optional-endpoints`` leaves them all out. Deployments' apps answer at ``/apps/{deployment_id}``.
+``--no-optional-endpoints`` leaves them all out; ``--redeploy-mode new_revision|in_place`` (default
+``new_revision``; ``in_place``: a redeploy makes no revision, the old one is deployed again).
+Deployments' apps answer at ``/apps/{deployment_id}``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace (production, default): a resource_spec PATCH creates a revision and replaces the spec; "
         "merge: the spec merges field by field, no revision",
     )
+    parser.add_argument(
+        "--redeploy-mode",
+        choices=("new_revision", "in_place"),
+        default="new_revision",
+        help="new_revision (default): a redeploy creates a revision; in_place: it creates none, the old revision "
+        "is deployed again",
+    )
     parser.add_argument("--frozen-clock", action="store_true", help="time moves only through the admin API")
     parser.add_argument("--path-prefix", default="", help="service path prefix, e.g. /api-host")
     parser.add_argument("--allow-non-loopback", action="store_true", help="allow a non-loopback --host")
@@ -90,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             path_prefix=args.path_prefix,
             resource_spec_mode=args.resource_spec_mode,
             disabled_endpoints=args.disable_endpoint,
+            redeploy_mode=args.redeploy_mode,
         )
     except (EmulatorDataError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

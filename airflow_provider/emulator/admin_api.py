@@ -17,6 +17,7 @@ Route                                                        Body / answer
 ``POST /_emulator/deployments/{id}/fail-next-build``       ``{"status": "BUILD_FAILED", "message": null}``
 ``POST /_emulator/deployments/{id}/revisions/{rid}/fail``    ``{"status": "DEPLOY_FAILED", "message": null}``
 ``GET|PATCH /_emulator/settings``                            switches: ``{"resource_spec_mode": "merge",
+                                                             "redeploy_mode": "in_place",
                                                              "disabled_endpoints": ["redeploy"]}``
 ``POST /_emulator/deployments/{id}/unhealthy-next-revision``  ``{}`` -> ``{"revision_id": ... | null}``
 ``POST /_emulator/deployments/{id}/revisions/{rid}/health``  ``{"healthy": false}`` -> revision
@@ -25,8 +26,10 @@ Route                                                        Body / answer
 
 Switches (``/settings``): ``resource_spec_mode`` is ``replace`` (production: a PATCH with a
 ``resource_spec`` creates a revision and replaces the spec) or ``merge`` (the spec merges field by
-field, no revision); ``disabled_endpoints`` names production-only endpoints to answer 404/405
-(``get_deployment``, ``list_revisions``, ``get_revision``, ``redeploy``, ``revision_logs``).
+field, no revision); ``redeploy_mode`` is ``new_revision`` (default: a redeploy creates a revision) or
+``in_place`` (it creates none: the old revision is deployed again); ``disabled_endpoints`` names
+production-only endpoints to answer 404/405 (``get_deployment``, ``list_revisions``, ``get_revision``,
+``redeploy``, ``revision_logs``).
 
 Unhealthy revisions build and go live (``DEPLOYED``) but the deployment's app, at
 ``{root}/apps/{deployment_id}`` (its ``custom_url``), answers 500 while one is active.
@@ -43,7 +46,7 @@ from airflow_provider.models import DeploymentType
 
 from .faults import ChaosSettings, FaultRule
 from .health import UnhealthyRule
-from .state import EmulatorState, OptionalEndpoint, ResourceSpecMode, StatusName
+from .state import EmulatorState, OptionalEndpoint, RedeployMode, ResourceSpecMode, StatusName
 
 ADMIN_TAG = "emulator-admin"
 
@@ -100,6 +103,9 @@ class SettingsBody(_Body):
     )
     disabled_endpoints: list[OptionalEndpoint] | None = Field(
         default=None, description="production-only endpoints to answer 404 (405 for get_deployment)"
+    )
+    redeploy_mode: RedeployMode | None = Field(
+        default=None, description="new_revision (a redeploy creates a revision) or in_place (it creates none)"
     )
 
 
@@ -212,7 +218,9 @@ async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, st
     return state.fail_revision(deployment_id, revision_id, body.status, body.message)
 
 
-@admin_router.get("/settings", description="The switches: resource_spec_mode, optional/disabled endpoints.")
+@admin_router.get(
+    "/settings", description="The switches: resource_spec_mode, redeploy_mode, optional/disabled endpoints."
+)
 async def get_settings(state: State) -> dict[str, Any]:
     return state.settings()
 

@@ -207,22 +207,29 @@ class EmulatorAdmin:
 
     # ------------------------------------------------------------------------------ switches
     def settings(self) -> dict[str, Any]:
-        """The switches: ``resource_spec_mode``, ``optional_endpoints``, ``disabled_endpoints``."""
+        """The switches: ``resource_spec_mode``, ``redeploy_mode``, ``optional_endpoints``, ``disabled_endpoints``."""
         result: dict[str, Any] = self._call("GET", "/settings")
         return result
 
     def update_settings(
-        self, *, resource_spec_mode: str | None = None, disabled_endpoints: Iterable[str] | None = None
+        self,
+        *,
+        resource_spec_mode: str | None = None,
+        disabled_endpoints: Iterable[str] | None = None,
+        redeploy_mode: str | None = None,
     ) -> dict[str, Any]:
         """Change switches (``None``: unchanged); ``disabled_endpoints`` is the complete set.
 
         :param resource_spec_mode: ``"replace"`` (production) or ``"merge"``.
         :param disabled_endpoints: names among ``get_deployment``, ``list_revisions``, ``get_revision``,
             ``redeploy``, ``revision_logs`` (``[]`` enables them all).
+        :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (a redeploy makes no revision).
         """
         body: dict[str, Any] = {}
         if resource_spec_mode is not None:
             body["resource_spec_mode"] = resource_spec_mode
+        if redeploy_mode is not None:
+            body["redeploy_mode"] = redeploy_mode
         if disabled_endpoints is not None:
             body["disabled_endpoints"] = list(disabled_endpoints)
         result: dict[str, Any] = self._call("PATCH", "/settings", body)

@@ -15,6 +15,10 @@ A redeploy (``POST .../revisions/{revision_id}/redeploy``) reuses the build of t
 its revision skips the build: ``QUEUED`` (if need be) -> ``AWAITING_DEPLOY`` -> ``DEPLOYING`` ->
 ``DEPLOYED``, ending 30 % of ``build_seconds`` after it starts (``DEPLOYING`` from 10 %).
 
+With the emulator's ``redeploy_mode="in_place"`` switch a redeploy makes no revision: the earlier revision
+itself is deployed again (:meth:`RevisionRecord.deploy_again`), through the same phases, and becomes the
+active revision again while the newer one stays the latest.
+
 A revision can be marked unhealthy (emulator-only, see ``RevisionRecord.unhealthy``): the service
 still reports it ``DEPLOYED``, but the deployment's app URL answers 500 while it is the active revision.
 """
@@ -85,6 +89,7 @@ class RevisionRecord:
     :param redeploy_of: the revision this one redeploys (it then skips the build).
     :param unhealthy: emulator-only: the app answers 500 while this revision is active.
     :param remote_reconciled: the ``remote_reconciled`` filter flag (the deployment's at creation).
+    :param deployed_again: emulator-only: the revision was redeployed in place (``redeploy_mode="in_place"``).
     """
 
     id: str
@@ -101,6 +106,7 @@ class RevisionRecord:
     redeploy_of: str | None = None
     unhealthy: bool = False
     remote_reconciled: bool = False
+    deployed_again: bool = False
     updated_at: datetime = field(init=False)
 
     def __post_init__(self) -> None:
@@ -113,8 +119,8 @@ class RevisionRecord:
 
     @property
     def skips_build(self) -> bool:
-        """Whether this revision reuses an earlier build (a redeploy)."""
-        return self.redeploy_of is not None
+        """Whether this revision reuses an earlier build (a redeploy, or itself deployed again)."""
+        return self.redeploy_of is not None or self.deployed_again
 
     @property
     def phases(self) -> dict[RevisionStatus, tuple[float, RevisionStatus]]:
@@ -144,6 +150,14 @@ class RevisionRecord:
         self.started_at = at
         self.set_status(RevisionStatus.AWAITING_DEPLOY if self.skips_build else RevisionStatus.AWAITING_BUILD, at)
 
+    def deploy_again(self, at: datetime) -> None:
+        """Deploy this (finished) revision's build again from ``at``: a redeploy that makes no revision."""
+        self.deployed_again = True
+        self.fail_with = self.fail_message = None
+        self.started_at = at
+        self.set_status(RevisionStatus.AWAITING_DEPLOY, at)
+        self.status_message = None
+
     def to_model(self) -> Revision:
         """The revision resource."""
         return Revision(
@@ -167,6 +181,7 @@ class RevisionRecord:
         return {
             **self.to_json(),
             "redeploy_of": self.redeploy_of,
+            "deployed_again": self.deployed_again,
             "unhealthy": self.unhealthy,
             "fail_with": self.fail_with.value if self.fail_with else None,
             "started_at": self.started_at.isoformat() if self.started_at else None,

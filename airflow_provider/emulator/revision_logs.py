@@ -111,7 +111,12 @@ def _build_lines(record: DeploymentRecord, revision: RevisionRecord) -> list[Log
     config = revision.source_revision_config
     if revision.skips_build:
         sha = f" (commit {config.repo_commit_sha})" if config.repo_commit_sha else ""
-        return [LogEntry(revision.started_at, f"Reusing the build of revision {revision.redeploy_of}{sha}: no build")]
+        return [
+            LogEntry(
+                revision.started_at,
+                f"Reusing the build of revision {revision.redeploy_of or revision.id}{sha}: no build",
+            )
+        ]
     lines = [LogEntry(revision.started_at, f"Revision {revision.id} is waiting for a builder")]
     messages = [f"Build started for revision {revision.id} (source {revision.source})"]
     messages += _fetch_messages(record, revision)

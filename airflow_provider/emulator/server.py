@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from .admin_client import EmulatorAdmin
 from .app import create_app
 from .seed import DataSource
-from .state import EmulatorState, ResourceSpecMode
+from .state import EmulatorState, RedeployMode, ResourceSpecMode
 
 LISTENING_LINE = "Deployment service emulator listening on {url}"
 API_KEY_ENV = "DEPLOYMENT_SERVICE_EMULATOR_API_KEY"
@@ -136,6 +136,7 @@ class EmulatorServer:
     :param path_prefix: service path prefix (e.g. ``/api-host``), included in :attr:`base_url`.
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"`` (see :class:`EmulatorState`).
     :param disabled_endpoints: production-only endpoints to answer 404/405 (see ``OPTIONAL_ENDPOINTS``).
+    :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (see :class:`EmulatorState`).
     :param startup_timeout: seconds to wait for the server to listen.
     """
 
@@ -157,6 +158,7 @@ class EmulatorServer:
         path_prefix: str = "",
         resource_spec_mode: ResourceSpecMode = "replace",
         disabled_endpoints: Iterable[str] = (),
+        redeploy_mode: RedeployMode = "new_revision",
         startup_timeout: float = 20.0,
     ) -> None:
         check_host(host, allow_non_loopback)
@@ -178,6 +180,7 @@ class EmulatorServer:
             "path_prefix": path_prefix,
             "resource_spec_mode": resource_spec_mode,
             "disabled_endpoints": tuple(disabled_endpoints),
+            "redeploy_mode": redeploy_mode,
         }
         if state is None and not in_subprocess:
             state = EmulatorState(**self._options)
@@ -317,6 +320,7 @@ class EmulatorServer:
         command += ["--resource-spec-mode", options["resource_spec_mode"]]
         for name in options["disabled_endpoints"]:
             command += ["--disable-endpoint", name]
+        command += ["--redeploy-mode", options["redeploy_mode"]]
         if self.allow_non_loopback:
             command.append("--allow-non-loopback")
         env = dict(os.environ)

@@ -9,6 +9,9 @@ Switches (constructor arguments, changeable at run time with :meth:`EmulatorStat
   ``source_config.resource_spec`` creates a revision and replaces the whole spec (unset ``*_limit`` fields
   default to twice their request); ``"merge"`` (the older reading of the spec): the spec merges field by
   field and creates no revision.
+* ``redeploy_mode``: ``"new_revision"`` (default): ``POST .../redeploy`` creates a revision copying the old
+  one; ``"in_place"``: it creates none, the old revision itself is deployed again and becomes active while
+  the newer one stays the latest (production does not document which it does).
 * ``disabled_endpoints``: names from :data:`OPTIONAL_ENDPOINTS` of production-only endpoints that answer
   as if they did not exist (404; ``get_deployment`` 405, since PATCH shares its path), so client
   fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of the app instead.
@@ -64,6 +67,9 @@ StatusName = Literal["AWAITING_DATABASE", "READY", "UNUSED", "AWAITING_DELETE", 
 
 ResourceSpecMode = Literal["replace", "merge"]
 """How a PATCH's ``source_config.resource_spec`` applies (see the module docstring)."""
+
+RedeployMode = Literal["new_revision", "in_place"]
+"""Whether ``POST .../redeploy`` creates a revision (see the module docstring)."""
 
 OptionalEndpoint = Literal["get_deployment", "list_revisions", "get_revision", "redeploy", "revision_logs"]
 OPTIONAL_ENDPOINTS: tuple[str, ...] = get_args(OptionalEndpoint)
@@ -182,6 +188,7 @@ class EmulatorState:
     :param path_prefix: path prefix of the service endpoints, e.g. ``/api-host`` (self-hosted style).
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"``; see the module docstring.
     :param disabled_endpoints: names from :data:`OPTIONAL_ENDPOINTS` to answer as missing.
+    :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"``; see the module docstring.
     """
 
     def __init__(
@@ -198,6 +205,7 @@ class EmulatorState:
         path_prefix: str = "",
         resource_spec_mode: ResourceSpecMode = "replace",
         disabled_endpoints: Iterable[str] = (),
+        redeploy_mode: RedeployMode = "new_revision",
     ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
@@ -214,6 +222,7 @@ class EmulatorState:
         self.clock = Clock(frozen=frozen_clock, start=start_time)
         self.resource_spec_mode: ResourceSpecMode = _spec_mode(resource_spec_mode)
         self.disabled_endpoints: frozenset[str] = _endpoint_names(disabled_endpoints)
+        self.redeploy_mode: RedeployMode = _redeploy_mode(redeploy_mode)
         self.public_url: str | None = None
         """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
         self._unhealthy_rules: list[UnhealthyRule] = []
@@ -502,7 +511,13 @@ class EmulatorState:
         Creates a revision whose ``source_revision_config`` (``repo_commit_sha`` included) and ``source``
         copy the old one's; it skips the build (the build exists) and goes ``AWAITING_DEPLOY`` ->
         ``DEPLOYING`` -> ``DEPLOYED``, queueing behind a revision in progress. An unhealthy mark is copied
-        too (same build, same bug). ``source_config`` is left as it is. Returns the deployment.
+        too (same build, same bug). ``source_config`` (``resource_spec`` included) is left as it is.
+        Returns the deployment.
+
+        With ``redeploy_mode="in_place"`` no revision is created: the old revision goes through the same
+        phases again and becomes the active revision, ``latest_revision_id`` stays where it was, and the
+        deployment shows the old revision's config. Asking again while it is being deployed changes
+        nothing; while another revision is in progress it is refused (400).
 
         :raises EmulatorError: 404 unknown deployment or revision; 400 when the revision's build did
             not succeed (only ``DEPLOYED`` and ``DEPLOY_FAILED`` revisions have one) or the deployment
@@ -510,6 +525,8 @@ class EmulatorState:
         """
         record = self._record(deployment_id, tenant)
         old = self._revision(record, revision_id)
+        if self.redeploy_mode == "in_place" and old.deployed_again and not old.finished:
+            return self._render(record)  # being deployed again already
         if old.status not in REDEPLOYABLE:
             raise EmulatorError(
                 400,
@@ -519,8 +536,24 @@ class EmulatorState:
         if record.resource.status is DeploymentStatus.AWAITING_DELETE:
             raise EmulatorError(400, f"Deployment ID {record.id} is being deleted.")
         now = self.clock.now()
-        self._new_revision(record, old.source_revision_config.model_copy(), now, source=old.source, redeploy_of=old)
+        if self.redeploy_mode == "in_place":
+            self._deploy_again(record, old, now)
+        else:
+            self._new_revision(record, old.source_revision_config.model_copy(), now, source=old.source, redeploy_of=old)
         return self._render(record)
+
+    def _deploy_again(self, record: DeploymentRecord, old: RevisionRecord, now: datetime) -> None:
+        """``redeploy_mode="in_place"``: deploy ``old`` itself again (no new revision)."""
+        building = record.current_build()
+        if building is not None:
+            raise EmulatorError(
+                400,
+                f"Revision {old.id} cannot be redeployed now: revision {building.id} is in progress "
+                f"({building.status.value}).",
+            )
+        old.deploy_again(now)
+        record.resource.source_revision_config = old.source_revision_config.model_copy()
+        record.touch(now)
 
     def _new_revision(
         self,
@@ -723,12 +756,13 @@ class EmulatorState:
     def _settings(self) -> dict[str, Any]:
         return {
             "resource_spec_mode": self.resource_spec_mode,
+            "redeploy_mode": self.redeploy_mode,
             "optional_endpoints": self.optional_endpoints,
             "disabled_endpoints": sorted(self.disabled_endpoints),
         }
 
     def settings(self) -> dict[str, Any]:
-        """``{"resource_spec_mode", "optional_endpoints", "disabled_endpoints"}``."""
+        """``{"resource_spec_mode", "redeploy_mode", "optional_endpoints", "disabled_endpoints"}``."""
         with self._lock:
             return self._settings()
 
@@ -737,19 +771,24 @@ class EmulatorState:
         *,
         resource_spec_mode: ResourceSpecMode | None = None,
         disabled_endpoints: Iterable[str] | None = None,
+        redeploy_mode: RedeployMode | None = None,
     ) -> dict[str, Any]:
         """Change switches at run time (``None``: unchanged); return the settings.
 
         :param resource_spec_mode: ``"replace"`` or ``"merge"`` (see the module docstring).
         :param disabled_endpoints: the complete set of disabled endpoint names (``[]`` enables all).
+        :param redeploy_mode: ``"new_revision"`` or ``"in_place"`` (see the module docstring).
         :raises EmulatorError: 422 for an unknown mode or endpoint name.
         """
         try:
             mode = _spec_mode(resource_spec_mode) if resource_spec_mode is not None else None
             names = _endpoint_names(disabled_endpoints) if disabled_endpoints is not None else None
+            redeploy = _redeploy_mode(redeploy_mode) if redeploy_mode is not None else None
         except ValueError as error:
             raise EmulatorError(422, str(error)) from None
         with self._lock:
+            if redeploy is not None:
+                self.redeploy_mode = redeploy
             if mode is not None:
                 self.resource_spec_mode = mode
             if names is not None:
@@ -886,6 +925,14 @@ def _spec_mode(value: str) -> ResourceSpecMode:
     if value == "merge":
         return "merge"
     raise ValueError(f"resource_spec_mode must be 'replace' or 'merge', got {value!r}")
+
+
+def _redeploy_mode(value: str) -> RedeployMode:
+    if value == "new_revision":
+        return "new_revision"
+    if value == "in_place":
+        return "in_place"
+    raise ValueError(f"redeploy_mode must be 'new_revision' or 'in_place', got {value!r}")
 
 
 def _endpoint_names(names: Iterable[str]) -> frozenset[str]:

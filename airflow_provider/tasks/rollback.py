@@ -4,7 +4,7 @@ One non-blocking step, :func:`start_rollback`, shared by :class:`RollbackDeploym
 operator's automatic rollback and fleet rollouts (one call per deployment). It checks everything it can
 before sending anything, sends at most one request, and returns :class:`RollbackStarted`: which path was
 used, the revision to wait for, the deployment after the request and what the rollback did not restore
-(:attr:`RollbackStarted.not_restored`). The caller waits (a task with ``_wait``, a fleet through its
+(``RollbackStarted.not_restored``). The caller waits (a task with ``_wait``, a fleet through its
 trigger).
 
 What a rollback restores:
@@ -27,7 +27,7 @@ Which path:
    ``resource_spec`` needs restoring: the same build, commit included (exact). Never sent twice (see
    ``DeploymentServiceClient.redeploy_revision``). Production does not document whether a redeploy makes a
    revision: when ``latest_revision_id`` did not move, the revision redeployed is the one to wait for
-   (active again), with the newer latest allowed to stay (:attr:`RollbackStarted.allowed_latest_revision_id`),
+   (active again), with the newer latest allowed to stay (``RollbackStarted.allowed_latest_revision_id``),
    never the latest itself (it serves the bad build).
 2. **patch** where the redeploy endpoint answers 404/405, a ``resource_spec`` is to be restored, or secrets
    are given (a redeploy carries no body): ``PATCH`` the revision's non-secret ``source_revision_config``
@@ -186,7 +186,7 @@ class RollbackStarted:
 
     def judged_on(self, shown: Deployment) -> RollbackStarted:
         """This rollback as ``shown`` (the deployment after the request, or once live) shows it: when it does
-        not show the ``resource_spec`` to restore, :attr:`not_restored` says so (judged again each time).
+        not show the ``resource_spec`` to restore, ``not_restored`` says so (judged again each time).
 
         :param shown: the deployment as just read.
         """
@@ -255,7 +255,7 @@ class RollbackIntent:
         unknown).
     :param resource_spec: the whole ``resource_spec`` sent with it (``None``: not sent).
     :param exact: whether the very build returns (``False``: a branch rebuilt from its head).
-    :param not_restored: what the rollback will not restore (see :attr:`RollbackStarted.not_restored`).
+    :param not_restored: what the rollback will not restore (see ``RollbackStarted.not_restored``).
     """
 
     deployment_id: str

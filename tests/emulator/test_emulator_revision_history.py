@@ -172,6 +172,47 @@ def test_a_failing_deploy_can_still_fail_a_redeploy(server: EmulatorServer, http
     assert revision(http, target["id"], rollback.json()["latest_revision_id"])["status"] == "DEPLOY_FAILED"
 
 
+def test_in_place_redeploy_makes_no_revision_and_deploys_the_old_one_again(
+    server: EmulatorServer, http: httpx.Client
+) -> None:
+    """redeploy_mode="in_place" (production does not say whether a redeploy makes a revision): latest stays the
+    bad revision, which keeps serving until the old one is deployed again and becomes active."""
+    target = named(http, "checkout-api-dev")
+    good = target["active_revision_id"]
+    good_config = revision(http, target["id"], good)["source_revision_config"]
+    bad = patch_ref(http, target["id"], "bad-release")
+    server.state.advance(BUILD)
+    assert server.admin.update_settings(redeploy_mode="in_place")["redeploy_mode"] == "in_place"
+    count = len(revisions(http, target["id"]).json()["resources"])
+    t0 = server.state.now()
+    response = http.post(f"/v2/deployments/{target['id']}/revisions/{good}/redeploy")
+    assert response.status_code == 200, response.text
+    after = response.json()
+    assert after["latest_revision_id"] == bad and after["active_revision_id"] == bad  # the bad one still serves
+    assert after["source_revision_config"] == good_config
+    assert len(revisions(http, target["id"]).json()["resources"]) == count
+    again = http.post(f"/v2/deployments/{target['id']}/revisions/{good}/redeploy")  # while deploying: no change
+    assert again.status_code == 200 and revision(http, target["id"], good)["status"] == "AWAITING_DEPLOY"
+    timeline = [(0.0, "AWAITING_DEPLOY", bad), (1.0, "DEPLOYING", bad), (3.0, "DEPLOYED", good)]
+    for offset, status, active in timeline:
+        server.state.advance((t0 - server.state.now()).total_seconds() + offset)
+        assert revision(http, target["id"], good)["status"] == status, offset
+        assert named(http, "checkout-api-dev")["active_revision_id"] == active, offset
+    now = named(http, "checkout-api-dev")
+    assert now["latest_revision_id"] == bad and now["status"] == "READY"
+    assert len(revisions(http, target["id"]).json()["resources"]) == count
+    assert messages(logs(http, target["id"], good))[0].startswith(f"Reusing the build of revision {good}")
+
+
+def test_in_place_redeploy_is_refused_while_another_revision_builds(server: EmulatorServer, http: httpx.Client) -> None:
+    server.state.update_settings(redeploy_mode="in_place")
+    target = named(http, "checkout-api-dev")
+    building = patch_ref(http, target["id"], "slow")
+    refused = http.post(f"/v2/deployments/{target['id']}/revisions/{target['active_revision_id']}/redeploy")
+    assert refused.status_code == 400 and building in refused.json()["detail"]
+    assert named(http, "checkout-api-dev")["latest_revision_id"] == building
+
+
 # ------------------------------------------------------------------------------ logs
 def test_build_log_grows_with_the_build_and_names_the_commit(server: EmulatorServer, http: httpx.Client) -> None:
     target = named(http, "checkout-api-dev")
@@ -296,6 +337,7 @@ def test_endpoints_switch_at_run_time_through_the_admin_api(server: EmulatorServ
     assert http.get(path).status_code == 200
     assert server.admin.settings() == {
         "resource_spec_mode": "replace",
+        "redeploy_mode": "new_revision",
         "optional_endpoints": True,
         "disabled_endpoints": [],
     }
@@ -309,6 +351,10 @@ def test_settings_refuse_unknown_names(server: EmulatorServer) -> None:
         server.admin.update_settings(resource_spec_mode="append")
     with pytest.raises(EmulatorError, match="resource_spec_mode"):
         server.state.update_settings(resource_spec_mode="append")  # type: ignore[arg-type]
+    with pytest.raises(EmulatorAdminError):
+        server.admin.update_settings(redeploy_mode="sometimes")
+    with pytest.raises(EmulatorError, match="redeploy_mode"):
+        server.state.update_settings(redeploy_mode="sometimes")  # type: ignore[arg-type]
 
 
 def test_optional_endpoints_off_leaves_all_of_them_out(
@@ -328,5 +374,7 @@ def test_cli_flags_for_the_switches() -> None:
     )
     assert args.resource_spec_mode == "merge" and args.disable_endpoint == ["redeploy", "revision_logs"]
     assert build_parser().parse_args([]).resource_spec_mode == "replace"
+    assert build_parser().parse_args([]).redeploy_mode == "new_revision"
+    assert build_parser().parse_args(["--redeploy-mode", "in_place"]).redeploy_mode == "in_place"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--disable-endpoint", "everything"])

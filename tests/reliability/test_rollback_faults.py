@@ -11,11 +11,17 @@ drop-after-processing fault, and its retry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import threading
 import time
+from collections.abc import Iterator
+from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.client import (
     AsyncDeploymentServiceClient,
@@ -26,7 +32,8 @@ from airflow_provider.client import (
 )
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.operators.deployment_service import RollbackDeploymentOperator
+from airflow_provider.operators.deployment_service import ROLLBACK_STATE_KEY, RollbackDeploymentOperator
+from airflow_provider.tasks.rollback import RESOURCE_SPEC_UNKNOWN
 from tests.reliability.support import API_KEY, LIST_ROUTE, RecordedSleeps, Report
 from tests.tasks.conftest import FakeStore, FakeTI, make_context
 
@@ -154,3 +161,283 @@ def test_rollback_task_under_a_dropped_answer_and_its_retry(
     assert new_revisions == 1
     assert state.count(REDEPLOY_ROUTE) == 1
     assert first.xcoms["revision_id"] == second.xcoms["revision_id"] == after["active_revision_id"]
+
+
+# ------------------------------------------------------------------------------ retries of the rollback task
+DOCKER = "checkout-api-staging"  # internal_docker, no resource_spec
+EXTERNAL = "billing-worker-prod"  # external_docker with a resource_spec
+SPEC_BEFORE = {"min_scale": 2, "max_scale": 6, "cpu": 1.5, "memory_mb": 2048, "db_storage_gi": 20}
+SPEC_BAD = {**SPEC_BEFORE, "cpu": 4, "memory_mb": 4096}
+SPEC_RESTORED = {**SPEC_BEFORE, "cpu_limit": 3.0, "memory_limit_mb": 4096}  # production's default limits echoed
+PATCH_ROUTE = "PATCH /v2/deployments/{deployment_id}"
+
+
+class WorkerKilled(BaseException):
+    """The worker dies (SIGKILL, node loss) at a chosen point: nothing in the task catches it."""
+
+
+def kill_worker(monkeypatch: pytest.MonkeyPatch, method: str, *, after_request: bool) -> None:
+    """Make the next call of ``DeploymentServiceHook.<method>`` kill the worker, before its request is sent or
+    after it was answered."""
+    from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+
+    original = getattr(DeploymentServiceHook, method)
+
+    def dying(self: Any, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(DeploymentServiceHook, method, original)  # once
+        if after_request:
+            original(self, *args, **kwargs)
+        raise WorkerKilled(f"worker killed {'after' if after_request else 'before'} {method}")
+
+    monkeypatch.setattr(DeploymentServiceHook, method, dying)
+
+
+@contextlib.contextmanager
+def ticking(emulator: EmulatorServer) -> Iterator[None]:
+    """Advance the emulator's frozen clock 0.25 s every 20 ms of real time while the block runs."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(0.02):
+            emulator.state.advance(0.25)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def rollback_try(try_number: int, store: FakeStore | None, run_started: datetime) -> tuple[FakeTI, dict[str, Any]]:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    ti = FakeTI(try_number=try_number)
+    context = {**make_context(ti, store), "dag_run": SimpleNamespace(start_date=run_started)}
+    context["outlet_events"] = OutletEventAccessors()
+    return ti, context
+
+
+def events_of(context: dict[str, Any]) -> list[dict[str, Any]]:
+    accessors = context["outlet_events"]._dict.values()
+    return [dict(event.extra) for accessor in accessors for event in accessor.asset_alias_events]
+
+
+def revisions_of(state: Any, deployment_id: str) -> list[dict[str, Any]]:
+    revisions: list[dict[str, Any]] = state.deployment(deployment_id)["revisions"]
+    return revisions
+
+
+def spec_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    spec = deployment["source_config"].get("resource_spec") or {}
+    return {name: value for name, value in spec.items() if value is not None}
+
+
+def spec_only_change(state: Any, deployment_id: str) -> tuple[str, str]:
+    """A resource_spec-only change (same image) that went live; return (good, bad) revision ids."""
+    good = str(state.get_deployment(deployment_id)["active_revision_id"])
+    body = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": SPEC_BAD}})
+    bad = str(state.patch_deployment(deployment_id, body)["latest_revision_id"])
+    state.advance(2.5)
+    return good, bad
+
+
+@pytest.mark.parametrize("spec_given", [True, False], ids=["resource_spec given", "resource_spec unknown"])
+@pytest.mark.parametrize("named", ["rolling_back_from", "revision list"])
+def test_a_retry_without_a_record_never_takes_the_bad_revision_for_its_rollback(
+    frozen_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, named: str, spec_given: bool
+) -> None:
+    """Issue 22 item 2: try 1 died before sending its rollback; try 2 has no task_state_store record. The bad
+    revision of a resource_spec-only change is newer than the target, made since the run started and has the
+    target's source_revision_config: it is still never taken for a rollback (it is rolling_back_from, or the
+    revision list shows it right after the target). Try 2 rolls back once, and says what it did."""
+    state = frozen_emulator.state
+    dep = state.find_deployment(EXTERNAL)
+    run_started = state.now()
+    good, bad = spec_only_change(state, dep["id"])
+    before = len(revisions_of(state, dep["id"]))
+    options: dict[str, Any] = {"task_id": "rollback", "deployment_id": dep["id"], "revision_id": good}
+    if named == "rolling_back_from":
+        options["rolling_back_from"] = bad
+    if spec_given:
+        options["resource_spec"] = SPEC_BEFORE
+    kill_worker(monkeypatch, "patch_deployment" if spec_given else "redeploy_revision", after_request=False)
+    _ti, context = rollback_try(1, None, run_started)
+    with pytest.raises(WorkerKilled):
+        RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    assert len(revisions_of(state, dep["id"])) == before  # try 1 sent nothing
+    second, context = rollback_try(2, None, run_started)
+    with ticking(frozen_emulator):
+        RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    now = state.get_deployment(dep["id"])
+    assert state.count(PATCH_ROUTE) + state.count(REDEPLOY_ROUTE) == 1  # one rollback, sent by try 2
+    assert len(revisions_of(state, dep["id"])) == before + 1
+    assert now["active_revision_id"] == second.xcoms["revision_id"] not in (good, bad)
+    [event] = events_of(context)
+    if spec_given:
+        assert spec_of(now) == SPEC_RESTORED and second.xcoms["not_restored"] == []
+        assert event["outcome"] == "rolled_back"
+    else:
+        assert spec_of(now)["cpu"] == 4 and second.xcoms["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
+        assert event["outcome"] == "rolled_back_partially" and event["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
+
+
+def test_without_a_record_or_a_revision_list_a_lookalike_fails_loudly(
+    deployment_service_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without rolling_back_from, a record or the revision list, the bad revision of a resource_spec-only change
+    cannot be told from an earlier try's rollback: try 2 sends nothing, claims nothing, and says what to check."""
+    from tests.reliability.support import CONN_ENV, FAST_RETRY_EXTRAS, connection_json
+
+    server = deployment_service_emulator_factory(disabled_endpoints=["list_revisions"])
+    monkeypatch.setenv(CONN_ENV, connection_json(server.base_url, server.api_key, **FAST_RETRY_EXTRAS))
+    state = server.state
+    dep = state.find_deployment(EXTERNAL)
+    run_started = state.now()
+    good, bad = spec_only_change(state, dep["id"])
+    second, context = rollback_try(2, None, run_started)
+    task = RollbackDeploymentOperator(task_id="rollback", deployment_id=dep["id"], revision_id=good, poll_interval=0.05)
+    with pytest.raises(AirflowFailException, match=f"cannot tell whether revision {bad} is the rollback") as raised:
+        task.execute(context)
+    assert f"rolling_back_from={bad!r}" in str(raised.value)
+    assert state.count(PATCH_ROUTE) + state.count(REDEPLOY_ROUTE) == 0
+    assert state.get_deployment(dep["id"])["active_revision_id"] == bad
+    assert "revision_id" not in second.xcoms and events_of(context) == []
+
+
+@pytest.mark.parametrize(
+    ("named", "spec_given", "reattaches"),
+    [
+        ("rolling_back_from", True, True),
+        ("rolling_back_from", False, True),
+        ("revision list", True, True),
+        ("revision list", False, False),
+    ],
+)
+def test_a_retry_without_a_record_reattaches_only_on_positive_evidence(
+    frozen_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, named: str, spec_given: bool, reattaches: bool
+) -> None:
+    """Try 1 sent its rollback of a resource_spec-only change and died; try 2 has no record. It reattaches when
+    it knows the revision rolled back (rolling_back_from) or sees the resource_spec given restored; with
+    neither, both revisions look alike and it fails loudly. It never sends a second rollback."""
+    state = frozen_emulator.state
+    dep = state.find_deployment(EXTERNAL)
+    run_started = state.now()
+    good, bad = spec_only_change(state, dep["id"])
+    before = len(revisions_of(state, dep["id"]))
+    options: dict[str, Any] = {"task_id": "rollback", "deployment_id": dep["id"], "revision_id": good}
+    if named == "rolling_back_from":
+        options["rolling_back_from"] = bad
+    if spec_given:
+        options["resource_spec"] = SPEC_BEFORE
+    kill_worker(monkeypatch, "patch_deployment" if spec_given else "redeploy_revision", after_request=True)
+    _ti, context = rollback_try(1, None, run_started)
+    with pytest.raises(WorkerKilled):
+        RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    rollback = state.get_deployment(dep["id"])["latest_revision_id"]
+    assert len(revisions_of(state, dep["id"])) == before + 1 and rollback != bad
+    second, context = rollback_try(2, None, run_started)
+    task = RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10)
+    with ticking(frozen_emulator):
+        if reattaches:
+            task.execute(context)
+        else:
+            with pytest.raises(AirflowFailException, match=f"cannot tell whether revision {rollback} is the rollback"):
+                task.execute(context)
+    assert state.count(PATCH_ROUTE) + state.count(REDEPLOY_ROUTE) == 1  # try 1's only
+    assert len(revisions_of(state, dep["id"])) == before + 1
+    if reattaches:
+        now = state.get_deployment(dep["id"])
+        assert now["active_revision_id"] == rollback == second.xcoms["revision_id"]
+        [event] = events_of(context)
+        assert event["outcome"] == ("rolled_back" if spec_given else "rolled_back_partially")
+    else:
+        assert "revision_id" not in second.xcoms and events_of(context) == []
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
+@pytest.mark.parametrize("crash", ["before the redeploy", "after the redeploy", "after deferring"])
+def test_a_retried_rollback_sends_one_redeploy_and_claims_what_serves(
+    frozen_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, crash: str, redeploy_mode: str, store: bool
+) -> None:
+    """Try 1 dies before its redeploy (after recording it), after it, or after deferring its wait; try 2 runs as
+    Airflow retries: with the same task_state_store, or none (Airflow < 3.3). Whether the redeploy makes a
+    revision or deploys the old one again, exactly one redeploy reaches the service and try 2 says "rolled
+    back" only once the old build serves."""
+    state = frozen_emulator.state
+    state.update_settings(redeploy_mode=redeploy_mode)
+    dep = state.find_deployment(DOCKER)
+    run_started = state.now()
+    good, bad = bad_rollout(frozen_emulator)
+    before = len(revisions_of(state, dep["id"]))
+    saved = FakeStore() if store else None
+    options = {"task_id": "rollback", "deployment_id": dep["id"], "revision_id": good, "rolling_back_from": bad}
+    _first, context = rollback_try(1, saved, run_started)
+    if crash == "after deferring":
+        with pytest.raises(TaskDeferred):
+            RollbackDeploymentOperator(**options, deferrable=True, poll_interval=0.05).execute(context)
+    else:
+        kill_worker(monkeypatch, "redeploy_revision", after_request=crash == "after the redeploy")
+        with pytest.raises(WorkerKilled):
+            RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    if saved is not None:
+        assert saved.data[ROLLBACK_STATE_KEY]["phase"] == ("sending" if crash != "after deferring" else "sent")
+    second, context = rollback_try(2, saved, run_started)
+    with ticking(frozen_emulator):
+        result = RollbackDeploymentOperator(**options, poll_interval=0.05, timeout=10).execute(context)
+    now = state.get_deployment(dep["id"])
+    assert state.count(REDEPLOY_ROUTE) == 1 and state.count(PATCH_ROUTE) == 0
+    made = 1 if redeploy_mode == "new_revision" else 0
+    assert len(revisions_of(state, dep["id"])) == before + made
+    expected = now["latest_revision_id"] if made else good
+    assert result["active_revision_id"] == now["active_revision_id"] == expected == second.xcoms["revision_id"]
+    assert (
+        now["status"] == "READY"
+        and now["source_revision_config"]["image_uri"]
+        == state.get_revision(dep["id"], good)["source_revision_config"]["image_uri"]
+    )
+    assert second.xcoms["rolled_back_from"] == bad and second.xcoms["not_restored"] == []
+    [event] = events_of(context)
+    assert event["outcome"] == "rolled_back" and event["revision_id"] == expected
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["task_state_store", "no store"])
+def test_the_rollback_recorded_before_sending_decides_what_the_deployment_cannot(
+    deployment_service_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch, store: bool
+) -> None:
+    """The record written before the request is what tells a retry that the lookalike revision is its own
+    rollback when the deployment cannot (no rolling_back_from, no revision list, a resource_spec-only change):
+    with it try 2 reattaches; without it try 2 fails loudly. Neither sends a second rollback."""
+    from tests.reliability.support import CONN_ENV, FAST_RETRY_EXTRAS, connection_json
+
+    server = deployment_service_emulator_factory(disabled_endpoints=["list_revisions"])
+    monkeypatch.setenv(CONN_ENV, connection_json(server.base_url, server.api_key, **FAST_RETRY_EXTRAS))
+    state = server.state
+    dep = state.find_deployment(EXTERNAL)
+    run_started = state.now()
+    good, bad = spec_only_change(state, dep["id"])
+    saved = FakeStore() if store else None
+    options = {"task_id": "rollback", "deployment_id": dep["id"], "revision_id": good, "poll_interval": 0.05}
+    kill_worker(monkeypatch, "redeploy_revision", after_request=True)
+    _first, context = rollback_try(1, saved, run_started)
+    with pytest.raises(WorkerKilled):
+        RollbackDeploymentOperator(**options).execute(context)
+    rollback = state.get_deployment(dep["id"])["latest_revision_id"]
+    second, context = rollback_try(2, saved, run_started)
+    task = RollbackDeploymentOperator(**options, timeout=10)
+    with ticking(server):
+        if store:
+            task.execute(context)
+        else:
+            with pytest.raises(AirflowFailException, match="the service does not list the deployment's revisions"):
+                task.execute(context)
+    assert state.count(REDEPLOY_ROUTE) == 1 and state.count(PATCH_ROUTE) == 0
+    if store:
+        assert state.get_deployment(dep["id"])["active_revision_id"] == rollback == second.xcoms["revision_id"]
+        assert second.xcoms["rolled_back_from"] == bad
+        [event] = events_of(context)
+        assert event["outcome"] == "rolled_back_partially" and event["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
+    else:
+        assert events_of(context) == [] and "revision_id" not in second.xcoms

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from tests.tasks.conftest import (
     FakeTI,
     deployment_named,
     make_context,
+    run_trigger,
     scan_for_secret,
 )
 
@@ -716,3 +718,196 @@ async def test_deferrable_bake_goes_to_a_trigger(emulator: Any) -> None:
     assert event.payload["status"] == "baked"
     result = task.execute_bake_complete(make_context(ti), event.payload, **(baking.value.kwargs or {}))
     assert result["active_revision_id"] == ti.xcoms["revision_id"]
+
+
+# ---------------------------------------------------------------------------- a redeploy without a revision
+def test_a_redeploy_that_makes_no_revision_waits_for_the_redeployed_revision(emulator: Any, ticking: Any) -> None:
+    """Issue 22 item 7: when the redeploy does not move latest_revision_id, the wait is for the revision
+    redeployed to be active again, never for the latest (the bad one, active and READY: success at once)."""
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    emulator.state.update_settings(redeploy_mode="in_place")
+    before = revision_count(emulator, dep["id"])
+    ticking(emulator)
+    ti = FakeTI()
+    context = with_events(ti)
+    result = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad).execute(context)
+    now = serving(emulator, dep["id"])
+    assert result["active_revision_id"] == now["active_revision_id"] == good
+    assert now["latest_revision_id"] == bad and now["status"] == "READY"
+    assert now["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert revision_count(emulator, dep["id"]) == before
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1 and emulator.state.count(PATCH_ROUTE) == 0
+    assert ti.xcoms["revision_id"] == good and ti.xcoms["rolled_back_from"] == bad
+    assert ti.xcoms["rollback_path"] == "redeploy" and ti.xcoms["not_restored"] == []
+    [event] = emitted(context)
+    assert event["outcome"] == "rolled_back" and event["revision_id"] == good and event["previous_revision_id"] == bad
+
+
+@pytest.mark.parametrize("resume", ["kwargs merged (triggerer)", "kwargs dropped (dag.test)"])
+def test_a_deferred_rollback_resumes_from_the_event_alone(emulator: Any, ticking: Any, resume: str) -> None:
+    """Issue 22 items 1 and 7: the deferrable wait carries the rollback in the trigger's event, so a resume
+    with only {"event": ...} (airflow dags test in 3.3.2) judges it like the triggerer's; the trigger allows
+    the bad latest to stay while the redeployed revision goes live again."""
+    dep = deployment_named(emulator, DOCKER)
+    good = dep["active_revision_id"]
+    bad = roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:broken")
+    emulator.state.update_settings(redeploy_mode="in_place")
+    ti = FakeTI()
+    task = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(make_context(ti))
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, DeploymentRolloutTrigger)
+    _path, kwargs = trigger.serialize()
+    assert kwargs["revision_id"] == good and kwargs["allowed_latest_revision_id"] == bad
+    ticking(emulator)
+    event = run_trigger(DeploymentRolloutTrigger(**kwargs))
+    assert event["status"] == "success" and event["carry"]["rollback"]["revision_id"] == good
+    resumed = rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=bad, deferrable=True)
+    context = with_events(ti)
+    extra = (deferred.value.kwargs or {}) if resume.startswith("kwargs merged") else {}
+    result = resumed.execute_complete(context, event, **extra)
+    now = serving(emulator, dep["id"])
+    assert result["active_revision_id"] == now["active_revision_id"] == good and now["latest_revision_id"] == bad
+    [emitted_event] = emitted(context)
+    assert emitted_event["outcome"] == "rolled_back" and emitted_event["previous_revision_id"] == bad
+    assert emulator.state.count(REDEPLOY_ROUTE) == 1
+
+
+@pytest.mark.parametrize("store", [None, "record"], ids=["no-store", "store"])
+def test_a_resume_without_the_carried_rollback_fails_loudly_unless_recorded(
+    emulator: Any, ticking: Any, store: str | None
+) -> None:
+    """Issue 22 item 1: an event that carries no rollback (a trigger of an older provider, a resume that lost
+    it) with no task_state_store record cannot say what was restored: the task fails, claiming nothing; with
+    the record it judges from the record."""
+    dep = deployment_named(emulator, EXTERNAL)
+    good = dep["active_revision_id"]
+    bad = change_spec(emulator, dep["id"], SPEC_BAD)
+    saved = FakeStore() if store else None
+    ti = FakeTI()
+    options = {"deployment_id": dep["id"], "revision_id": good, "rolling_back_from": bad, "deferrable": True}
+    with pytest.raises(TaskDeferred) as deferred:
+        rollback_op(**options, resource_spec=SPEC_BEFORE).execute(make_context(ti, saved))
+    ticking(emulator)
+    _path, kwargs = deferred.value.trigger.serialize()
+    event = run_trigger(DeploymentRolloutTrigger(**{**kwargs, "carry": None}))
+    assert event["status"] == "success" and "carry" not in event
+    context = with_events(ti, saved)
+    resumed = rollback_op(**options, resource_spec=SPEC_BEFORE)
+    if saved is None:
+        with pytest.raises(AirflowFailException, match=r"holds the rollback this task started.*not claiming"):
+            resumed.execute_complete(context, event)
+        assert emitted(context) == []
+    else:
+        resumed.execute_complete(context, event)
+        [emitted_event] = emitted(context)
+        assert emitted_event["outcome"] == "rolled_back" and emitted_event["not_restored"] == []
+    assert spec_of(serving(emulator, dep["id"])) == {**SPEC_BEFORE, "cpu_limit": 3.0, "memory_limit_mb": 4096}
+
+
+# ------------------------------------------------------------------------------------------ dag.test()
+DEFERRABLE_ROLLBACK_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG, get_current_context, task
+
+from airflow_provider.operators.deployment_service import RollbackDeploymentOperator
+
+with DAG("deferrable_rollback", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+
+    @task
+    def previous_resource_spec() -> dict:
+        # stands for the patch task's previous_resource_spec XCom
+        return get_current_context()["dag_run"].conf["resource_spec"]
+
+    RollbackDeploymentOperator(
+        task_id="roll_back",
+        deployment_id="{{ dag_run.conf['deployment_id'] }}",
+        revision_id="{{ dag_run.conf['revision_id'] }}",
+        rolling_back_from="{{ dag_run.conf['rolling_back_from'] }}",
+        resource_spec=previous_resource_spec(),
+        deferrable=True,
+        poll_interval=0.1,
+        timeout=60,
+        retries=0,
+    )
+"""
+
+
+def _run_rollback_dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **conf: Any) -> tuple[Any, dict[str, Any]]:
+    """Run the deferrable rollback DAG once with dag.test(); the run and the rollback task's XComs."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    dag_file = tmp_path / "deferrable_rollback.py"
+    dag_file.write_text(DEFERRABLE_ROLLBACK_DAG)
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))  # dag.test() runs DAGs of the dags folder
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag("deferrable_rollback").test(run_conf=conf)
+    with create_session() as session:
+        query = XComModel.get_many(run_id=run.run_id, dag_ids="deferrable_rollback", task_ids="roll_back")
+        xcoms = {row.key: XComModel.deserialize_value(row) for row in session.scalars(query)}
+    return run, xcoms
+
+
+def _asset_events(run: Any) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ours = (AssetEvent.source_run_id == run.run_id, AssetEvent.source_task_id == "roll_back")
+        query = select(AssetEvent).where(*ours)
+        return [dict(event.extra) for event in session.scalars(query)]
+
+
+@pytest.mark.parametrize("case", ["resource_spec-only change", "redeploy without a revision"])
+def test_dag_test_runs_a_deferrable_rollback_to_its_verdict(
+    deployment_service_emulator_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Issue 22 item 1: airflow dags test / dag.test() (Airflow 3.3.2) resumes the deferred rollback with the
+    event alone. The verdict is judged on the real deployment: the previous build and resource_spec serve
+    (one PATCH, one revision), or the redeployed revision itself is active again (no revision made)."""
+    from tests.dag_runs import example_emulator
+
+    emulator = example_emulator(deployment_service_emulator_factory, monkeypatch)
+    state = emulator.state
+    if case == "resource_spec-only change":
+        dep = deployment_named(emulator, EXTERNAL)
+        body = PatchDeploymentRequest.model_validate({"source_config": {"resource_spec": SPEC_BAD}})
+        previous_spec: dict[str, Any] = SPEC_BEFORE
+    else:
+        state.update_settings(redeploy_mode="in_place")
+        dep = deployment_named(emulator, DOCKER)
+        body = PatchDeploymentRequest.model_validate({"source_revision_config": {"image_uri": "acme/app:broken"}})
+        previous_spec = {}  # internal_docker: no resource_spec
+    good, image = dep["active_revision_id"], dep["source_revision_config"]["image_uri"]
+    bad = str(state.patch_deployment(dep["id"], body)["latest_revision_id"])
+    deadline = time.monotonic() + 20
+    while serving(emulator, dep["id"])["active_revision_id"] != bad:
+        assert time.monotonic() < deadline, f"revision {bad} never went live: {serving(emulator, dep['id'])}"
+        time.sleep(0.05)
+    before = revision_count(emulator, dep["id"])
+    conf = {"deployment_id": dep["id"], "revision_id": good, "rolling_back_from": bad, "resource_spec": previous_spec}
+    run, xcoms = _run_rollback_dag(tmp_path, monkeypatch, **conf)
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert (str(run.state), states["roll_back"]) == ("success", "success"), states
+    now = serving(emulator, dep["id"])
+    assert now["active_revision_id"] == xcoms["revision_id"] and now["status"] == "READY"
+    assert now["source_revision_config"]["image_uri"] == image
+    assert xcoms["rolled_back_from"] == bad and xcoms["not_restored"] == []
+    if case == "resource_spec-only change":
+        assert revision_count(emulator, dep["id"]) == before + 1 and xcoms["rollback_path"] == "patch"
+        assert spec_of(now) == {**SPEC_BEFORE, "cpu_limit": 3.0, "memory_limit_mb": 4096}
+    else:
+        assert revision_count(emulator, dep["id"]) == before and xcoms["revision_id"] == good
+        assert now["latest_revision_id"] == bad
+    [event] = _asset_events(run)
+    assert event["outcome"] == "rolled_back" and event["revision_id"] == now["active_revision_id"]
+    assert event["previous_revision_id"] == bad and event["not_restored"] == []

@@ -251,6 +251,8 @@ async def test_deferral_carries_every_setting_and_resumes(emulator: Any) -> None
         },
         "poll_interval": 0.05,
         "revision_check_interval": 15.0,
+        "allowed_latest_revision_id": None,
+        "carry": None,
     }
     emulator.state.advance(2.5)
     events = [event async for event in trigger.run()]
