@@ -653,6 +653,36 @@ def test_a_failure_within_the_budget_is_rolled_back_alone_and_the_rollout_goes_o
     }
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_rollback_redeployed_without_a_new_revision_is_waited_for_until_the_old_revision_serves(
+    fleet: Any, deferrable: bool
+) -> None:
+    emulator = fleet(2, redeploy_mode="in_place", build_seconds=0.5)  # a redeploy makes no revision
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    ti = FakeTI()
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            verify=lambda deployment: deployment.name != "app-0001",
+            rollback_on_failure=True,
+            max_failures=1,
+            deferrable=deferrable,
+        )
+
+    table = {row["name"]: row for row in run_deferred(make, make_context(ti, FakeStore()))[0]}
+    bad = table["app-0001"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad
+    deployment = emulator.state.deployment(ids["app-0001"])
+    assert len(deployment["revisions"]) == 2, "the redeploy made no revision"
+    assert deployment["latest_revision_id"] == bad["to_revision"]  # the bad one stays the latest...
+    assert deployment["active_revision_id"] == before["app-0001"]  # ...and the old one serves again
+    assert deployment["status"] == "READY"
+    assert f"revision {before['app-0001']} serves revision {before['app-0001']}'s build again" in bad["message"]
+    assert table["app-0000"]["outcome"] == Outcome.LANDED
+
+
 # ------------------------------------------------------------------------------------------ what a rollback restores
 SPEC_BEFORE = {"cpu": 1.0, "memory_mb": 512, "min_scale": 1}
 IMAGE = "registry.example.com/acme/app:1.0"
