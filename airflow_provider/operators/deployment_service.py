@@ -1424,12 +1424,16 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
-    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored),
-    ``rolled_back_with_wave`` (landed, then restored because its wave stopped the rollout: not a failure),
-    ``not_patched`` (also pushed as the return value when the task fails, so a summary task with
-    ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures counted against
-    the budget and the budget under ``fleet_summary``. Only ``failed`` and ``rolled_back`` count against
-    ``max_failures``.
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
+    serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
+    its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
+    ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
+    back ... except: ...``), ``not_patched`` (also pushed as the return value when the task fails, so a
+    summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures
+    counted against the budget and the budget under ``fleet_summary``. Only ``failed``, ``rolled_back`` and
+    ``rolled_back_partially`` count against ``max_failures``. When it succeeds, the task emits a
+    ``rolled_out`` asset event per deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``,
+    with ``not_restored``) one per deployment it rolled back.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
@@ -1473,13 +1477,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         returning ``None`` (an assert-style check) or a true value passes. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
-    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
-        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, or
-        was still rolling out when ``timeout`` ran out (it may yet go live: the rollback queues behind it
-        on the service and replaces it once it is done), and,
-        when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
-        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table
-        (``rolled_back_with_wave`` for one that had landed).
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does: the previous build
+        and the whole previous ``resource_spec``, recorded before the patch, in one revision; secrets not
+        re-sent, and named in the row's message) every deployment whose new revision went live and then
+        failed ``verify`` or the bake, or was still rolling out when ``timeout`` ran out (it may yet go live:
+        the rollback queues behind it on the service and replaces it once it is done), and, when the wave
+        stops the rollout (it exceeds the budget, or it is the canary and a canary deployment failed), every
+        deployment of that wave that landed; a restored one is ``rolled_back`` in the table
+        (``rolled_back_with_wave`` for one that had landed; ``..._partially`` when part of the change stays).
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -1945,10 +1950,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
             )
-        self._emit_landed(context, progress)
+        self._emit_events(context, progress)
         return table
 
-    def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
+    def _emit_events(self, context: Context, progress: fleet.FleetProgress) -> None:
         """One asset event per deployment this rollout changed, read back (one list request per 100): a row
         that landed and still serves its revision (``rolled_out``), and a row rolled back whose rollback still
         serves (``rolled_back``, or ``rolled_back_partially`` with the ``not_restored`` clauses in its extra;

@@ -351,10 +351,16 @@ def patch_wave(
     """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
     soon as it is answered.
 
+    Before any PATCH, one save records for each row what served before it (revision, config, the whole
+    ``resource_spec``, the names of the secrets the patch sets): what a rollback restores.
+
     A row an earlier try patched (recorded) is left alone. On a retry (``earlier_try_since``), a row with
     no record whose deployment already shows the patch and changed since the run started is reattached to
-    (its latest revision is taken as the rollout's) instead of patched again. A deployment that no longer
-    exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
+    (its latest revision is taken as the rollout's, what served before it looked up when unknown) instead
+    of patched again; one that does not show it but made a revision since the run started is looked for
+    among its revisions (an earlier try's patch, rolled back or superseded since, is recorded as such and
+    never patched again; when the service cannot tell, the row fails saying so). A deployment that no
+    longer exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
     outlived the client's retries fails the task (a retry resumes here): no further patch is sent, and
     the patches already in flight are awaited and recorded first.
 
@@ -398,15 +404,17 @@ def patch_wave(
             save()
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
-        if earlier_try_since is not None and not _applied_earlier(request, deployment, earlier_try_since):
+        secrets = sorted(secret.name for secret in request.secrets or [])
+        applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
+        if earlier_try_since is not None and not applied:
             earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
             if earlier is not None:
+                row.secrets_changed = secrets
                 _record_earlier_patch(wave, row, earlier, fingerprint, now, log)
                 save()
                 continue
-        if row.secrets_changed == [] and request.secrets:
-            row.secrets_changed = sorted(secret.name for secret in request.secrets)
-        if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
+        if applied:
+            row.secrets_changed = secrets
             # A resource_spec patch creates a revision in production but not under every reading: the
             # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
             created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
@@ -422,7 +430,7 @@ def patch_wave(
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
         row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
-        row.secrets_changed = sorted(secret.name for secret in request.secrets or [])
+        row.secrets_changed = secrets
         ready.append(_Patch(len(ready), row, request, fingerprint))
     if ready:
         save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
