@@ -111,6 +111,22 @@ def asset_events(run: Any) -> dict[str, dict[str, Any]]:
         return {event.extra["deployment_id"]: dict(event.extra) for event in events}
 
 
+def stored_keys(run: Any) -> set[str]:
+    """The task state store keys the run's task wrote (the real store of Airflow 3.3, in the metadata database)."""
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return set(
+            session.scalars(
+                select(TaskStateStoreModel.key).where(
+                    TaskStateStoreModel.dag_id == run.dag_id, TaskStateStoreModel.run_id == run.run_id
+                )
+            )
+        )
+
+
 def deployments(emulator: Any) -> dict[str, dict[str, Any]]:
     return {name: emulator.state.find_deployment(name) for name in NAMES}
 
@@ -167,6 +183,10 @@ def test_dag_test_verifies_after_every_resume_and_rolls_the_failure_back(
     restored = events[after[BAD]["id"]]
     assert restored["outcome"] == "rolled_back" and restored["not_restored"] == []
     assert restored["revision_id"] == after[BAD]["active_revision_id"]
+    # The progress and the rollback's own record went to Airflow's task state store.
+    waves = {f"deployment_service_fleet/wave/{index}" for index in range(3)}
+    rollback = f"deployment_service_fleet/wave/1/rollback/{after[BAD]['id']}"
+    assert stored_keys(run) == {"deployment_service_fleet", *waves, rollback}
 
 
 def test_dag_test_a_wave_that_stops_the_rollout_is_rolled_back_whole(
