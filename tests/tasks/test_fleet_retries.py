@@ -277,6 +277,57 @@ def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled
     assert_restored(emulator, ids["app-0002"], before["app-0002"])
 
 
+class DiesAtThePatchRecord(FakeStore):
+    """A task state store whose first write of a patched row kills the worker: the PATCH reached the
+    service, its record did not reach the store."""
+
+    def set(self, key: str, value: Any) -> None:
+        if any(row.get("started_at") for row in value.get("rows", [])) and not getattr(self, "died", False):
+            self.died = True
+            raise WorkerDied("between the PATCH and its record")
+        super().set(key, value)
+
+
+def test_a_patch_whose_record_died_is_reattached_and_its_rollback_restores_the_recorded_resource_spec(
+    service: Callable[..., Any],
+) -> None:
+    spec_before = {"cpu": 1.0, "memory_mb": 512}
+    deployment = {
+        "name": "img-0000",
+        "source": "external_docker",
+        "source_revision_config": {"image_uri": "registry.example.com/acme/app:1.0"},
+        "source_config": {"resource_spec": spec_before},
+    }
+    emulator = service(data={"deployments": [deployment]}, **FAST)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    store, run_started = DiesAtThePatchRecord(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids,
+            repo_ref=None,
+            image_uri="registry.example.com/acme/app:2.0",
+            source_config={"resource_spec": {"cpu": 2.0, "memory_mb": 1024}},
+        )
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    [row] = store.data[f"{STATE_KEY}/wave/0"]["rows"]
+    assert row["started_at"] is None and row["previous_resource_spec"] == spec_before  # recorded before the PATCH
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1
+    ti_context = context_for(2, store, run_started)
+    [row] = make().execute(ti_context)
+    assert row["outcome"] == Outcome.ROLLED_BACK, row  # not partially: the resource_spec was known
+    after = emulator.state.deployment(ids["img-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 2  # the patch, and the rollback (build + spec)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == "registry.example.com/acme/app:1.0"
+    shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+    assert {key: value for key, value in shown.items() if "limit" not in key} == spec_before
+
+
 # ------------------------------------------------------------------------------------------ item 1: resumes
 def first_deferral(task: FleetRolloutOperator, context: dict[str, Any]) -> Any:
     """Run the task until it defers; the ``TaskDeferred`` it raised."""
