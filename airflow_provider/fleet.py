@@ -22,6 +22,10 @@ from airflow_provider.rollout import RolloutState, rollout_verdict
 __all__ = [
     "CANARY",
     "FAILURE_OUTCOMES",
+    "QUIET_OUTCOMES",
+    "ROLLED_BACK_OUTCOMES",
+    "SUCCESS_OUTCOMES",
+    "WITH_WAVE_OUTCOMES",
     "FleetProgress",
     "FleetRow",
     "Outcome",
@@ -53,15 +57,40 @@ class Outcome:
     """The rollout failed: build or deploy failed, superseded, deleted, timed out, left ``READY`` during
     the bake, or ``verify`` refused it."""
     ROLLED_BACK = "rolled_back"
-    """Failed, then its previous revision was restored (``rollback_on_failure``)."""
+    """Failed, then restored (``rollback_on_failure``): its previous build serves again with its previous
+    ``resource_spec`` (secrets the change set are never restored: the message names them)."""
+    ROLLED_BACK_PARTIALLY = "rolled_back_partially"
+    """Failed, then rolled back, but not everything the change set was undone: a ``resource_spec`` that is
+    not the previous one (unknown, or not shown), or a branch rebuilt from its current head. The message
+    says ``rolled back ... except: ...``."""
+    ROLLED_BACK_WITH_WAVE = "rolled_back_with_wave"
+    """Landed (live for the bake, passed ``verify``), then restored to its previous build and
+    ``resource_spec`` because its wave stopped the rollout (``rollback_on_failure``): not a failure, it does
+    not count against the budget."""
+    ROLLED_BACK_WITH_WAVE_PARTIALLY = "rolled_back_with_wave_partially"
+    """Landed, then rolled back with its wave, but not everything was undone (as for
+    ``rolled_back_partially``): not a failure."""
     NOT_PATCHED = "not_patched"
     """Never patched: the rollout stopped before its wave."""
 
 
-FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK})
-"""Outcomes that count against the failure budget."""
+FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_PARTIALLY})
+"""Outcomes that count against the failure budget (a deployment the change broke, restored or not)."""
+WITH_WAVE_OUTCOMES = frozenset({Outcome.ROLLED_BACK_WITH_WAVE, Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY})
+"""Outcomes of a deployment that landed and was rolled back because its wave stopped the rollout."""
+ROLLED_BACK_OUTCOMES = frozenset(
+    {
+        Outcome.ROLLED_BACK,
+        Outcome.ROLLED_BACK_PARTIALLY,
+        Outcome.ROLLED_BACK_WITH_WAVE,
+        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
+    }
+)
+"""Outcomes of a deployment whose rollback went live (its previous build serves again)."""
 SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
 """Outcomes of a deployment now serving what the rollout asked for."""
+QUIET_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED, Outcome.NOT_PATCHED})
+"""Outcomes whose message the log's table leaves out (nothing went wrong there, or nothing was done)."""
 
 CANARY = "canary"
 """Name of the canary wave (the first, when a canary is given)."""
@@ -210,8 +239,24 @@ class FleetRow:
     :param went_live: whether its new revision served at some point (a rollback is needed).
     :param timed_out: whether its new revision was still rolling out when the watch gave up (it may yet go
         live: a rollback is needed too).
+    :param previous_config: the non-secret ``source_revision_config`` fields of ``from_revision`` as the
+        deployment showed them before the patch (``None`` when it was rolling out another revision then):
+        what a rollback restores when the service cannot say, and how a retry recognises that rollback.
+    :param rollback_requested_after: the deployment's ``updated_at`` (the service's clock, ISO 8601) read just
+        before its rollback was requested; recorded *before* the request is sent, so a retry knows a rollback
+        may be on the service and looks for it (made after this time, copying ``from_revision``) instead of
+        refusing it as someone else's or sending it again.
+    :param previous_resource_spec: the whole ``source_config.resource_spec`` the deployment showed before
+        the patch (``{}`` when none; ``None`` when unknown: a retry reattached to a patch whose record was
+        lost): what a rollback restores.
+    :param secrets_changed: names of the secrets the patch set (never their values): a rollback cannot
+        restore them, and says so.
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
+    :param rollback_path: how the rollback was sent (``redeploy``, ``patch``, ``none``).
+    :param rollback_allowed_latest: a newer revision allowed to stay the latest while ``rollback_revision``
+        goes live (a redeploy that made no revision).
     :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
+    :param not_restored: what the rollback did not undo, one clause each (never a secret value).
     """
 
     deployment_id: str
@@ -227,8 +272,15 @@ class FleetRow:
     previous_latest: str | None = None
     went_live: bool = False
     timed_out: bool = False
+    previous_config: dict[str, str] | None = None
+    rollback_requested_after: str | None = None
+    previous_resource_spec: dict[str, Any] | None = None
+    secrets_changed: list[str] = field(default_factory=list)
     rollback_revision: str | None = None
+    rollback_allowed_latest: str | None = None
+    rollback_path: str | None = None
     rollback_decided: bool = False
+    not_restored: list[str] = field(default_factory=list)
 
     @property
     def seconds(self) -> float | None:
@@ -261,15 +313,25 @@ class FleetRow:
         self.outcome, self.message, self.finished_at = outcome, message, at
 
     def to_json(self) -> dict[str, Any]:
-        """Every field as plain JSON (each is a string, number, boolean or ``None``).
+        """Every field as plain JSON (a string, number, boolean, ``None``, or a flat mapping or list of
+        them, copied: the store compares what it wrote last with the next value).
 
         Not ``dataclasses.asdict``: that deep-copies every value, and a wave's rows are written after each
         batch of answered patches (a tenth of a second per wave of 100 on the worker).
         """
-        return {name: getattr(self, name) for name in _ROW_FIELDS}
+        values = {name: getattr(self, name) for name in _ROW_FIELDS}
+        for name in _CONTAINER_FIELDS:
+            value = values[name]
+            if isinstance(value, dict):
+                values[name] = dict(value)
+            elif isinstance(value, list):
+                values[name] = list(value)
+        return values
 
 
 _ROW_FIELDS = tuple(item.name for item in fields(FleetRow))
+_CONTAINER_FIELDS = tuple(item.name for item in fields(FleetRow) if str(item.type).startswith(("dict", "list")))
+"""Fields holding a mapping or a list: copied by :meth:`FleetRow.to_json`."""
 
 
 @dataclass
@@ -322,6 +384,11 @@ class FleetProgress:
     def failures(self) -> list[FleetRow]:
         """Rows that count against the budget."""
         return [row for row in self.rows if row.outcome in FAILURE_OUTCOMES]
+
+    @property
+    def rolled_back_with_wave(self) -> list[FleetRow]:
+        """Rows that landed and were rolled back because their wave stopped the rollout (not failures)."""
+        return [row for row in self.rows if row.outcome in WITH_WAVE_OUTCOMES]
 
     @property
     def budget_exceeded(self) -> bool:
@@ -386,20 +453,27 @@ class FleetProgress:
 
 
 def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
-    """The result table as fixed-width text for the task log (at most ``limit`` rows, failures first).
+    """The result table as fixed-width text for the task log (at most ``limit`` rows, failures first, then
+    the rollbacks; the message of every row that failed or was rolled back).
 
     :param rows: result-table rows.
     :param limit: rows shown; the rest are counted.
     """
-    order = {Outcome.FAILED: 0, Outcome.ROLLED_BACK: 1}
-    shown = sorted(rows, key=lambda row: order.get(row["outcome"], 2))[:limit]
+    order = {
+        Outcome.FAILED: 0,
+        Outcome.ROLLED_BACK_PARTIALLY: 1,
+        Outcome.ROLLED_BACK: 2,
+        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY: 3,
+        Outcome.ROLLED_BACK_WITH_WAVE: 4,
+    }
+    shown = sorted(rows, key=lambda row: order.get(row["outcome"], len(order)))[:limit]
     columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
     cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in shown]
     widths = [max([len(column), *(len(cell[index]) for cell in cells)]) for index, column in enumerate(columns)]
     lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
     for row, cell in zip(shown, cells, strict=True):
         line = "  ".join(value.ljust(width) for value, width in zip(cell, widths, strict=True))
-        lines.append(line + (f"  {row['message']}" if row["outcome"] in FAILURE_OUTCOMES else ""))
+        lines.append(line + (f"  {row['message']}" if row["outcome"] not in QUIET_OUTCOMES else ""))
     if len(rows) > limit:
         lines.append(f"... and {len(rows) - limit} more (see the returned table)")
     return "\n".join(lines)
@@ -426,11 +500,14 @@ class WaveTracker:
         waits for ``READY``).
     :param bake_seconds: how long a live revision must stay live.
     :param deadline: wall-clock time by which every revision must be live.
+    :param allowed_latest: ``{deployment_id: revision}`` a newer revision that may stay the deployment's
+        latest while the awaited one goes live (a rollback redeployed without a new revision).
     """
 
     rollouts: dict[str, str | None]
     bake_seconds: float
     deadline: float | None
+    allowed_latest: dict[str, str] = field(default_factory=dict)
     decided: dict[str, tuple[str, str, float]] = field(default_factory=dict)
     """``{deployment_id: (outcome, message, wall-clock time)}``."""
     _watched: dict[str, _Watched] = field(default_factory=dict)
@@ -478,7 +555,13 @@ class WaveTracker:
         watched = self._watched.get(deployment_id)
         if watched is None or deployment_id in self.decided:
             return None
-        verdict = rollout_verdict(deployment, watched.revision_id, revision, deployment_id=deployment_id)
+        verdict = rollout_verdict(
+            deployment,
+            watched.revision_id,
+            revision,
+            deployment_id=deployment_id,
+            allowed_latest_revision_id=self.allowed_latest.get(deployment_id),
+        )
         message: str = verdict.message
         if verdict.state is RolloutState.FAILED:
             if watched.live_since is not None:

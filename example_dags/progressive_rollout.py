@@ -166,7 +166,7 @@ def progressive_rollout() -> None:
         rows = [*canary_rows, *fleet_rows]
         for row in rows:
             print(
-                f"{row['name']:<24} {row['wave']:<8} {row['outcome']:<12} "
+                f"{row['name']:<24} {row['wave']:<8} {row['outcome']:<21} "
                 f"{row['from_revision']} -> {row['to_revision']} {row['message']}"
             )
         counts: dict[str, int] = {}
@@ -182,8 +182,10 @@ def progressive_rollout() -> None:
         if not canary_rows:
             raise AirflowFailException("nothing was rolled out: the canary did not run (see the tasks before it)")
         failed = [row["name"] for row in rows if row["outcome"] in ("failed", "rolled_back")]
+        withdrawn = [row["name"] for row in rows if row["outcome"] == "rolled_back_with_wave"]
         if failed:
-            raise AirflowFailException(f"the release did not roll out everywhere: failed: {', '.join(failed)}")
+            also = f"; rolled back with their wave: {', '.join(withdrawn)}" if withdrawn else ""
+            raise AirflowFailException(f"the release did not roll out everywhere: failed: {', '.join(failed)}{also}")
         return {"approval": decision, "counts": counts, "rows": rows}
 
     plan >> canary >> approval >> rest_of_fleet >> summary()

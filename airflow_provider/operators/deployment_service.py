@@ -1957,9 +1957,16 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
-    ``landed``, ``unchanged``, ``failed``, ``rolled_back``, ``not_patched`` (also pushed as the return
-    value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes
-    the counts per outcome under ``fleet_summary``.
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
+    serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
+    its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
+    ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
+    back ... except: ...``), ``not_patched`` (also pushed as the return value when the task fails, so a
+    summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures
+    counted against the budget and the budget under ``fleet_summary``. Only ``failed``, ``rolled_back`` and
+    ``rolled_back_partially`` count against ``max_failures``. When it succeeds, the task emits a
+    ``rolled_out`` asset event per deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``,
+    with ``not_restored``) one per deployment it rolled back.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
@@ -2003,12 +2010,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         returning ``None`` (an assert-style check) or a true value passes. Runs on the worker.
     :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
         as landed.
-    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does; secrets not
-        re-sent) every deployment whose new revision went live and then failed ``verify`` or the bake, or
-        was still rolling out when ``timeout`` ran out (it may yet go live: the rollback queues behind it
-        on the service and replaces it once it is done), and,
-        when the wave stops the rollout (it exceeds the budget, or it is the canary and a canary deployment
-        failed), every deployment of that wave that landed; a restored one is ``rolled_back`` in the table.
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does: the previous build
+        and the whole previous ``resource_spec``, recorded before the patch, in one revision; secrets not
+        re-sent, and named in the row's message) every deployment whose new revision went live and then
+        failed ``verify`` or the bake, or was still rolling out when ``timeout`` ran out (it may yet go live:
+        the rollback queues behind it on the service and replaces it once it is done), and, when the wave
+        stops the rollout (it exceeds the budget, or it is the canary and a canary deployment failed), every
+        deployment of that wave that landed; a restored one is ``rolled_back`` in the table
+        (``rolled_back_with_wave`` for one that had landed; ``..._partially`` when part of the change stays).
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -2178,7 +2187,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def execute_complete(  # type: ignore[override]
         self, context: Context, event: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """Resume after a wave (or a pause) in the triggerer: record the outcomes, go on with the rollout."""
+        """Resume after a wave (or a pause) in the triggerer: record the outcomes, go on with the rollout.
+
+        Everything a resume needs comes from the trigger's event and the progress (``task_state_store``, or
+        the event's ``carry`` when the task has no store or its last save failed), never from the ``kwargs``
+        given to ``defer()`` (``dag.test()`` in Airflow 3.3 drops them). A resume that cannot find the wave
+        the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
+        of going on from a progress that is not the one that deferred.
+        """
         try:
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
                 raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
@@ -2186,25 +2202,59 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             progress_store = fleet_tasks.ProgressStore(
                 context.get("task_state_store"), self.log, secrets=self._secret_values()
             )
-            progress = progress_store.load(change)
-            carry = event.get("carry")
-            if progress is None and isinstance(carry, dict):
-                progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
-            if progress is None:
-                raise AirflowException("the fleet rollout's progress was lost (no task_state_store record)")
+            progress = self._resumed_progress(progress_store, change, event)
             if event["status"] == "error":
                 raise AirflowException(str(event.get("message")))  # a retry resumes from the progress
-            wave = progress.waves[int(event["wave"])]
+            index, wave = self._resumed_wave(progress, event)
             if event["status"] == "done" and wave.phase == "patched":
                 self._record_outcomes(wave, event.get("outcomes") or {})
-                wave.phase = "watched"
-                progress_store.save(progress, int(event["wave"]))
+                if not fleet_tasks.in_flight(wave):
+                    wave.phase = "watched"  # else the rest is watched again (the event left some undecided)
+                progress_store.save(progress, index)
             elif event["status"] == "done" and wave.phase == "rolling_back":
-                fleet_tasks.apply_rollbacks(wave, event.get("outcomes") or {}, self.log)
-                progress_store.save(progress, int(event["wave"]))
+                fleet_tasks.apply_rollbacks(self.hook, wave, event.get("outcomes") or {}, self.log)
+                progress_store.save(progress, index)
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()
+
+    def _resumed_progress(
+        self, progress_store: fleet_tasks.ProgressStore, change: str, event: dict[str, Any]
+    ) -> fleet.FleetProgress:
+        """The progress to resume from: the event's ``carry`` when it has one (taken when the task deferred:
+        the store's may be older, its last save having failed), else the store's; fails when neither."""
+        carry = event.get("carry")
+        if isinstance(carry, dict):
+            if carry.get("change") != change:
+                raise AirflowException(
+                    "the FleetWaveTrigger event carries the progress of another change than this task's: not resuming"
+                )
+            progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
+            progress_store.save(progress)  # the store catches up (when it has one)
+            return progress
+        stored = progress_store.load(change)
+        if stored is None:
+            where = (
+                "task_state_store has no record of it" if progress_store.store is not None else "no task_state_store"
+            )
+            raise AirflowException(
+                f"the fleet rollout's progress was lost ({where}, and the trigger's event carries none): cannot "
+                "resume it; a retry recognises the patches already made on the deployments"
+            )
+        return stored
+
+    def _resumed_wave(self, progress: fleet.FleetProgress, event: dict[str, Any]) -> tuple[int, fleet.WaveRecord]:
+        """The wave the event reports on, in a phase that matches it; :class:`AirflowException` otherwise."""
+        index = event.get("wave")
+        if not isinstance(index, int) or not 0 <= index < len(progress.waves):
+            raise AirflowException(f"the FleetWaveTrigger event names wave {index!r}, which the progress does not have")
+        wave = progress.waves[index]
+        if event["status"] == "done" and wave.phase == "planned":
+            raise AirflowException(
+                f"the FleetWaveTrigger event reports the watch of {wave.name}, but the progress shows it not patched "
+                "(a save was lost): not resuming from it; a retry recognises the patches already made"
+            )
+        return index, wave
 
     def _advance(
         self,
@@ -2263,8 +2313,15 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     save()
                 if self.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
-                    over = progress.budget_exceeded or (wave.name == fleet.CANARY and progress.canary_failed)
-                    fleet_tasks.start_rollbacks(self.hook, wave, whole_wave=over, save=save, log=self.log)
+                    fleet_tasks.start_rollbacks(
+                        self.hook,
+                        wave,
+                        stopping=self._stop_reason(progress, wave),
+                        save=save,
+                        log=self.log,
+                        records=progress_store.rollback_records(index),
+                        earlier_try_since=self._earlier_try_since(context),
+                    )
                 wave.phase = "rolling_back"
                 save()
             if wave.phase == "rolling_back":
@@ -2272,8 +2329,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 rollbacks = fleet_tasks.pending_rollbacks(wave)
                 if rollbacks:
                     deadline = time.time() + self.timeout
+                    allowed = fleet_tasks.rollbacks_allowed_latest(wave)
                     if self.deferrable:
-                        self._defer_wave(index, rollbacks, deadline, progress_store, progress, None, bake=False)
+                        self._defer_wave(
+                            index, rollbacks, deadline, progress_store, progress, None, bake=False, allowed=allowed
+                        )
                     outcomes = fleet_tasks.watch_wave(
                         self.hook,
                         rollbacks,
@@ -2282,25 +2342,31 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         bake_seconds=0,
                         revision_check_interval=self.revision_check_interval,
                         log=self.log,
+                        allowed_latest=allowed,
                     )
-                    fleet_tasks.apply_rollbacks(wave, outcomes, self.log)
+                    fleet_tasks.apply_rollbacks(self.hook, wave, outcomes, self.log)
                 wave.phase = "done"
                 self._log_wave(progress, index)
-                if wave.name == fleet.CANARY and progress.canary_failed:
-                    failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
-                    progress.stop(
-                        f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
-                        "stops the rollout whatever max_failures allows",
-                        time.time(),
-                    )
-                elif progress.budget_exceeded:
-                    failed = len(progress.failures)
-                    progress.stop(
-                        f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})",
-                        time.time(),
-                    )
+                stopping = self._stop_reason(progress, wave)
+                if stopping is not None:
+                    progress.stop(stopping, time.time())
                 progress_store.save(progress)
         return self._finish(context, progress)
+
+    @staticmethod
+    def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:
+        """Why this wave stops the rollout (a canary deployment failed, or more failed than the budget
+        allows), or ``None``. Only failures count: a deployment rolled back with its wave is not one."""
+        if wave.name == fleet.CANARY and progress.canary_failed:
+            failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+            return (
+                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                "stops the rollout whatever max_failures allows"
+            )
+        if progress.budget_exceeded:
+            failed = len(progress.failures)
+            return f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})"
+        return None
 
     def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
         """Record what the watch decided; show the build log's tail of each failed build."""
@@ -2320,21 +2386,27 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         resume_at: float | None,
         *,
         bake: bool = True,
+        allowed: Mapping[str, str] | None = None,
     ) -> None:
         wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
         fleet_tasks.scrub_messages(progress, self._secret_values())
+        allowed = allowed or {}
         self.defer(
             trigger=FleetWaveTrigger(
                 wave=index,
-                rollouts=[[deployment_id, revision_id] for deployment_id, revision_id in rollouts.items()],
+                rollouts=[
+                    [deployment_id, revision_id, *([allowed[deployment_id]] if deployment_id in allowed else [])]
+                    for deployment_id, revision_id in rollouts.items()
+                ],
                 hook_params=self.hook.hook_params,
                 poll_interval=self.poll_interval,
                 deadline=deadline,
                 bake_seconds=self.bake_seconds if bake else 0.0,
                 revision_check_interval=self.revision_check_interval,
                 resume_at=resume_at,
-                # Without a task state store the progress travels with the trigger (JSON, no secrets).
-                carry=None if progress_store.store is not None else progress.to_json(),
+                # Without a task state store, or when its last save failed, the progress travels with the
+                # trigger (JSON, no secrets): the resume must not go on from an older one.
+                carry=progress.to_json() if progress_store.store is None or progress_store.behind else None,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=max(0.0, wait) + self.bake_seconds + max(DEFERRAL_GRACE, 2 * self.poll_interval)),
@@ -2380,15 +2452,28 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         counts = progress.counts()
         self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
         ti = context["ti"]
-        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value={"counts": counts, "stopped": progress.stopped})
         failures = progress.failures
+        summary = {
+            "counts": counts,
+            "failures": len(failures),
+            "allowed_failures": progress.allowed_failures,
+            "stopped": progress.stopped,
+        }
+        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
             more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            withdrawn = [row.name for row in progress.rolled_back_with_wave]
+            with_wave = (
+                f" {len(withdrawn)} deployment(s) that landed were rolled back with their wave (not failures): "
+                f"{', '.join(withdrawn[:20])}{' ...' if len(withdrawn) > 20 else ''}."
+                if withdrawn
+                else ""
+            )
             skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
             raise AirflowFailException(
-                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}. "
+                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}.{with_wave} "
                 f"{skipped} deployment(s) in later waves were not patched."
             )
         if failures:
@@ -2398,27 +2483,53 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
             )
-        self._emit_landed(context, progress)
+        self._emit_events(context, progress)
         return table
 
-    def _emit_landed(self, context: Context, progress: fleet.FleetProgress) -> None:
-        """One asset event per deployment this rollout landed, still serving its revision (one list request
-        per 100 landed deployments reads them back)."""
-        landed = {row.deployment_id: row for row in progress.rows if row.outcome == fleet.Outcome.LANDED}
-        ids = [deployment_id for deployment_id, row in landed.items() if row.to_revision]
+    def _emit_events(self, context: Context, progress: fleet.FleetProgress) -> None:
+        """One asset event per deployment this rollout changed, read back (one list request per 100): a row
+        that landed and still serves its revision (``rolled_out``), and a row rolled back whose rollback still
+        serves (``rolled_back``, or ``rolled_back_partially`` with the ``not_restored`` clauses in its extra;
+        the secrets the change set are named there too)."""
+        landed = {
+            row.deployment_id: row
+            for row in progress.rows
+            if row.outcome == fleet.Outcome.LANDED and row.rollback_revision is None and row.to_revision
+        }
+        restored = {
+            row.deployment_id: row
+            for row in progress.rows
+            if row.outcome in fleet.ROLLED_BACK_OUTCOMES and row.rollback_revision
+        }
+        ids = [*landed, *restored]
         for start in range(0, len(ids), MAX_PAGE_SIZE):
             try:
                 page = self.hook.list_deployments(
                     deployment_ids=ids[start : start + MAX_PAGE_SIZE], limit=MAX_PAGE_SIZE
                 )
             except DeploymentServiceError as err:  # the rollout succeeded; only its events are missing
-                self.log.warning("Could not read the landed deployments back for their asset events (%s)", err)
+                self.log.warning("Could not read the changed deployments back for their asset events (%s)", err)
                 continue
             for deployment in page.resources:
                 row = landed.get(deployment.id)
                 if row is not None and deployment.active_revision_id == row.to_revision:
                     emit_revision_event(
                         context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                    )
+                row = restored.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.rollback_revision:
+                    partial = row.outcome in (
+                        fleet.Outcome.ROLLED_BACK_PARTIALLY,
+                        fleet.Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
+                    )
+                    emit_revision_event(
+                        context,
+                        deployment,
+                        previous_revision_id=row.to_revision,
+                        outcome="rolled_back_partially" if partial else "rolled_back",
+                        outlets=self.outlets,
+                        log=self.log,
+                        not_restored=row.not_restored,
                     )
 
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import describe_validation_error, scrub
+from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
+from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -31,10 +31,22 @@ from airflow_provider.models import (
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
+    SourceRevisionConfig,
     canonical_uuid,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
 from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_NOT_SENT,
+    RESOURCE_SPEC_NOT_SHOWN,
+    RESOURCE_SPEC_VERDICTS,
+    RollbackStarted,
+    find_earlier_rollback,
+    reattach_recorded_rollback,
+    resource_spec_json,
+    spec_shows,
+    start_rollback,
+)
 
 if TYPE_CHECKING:
     import logging
@@ -200,6 +212,9 @@ class ProgressStore:
         self.log = log
         self.secrets = tuple(secrets)
         self._written: dict[str, dict[str, Any]] = {}
+        self.behind = False
+        """Whether the last save failed: what the store holds is older than the progress (a deferral then
+        carries the progress itself, and the resume takes it over the store's)."""
 
     def load(self, change: str) -> FleetProgress | None:
         """The progress an earlier try or deferral recorded for this change, else ``None``."""
@@ -226,11 +241,18 @@ class ProgressStore:
         if self.store is None:
             return
         try:
-            for index in waves or range(len(progress.waves)):
+            for index in range(len(progress.waves)) if self.behind else waves or range(len(progress.waves)):
                 self._write(f"{STATE_KEY}/wave/{index}", progress.waves[index].to_json())
             self._write(STATE_KEY, progress.header_json())
         except Exception as err:  # not fatal: a retry recognises patches on the deployments
+            self.behind = True
             self.log.warning("Could not record the fleet rollout's progress in task_state_store (%s)", err)
+        else:
+            self.behind = False
+
+    def rollback_records(self, index: int) -> RollbackRecords | None:
+        """Wave ``index``'s rollback records (``None`` without a store)."""
+        return None if self.store is None else RollbackRecords(self.store, index, self.log)
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
         if self._written.get(key) == value:
@@ -238,6 +260,42 @@ class ProgressStore:
         self._written.pop(key, None)  # until the store confirms, what it holds is unknown
         self.store.set(key, value)
         self._written[key] = value
+
+
+class RollbackRecords:
+    """One wave's rollback records in ``task_state_store``, one small key per deployment
+    (``<key>/wave/<index>/rollback/<deployment_id>``): the rollback's intent, written just before its request
+    (:class:`~airflow_provider.tasks.rollback.RollbackIntent`), then what was sent
+    (:meth:`~airflow_provider.tasks.rollback.RollbackStarted.record`), as the rollback task records its own.
+    Small keys, so that rolling back a wave of N deployments writes O(N) bytes, not the wave N times.
+
+    :param store: ``context["task_state_store"]``.
+    :param index: the wave.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, store: Any, index: int, log: logging.Logger | Any) -> None:
+        self.store, self.index, self.log = store, index, log
+
+    def key(self, deployment_id: str) -> str:
+        """The key of a deployment's record."""
+        return f"{STATE_KEY}/wave/{self.index}/rollback/{deployment_id}"
+
+    def get(self, deployment_id: str) -> dict[str, Any] | None:
+        """The record of this deployment's rollback, or ``None`` (none, or the store cannot be read)."""
+        try:
+            value = self.store.get(self.key(deployment_id))
+        except Exception as err:  # judged from the deployment instead
+            self.log.warning("Could not read the rollback record of %s (%s)", deployment_id, err)
+            return None
+        return value if isinstance(value, dict) else None
+
+    def set(self, deployment_id: str, record: dict[str, Any]) -> None:
+        """Record this deployment's rollback (a failure is logged: a retry then judges from the deployment)."""
+        try:
+            self.store.set(self.key(deployment_id), record)
+        except Exception as err:
+            self.log.warning("Could not record the rollback of %s in task_state_store (%s)", deployment_id, err)
 
 
 def scrub_messages(progress: FleetProgress, secrets: Iterable[str]) -> None:
@@ -293,10 +351,16 @@ def patch_wave(
     """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
     soon as it is answered.
 
+    Before any PATCH, one save records for each row what served before it (revision, config, the whole
+    ``resource_spec``, the names of the secrets the patch sets): what a rollback restores.
+
     A row an earlier try patched (recorded) is left alone. On a retry (``earlier_try_since``), a row with
     no record whose deployment already shows the patch and changed since the run started is reattached to
-    (its latest revision is taken as the rollout's) instead of patched again. A deployment that no longer
-    exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
+    (its latest revision is taken as the rollout's, what served before it looked up when unknown) instead
+    of patched again; one that does not show it but made a revision since the run started is looked for
+    among its revisions (an earlier try's patch, rolled back or superseded since, is recorded as such and
+    never patched again; when the service cannot tell, the row fails saying so). A deployment that no
+    longer exists, or refuses the patch (400/422), fails its row; the others go on. A transient failure that
     outlived the client's retries fails the task (a retry resumes here): no further patch is sent, and
     the patches already in flight are awaited and recorded first.
 
@@ -340,7 +404,17 @@ def patch_wave(
             save()
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
-        if earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since):
+        secrets = sorted(secret.name for secret in request.secrets or [])
+        applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
+        if earlier_try_since is not None and not applied:
+            earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
+            if earlier is not None:
+                row.secrets_changed = secrets
+                _record_earlier_patch(wave, row, earlier, fingerprint, now, log)
+                save()
+                continue
+        if applied:
+            row.secrets_changed = secrets
             # A resource_spec patch creates a revision in production but not under every reading: the
             # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
             created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
@@ -349,11 +423,17 @@ def patch_wave(
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
             )
+            if row.to_revision is not None:
+                _find_what_served_before(hook, row, log)
             save()
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
+        row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
+        row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+        row.secrets_changed = secrets
         ready.append(_Patch(len(ready), row, request, fingerprint))
     if ready:
+        save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
         _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
 
 
@@ -447,6 +527,199 @@ def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, si
     return deployment.updated_at >= since
 
 
+def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: logging.Logger | Any) -> None:
+    """For a row reattached to an earlier try's patch: the revision before it and its config (what a
+    rollback restores), when the row does not know them (planned anew after the patch went live, or the
+    patch's record was lost), from the deployment's revisions (the optional revisions endpoint).
+
+    Unknown stays unknown: ``from_revision`` is then ``None`` (no rollback is possible, and the row says so)
+    rather than the patch's own revision.
+    """
+    if row.from_revision == row.to_revision:
+        row.from_revision = None
+    if row.from_revision is not None and row.previous_config is not None:
+        return
+    try:
+        listed = list(hook.iter_revisions(row.deployment_id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        log.info("%s: the revisions before %s cannot be read (%s)", row.name, row.to_revision, err)
+        return
+    ordered = _newest_first(listed)
+    ids = [revision.id for revision in ordered]
+    if row.to_revision not in ids or ids.index(row.to_revision) + 1 >= len(ids):
+        return
+    before = ordered[ids.index(row.to_revision) + 1]
+    if row.from_revision is None:
+        row.from_revision = before.id
+    if before.id == row.from_revision:
+        row.previous_config = revision_fields(before.source_revision_config)
+
+
+def _newest_first(revisions: Iterable[Revision]) -> list[Revision]:
+    """The revisions that say when they were made, newest first (the service's order is not documented)."""
+    dated = [(revision.created_at, revision) for revision in revisions if revision.created_at is not None]
+    return [revision for _, revision in sorted(dated, key=lambda item: item[0], reverse=True)]
+
+
+def revision_fields(config: SourceRevisionConfig | None) -> dict[str, str] | None:
+    """The non-secret revision fields a config sets (``None`` when it sets none).
+
+    :param config: a deployment's or a revision's ``source_revision_config``.
+    """
+    if config is None:
+        return None
+    shown = {name: str(getattr(config, name)) for name in REVISION_CONFIG_FIELDS if getattr(config, name) is not None}
+    return shown or None
+
+
+EARLIER_REVISIONS_READ = 50
+"""At most this many of a deployment's newest revisions are read to recognise an earlier try's patch."""
+
+
+class _EarlierPatch(NamedTuple):
+    """What a retry with no record found on a deployment: an earlier try's patch, then a newer revision.
+
+    :param patched: the revision the earlier try's patch created.
+    :param before: the revision before it (what served when it was patched).
+    :param latest: the deployment's latest revision now.
+    :param rolled_back: whether ``latest`` copies ``before`` (the earlier try's rollback); else someone
+        else's revision superseded the patch.
+    :param cannot_tell: why nothing can be said (then the other fields are ``None``/``False``).
+    """
+
+    patched: str | None
+    before: str | None
+    latest: str | None
+    rolled_back: bool
+    cannot_tell: str = ""
+
+
+def _earlier_patch_undone(
+    hook: DeploymentServiceHook,
+    request: PatchDeploymentRequest,
+    deployment: Deployment,
+    since: datetime,
+    recorded_latest: str | None,
+) -> _EarlierPatch | None:
+    """On a retry with no record of this deployment's patch: whether an earlier try patched it and its patch
+    no longer shows (rolled back by that try, or superseded), read from the revisions the deployment made
+    since the run started; ``None`` when it did not (patch it).
+
+    No revision made since the run started means no earlier patch: the deployment has not changed since
+    then, or its latest revision is still the one recorded just before the patch would have been sent, or
+    the revision endpoint dates the latest revision before the run. Otherwise the deployment's revisions are
+    read (the optional revisions endpoint): one made since then that carries the patch's revision fields is
+    the earlier try's. When that cannot be read (no revisions endpoint, or a patch that sets no revision
+    field: only secrets or ``resource_spec``), the answer is ``cannot_tell``: the row fails rather than
+    risk a second patch.
+
+    :param hook: the hook.
+    :param request: the patch for this deployment.
+    :param deployment: the deployment as just read.
+    :param since: when the DAG run started.
+    :param recorded_latest: the deployment's latest revision as recorded before its patch (``None``: not
+        recorded).
+    """
+    if deployment.updated_at < since or not request.may_create_revision:
+        return None  # unchanged, or a patch that makes no revision (so no rollback either)
+    latest = deployment.latest_revision_id
+    if latest is None or (recorded_latest is not None and latest == recorded_latest):
+        return None
+    try:
+        newest = hook.get_revision(deployment.id, latest)
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        newest = None  # no revision endpoint: the revision list says more
+    if newest is not None and newest.created_at is not None and newest.created_at < since:
+        return None
+    wanted = request.source_revision_config
+    wanted_fields = wanted.model_dump(mode="json", exclude_none=True) if wanted is not None else {}
+    try:
+        listed = list(hook.iter_revisions(deployment.id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        return _EarlierPatch(None, None, None, False, f"its revisions cannot be read ({err})")
+    if any(revision.created_at is None for revision in listed):
+        return _EarlierPatch(None, None, None, False, "the service does not say when its revisions were made")
+    revisions = _newest_first(listed)
+    made = [revision for revision in revisions if revision.created_at is not None and revision.created_at >= since]
+    if not made:
+        return None
+    if not wanted_fields:
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"{len(made)} revision(s) were made since the run started and the patch sets no revision field "
+            "(only secrets or resource_spec) to recognise its own among them",
+        )
+    ours = [
+        revision
+        for revision in made
+        if revision.source_revision_config is not None
+        and all(
+            revision.source_revision_config.model_dump(mode="json").get(name) == value
+            for name, value in wanted_fields.items()
+        )
+    ]
+    if not ours:
+        return None
+    patched, newest_listed = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
+    if newest_listed.id == patched.id:
+        return None  # it still shows as the latest: reattach as usual
+    before = revisions[revisions.index(patched) + 1] if revisions.index(patched) + 1 < len(revisions) else None
+    if before is None or before.source_revision_config is None or newest_listed.source_revision_config is None:
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"revision {patched.id}, made since the run started, carries this patch, but what served before it "
+            f"and whether the latest revision {newest_listed.id} copies it cannot be read",
+        )
+    copies = same_revision_config(newest_listed.source_revision_config, before.source_revision_config)
+    return _EarlierPatch(patched.id, before.id, newest_listed.id, copies)
+
+
+def _record_earlier_patch(
+    wave: WaveRecord, row: FleetRow, earlier: _EarlierPatch, fingerprint: str, now: float, log: logging.Logger | Any
+) -> None:
+    """Record what a retry found of an earlier try's patch that no longer shows: never patch it again."""
+    row.started_at, row.fingerprint = now, fingerprint
+    if earlier.cannot_tell:
+        row.decide(
+            Outcome.FAILED,
+            "changed since this DAG run started without showing this patch, and no earlier try left a record: "
+            f"cannot tell whether an earlier try patched it and rolled it back ({earlier.cannot_tell}); not "
+            "patching it again. Check the deployment, then run the rollout again",
+            now,
+        )
+    elif earlier.rolled_back:
+        row.from_revision, row.to_revision = earlier.before, earlier.patched
+        row.went_live, row.rollback_revision = True, earlier.latest
+        row.decide(
+            Outcome.FAILED,
+            f"an earlier try of this task patched it (revision {earlier.patched}) and rolled it back (revision "
+            f"{earlier.latest}, a copy of revision {earlier.before}) without leaving a record; why is not known "
+            "(verify, the bake, or its wave stopping the rollout), so it counts as failed",
+            now,
+        )
+    else:
+        row.from_revision, row.to_revision = earlier.before, earlier.patched
+        row.decide(
+            Outcome.FAILED,
+            f"superseded: an earlier try of this task patched it (revision {earlier.patched}), then revision "
+            f"{earlier.latest} replaced it (someone else rolled out); not patching it again",
+            now,
+        )
+    log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
 def in_flight(wave: WaveRecord) -> dict[str, str | None]:
     """``{deployment_id: revision or None}`` of the wave's rollouts still undecided."""
     return {row.deployment_id: row.to_revision for row in wave.rows if row.outcome == Outcome.ROLLING_OUT}
@@ -532,6 +805,7 @@ def watch_wave(
     revision_check_interval: float,
     log: logging.Logger | Any,
     sleep: Callable[[float], None] = time.sleep,
+    allowed_latest: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[str, str, float]]:
     """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
     per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) only when
@@ -545,9 +819,11 @@ def watch_wave(
     :param revision_check_interval: longest time between two revision-endpoint calls while nothing changes.
     :param log: the task's logger.
     :param sleep: how to wait (tests may pass their own).
+    :param allowed_latest: ``{deployment_id: revision}`` allowed to stay the latest (see
+        :class:`~airflow_provider.fleet.WaveTracker`).
     :returns: ``{deployment_id: (outcome, message, decided_at)}``.
     """
-    tracker = WaveTracker(dict(rollouts), bake_seconds, deadline)
+    tracker = WaveTracker(dict(rollouts), bake_seconds, deadline, dict(allowed_latest or {}))
     schedules = {deployment_id: RevisionCheckSchedule(revision_check_interval) for deployment_id in rollouts}
     revisions: dict[str, Revision] = {}
     endpoint = True
@@ -622,13 +898,24 @@ def verify_wave(
     :param secrets: secret values to scrub from the verdict (an error often quotes a URL with a token).
     """
     known = tuple(secrets)
-    landed = [row for row in wave.rows if row.outcome == Outcome.LANDED]
+    # A row whose rollback was asked for was verified by an earlier try (its verdict is recorded): the
+    # deployment may already serve the rollback, which is not what verify is to judge.
+    landed = [row for row in wave.rows if row.outcome == Outcome.LANDED and row.rollback_requested_after is None]
     live = read_deployments(hook, [row.deployment_id for row in landed]) if landed else {}
     for row in landed:
         deployment = live.get(row.deployment_id)
         now = time.time()
         if deployment is None:
             row.decide(Outcome.FAILED, f"deployment {row.name!r} disappeared before it could be verified", now)
+            continue
+        if row.to_revision is not None and deployment.active_revision_id != row.to_revision:
+            row.decide(
+                Outcome.FAILED,
+                f"revision {row.to_revision} no longer served when verify was to run (active: "
+                f"{deployment.active_revision_id}; latest: {deployment.latest_revision_id}): not verified",
+                now,
+            )
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
             continue
         try:
             accepted = verify(deployment)
@@ -645,81 +932,211 @@ def verify_wave(
 
 
 # ------------------------------------------------------------------------------------ rolling back
+ROLLBACK_SAVE_EVERY = 20
+"""The wave is saved after this many rollbacks started (and at the end): each rollback's own record, written
+before and after its request, already protects a retry, so the wave's rows need not be written N times."""
+
+
+def secrets_clause(names: Sequence[str]) -> str:
+    """The ``not_restored`` clause naming the secrets a change set (names only: values are never kept).
+
+    :param names: the secret names.
+    """
+    return f"secrets {', '.join(names)} (a rollback cannot restore secret values: the deployment keeps the new ones)"
+
+
 def start_rollbacks(
     hook: DeploymentServiceHook,
     wave: WaveRecord,
     *,
-    whole_wave: bool,
+    stopping: str | None,
     save: Callable[[], None],
     log: logging.Logger | Any,
+    records: RollbackRecords | None = None,
+    earlier_try_since: datetime | None = None,
 ) -> dict[str, str | None]:
     """Roll back every deployment of the wave whose new revision went live and failed, or was still
-    rolling out when the watch timed out (it may yet go live), and, with ``whole_wave``, every one that
-    landed (the wave stopped the rollout); do not wait.
+    rolling out when the watch timed out (it may yet go live), and, when the wave stops the rollout
+    (``stopping``), every one that landed (it stays ``landed`` until its rollback is decided, then becomes
+    ``rolled_back_with_wave``: not a failure); do not wait.
 
     A rollback over a revision still rolling out queues behind it on the service: that revision may serve
     for a while, then the restored one replaces it (the rollback's watch waits for that, within
     ``timeout``). When the still-building revision fails instead, there is nothing to roll back and the
     rollback only checks that the previous revision still serves.
 
-    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` (redeploy where the service has it, else
-    the old config patched back; never twice; refuses over a newer revision someone else rolled out).
-    Each rollback is recorded (``save``) as soon as the service accepted it, so a retry watches it instead
-    of rolling back again. A rollback that cannot start (refused, the deployment gone, the service's
-    4xx) leaves its row ``failed`` with the reason and the others go on; a transient failure that outlived
-    the client's retries fails the task once what was sent is recorded (a retry resumes here).
+    Uses :func:`~airflow_provider.tasks.rollback.start_rollback` with what the row recorded before its
+    patch: the previous ``resource_spec`` (restored whole, with the build, in one revision when it changed)
+    and config (when the service cannot say). What it does not undo is kept in the row's ``not_restored``:
+    its clauses, plus one naming the secrets the patch set (never their values).
+
+    Never twice, never claimed: every rollback about to be sent is marked in the wave's rows
+    (``rollback_requested_after``, one save before any request), then recorded in its own key just before
+    its request and once sent (``records``: :class:`RollbackRecords`). A retry reattaches to a recorded
+    rollback (:func:`~airflow_provider.tasks.rollback.reattach_recorded_rollback`: waits for it, or sends
+    one that did not land), and without a record looks for it on the deployment from the mark (or the run's
+    start) on (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`, positive evidence only).
+    When neither can tell, the row keeps its outcome and says so; nothing is sent again. A rollback that
+    cannot start (refused, the deployment gone, the service's 4xx) leaves its row ``failed`` (or ``landed``)
+    with the reason and the others go on; a transient failure that outlived the client's retries fails the
+    task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
     :param wave: the wave.
-    :param whole_wave: also roll back the rows that landed.
-    :param save: records the progress (called after each rollback started or refused).
+    :param stopping: why the wave stops the rollout (``"the failure budget was exceeded"``...), or ``None``
+        when it does not: the rows that landed are rolled back too only when it does.
+    :param save: records the progress (before the first request, every :data:`ROLLBACK_SAVE_EVERY`
+        rollbacks, and at the end).
     :param log: the task's logger.
+    :param records: the wave's rollback records (``None`` without a task state store).
+    :param earlier_try_since: the run's start when this is a retry (a rollback found on a deployment may be
+        an earlier try's), else ``None``.
     :returns: ``{deployment_id: revision to wait for}`` of every rollback started and not yet decided,
         an earlier try's included (see :func:`pending_rollbacks`).
     """
-    from airflow_provider.tasks.rollback import start_rollback
-
     wanted = [
         row
         for row in wave.rows
         if (row.went_live or row.timed_out)
-        and row.from_revision
         and row.to_revision
         and row.rollback_revision is None
-        and (row.outcome == Outcome.FAILED or (whole_wave and row.outcome == Outcome.LANDED))
+        and (row.outcome == Outcome.FAILED or (stopping is not None and row.outcome == Outcome.LANDED))
     ]
+    for row in [row for row in wanted if not row.from_revision]:
+        wanted.remove(row)
+        if "the revision that served before it is not known" not in row.message:
+            _rollback_not_started(wave, row, "is not possible: the revision that served before it is not known", log)
     live = read_deployments(hook, [row.deployment_id for row in wanted]) if wanted else {}
+    marked_earlier = {row.deployment_id for row in wanted if row.rollback_requested_after}
+    for row in wanted:
+        if row.deployment_id in live and not row.rollback_requested_after:
+            row.rollback_requested_after = live[row.deployment_id].updated_at.isoformat()
+    save()  # before any request: a retry looks for these rollbacks instead of refusing or re-sending them
+    started_count = 0
     for row in wanted:
         deployment = live.get(row.deployment_id)
         if deployment is None:
-            reason = f"deployment {row.name!r} no longer exists"
-            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {reason}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
-            save()
+            _rollback_not_started(wave, row, f"could not be started: deployment {row.name!r} no longer exists", log)
             continue
-        assert row.from_revision is not None
+        retried = row.deployment_id in marked_earlier or earlier_try_since is not None
         try:
-            rollback = start_rollback(hook, deployment, row.from_revision, rolling_back_from=row.to_revision, log=log)
+            started = _earlier_rollback(hook, row, deployment, records, earlier_try_since, log) if retried else None
         except AirflowFailException as err:
-            row.decide(Outcome.FAILED, f"{row.message}; rollback refused: {err}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
-            save()
+            _rollback_not_started(wave, row, f"could not be confirmed: {err}", log)
             continue
-        except DeploymentServiceError as err:
-            if err.transient:
-                save()  # the rollbacks already sent are recorded: a retry watches them
-                raise
-            row.decide(Outcome.FAILED, f"{row.message}; the rollback could not be started: {err}", time.time())
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+        if started is None:
+            try:
+                started = _send_rollback(hook, row, deployment, records, log)
+            except AirflowFailException as err:
+                _rollback_not_started(wave, row, f"was refused: {err}", log)
+                continue
+            except DeploymentServiceError as err:
+                if err.transient:
+                    save()  # what was sent is recorded: a retry resumes here
+                    raise
+                _rollback_not_started(wave, row, f"could not be started: {err}", log)
+                continue
+        _rollback_started(wave, row, started, stopping, log)
+        started_count += 1
+        if started_count % ROLLBACK_SAVE_EVERY == 0:
             save()
-            continue
-        if row.outcome == Outcome.LANDED:
-            row.decide(
-                Outcome.FAILED, "landed, but rolled back with its wave (the failure budget was exceeded)", time.time()
-            )
-        row.rollback_revision = rollback.revision_id
-        save()
+    save()
     return pending_rollbacks(wave)
+
+
+def _send_rollback(
+    hook: DeploymentServiceHook,
+    row: FleetRow,
+    deployment: Deployment,
+    records: RollbackRecords | None,
+    log: logging.Logger | Any,
+) -> RollbackStarted:
+    """Start the row's rollback, its intent recorded just before the request and what was sent just after."""
+    assert row.from_revision is not None
+    started = start_rollback(
+        hook,
+        deployment,
+        row.from_revision,
+        rolling_back_from=row.to_revision,
+        fallback_config=row.previous_config,
+        resource_spec=row.previous_resource_spec,
+        before_sending=None if records is None else (lambda intent: records.set(row.deployment_id, intent.record())),
+        log=log,
+    )
+    if records is not None:
+        records.set(row.deployment_id, started.record())
+    return started
+
+
+def _earlier_rollback(
+    hook: DeploymentServiceHook,
+    row: FleetRow,
+    deployment: Deployment,
+    records: RollbackRecords | None,
+    earlier_try_since: datetime | None,
+    log: logging.Logger | Any,
+) -> RollbackStarted | None:
+    """The rollback an earlier try (or this one, before it died) sent for ``row``, from its record, else
+    found on the deployment; ``None`` when none landed (send it). :class:`AirflowFailException` when whether
+    one landed cannot be told (the row then says so; nothing is sent).
+
+    :param hook: the hook.
+    :param row: a row whose rollback is wanted and not recorded as accepted in the wave.
+    :param deployment: the deployment as just read.
+    :param records: the wave's rollback records, if any.
+    :param earlier_try_since: the run's start on a retry.
+    :param log: the task's logger.
+    """
+    assert row.from_revision is not None
+    record = records.get(row.deployment_id) if records is not None else None
+    if (
+        record is not None
+        and record.get("deployment_id") == row.deployment_id
+        and record.get("to_revision_id") == row.from_revision
+        and record.get("rolled_back_from") in (None, row.to_revision)
+    ):
+        return reattach_recorded_rollback(hook, deployment, record, log=log)
+    if row.rollback_requested_after:
+        since: datetime | None = datetime.fromisoformat(row.rollback_requested_after)
+    else:
+        since = earlier_try_since
+    return find_earlier_rollback(
+        hook,
+        deployment,
+        row.from_revision,
+        since=since,
+        rolling_back_from=row.to_revision,
+        fallback_config=row.previous_config,
+        resource_spec=row.previous_resource_spec,
+        log=log,
+    )
+
+
+def _rollback_started(
+    wave: WaveRecord, row: FleetRow, started: RollbackStarted, stopping: str | None, log: logging.Logger | Any
+) -> None:
+    """Record a rollback the service accepted (or that a retry found): a retry watches it."""
+    if row.outcome == Outcome.LANDED:
+        row.message = f"{row.message}; rolled back with its wave ({stopping})"
+    row.rollback_revision = started.revision_id
+    row.rollback_allowed_latest = started.allowed_latest_revision_id
+    row.rollback_path = started.path
+    row.not_restored = [*started.not_restored, *([secrets_clause(row.secrets_changed)] if row.secrets_changed else [])]
+    log.warning("%s: %s: %s", wave.name, row.name, started.summary())
+
+
+def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: logging.Logger | Any) -> None:
+    """Record a rollback that was never sent: a failed row stays ``failed``; a row that landed keeps its
+    outcome (its new revision still serves), the reason in its message either way."""
+    if row.outcome == Outcome.FAILED:
+        row.decide(Outcome.FAILED, f"{row.message}; the rollback {reason}", time.time())
+    else:
+        row.message = f"{row.message}; rolling it back with its wave {reason}"
+    log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED})
+"""Outcomes a row keeps while its rollback is awaited: ``failed``, or ``landed`` (rolled back with its wave)."""
 
 
 def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
@@ -731,30 +1148,100 @@ def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
     return {
         row.deployment_id: row.rollback_revision
         for row in wave.rows
-        if row.rollback_revision is not None and not row.rollback_decided and row.outcome == Outcome.FAILED
+        if row.rollback_revision is not None and not row.rollback_decided and row.outcome in ROLLBACK_OUTCOMES
     }
 
 
-def apply_rollbacks(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any) -> None:
-    """Record how the rollbacks ended: restored rows become ``rolled_back``; the others stay ``failed``.
+def rollbacks_allowed_latest(wave: WaveRecord) -> dict[str, str]:
+    """``{deployment_id: revision}`` allowed to stay the latest while a pending rollback goes live (a redeploy
+    that made no revision; see :class:`~airflow_provider.fleet.WaveTracker`).
 
+    :param wave: the wave.
+    """
+    pending = pending_rollbacks(wave)
+    return {
+        row.deployment_id: row.rollback_allowed_latest
+        for row in wave.rows
+        if row.deployment_id in pending and row.rollback_allowed_latest
+    }
+
+
+def is_partial(row: FleetRow) -> bool:
+    """Whether a rollback left part of the change in place, besides secrets (a resource_spec not the
+    previous one, a branch rebuilt from its head): then it is not ``rolled_back``.
+
+    :param row: a row whose rollback went live.
+    """
+    return any(not clause.startswith("secrets ") for clause in row.not_restored)
+
+
+def apply_rollbacks(
+    hook: DeploymentServiceHook, wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log: logging.Logger | Any
+) -> None:
+    """Record how the rollbacks ended.
+
+    A rollback that went live is judged on the deployment (one list request per 100): it is ``rolled_back``
+    (it had failed) or ``rolled_back_with_wave`` (it had landed) when the previous build serves again with
+    its previous ``resource_spec``; ``rolled_back_partially`` / ``rolled_back_with_wave_partially`` when
+    not, the message saying ``rolled back ... except: ...`` (a secret the change set is named too, but
+    does not make it partial: values are never restored). The others keep their outcome, the rollback's
+    failure in their message (one that had landed still serves its new revision, or is still being rolled
+    back).
+
+    :param hook: the hook (to read the restored deployments).
     :param wave: the wave.
     :param outcomes: ``{deployment_id: (outcome, message, at)}`` of the rollbacks' watch.
     :param log: the task's logger.
     """
-    for row in wave.rows:
-        decision = outcomes.get(row.deployment_id)
-        if row.rollback_revision is None or row.rollback_decided or decision is None or row.outcome != Outcome.FAILED:
-            continue
-        outcome, message, at = decision
+    decided = [
+        row
+        for row in wave.rows
+        if row.rollback_revision is not None
+        and not row.rollback_decided
+        and row.outcome in ROLLBACK_OUTCOMES
+        and row.deployment_id in outcomes
+    ]
+    live_ids = [row.deployment_id for row in decided if outcomes[row.deployment_id][0] in SUCCESS_OUTCOMES]
+    live = read_deployments(hook, live_ids) if live_ids else {}
+    for row in decided:
+        outcome, message, at = outcomes[row.deployment_id]
         row.rollback_decided = True
-        if outcome in (Outcome.LANDED, Outcome.UNCHANGED):
-            row.decide(
-                Outcome.ROLLED_BACK, f"{row.message}; rolled back: revision {row.rollback_revision} serves", float(at)
-            )
+        had_failed = row.outcome == Outcome.FAILED
+        if outcome in SUCCESS_OUTCOMES:
+            _judge_resource_spec(row, live.get(row.deployment_id))
+            restored = _restored_outcome(had_failed, is_partial(row))
+            serves = f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
+            row.decide(restored, f"{row.message}; rolled back ({serves}){except_clause}", float(at))
             log.warning(
-                "%s: %s rolled back to %s (revision %s)", wave.name, row.name, row.from_revision, row.rollback_revision
+                "%s: %s rolled back%s to %s (revision %s)%s",
+                wave.name,
+                row.name,
+                "" if had_failed else " with its wave",
+                row.from_revision,
+                row.rollback_revision,
+                except_clause,
             )
-        else:
+        elif had_failed:
             row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
             log.error("%s: %s: %s", wave.name, row.name, row.message)
+        else:  # it had landed: its revision still serves unless the rollback's may yet go live
+            row.message = f"{row.message}, but the rollback failed: {message}"
+            log.error("%s: %s: %s", wave.name, row.name, row.message)
+
+
+def _restored_outcome(had_failed: bool, partial: bool) -> str:
+    if had_failed:
+        return Outcome.ROLLED_BACK_PARTIALLY if partial else Outcome.ROLLED_BACK
+    return Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY if partial else Outcome.ROLLED_BACK_WITH_WAVE
+
+
+def _judge_resource_spec(row: FleetRow, deployment: Deployment | None) -> None:
+    """Judge the rollback's ``resource_spec`` again on the live deployment (as
+    :meth:`~airflow_provider.tasks.rollback.RollbackStarted.judged_on` does): one that does not show the
+    previous ``resource_spec`` is named in ``not_restored``."""
+    kept = [clause for clause in row.not_restored if clause not in RESOURCE_SPEC_VERDICTS]
+    wanted = row.previous_resource_spec
+    if deployment is not None and wanted is not None and not spec_shows(deployment.source_config.resource_spec, wanted):
+        kept.insert(0, RESOURCE_SPEC_NOT_SHOWN if row.rollback_path == "patch" else RESOURCE_SPEC_NOT_SENT)
+    row.not_restored = kept

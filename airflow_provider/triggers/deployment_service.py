@@ -658,7 +658,9 @@ class FleetWaveTrigger(BaseTrigger):
     watched (a bad connection, a 4xx from the list endpoint).
 
     :param wave: index of the wave (echoed in the event).
-    :param rollouts: ``[[deployment_id, revision_id or None], ...]``.
+    :param rollouts: ``[[deployment_id, revision_id or None], ...]``; a third item, when given, is a newer
+        revision allowed to stay the deployment's latest while ``revision_id`` goes live (a rollback
+        redeployed without a new revision).
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param poll_interval: seconds between two looks.
     :param deadline: wall-clock time (Unix seconds) by which every revision must be live; ``None`` waits
@@ -683,7 +685,14 @@ class FleetWaveTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.wave = int(wave)
-        self.rollouts = [[str(item[0]), None if item[1] is None else str(item[1])] for item in rollouts]
+        self.rollouts = [
+            [
+                str(item[0]),
+                None if item[1] is None else str(item[1]),
+                *([str(item[2])] if len(item) > 2 and item[2] else []),
+            ]
+            for item in rollouts
+        ]
         self.hook_params = dict(hook_params)
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
@@ -723,10 +732,15 @@ class FleetWaveTrigger(BaseTrigger):
             if self.poll_interval <= 0:
                 raise ValueError(f"poll_interval must be > 0 seconds, got {self.poll_interval}")
             rollouts = {
-                canonical_uuid(deployment_id, "deployment_id"): (
-                    None if revision_id is None else canonical_uuid(revision_id, "revision_id")
+                canonical_uuid(item[0], "deployment_id"): (
+                    None if item[1] is None else canonical_uuid(item[1], "revision_id")
                 )
-                for deployment_id, revision_id in self.rollouts
+                for item in self.rollouts
+            }
+            allowed_latest = {
+                canonical_uuid(item[0], "deployment_id"): canonical_uuid(item[2], "allowed latest revision_id")
+                for item in self.rollouts
+                if len(item) > 2 and item[2]
             }
             subscriptions = {
                 deployment_id: _Subscription(
@@ -737,7 +751,7 @@ class FleetWaveTrigger(BaseTrigger):
         except ValueError as err:
             yield self._event("error", message=f"invalid trigger arguments: {err}")
             return
-        tracker = WaveTracker(rollouts, self.bake_seconds, self.deadline)
+        tracker = WaveTracker(rollouts, self.bake_seconds, self.deadline, allowed_latest)
         poller = _BatchPoller.acquire(self.hook_params, self.poll_interval)
         for subscription in subscriptions.values():
             poller.subscribe(subscription)

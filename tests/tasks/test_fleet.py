@@ -92,7 +92,7 @@ def test_canary_then_waves_land_and_the_table_says_so(fleet: Any, capfd: pytest.
         )
         assert deployment["source_revision_config"]["repo_ref"] == "v2"
         assert row["seconds"] is not None and row["seconds"] >= 0
-    assert ti.xcoms["fleet_summary"] == {"counts": {"landed": 7}, "stopped": ""}
+    assert ti.xcoms["fleet_summary"] == {"counts": {"landed": 7}, "failures": 0, "allowed_failures": 0, "stopped": ""}
     logged = capfd.readouterr().out
     plan_at = logged.index("Fleet rollout plan: 7 deployment(s) in 3 wave(s)")
     assert plan_at < logged.index("patched app-0004") < logged.index("Fleet rollout summary: {'landed': 7}")
@@ -176,7 +176,8 @@ def test_a_failed_canary_rolls_back_the_whole_canary_with_rollback_on_failure(fl
     with pytest.raises(AirflowFailException, match="the canary failed"):
         task.execute(make_context(ti))
     table = {row["name"]: row for row in ti.xcoms["return_value"]}
-    assert table["app-0000"]["outcome"] == table["app-0001"]["outcome"] == Outcome.ROLLED_BACK
+    assert table["app-0000"]["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE  # it passed verify
+    assert table["app-0001"]["outcome"] == Outcome.ROLLED_BACK
     assert table["app-0002"]["outcome"] == table["app-0003"]["outcome"] == Outcome.NOT_PATCHED
     assert len(revisions(emulator, ids["app-0002"])) == 1
 
@@ -554,14 +555,289 @@ def test_rollback_on_failure_restores_the_failing_wave(fleet: Any, deferrable: b
     assert "2 deployment(s) in later waves were not patched" in str(raised.value)
     table = {row["name"]: row for row in ti.xcoms["return_value"]}
     assert table["app-0000"]["outcome"] == Outcome.LANDED  # the canary's wave passed: it stays
+    assert table["app-0001"]["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE  # it passed verify
+    assert table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
     for name in ("app-0001", "app-0002"):  # wave 1 broke the budget: both restored
-        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
         deployment = emulator.state.deployment(ids[name])
         restored = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
         old = next(rev for rev in deployment["revisions"] if rev["id"] == before[name])
         assert restored["source_revision_config"]["repo_ref"] == old["source_revision_config"]["repo_ref"]
         assert deployment["status"] == "READY"
     assert table["app-0003"]["outcome"] == table["app-0004"]["outcome"] == Outcome.NOT_PATCHED
+
+
+def restored_to(emulator: Any, deployment_id: str, revision_id: str) -> dict[str, Any]:
+    """The deployment, asserting that it serves a redeploy of ``revision_id`` made by one patch and one
+    rollback (three revisions: the seeded one, the patch's, the rollback's), active and latest."""
+    deployment = emulator.state.deployment(deployment_id)
+    assert len(deployment["revisions"]) == 3, deployment["revisions"]
+    active = deployment["revisions"][-1]
+    assert deployment["active_revision_id"] == deployment["latest_revision_id"] == active["id"]
+    assert active["redeploy_of"] == revision_id and deployment["status"] == "READY"
+    return dict(deployment)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_one_bad_of_four_is_one_failure_and_three_rolled_back_with_their_wave(
+    fleet: Any, deferrable: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            verify=lambda deployment: deployment.name != "app-0002",
+            rollback_on_failure=True,
+            deferrable=deferrable,
+        )
+
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException) as raised:
+        run_deferred(make, make_context(ti, FakeStore()))
+    message = str(raised.value)
+    assert "fleet rollout stopped: 1 deployment(s) failed, more than max_failures allows (0)" in message
+    assert "Failed: app-0002 (verification failed" in message
+    assert "3 deployment(s) that landed were rolled back with their wave (not failures): " in message
+    assert "app-0000, app-0001, app-0003." in message
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    assert table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
+    assert "verify returned False" in table["app-0002"]["message"] and "rolled back" in table["app-0002"]["message"]
+    for name in ("app-0000", "app-0001", "app-0003"):
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE, table[name]
+        assert "rolled back with its wave (1 deployment(s) failed" in table[name]["message"]
+    assert ti.xcoms["fleet_summary"] == {
+        "counts": {"rolled_back": 1, "rolled_back_with_wave": 3},
+        "failures": 1,
+        "allowed_failures": 0,
+        "stopped": "1 deployment(s) failed, more than max_failures allows (0)",
+    }
+    for name in ids:  # every one serves its previous build again, from one patch and one rollback
+        restored_to(emulator, ids[name], before[name])
+    logged = capfd.readouterr().out
+    assert "wave 1 finished: 1 rolled_back, 3 rolled_back_with_wave; 1 failure(s) so far of 0 allowed" in logged
+    shown = logged[logged.index("Fleet rollout summary") :]
+    lines = [line for line in shown.splitlines() if line.startswith("app-")]
+    assert [line.split()[0] for line in lines] == ["app-0002", "app-0000", "app-0001", "app-0003"]
+    assert all("rolled back" in line for line in lines), lines
+
+
+def test_a_failure_within_the_budget_is_rolled_back_alone_and_the_rollout_goes_on(fleet: Any) -> None:
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    ti = FakeTI()
+    table = {
+        row["name"]: row
+        for row in fleet_op(
+            deployment_names=sorted(ids),
+            wave_size=2,
+            max_failures=1,
+            verify=lambda deployment: deployment.name != "app-0000",
+            rollback_on_failure=True,
+        ).execute(make_context(ti))
+    }
+    assert table["app-0000"]["outcome"] == Outcome.ROLLED_BACK
+    restored_to(emulator, ids["app-0000"], before["app-0000"])
+    for name in ("app-0001", "app-0002", "app-0003"):  # neither its wave nor the next was rolled back
+        assert table[name]["outcome"] == Outcome.LANDED, table[name]
+        deployment = emulator.state.deployment(ids[name])
+        assert len(deployment["revisions"]) == 2
+        assert deployment["active_revision_id"] == table[name]["to_revision"] == deployment["latest_revision_id"]
+    assert ti.xcoms["fleet_summary"] == {
+        "counts": {"landed": 3, "rolled_back": 1},
+        "failures": 1,
+        "allowed_failures": 1,
+        "stopped": "",
+    }
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_rollback_redeployed_without_a_new_revision_is_waited_for_until_the_old_revision_serves(
+    fleet: Any, deferrable: bool
+) -> None:
+    emulator = fleet(2, redeploy_mode="in_place", build_seconds=0.5)  # a redeploy makes no revision
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    ti = FakeTI()
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            deployment_names=sorted(ids),
+            verify=lambda deployment: deployment.name != "app-0001",
+            rollback_on_failure=True,
+            max_failures=1,
+            deferrable=deferrable,
+        )
+
+    table = {row["name"]: row for row in run_deferred(make, make_context(ti, FakeStore()))[0]}
+    bad = table["app-0001"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad
+    deployment = emulator.state.deployment(ids["app-0001"])
+    assert len(deployment["revisions"]) == 2, "the redeploy made no revision"
+    assert deployment["latest_revision_id"] == bad["to_revision"]  # the bad one stays the latest...
+    assert deployment["active_revision_id"] == before["app-0001"]  # ...and the old one serves again
+    assert deployment["status"] == "READY"
+    assert f"revision {before['app-0001']} serves revision {before['app-0001']}'s build again" in bad["message"]
+    assert table["app-0000"]["outcome"] == Outcome.LANDED
+
+
+# ------------------------------------------------------------------------------------------ what a rollback restores
+SPEC_BEFORE = {"cpu": 1.0, "memory_mb": 512, "min_scale": 1}
+IMAGE = "registry.example.com/acme/app:1.0"
+
+
+def docker_fleet(service: Callable[..., Any], count: int, **options: Any) -> Any:
+    """``count`` external_docker deployments img-0000... serving IMAGE with SPEC_BEFORE and the secret TOKEN."""
+    deployments = [
+        {
+            "name": f"img-{index:04d}",
+            "source": "external_docker",
+            "source_revision_config": {"image_uri": IMAGE},
+            "source_config": {"resource_spec": dict(SPEC_BEFORE)},
+            "secrets": [{"name": "TOKEN", "value": SECRET}],
+        }
+        for index in range(count)
+    ]
+    return service(data={"deployments": deployments}, **{**FAST, **options})
+
+
+def shown_spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The resource_spec a deployment shows, unset fields and the limits the service defaults left out."""
+    spec = {name: value for name, value in (deployment["source_config"].get("resource_spec") or {}).items()}
+    return {name: value for name, value in spec.items() if value is not None and "limit" not in name}
+
+
+def fleet_events(context: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{deployment_id: extra}`` of the asset events the task recorded."""
+    found: dict[str, dict[str, Any]] = {}
+    for accessor in context["outlet_events"]._dict.values():
+        for event in accessor.asset_alias_events:
+            found[event.dest_asset_key.uri.rsplit("/", 1)[1]] = dict(event.extra)
+    return found
+
+
+def events_context(ti: FakeTI) -> dict[str, Any]:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    context = make_context(ti)
+    context["outlet_events"] = OutletEventAccessors()
+    return context
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+def test_a_resource_spec_only_change_is_rolled_back_whole_build_and_resource_spec(
+    service: Callable[..., Any], deferrable: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    emulator = docker_fleet(service, 2)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    ti = FakeTI()
+    context = events_context(ti)
+
+    def make() -> FleetRolloutOperator:
+        return fleet_op(
+            repo_ref=None,
+            deployment_names=sorted(ids),
+            source_config={"resource_spec": {"cpu": 2.0, "memory_mb": 1024, "min_scale": 1}},
+            verify=lambda deployment: deployment.name != "img-0001",
+            rollback_on_failure=True,
+            max_failures=1,
+            deferrable=deferrable,
+        )
+
+    table = {row["name"]: row for row in run_deferred(make, context)[0]}
+    bad, good = table["img-0001"], table["img-0000"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad
+    assert "rolled back (revision" in bad["message"] and "except" not in bad["message"]
+    after = emulator.state.deployment(ids["img-0001"])
+    assert len(after["revisions"]) == 3, "one patch, and one revision for the rollback (build and spec together)"
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == IMAGE
+    assert shown_spec(after) == shown_spec(before["img-0001"]) == SPEC_BEFORE
+    landed = emulator.state.deployment(ids["img-0000"])
+    assert good["outcome"] == Outcome.LANDED and landed["active_revision_id"] == good["to_revision"]
+    assert shown_spec(landed) == {"cpu": 2.0, "memory_mb": 1024, "min_scale": 1}
+    events = fleet_events(context)
+    assert events[ids["img-0001"]]["outcome"] == "rolled_back" and events[ids["img-0001"]]["not_restored"] == []
+    assert events[ids["img-0001"]]["revision_id"] == after["active_revision_id"]
+    assert events[ids["img-0001"]]["previous_revision_id"] == bad["to_revision"]
+    assert events[ids["img-0000"]]["outcome"] == "rolled_out"
+    assert ti.xcoms["fleet_summary"]["counts"] == {"landed": 1, "rolled_back": 1}
+    scan_for_secret(capfd.readouterr().out, ti.xcoms, events)
+
+
+def test_a_secrets_only_change_rolled_back_names_the_secrets_it_could_not_restore(
+    service: Callable[..., Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    new_value = "zq-New-S3cret-Value-9b1e77aa"
+    emulator = docker_fleet(service, 2)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    ti = FakeTI()
+    context = events_context(ti)
+    table = {
+        row["name"]: row
+        for row in fleet_op(
+            repo_ref=None,
+            deployment_names=sorted(ids),
+            secrets={"TOKEN": new_value},
+            verify=lambda deployment: deployment.name != "img-0000",
+            rollback_on_failure=True,
+            max_failures=1,
+        ).execute(context)
+    }
+    clause = "secrets TOKEN (a rollback cannot restore secret values: the deployment keeps the new ones)"
+    bad = table["img-0000"]
+    assert bad["outcome"] == Outcome.ROLLED_BACK, bad  # the previous build serves with its resource_spec
+    assert bad["message"].endswith(f"'s build again) except: {clause}"), bad["message"]
+    after = emulator.state.deployment(ids["img-0000"])
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["redeploy_of"] == before["img-0000"]["active_revision_id"]
+    assert shown_spec(after) == SPEC_BEFORE
+    event = fleet_events(context)[ids["img-0000"]]
+    assert event["outcome"] == "rolled_back" and event["not_restored"] == [clause]
+    logged = capfd.readouterr().out
+    assert f"rolled back to {before['img-0000']['active_revision_id']}" in logged and clause in logged
+    for text in (logged, json.dumps(ti.xcoms), json.dumps(event)):
+        assert new_value not in text and SECRET not in text
+
+
+def test_a_resource_spec_the_service_does_not_restore_is_rolled_back_partially(
+    service: Callable[..., Any],
+) -> None:
+    emulator = docker_fleet(service, 1, resource_spec_mode="merge")  # fields merge: one the change added stays
+    ids = ids_by_name(emulator)
+    ti = FakeTI()
+    context = events_context(ti)
+    table = fleet_op(
+        repo_ref=None,
+        deployment_names=sorted(ids),
+        image_uri="registry.example.com/acme/app:2.0",
+        source_config={"resource_spec": {**SPEC_BEFORE, "max_scale": 4}},
+        verify=lambda deployment: False,
+        rollback_on_failure=True,
+        max_failures=1,
+    ).execute(context)
+    row = table[0]
+    assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+    assert (
+        "rolled back (revision" in row["message"]
+        and " except: resource_spec (sent whole, but the deployment" in (row["message"])
+    )
+    after = emulator.state.deployment(ids["img-0000"])
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == IMAGE  # the build is back...
+    assert shown_spec(after) == {**SPEC_BEFORE, "max_scale": 4}  # ...the resource_spec is not
+    event = fleet_events(context)[ids["img-0000"]]
+    assert event["outcome"] == "rolled_back_partially" and event["not_restored"][0].startswith("resource_spec (sent")
+    assert ti.xcoms["fleet_summary"] == {
+        "counts": {"rolled_back_partially": 1},
+        "failures": 1,
+        "allowed_failures": 1,
+        "stopped": "",
+    }
 
 
 # ------------------------------------------------------------------------------------------ build logs
@@ -655,6 +931,30 @@ def test_a_rollback_the_service_refuses_fails_that_deployment_and_the_others_are
     assert table["app-0000"]["outcome"] == table["app-0002"]["outcome"] == Outcome.ROLLED_BACK
 
 
+def test_a_landed_deployment_whose_rollback_with_its_wave_is_refused_stays_landed_not_failed(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    redeploy = f"/v2/deployments/{ids['app-0001']}/revisions/*/redeploy"
+    emulator.state.add_fault(FaultRule(kind="status", status_code=409, method="POST", path=redeploy, count=None))
+    ti = FakeTI()
+    with pytest.raises(AirflowFailException, match=r"1 deployment\(s\) failed, more than max_failures allows"):
+        fleet_op(
+            deployment_names=sorted(ids),
+            verify=lambda deployment: deployment.name != "app-0000",
+            rollback_on_failure=True,
+        ).execute(make_context(ti))
+    table = {row["name"]: row for row in ti.xcoms["return_value"]}
+    kept = table["app-0001"]
+    assert kept["outcome"] == Outcome.LANDED, kept  # its new revision still serves: not a failure
+    assert "rolling it back with its wave could not be started" in kept["message"] and "409" in kept["message"]
+    deployment = emulator.state.deployment(ids["app-0001"])
+    assert deployment["active_revision_id"] == deployment["latest_revision_id"] == kept["to_revision"]
+    assert len(deployment["revisions"]) == 2
+    assert table["app-0000"]["outcome"] == Outcome.ROLLED_BACK
+    assert table["app-0002"]["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE
+    assert ti.xcoms["fleet_summary"]["failures"] == 1
+
+
 def test_a_secret_in_a_verify_error_never_reaches_xcom_the_failure_nor_the_trigger(
     fleet: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -713,8 +1013,9 @@ def test_a_rollout_still_building_at_the_timeout_is_rolled_back_with_its_wave(fl
     slow = table["app-0001"]
     assert slow["outcome"] == Outcome.ROLLED_BACK, slow
     assert slow["message"].startswith("timed out") and "rolled back" in slow["message"]
+    for name in ("app-0000", "app-0002"):  # they landed: rolled back with the wave, not failures
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE, table[name]
     for name in sorted(ids):  # the whole wave, the slow one included, serves its old build again
-        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
         deployment = emulator.state.deployment(ids[name])
         active = next(rev for rev in deployment["revisions"] if rev["id"] == deployment["active_revision_id"])
         assert active["redeploy_of"] == before[name], name

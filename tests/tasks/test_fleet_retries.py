@@ -1,0 +1,475 @@
+"""FleetRolloutOperator killed at its crash points, then retried as Airflow retries it: a fresh operator with
+the same task state store, and again with none (Airflow before 3.3). Each retry must end true: at most one
+revision per deployment per intended change (the patch, the rollback), and the table's outcome for each
+deployment matches what the emulator serves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider.emulator import FaultRule
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.fleet import Outcome
+from airflow_provider.operators.deployment_service import FleetRolloutOperator
+from airflow_provider.tasks import fleet as fleet_tasks
+from airflow_provider.tasks import rollback as rollback_module
+from airflow_provider.tasks.fleet import STATE_KEY
+from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, run_trigger, seed
+
+REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"
+FAST = {"frozen_clock": False, "build_seconds": 0.3, "ready_seconds": 0.1}
+
+
+class WorkerDied(BaseException):
+    """The worker process died here (not an ``Exception``: nothing in the task may catch it)."""
+
+
+@pytest.fixture
+def fleet(service: Callable[..., Any]) -> Callable[..., Any]:
+    """A real-time emulator (builds take 0.3 s) seeded with ``count`` codehost deployments app-0000..."""
+
+    def start(count: int, **options: Any) -> Any:
+        return service(data=released(count), **{**FAST, **options})
+
+    return start
+
+
+@pytest.fixture
+def die_at_rollback(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], list[str]]]:
+    """Kill the worker around the rollback of one deployment: ``("after", name)`` once the service accepted
+    the request (before the task records it), ``("before", name)`` just before it is sent. Returns the
+    names rolled back through the real ``start_rollback``, in order."""
+    real = rollback_module.start_rollback
+    started: list[str] = []
+
+    def arm(when: str, name: str) -> list[str]:
+        armed = {"left": 1}
+
+        def start_rollback(hook: Any, deployment: Any, *args: Any, **kwargs: Any) -> Any:
+            if deployment.name == name and armed["left"] and when == "before":
+                armed["left"] = 0
+                raise WorkerDied(f"before the rollback of {name}")
+            result = real(hook, deployment, *args, **kwargs)
+            started.append(deployment.name)
+            if deployment.name == name and armed["left"]:
+                armed["left"] = 0
+                raise WorkerDied(f"after the rollback of {name}")
+            return result
+
+        # Where the fleet finds it (its module), and where the rollback task does (the rollback module).
+        monkeypatch.setattr(fleet_tasks, "start_rollback", start_rollback, raising=False)
+        monkeypatch.setattr(rollback_module, "start_rollback", start_rollback)
+        return started
+
+    yield arm
+
+
+def released(count: int) -> dict[str, Any]:
+    """``count`` codehost deployments app-0000... serving the tag ``v1`` (a revision a rollback can be
+    recognised by: its config)."""
+    return seed(count, source_revision_config={"repo_ref": "refs/tags/v1"})
+
+
+def ids_by_name(emulator: Any) -> dict[str, str]:
+    return {item["name"]: item["id"] for item in emulator.state.snapshot()["deployments"]}
+
+
+def context_for(try_number: int, store: FakeStore | None, run_started: datetime) -> dict[str, Any]:
+    """A task context for one try of the same DAG run."""
+    context: dict[str, Any] = {
+        "ti": FakeTI(try_number=try_number),
+        "dag_run": SimpleNamespace(start_date=run_started),
+    }
+    if store is not None:
+        context["task_state_store"] = store
+    return context
+
+
+def requests_to(emulator: Any, route: str, deployment_id: str) -> int:
+    return sum(
+        1
+        for record in emulator.state.request_log
+        if record.route == route and record.status_code == 200 and f"/deployments/{deployment_id}" in record.path
+    )
+
+
+def assert_restored(emulator: Any, deployment_id: str, revision_id: str) -> None:
+    """One patch and one rollback: three revisions, the newest a redeploy of ``revision_id``, serving."""
+    deployment = emulator.state.deployment(deployment_id)
+    revisions = deployment["revisions"]
+    assert len(revisions) == 3, [(rev["id"], rev["source_revision_config"]["repo_ref"]) for rev in revisions]
+    assert revisions[-1]["redeploy_of"] == revision_id, revisions[-1]
+    assert deployment["active_revision_id"] == deployment["latest_revision_id"] == revisions[-1]["id"]
+    assert deployment["status"] == "READY"
+
+
+def wait_settled(emulator: Any, deployment_id: str, timeout: float = 10) -> None:
+    """Wait until the deployment's latest revision is active and it is READY (bounded; says what it saw)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = emulator.state.deployment(deployment_id)
+        settled = deployment["active_revision_id"] == deployment["latest_revision_id"]
+        if settled and deployment["status"] == "READY":
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not settled in {timeout} s: {deployment['status']}, {deployment['revisions'][-1]}")
+        time.sleep(0.02)
+
+
+def operator(ids: dict[str, str], **extra: Any) -> FleetRolloutOperator:
+    options: dict[str, Any] = {
+        "task_id": "fleet",
+        "deployment_names": sorted(ids),
+        "repo_ref": "v2",
+        "verify": lambda deployment: False,
+        "rollback_on_failure": True,
+        "max_failures": 3,
+        "poll_interval": 0.1,
+        "timeout": 30,
+        **extra,
+    }
+    return FleetRolloutOperator(**options)
+
+
+# ------------------------------------------------------------------------------------------ item 5
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferrable"])
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+def test_a_worker_dying_after_a_rollback_was_sent_is_reattached_to_never_sent_again(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]], with_store: bool, deferrable: bool
+) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    run_started = datetime.now(timezone.utc)
+    store = FakeStore() if with_store else None
+    started = die_at_rollback("after", "app-0001")
+    with pytest.raises(WorkerDied):
+        run_deferred(lambda: operator(ids, deferrable=deferrable), context_for(1, store, run_started))
+    assert started == ["app-0000", "app-0001"]
+    if store is not None:  # recorded before any request: every rollback of the wave is about to be sent...
+        rows = {row["name"]: row for row in store.data[f"{STATE_KEY}/wave/0"]["rows"]}
+        assert all(rows[name]["rollback_requested_after"] for name in ids)
+        assert all(rows[name]["rollback_revision"] is None for name in ids)
+        # ...then each in its own key: app-0000's as sent, app-0001's as about to be sent (the worker died)
+        records = {name: store.data.get(f"{STATE_KEY}/wave/0/rollback/{ids[name]}") for name in ids}
+        assert records["app-0000"]["phase"] == "sent" and records["app-0001"]["phase"] == "sending"
+        assert records["app-0002"] is None
+    context = context_for(2, store, run_started)
+    table, _ = run_deferred(lambda: operator(ids, deferrable=deferrable), context)
+    rows = {row["name"]: row for row in table}
+    for name in sorted(ids):
+        assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
+        assert "refused" not in rows[name]["message"] and "cannot" not in rows[name]["message"]
+        assert_restored(emulator, ids[name], before[name])
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1, f"{name} was patched again"
+        assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1, f"{name} was rolled back twice"
+    assert context["ti"].xcoms["fleet_summary"]["counts"] == {"rolled_back": 3}
+
+
+def test_a_worker_dying_just_before_a_rollback_request_sends_it_on_retry(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]]
+) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    run_started, store = datetime.now(timezone.utc), FakeStore()
+    die_at_rollback("before", "app-0001")
+    with pytest.raises(WorkerDied):
+        operator(ids).execute(context_for(1, store, run_started))
+    rows = {row["name"]: row for row in store.data[f"{STATE_KEY}/wave/0"]["rows"]}
+    assert rows["app-0001"]["rollback_requested_after"] and requests_to(emulator, REDEPLOY_ROUTE, ids["app-0001"]) == 0
+    table = {row["name"]: row for row in operator(ids).execute(context_for(2, store, run_started))}
+    for name in sorted(ids):
+        assert table[name]["outcome"] == Outcome.ROLLED_BACK, table[name]
+        assert_restored(emulator, ids[name], before[name])
+        assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1
+
+
+@pytest.mark.parametrize("died", ["after-the-request", "before-the-request", "request-failed"])
+def test_a_rollback_overtaken_by_someone_else_before_the_retry_is_never_sent_again_nor_claimed(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]], died: str
+) -> None:
+    emulator = fleet(1)
+    ids = ids_by_name(emulator)
+    run_started, store = datetime.now(timezone.utc), FakeStore()
+    if died == "request-failed":  # recorded as about to be sent; the request fails through every retry
+        emulator.state.add_fault(
+            FaultRule(kind="status", status_code=503, method="POST", path="/v2/deployments/*/redeploy", count=5)
+        )
+        with pytest.raises(DeploymentServiceError, match="503"):
+            operator(ids, max_attempts=1).execute(context_for(1, store, run_started))
+        emulator.state.clear_faults()
+    else:
+        die_at_rollback(died.split("-")[0], "app-0000")
+        with pytest.raises(WorkerDied):
+            operator(ids).execute(context_for(1, store, run_started))
+    sent = requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"])
+    assert sent == (1 if died == "after-the-request" else 0)
+    # Before the retry someone else rolls out a hotfix (once what was sent is live): the latest revision is not
+    # the rollback, and the hotfix serves.
+    wait_settled(emulator, ids["app-0000"])
+    hotfix = emulator.state.patch_deployment(ids["app-0000"], {"source_revision_config": {"repo_ref": "hotfix"}})
+    wait_settled(emulator, ids["app-0000"])
+    assert emulator.state.deployment(ids["app-0000"])["active_revision_id"] == hotfix["latest_revision_id"]
+    revisions = len(emulator.state.deployment(ids["app-0000"])["revisions"])
+    ti_context = context_for(2, store, run_started)
+    row = operator(ids).execute(ti_context)[0]
+    assert row["outcome"] == Outcome.FAILED, row
+    if died == "after-the-request":  # the rollback's revision is found (the first after the patch's), superseded
+        assert "the rollback failed too" in row["message"] and "superseded" in row["message"]
+    elif died == "before-the-request":  # nothing was recorded nor sent: the hotfix is someone else's, truly
+        assert "the rollback was refused" in row["message"] and "someone rolled out meanwhile" in row["message"]
+    else:  # recorded as about to be sent, and the first revision after the patch's is someone else's
+        assert "the rollback could not be confirmed" in row["message"]
+        assert "Not sending it again" in row["message"] and "not claiming a rollback" in row["message"]
+    assert requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"]) == sent, "the rollback was sent again"
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1
+    deployment = emulator.state.deployment(ids["app-0000"])
+    assert len(deployment["revisions"]) == revisions
+    assert deployment["source_revision_config"]["repo_ref"] == "hotfix"
+    assert ti_context["ti"].xcoms["fleet_summary"]["counts"] == {"failed": 1}
+
+
+@pytest.mark.parametrize(
+    "disabled", [["list_revisions", "get_revision"], []], ids=["no-revision-endpoints", "revision-endpoints"]
+)
+def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled_back(
+    service: Callable[..., Any], die_at_rollback: Callable[[str, str], list[str]], disabled: list[str]
+) -> None:
+    emulator = service(data=released(3), disabled_endpoints=disabled, **FAST)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    run_started = datetime.now(timezone.utc)
+    die_at_rollback("after", "app-0001")  # wave 1's rollbacks were sent; the task's record died with it
+    with pytest.raises(WorkerDied):
+        operator(ids, wave_size=2).execute(context_for(1, None, run_started))
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0002"]) == 0  # wave 2 was never reached
+    ti_context = context_for(2, None, run_started)
+    try:
+        table = operator(ids, wave_size=2).execute(ti_context)
+    except AirflowFailException:
+        table = ti_context["ti"].xcoms["return_value"]
+    rows = {row["name"]: row for row in table}
+    for name in sorted(ids):
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1, f"{name} was patched again (or never)"
+        assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1, f"{name} was rolled back twice (or never)"
+    for name in ("app-0000", "app-0001"):
+        if disabled:  # nothing says what happened: it fails, saying so, and nothing is sent
+            assert rows[name]["outcome"] == Outcome.FAILED, rows[name]
+            assert "cannot tell whether an earlier try patched it and rolled it back" in rows[name]["message"]
+            deployment = emulator.state.deployment(ids[name])
+            assert len(deployment["revisions"]) == 3
+            assert deployment["revisions"][-1]["redeploy_of"] == before[name]
+        else:
+            assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
+            assert "an earlier try of this task patched it" in rows[name]["message"]
+            assert rows[name]["from_revision"] == before[name]
+            assert_restored(emulator, ids[name], before[name])
+    # Untouched during the run: patched (once) by the retry whatever the service can say, then rolled back.
+    assert rows["app-0002"]["outcome"] == Outcome.ROLLED_BACK, rows["app-0002"]
+    assert_restored(emulator, ids["app-0002"], before["app-0002"])
+
+
+class DiesAtThePatchRecord(FakeStore):
+    """A task state store whose first write of a patched row kills the worker: the PATCH reached the
+    service, its record did not reach the store."""
+
+    def set(self, key: str, value: Any) -> None:
+        if any(row.get("started_at") for row in value.get("rows", [])) and not getattr(self, "died", False):
+            self.died = True
+            raise WorkerDied("between the PATCH and its record")
+        super().set(key, value)
+
+
+def test_a_patch_whose_record_died_is_reattached_and_its_rollback_restores_the_recorded_resource_spec(
+    service: Callable[..., Any],
+) -> None:
+    spec_before = {"cpu": 1.0, "memory_mb": 512}
+    deployment = {
+        "name": "img-0000",
+        "source": "external_docker",
+        "source_revision_config": {"image_uri": "registry.example.com/acme/app:1.0"},
+        "source_config": {"resource_spec": spec_before},
+    }
+    emulator = service(data={"deployments": [deployment]}, **FAST)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    store, run_started = DiesAtThePatchRecord(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids,
+            repo_ref=None,
+            image_uri="registry.example.com/acme/app:2.0",
+            source_config={"resource_spec": {"cpu": 2.0, "memory_mb": 1024}},
+        )
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    [row] = store.data[f"{STATE_KEY}/wave/0"]["rows"]
+    assert row["started_at"] is None and row["previous_resource_spec"] == spec_before  # recorded before the PATCH
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1
+    ti_context = context_for(2, store, run_started)
+    [row] = make().execute(ti_context)
+    assert row["outcome"] == Outcome.ROLLED_BACK, row  # not partially: the resource_spec was known
+    after = emulator.state.deployment(ids["img-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 2  # the patch, and the rollback (build + spec)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == "registry.example.com/acme/app:1.0"
+    shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+    assert {key: value for key, value in shown.items() if "limit" not in key} == spec_before
+
+
+# ------------------------------------------------------------------------------------------ item 1: resumes
+def first_deferral(task: FleetRolloutOperator, context: dict[str, Any]) -> Any:
+    """Run the task until it defers; the ``TaskDeferred`` it raised."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context)
+    return deferred.value
+
+
+def resume(task: FleetRolloutOperator, context: dict[str, Any], deferred: Any, event: dict[str, Any]) -> Any:
+    """Resume as ``dag.test()`` in Airflow 3.3 does: the method named by ``defer()``, given the event only."""
+    assert deferred.kwargs is None, "the fleet must not rely on defer kwargs"
+    return getattr(task, deferred.method_name)(context, event)
+
+
+class BrokenAfterPatchStore(FakeStore):
+    """A task state store whose writes fail once a patch is to be recorded (the API server is unreachable):
+    it keeps the plan only."""
+
+    def set(self, key: str, value: Any) -> None:
+        if any(row.get("started_at") for row in value.get("rows", [])):
+            raise ConnectionError("task_state_store is unreachable")
+        super().set(key, value)
+
+
+@pytest.mark.parametrize("event_only", [True, False], ids=["dag.test-event-only", "triggerer-kwargs"])
+def test_a_store_that_fell_behind_never_makes_a_resume_patch_again(fleet: Any, event_only: bool) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    store = BrokenAfterPatchStore()
+    run_started = datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, rollback_on_failure=False, deferrable=True)
+
+    context = context_for(1, store, run_started)
+    table, triggers = run_bounded(make, context, event_only=event_only)
+    assert all(trigger.carry for trigger in triggers), "a deferral after a failed save must carry the progress"
+    for name in sorted(ids):
+        deployment = emulator.state.deployment(ids[name])
+        assert len(deployment["revisions"]) == 2, f"{name} was patched again on resume"
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+
+
+def test_a_resume_whose_progress_shows_the_wave_unpatched_fails_and_the_retry_reattaches(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    store, run_started = FakeStore(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, rollback_on_failure=False, deferrable=True)
+
+    planned: dict[str, Any] = {}
+    original_set = store.set
+
+    def keep_the_plan(key: str, value: Any) -> None:  # what the store held before the patches
+        if key not in planned:
+            planned[key] = value
+        original_set(key, value)
+
+    store.set = keep_the_plan  # type: ignore[method-assign]
+    deferred = first_deferral(make(), context_for(1, store, run_started))
+    event = run_trigger_payload(deferred)
+    store.data.update(planned)  # the store lost every write after the plan (restored from a backup, say)
+    with pytest.raises(AirflowException, match="shows it not patched"):
+        resume(make(), context_for(1, store, run_started), deferred, event)
+    assert emulator.state.count(PATCH_ROUTE) == 2, "the resume patched again"
+    table, _ = run_deferred(make, context_for(2, store, run_started))  # Airflow's retry
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for name in sorted(ids):
+        assert len(emulator.state.deployment(ids[name])["revisions"]) == 2
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+
+
+def test_a_resume_whose_event_leaves_a_rollout_undecided_watches_it_again_never_succeeds_early(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    context = context_for(1, None, datetime.now(timezone.utc))
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, rollback_on_failure=False, verify=lambda deployment: True, deferrable=True)
+
+    deferred = first_deferral(make(), context)
+    event = run_trigger_payload(deferred)
+    event["outcomes"].pop(ids["app-0001"])  # an event that decided only one of the wave's two rollouts
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as again:  # not "done": the undecided one is watched again
+        resume(make(), context, deferred, event)
+    assert [item[0] for item in again.value.trigger.rollouts] == [ids["app-0001"]]
+    table = resume(make(), context, again.value, run_trigger_payload(again.value))
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for name in sorted(ids):
+        deployment = emulator.state.deployment(ids[name])
+        assert (
+            len(deployment["revisions"]) == 2 and deployment["active_revision_id"] == deployment["revisions"][-1]["id"]
+        )
+
+
+def test_a_resume_with_neither_a_store_record_nor_a_carry_fails_loudly(fleet: Any) -> None:
+    emulator = fleet(1)
+    ids = ids_by_name(emulator)
+    store, run_started = FakeStore(), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, deferrable=True)
+
+    deferred = first_deferral(make(), context_for(1, store, run_started))
+    event = run_trigger_payload(deferred)
+    with pytest.raises(AirflowException, match="progress was lost"):
+        resume(make(), context_for(1, FakeStore(), run_started), deferred, event)  # a store without the record
+    with pytest.raises(AirflowException, match="progress was lost"):
+        resume(make(), context_for(1, None, run_started), deferred, {**event, "carry": None})
+    assert emulator.state.count(PATCH_ROUTE) == 1
+
+
+def run_bounded(
+    make: Callable[[], FleetRolloutOperator], context: dict[str, Any], *, event_only: bool, deferrals: int = 8
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Run a deferrable task to its end, each resume on a fresh operator, given the event only
+    (``dag.test()``) or with the defer kwargs too (the triggerer); fails after ``deferrals`` deferrals."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    triggers: list[Any] = []
+    try:
+        return make().execute(context), triggers
+    except TaskDeferred as first:
+        pending = first
+    while len(triggers) < deferrals:
+        triggers.append(pending.trigger)
+        event = run_trigger_payload(pending)
+        kwargs = {} if event_only else dict(pending.kwargs or {})
+        try:
+            return getattr(make(), pending.method_name)(context, event, **kwargs), triggers
+        except TaskDeferred as again:
+            pending = again
+    raise AssertionError(f"still deferring after {deferrals} deferrals: {[t.rollouts for t in triggers]}")
+
+
+def run_trigger_payload(deferred: Any) -> dict[str, Any]:
+    """The event of the deferral's trigger, rebuilt from its serialized form as the triggerer does."""
+    trigger = deferred.trigger
+    return run_trigger(type(trigger)(**trigger.serialize()[1]))
