@@ -163,12 +163,11 @@ def test_a_deployment_page_marks_each_revision_with_the_run_that_rolled_it_out_o
     canary = blown_budget.after[CANARY]
     canary_page = get(admin, f"api/deployments/{canary['id']}")
     live = next(revision for revision in canary_page["revisions"] if revision["id"] == canary["active_revision_id"])
-    roles = {
-        (mark["role"], mark["source"], mark["task_id"])
-        for mark in live["rollouts"]
-        if mark["run_id"] == blown_budget.run_id
-    }
-    assert roles == {("rolled_out", "asset_event", "canary"), ("landed", "fleet", "canary")}
+    # The canary task's asset event and its fleet row tell one rollout: one mark, with the wave.
+    marks = [mark for mark in live["rollouts"] if mark["run_id"] == blown_budget.run_id]
+    assert [(mark["role"], mark["source"], mark["task_id"], mark["wave"]) for mark in marks] == [
+        ("rolled_out", "asset_event", "canary", "wave 1")
+    ]
     assert live["status"] == "DEPLOYED" and live["build"]["repo_ref"] == "v7.0.0"
     assert canary_page["deployment"]["serving"]["repo_ref"] == "v7.0.0"
 
@@ -209,6 +208,7 @@ def test_the_fleet_tab_shows_waves_outcomes_the_budget_and_the_approval(
         blown_budget.after[CANARY]["active_revision_id"],
     )
     assert canary["budget"]["exceeded"] is False and canary["stopped"] == ""
+    assert canary["conn_id"] == fleet["conn_id"] == "deployment_service_default"  # the tasks' rendered field
 
 
 def test_the_fleet_tab_of_another_task_says_it_is_not_a_fleet_rollout(

@@ -325,6 +325,7 @@ class FleetTaskRecord:
     :param summary: ``fleet_summary`` from XCom.
     :param resume_at: when a pause between waves ends (the task waits in the triggerer).
     :param approvals: human-in-the-loop requests of the same DAG run.
+    :param conn_id: the connection the task used (its rendered ``deployment_service_conn_id``), if recorded.
     """
 
     dag_id: str
@@ -344,6 +345,7 @@ class FleetTaskRecord:
     summary: dict[str, Any] | None = None
     resume_at: float | None = None
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    conn_id: str | None = None
 
     @property
     def running(self) -> bool:
@@ -396,6 +398,7 @@ def fleet_task(
     if isinstance(resume_at, (int, float)) and resume_at > time.time():
         record.resume_at = float(resume_at)
     _read_xcom(session, record)
+    record.conn_id = _rendered_conn_id(session, record)
     if with_approvals:
         record.approvals = approvals(session, dag_id, run_id)
     return record
@@ -468,6 +471,22 @@ def _read_xcom(session: Session, record: FleetTaskRecord) -> None:
             record.table = value
     if record.progress is None and record.table is not None:
         record.source = "xcom"
+
+
+def _rendered_conn_id(session: Session, record: FleetTaskRecord) -> str | None:
+    """The task's rendered ``deployment_service_conn_id`` (Airflow keeps every templated field as rendered)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+
+    fields = session.scalar(
+        select(Rendered.rendered_fields).where(
+            Rendered.dag_id == record.dag_id,
+            Rendered.run_id == record.run_id,
+            Rendered.task_id == record.task_id,
+            Rendered.map_index == record.map_index,
+        )
+    )
+    value = fields.get("deployment_service_conn_id") if isinstance(fields, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def approvals(session: Session, dag_id: str, run_id: str) -> list[dict[str, Any]]:

@@ -236,7 +236,30 @@ def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list
             role = "rolled back from"
         if role:
             marks.append({**rollout, "role": role})
-    return marks
+    return _merged(marks)
+
+
+def _merged(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One mark per task instance: a task's asset event and its fleet row tell the same rollout (the event
+    is kept, with the row's wave and message)."""
+    by_task: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for mark in marks:
+        key = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
+        if key[0] is None:  # a watcher's event: no task to merge with
+            key = (id(mark),)
+        kept = by_task.get(key)
+        if kept is None:
+            by_task[key] = dict(mark)
+        elif kept["source"] == "fleet" and mark["source"] == "asset_event":
+            by_task[key] = {
+                **mark,
+                "wave": kept.get("wave"),
+                "message": kept.get("message"),
+                "tab_path": kept.get("tab_path"),
+            }
+        elif kept["source"] == "asset_event" and mark["source"] == "fleet":
+            kept.update({"wave": mark.get("wave"), "message": mark.get("message"), "tab_path": mark.get("tab_path")})
+    return list(by_task.values())
 
 
 # ------------------------------------------------------------------------------------ fleet
@@ -327,6 +350,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         "stopped": (record.progress.stopped if record.progress else (record.summary or {}).get("stopped")) or "",
         "resume_at": _iso(record.resume_at),
         "approvals": record.approvals,
+        "conn_id": record.conn_id,
         "waves": [],
         "counts": {},
         "budget": None,

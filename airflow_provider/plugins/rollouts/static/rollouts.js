@@ -294,7 +294,7 @@ function renderDeployment(target, data) {
       h("td", {}, buildText(revision.build)),
       h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role },
         badge(mark.role, mark.message || null), " ", taskLink(mark), " ", when(mark.at), analysisDetails(mark.analysis)))
-        : h("span", { class: "muted" }, "not by Airflow"))))))));
+        : h("span", { class: "muted" }, "not by Airflow")))))));
   pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · rollouts from the provider's asset events and fleet progress, for the DAGs you may read."));
   target.replaceChildren(...pieces);
 }
@@ -348,14 +348,14 @@ function renderFleet(target, data) {
   const used = allowed === null || allowed === undefined ? null : Math.min(100, Math.round(100 * budget.failures / Math.max(1, allowed + 1)));
   pieces.push(h("div", { class: "cards", id: "fleet-summary" },
     card("Deployments", `${total} in ${data.waves.length} wave${data.waves.length === 1 ? "" : "s"}`,
-      h("div", { class: "small" }, Object.entries(counts).map(([outcome, count]) => [badge(outcome), ` ${count} `]))),
+      h("div", { class: "small muted" }, countsText(counts))),
     card("Failures", allowed === null || allowed === undefined ? `${budget.failures}` : `${budget.failures} of ${allowed} allowed`,
       used === null ? null : h("div", { class: `meter ${budget.exceeded ? "bad" : ""}` }, h("span", { style: null, "data-width": used }))),
     card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
     card("Now", nowText(data))));
   if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
-  for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running));
+  for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id));
   if (data.approvals && data.approvals.length) {
     pieces.push(h("h2", {}, "Approvals in this DAG run"), h("table", { id: "approvals" },
       h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
@@ -381,15 +381,25 @@ function nowText(data) {
   return current ? h("span", {}, `${current.name}: `, badge(current.state)) : h("span", {}, "finishing");
 }
 
-function waveSection(wave, current) {
-  const counts = Object.entries(wave.counts).map(([outcome, count]) => [badge(outcome), ` ${count} `]);
+function countsText(counts) {
+  return Object.entries(counts).map(([outcome, count]) => `${count} ${outcome.replaceAll("_", " ")}`).join(" · ");
+}
+
+function deploymentLink(row, connId) {
+  if (!connId || !row.deployment_id) return row.name;
+  const path = `${AIRFLOW}plugin/rollouts${APP}deployments/${encodeURIComponent(row.deployment_id)}?conn_id=${encodeURIComponent(connId)}`;
+  return h("a", { href: path, target: "_top", title: "This deployment in the Rollouts view" }, row.name);
+}
+
+function waveSection(wave, current, connId) {
+  const counts = h("span", { class: "muted small" }, countsText(wave.counts));
   return h("section", { class: `wave ${current ? "current" : ""}`, "data-wave": wave.name, "data-wave-state": wave.state },
     h("header", {}, h("h3", {}, wave.name), badge(wave.state), h("span", { class: "small" }, counts),
       h("span", { class: "spacer" }), h("span", { class: "muted small" }, `${wave.rows.length} deployment${wave.rows.length === 1 ? "" : "s"}`)),
     h("table", {},
       h("thead", {}, h("tr", {}, ["Deployment", "Outcome", "From → to revision", "Rolled back to", "Seconds", "Message"].map((title) => h("th", {}, title)))),
       h("tbody", {}, wave.rows.map((row) => h("tr", { "data-row": row.name, "data-outcome": row.outcome },
-        h("td", {}, row.name, h("div", { class: "muted small" }, shortId(row.deployment_id))),
+        h("td", {}, deploymentLink(row, connId), h("div", { class: "muted small" }, shortId(row.deployment_id))),
         h("td", {}, badge(row.outcome), analysisDetails(row.analysis)),
         h("td", { class: "nowrap" }, shortId(row.from_revision), " → ", shortId(row.to_revision)),
         h("td", {}, row.rollback_revision ? shortId(row.rollback_revision) : h("span", { class: "muted" }, "—")),
