@@ -244,7 +244,7 @@ def _merged(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     is kept, with the row's wave and message)."""
     by_task: dict[tuple[Any, ...], dict[str, Any]] = {}
     for mark in marks:
-        key = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
+        key: tuple[Any, ...] = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
         if key[0] is None:  # a watcher's event: no task to merge with
             key = (id(mark),)
         kept = by_task.get(key)
