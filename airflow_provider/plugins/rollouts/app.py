@@ -214,9 +214,11 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
 
         index = _map_index(map_index)
         access.require_dag(dag_id, user, DagAccessEntity.TASK_INSTANCE)
+        hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
         try:
-            access.require_dag(dag_id, user, DagAccessEntity.HITL_DETAIL)
-            with_approvals = True
+            if hitl is not None:
+                access.require_dag(dag_id, user, hitl)
+            with_approvals = hitl is not None
         except HTTPException:
             with_approvals = False
         with create_session() as session:
