@@ -211,6 +211,10 @@ def list_query(filters: Mapping[str, Any]) -> ListDeploymentsQuery:
 
 __all__ = [
     "LISTING_TTL_SECONDS",
+    "LIST_FILTERS",
+    "MAX_DEPLOYMENTS",
+    "MAX_ENTRIES",
+    "REVISIONS_SHOWN",
     "DeploymentListing",
     "RevisionHistory",
     "ServiceReader",

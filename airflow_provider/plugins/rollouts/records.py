@@ -533,6 +533,13 @@ def _iso(value: datetime | None) -> str | None:
 
 
 __all__ = [
+    "EVENTS_SHOWN",
+    "FLEET_LOOKBACK",
+    "FLEET_WAVES_SCANNED",
+    "RUNNING_STATES",
+    "SQL_CHUNK",
+    "UNTOUCHED",
+    "WAVE_KEY_PREFIX",
     "EventRecord",
     "FleetTaskRecord",
     "FleetTouch",

@@ -396,6 +396,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 
 __all__ = [
+    "BUILD_FIELDS",
     "build_of",
     "deployment_summary",
     "event_rollout",
