@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "searc
 FLEET.append("support-bot-prod")
 FAILING = "search-dev"
 PASSWORDS = {"admin": secrets.token_urlsafe(12), "viewer": secrets.token_urlsafe(12)}
-STEP_TIMEOUT = 45.0
+STEP_TIMEOUT = 60.0
 """Longest wait of any one step (the API server's start, the run's start, the rollout)."""
 UI_TIMEOUT_MS = 15_000
 """Longest wait for one element of a page."""
@@ -131,9 +132,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         running.timings["api server up"] = time.monotonic() - started
         yield running
     finally:
-        for process in processes:
-            process.stop(grace=5)
+        stop_all([*processes, emulator.process])
         emulator.__exit__(None, None, None)
+
+
+def stop_all(processes: list[ManagedProcess], grace: float = 2.0) -> None:
+    """SIGTERM every process (and what it started) at once, wait up to ``grace`` seconds, SIGKILL the rest."""
+    for process in processes:
+        process.stopped = True
+        process.signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        if process.wait_gone(max(0.0, deadline - time.monotonic())):
+            process.signal_all(signal.SIGKILL)
+            process.wait_gone(5.0)
 
 
 # ------------------------------------------------------------------------------------------ helpers
