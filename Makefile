@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Rollouts view's browser test drives Debian's chromium through Playwright (which never downloads one).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT_PATHS := airflow_provider tests example_dags bench scripts docs
 
 .PHONY: demo test lint typecheck unit docs dist bench e2e lock clean
@@ -28,8 +31,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "the browser test needs Debian's chromium at $(CHROMIUM)"; exit 1; }
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 ## make docs: the documentation site in docs/_build/html; any warning (a broken reference) fails it
 docs: $(STAMP)

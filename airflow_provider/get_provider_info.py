@@ -14,6 +14,9 @@ HOOK_CLASS = "airflow_provider.hooks.deployment_service.DeploymentServiceHook"
 ASSET_SCHEME = "deployment-service"
 """URI scheme of deployment assets (``airflow_provider.assets.ASSET_SCHEME``; a test keeps them equal)."""
 ASSET_URI_NORMALIZER = "airflow_provider.assets.normalize_deployment_uri"
+PLUGIN_NAME = "deployment_service_rollouts"
+"""The Rollouts view's plugin name (``plugins.rollouts.plugin.PLUGIN_NAME``; a test keeps them equal)."""
+PLUGIN_CLASS = "airflow_provider.plugins.rollouts.plugin.RolloutsViewPlugin"
 
 
 def _field(label: str, json_type: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -116,4 +119,5 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": ["airflow_provider.operators.deployment_service.DeploymentLink"],
         "asset-uris": [{"schemes": [ASSET_SCHEME], "handler": ASSET_URI_NORMALIZER}],
+        "plugins": [{"name": PLUGIN_NAME, "plugin-class": PLUGIN_CLASS}],
     }

@@ -23,6 +23,7 @@ SCRIPTS = (
     "watcher_cost",
     "rollback_time",
     "fleet_rollout",
+    "rollouts_view",
 )
 
 

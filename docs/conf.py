@@ -81,6 +81,8 @@ nitpick_ignore_regex = [
         r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseEventTrigger|BaseOperator|BaseSensorOperator"
         r"|BaseHook|Context)",
     ),
+    # Types of Airflow's API server and SQLAlchemy as the Rollouts view's signatures name them.
+    (r"py:.*", r"(BaseUser|BaseAuthManager|DagAccessEntity|TaskInstanceKey|Session|ColumnElement)"),
     # Private helpers (a leading underscore) are deliberately not documented: a public class may still
     # name its private base, and a TypeVar shows up in generic signatures.
     (r"py:.*", r"([\w.]+\.)?_\w+"),

@@ -3,7 +3,9 @@
 Starts the emulator on a free loopback port with the shipped example data, sets up a throwaway
 AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` twice with ``airflow dags test``
 (a release that lands, then one that goes live unhealthy and is rolled back; the mapped fleet DAG too
-with ``--with-fleet``), prints what happened, and stops everything it started.
+with ``--with-fleet``), prints what happened, and stops everything it started. It ends by saying where the
+Rollouts view is: ``python scripts/demo.py --serve`` then keeps the emulator and an Airflow API server up
+(``scripts/demo_serve.py``), with a progressive fleet rollout to look at, until Ctrl-C.
 A deployment watcher (the trigger of ``smoke_test_on_new_revision``) runs inline meanwhile and reports
 the event the rollout fires.
 Exits non-zero when a rollout did not land. Safe to run again: every run starts from scratch.
@@ -12,6 +14,7 @@ Exits non-zero when a rollout did not land. Safe to run again: every run starts 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -24,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from demo_serve import serve
 from demo_watch import InlineWatcher
 
 from airflow_provider.emulator.admin_client import EmulatorAdmin
@@ -173,6 +177,13 @@ def main() -> int:
     parser.add_argument(
         "--with-fleet", action="store_true", help="also run deploy_fleet_after_build (one task per deployment)"
     )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="then keep the emulator and an Airflow API server with the Rollouts view up (until Ctrl-C)",
+    )
+    parser.add_argument("--port", type=int, default=0, help="the API server's port with --serve (default: a free one)")
+    parser.add_argument("--serve-seconds", type=float, help="with --serve: stop after this many seconds")
     args = parser.parse_args()
     runs = RUNS if args.with_fleet else [run for run in RUNS if run.dag_id == "rollout_after_build"]
 
@@ -197,6 +208,7 @@ def main() -> int:
 
     say("== Deployment Management Service provider: demo (local emulator, no network, SQLite) ==")
     emulator, base_url = start_emulator(env, logs / "emulator.log")
+    atexit.register(stop, emulator)  # whatever happens (with --serve it outlives the runs)
     admin = EmulatorAdmin(base_url)
     failures: list[str] = []
     try:
@@ -239,8 +251,12 @@ def main() -> int:
                 "starts smoke_test_on_new_revision"
             )
         counters = admin.counters()
+    except BaseException:
+        stop(emulator)
+        raise
     finally:
         admin.close()
+    if not args.serve:
         stop(emulator)
 
     say()
@@ -277,14 +293,26 @@ def main() -> int:
     say(f" API calls the emulator answered: {total} ({', '.join(f'{k}: {v}' for k, v in sorted(counters.items()))})")
     say(f" Task logs and Airflow output: {logs}")
     say(f" Wall time: {time.monotonic() - started:.0f} s")
+    result = 0
     if failures or not landed:
         say(f" RESULT: a rollout did not land ({', '.join(failures) or 'see above'})")
-        return 1
-    say(
-        " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
-        "not just READY, and the unhealthy one was rolled back to the build that served before."
-    )
-    return 0
+        result = 1
+    else:
+        say(
+            " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
+            "not just READY, and the unhealthy one was rolled back to the build that served before."
+        )
+    if not args.serve:
+        say(
+            " The Rollouts view (every deployment, its revisions and the rollouts that put them there) is in the "
+            "Airflow UI at <airflow>/plugin/rollouts: `python scripts/demo.py --serve` keeps this emulator and an "
+            "Airflow API server up to open it (see docs/rollouts-view.md)."
+        )
+        return result
+    try:
+        return serve(env, logs, port=args.port, seconds=args.serve_seconds) or result
+    finally:
+        stop(emulator)
 
 
 if __name__ == "__main__":

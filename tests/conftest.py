@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,9 @@ subprocess.run(
     timeout=300,
     env=os.environ.copy(),
 )
+PRISTINE_DB = Path(_AIRFLOW_HOME) / "airflow.pristine.db"
+"""A copy of the freshly migrated database, for tests that start Airflow services on an empty one."""
+shutil.copyfile(Path(_AIRFLOW_HOME) / "airflow.db", PRISTINE_DB)
 
 
 def connection_json(base_url: str, api_key: str, **extra: Any) -> str:

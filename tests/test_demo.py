@@ -30,6 +30,7 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     assert "failed its smoke test and was rolled back" in unhealthy
     assert "demo-payment-token-masked-in-logs" not in unhealthy
     assert "watcher fired revision_live: checkout-api-staging now serves revision" in out
+    assert "The Rollouts view" in out and "<airflow>/plugin/rollouts: `python scripts/demo.py --serve`" in out
     assert "demo-payment-token-masked-in-logs" not in out
     logs = (tmp_path / "demo" / "logs" / "rollout_after_build.log").read_text()
     assert "demo-payment-token-masked-in-logs" not in logs

@@ -37,6 +37,8 @@ LAYERS = {
     "airflow_provider.tasks": 6,
     "airflow_provider.operators": 7,
     "airflow_provider.sensors": 7,
+    # The Rollouts view reads what tasks record (their progress keys) and links the fleet operator's tasks.
+    "airflow_provider.plugins": 8,
 }
 
 

@@ -4,8 +4,8 @@ Builds the sdist and the wheel (from the sdist, as ``make dist`` does), installs
 dependencies pinned by ``requirements/test.lock`` into a new virtual environment (uv's cache makes that a
 matter of seconds), and checks, from outside the repository so nothing is imported from the source tree:
 ``airflow providers list`` lists the provider, its connection type and extra link are registered, the
-emulator finds its seed data, and Airflow's provider example-DAG lookup finds the example DAGs, which
-import without errors.
+Rollouts view's plugin registers with its pages shipped, the emulator finds its seed data, and Airflow's
+provider example-DAG lookup finds the example DAGs, which import without errors.
 """
 
 from __future__ import annotations
@@ -122,7 +122,15 @@ CHECKS = textwrap.dedent(
     folder = Path(bundle.path) if bundle is not None else None
     bag = DagBag(dag_folder=str(folder)) if folder is not None else None
     data = example_data_path()
+    from importlib import resources
+    from airflow import plugins_manager
+    plugins, plugin_errors = plugins_manager._get_plugins()
+    static = resources.files("airflow_provider.plugins.rollouts") / "static"
     print(json.dumps({
+        "plugins": sorted(plugin.name for plugin in plugins),
+        "plugin_errors": plugin_errors,
+        "view_files": {path.name: len(path.read_bytes()) for path in static.iterdir()},
+        "view_dir": str(static),
         "package_file": airflow_provider.__file__,
         "hook": None if hook is None else [hook.hook_class_name, hook.connection_type, hook.package_name],
         "extra_links": sorted(manager.extra_links_class_names),
@@ -163,3 +171,8 @@ def test_installed_provider_registers_everything_and_finds_its_files(
     # The emulator's seed data is inside the installed package, where example_data_path() looks.
     assert Path(seen["data_file"]).is_relative_to(site), seen["data_file"]
     assert seen["seed_deployments"], seen
+    # The Rollouts view: its plugin registers, and its pages ship in the wheel.
+    assert "deployment_service_rollouts" in seen["plugins"] and seen["plugin_errors"] == {}, seen
+    assert Path(seen["view_dir"]).is_relative_to(site), seen["view_dir"]
+    shipped = {name for name, size in seen["view_files"].items() if size > 0}
+    assert shipped >= {"page.html", "rollouts.js", "rollouts.css", "rollouts.svg"}, seen["view_files"]

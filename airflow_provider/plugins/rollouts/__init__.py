@@ -1,0 +1,10 @@
+"""The Rollouts view: deployments, their revisions and the rollouts that put them there, in the Airflow UI.
+
+- :mod:`~airflow_provider.plugins.rollouts.plugin`: the ``AirflowPlugin`` (light: loaded everywhere);
+- :mod:`~airflow_provider.plugins.rollouts.app`: the FastAPI app the API server mounts (pages, assets, JSON);
+- :mod:`~airflow_provider.plugins.rollouts.access`: who may see what (the API server's auth manager);
+- :mod:`~airflow_provider.plugins.rollouts.listing`: deployments and revisions through the hook, cached;
+- :mod:`~airflow_provider.plugins.rollouts.records`: Airflow's own records (asset events, task state, XCom);
+- :mod:`~airflow_provider.plugins.rollouts.shapes`: the JSON the pages get (never a secret);
+- ``static/``: the pages (plain HTML, JavaScript and CSS: no build step).
+"""

@@ -1,0 +1,222 @@
+"""What the Rollouts view reads from the service, through the hook, shared by every viewer for a few seconds.
+
+One page load of N deployments costs the batched list (pages of 100: ``N // 100 + 1`` list requests, the
+last page being the short one that ends the listing). Every answer is kept for :data:`LISTING_TTL_SECONDS`
+and shared by every viewer of the same connection and filters; while one request fetches, the others
+asking for the same thing wait for it instead of fetching too (ten people watching cost what one does).
+The cache lives in the API server process; each API server worker has its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import MAX_PAGE_SIZE, Deployment, ListDeploymentsQuery, Revision
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
+
+LISTING_TTL_SECONDS = 10.0
+"""How long one answer of the service serves every viewer."""
+MAX_DEPLOYMENTS = 5000
+"""Most deployments one listing reads (the page says when there are more)."""
+REVISIONS_SHOWN = 50
+"""Most revisions of one deployment read (newest first)."""
+MAX_ENTRIES = 256
+"""Most answers kept (least recently used dropped first)."""
+LIST_FILTERS = ("name_contains", "tag_value_ids", "status", "deployment_type", "deployment_ids")
+"""The list endpoint's filters the view offers."""
+
+T = TypeVar("T")
+
+
+@dataclass
+class DeploymentListing:
+    """The deployments of a connection matching some filters, as the service answered.
+
+    :param deployments: the deployments, in the service's order.
+    :param fetched_at: wall-clock time of the answer (Unix seconds).
+    :param truncated: whether there were more than :data:`MAX_DEPLOYMENTS`.
+    """
+
+    deployments: list[Deployment]
+    fetched_at: float
+    truncated: bool = False
+
+
+@dataclass
+class RevisionHistory:
+    """A deployment's revisions, newest first, or why there are none.
+
+    :param revisions: up to :data:`REVISIONS_SHOWN` revisions.
+    :param available: ``False`` when the service has no revision endpoint (404/405): history then comes
+        from Airflow's records only.
+    :param fetched_at: wall-clock time of the answer.
+    """
+
+    revisions: list[Revision]
+    available: bool
+    fetched_at: float
+
+
+@dataclass
+class _Entry(Generic[T]):
+    value: T | None
+    error: DeploymentServiceError | None
+    stored: float
+
+
+@dataclass
+class _Cache(Generic[T]):
+    """Answers by key for ``ttl`` seconds; one fetch at a time per key (the others wait for its answer)."""
+
+    ttl: float
+    max_entries: int
+    clock: Callable[[], float]
+    entries: OrderedDict[tuple[Any, ...], _Entry[T]] = field(default_factory=OrderedDict)
+    fetching: dict[tuple[Any, ...], threading.Lock] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _fresh(self, key: tuple[Any, ...]) -> _Entry[T] | None:
+        entry = self.entries.get(key)
+        if entry is None or self.clock() - entry.stored >= self.ttl:
+            return None
+        self.entries.move_to_end(key)
+        return entry
+
+    def get(self, key: tuple[Any, ...], fetch: Callable[[], T]) -> T:
+        with self.lock:
+            entry = self._fresh(key)
+            key_lock = self.fetching.setdefault(key, threading.Lock()) if entry is None else None
+        if key_lock is not None:
+            with key_lock:
+                with self.lock:
+                    entry = self._fresh(key)  # another request fetched it while this one waited
+                if entry is None:
+                    entry = self._fetch(fetch)
+                    with self.lock:
+                        self.entries[key] = entry
+                        self.entries.move_to_end(key)
+                        while len(self.entries) > self.max_entries:
+                            self.entries.popitem(last=False)
+                        self.fetching.pop(key, None)
+        assert entry is not None
+        if entry.error is not None:
+            raise entry.error
+        assert entry.value is not None
+        return entry.value
+
+    def _fetch(self, fetch: Callable[[], T]) -> _Entry[T]:
+        try:
+            return _Entry(fetch(), None, self.clock())
+        except DeploymentServiceError as err:  # shared too: a failing service is not asked once per viewer
+            return _Entry(None, err, self.clock())
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+class ServiceReader:
+    """Deployments and revisions of the service for the view, through :class:`DeploymentServiceHook`, cached.
+
+    :param ttl: seconds an answer is shared (:data:`LISTING_TTL_SECONDS`).
+    :param hook_factory: makes the hook of a connection id (tests and benchmarks may pass their own).
+    :param clock: monotonic seconds (tests may pass their own).
+    :param max_entries: most answers kept.
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl: float = LISTING_TTL_SECONDS,
+        hook_factory: Callable[[str], DeploymentServiceHook] = DeploymentServiceHook,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = MAX_ENTRIES,
+    ) -> None:
+        self.hook_factory = hook_factory
+        self._listings: _Cache[DeploymentListing] = _Cache(ttl, max_entries, clock)
+        self._histories: _Cache[RevisionHistory] = _Cache(ttl, max_entries, clock)
+
+    def deployments(self, conn_id: str, query: ListDeploymentsQuery) -> DeploymentListing:
+        """Every deployment of connection ``conn_id`` matching ``query``'s filters (its paging is ignored).
+
+        :param conn_id: the connection.
+        :param query: the filters (see :func:`list_query`).
+        """
+        filters = query.model_dump(mode="json", exclude_none=True, exclude={"limit", "offset"})
+        key = (conn_id, tuple(sorted((name, str(value)) for name, value in filters.items())))
+        return self._listings.get(key, lambda: self._list(conn_id, query))
+
+    def deployment(self, conn_id: str, deployment_id: str) -> Deployment | None:
+        """One deployment (through the batched list's ``deployment_ids`` filter), or ``None``.
+
+        :param conn_id: the connection.
+        :param deployment_id: the deployment's id (canonical UUID).
+        """
+        listing = self.deployments(conn_id, list_query({"deployment_ids": deployment_id}))
+        return next((item for item in listing.deployments if item.id == deployment_id), None)
+
+    def revisions(self, conn_id: str, deployment_id: str) -> RevisionHistory:
+        """The deployment's newest revisions (:data:`REVISIONS_SHOWN`) from the revision endpoint.
+
+        :param conn_id: the connection.
+        :param deployment_id: the deployment's id (canonical UUID).
+        """
+        return self._histories.get((conn_id, deployment_id), lambda: self._history(conn_id, deployment_id))
+
+    def clear(self) -> None:
+        """Forget every answer (the next page load asks the service again)."""
+        self._listings.clear()
+        self._histories.clear()
+
+    def _list(self, conn_id: str, query: ListDeploymentsQuery) -> DeploymentListing:
+        query = query.model_copy(update={"limit": MAX_PAGE_SIZE, "offset": 0})
+        with self.hook_factory(conn_id) as hook:
+            found = list(hook.iter_deployments(query, max_results=MAX_DEPLOYMENTS + 1))
+        return DeploymentListing(found[:MAX_DEPLOYMENTS], time.time(), truncated=len(found) > MAX_DEPLOYMENTS)
+
+    def _history(self, conn_id: str, deployment_id: str) -> RevisionHistory:
+        with self.hook_factory(conn_id) as hook:
+            try:
+                revisions = list(hook.iter_revisions(deployment_id, max_results=REVISIONS_SHOWN))
+            except DeploymentServiceError as err:
+                if err.transient or err.status_code not in REVISION_ENDPOINT_MISSING:
+                    raise
+                return RevisionHistory([], False, time.time())
+        return RevisionHistory(revisions, True, time.time())
+
+
+def list_query(filters: Mapping[str, Any]) -> ListDeploymentsQuery:
+    """The list query of the view's filters (empty values ignored; ``tag_value_ids`` and ``deployment_ids``
+    comma-separated); raises ``pydantic.ValidationError`` naming a bad one.
+
+    :param filters: ``name_contains``, ``tag_value_ids``, ``status``, ``deployment_type``, ``deployment_ids``.
+    """
+    given: dict[str, Any] = {}
+    for name in LIST_FILTERS:
+        value = filters.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if name in ("tag_value_ids", "deployment_ids"):
+            value = [item.strip() for item in str(value).split(",") if item.strip()]
+        given[name] = value.strip() if isinstance(value, str) else value
+    return ListDeploymentsQuery.model_validate({"limit": MAX_PAGE_SIZE, **given})
+
+
+__all__ = [
+    "LISTING_TTL_SECONDS",
+    "LIST_FILTERS",
+    "MAX_DEPLOYMENTS",
+    "MAX_ENTRIES",
+    "REVISIONS_SHOWN",
+    "DeploymentListing",
+    "RevisionHistory",
+    "ServiceReader",
+    "list_query",
+]

@@ -1,0 +1,408 @@
+"""The JSON the Rollouts view's pages get: chosen fields only, so no secret ever reaches a page.
+
+A deployment as the service answers may echo secret values (``secrets``), and its ``resource_spec`` may
+hold environment values of sidecars: none of that is read here. Every value below is an id, a name, a
+status, a revision setting (image, git ref, commit, tarball path, graph config path), a URL the service
+publishes, a time, or what Airflow recorded about a rollout (asset events carry no secrets; fleet rows'
+messages are scrubbed of the task's secret values before they are stored).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from airflow_provider.fleet import CANARY, FAILURE_OUTCOMES, FleetProgress, FleetRow, WaveRecord
+from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
+from airflow_provider.plugins.rollouts.plugin import airflow_root_path, task_instance_tab_path
+from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
+
+BUILD_FIELDS = ("image_uri", "repo_ref", "repo_commit_sha", "source_tarball_path", "graph_config_path")
+"""The revision settings shown as a revision's build."""
+
+
+def _iso(value: datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        value = datetime.fromtimestamp(value, tz=timezone.utc)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.isoformat()
+
+
+def build_of(config: SourceRevisionConfig | Mapping[str, Any] | None) -> dict[str, str]:
+    """The build a revision config names (its non-empty :data:`BUILD_FIELDS`).
+
+    :param config: a revision config (model, or the JSON an asset event carries).
+    """
+    if config is None:
+        return {}
+    values = config.model_dump(mode="json") if isinstance(config, SourceRevisionConfig) else dict(config)
+    return {name: str(values[name]) for name in BUILD_FIELDS if values.get(name)}
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` when it is plain JSON (an analysis verdict from an event or a row), else ``None``."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return None
+
+
+def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """The Airflow UI path of a task instance.
+
+    :param dag_id: the DAG.
+    :param run_id: the DAG run.
+    :param task_id: the task.
+    :param map_index: the map index (``-1``: not mapped).
+    """
+    path = f"{airflow_root_path()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    path += f"/tasks/{quote(task_id, safe='')}"
+    return f"{path}/mapped/{map_index}" if map_index >= 0 else path
+
+
+def dag_run_path(dag_id: str, run_id: str) -> str:
+    """The Airflow UI path of a DAG run.
+
+    :param dag_id: the DAG.
+    :param run_id: the DAG run.
+    """
+    return f"{airflow_root_path()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+# ------------------------------------------------------------------------------------ rollouts
+def event_rollout(event: EventRecord) -> dict[str, Any]:
+    """A rollout as an asset event tells it.
+
+    :param event: the event.
+    """
+    payload = event.payload or {}
+    rollout: dict[str, Any] = {
+        "source": "asset_event",
+        "kind": payload.get("kind") or "asset_event",
+        "outcome": payload.get("outcome") or payload.get("kind") or "asset event",
+        "origin": payload.get("origin") or ("task" if event.dag_id else "outside a task"),
+        "at": _iso(event.timestamp),
+        "revision_id": payload.get("revision_id") or payload.get("failed_revision_id"),
+        "previous_revision_id": payload.get("previous_revision_id"),
+        "build": build_of(payload.get("source_revision_config")),
+        "status": payload.get("failed_revision_status") or payload.get("status"),
+        "analysis": _json_safe(payload.get("analysis")),
+        "running": False,
+    }
+    return {**rollout, **_task_fields(event.dag_id, event.run_id, event.task_id, event.map_index, tab=False)}
+
+
+def touch_rollout(touch: FleetTouch, running: bool) -> dict[str, Any]:
+    """A rollout as a fleet task's progress tells it.
+
+    :param touch: the deployment's row in the fleet's progress.
+    :param running: whether the fleet task is still running.
+    """
+    row = touch.row
+    rollout: dict[str, Any] = {
+        "source": "fleet",
+        "kind": "fleet",
+        "outcome": row.get("outcome"),
+        "origin": "task",
+        "at": _iso(touch.at),
+        "wave": touch.wave,
+        "revision_id": row.get("to_revision"),
+        "previous_revision_id": row.get("from_revision"),
+        "rollback_revision_id": row.get("rollback_revision"),
+        "message": row.get("message") or "",
+        "analysis": _json_safe(row.get("analysis")),
+        "running": running,
+    }
+    return {**rollout, **_task_fields(touch.dag_id, touch.run_id, touch.task_id, touch.map_index, tab=True)}
+
+
+def _task_fields(
+    dag_id: str | None, run_id: str | None, task_id: str | None, map_index: int, *, tab: bool
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+    if dag_id and run_id and task_id:
+        fields["ti_path"] = task_instance_path(dag_id, run_id, task_id, map_index)
+        fields["run_path"] = dag_run_path(dag_id, run_id)
+        if tab:
+            fields["tab_path"] = task_instance_tab_path(dag_id, run_id, task_id, map_index)
+    return fields
+
+
+def newest_rollout(rollouts: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rollout that touched the deployment last (a running one first).
+
+    :param rollouts: rollouts from :func:`event_rollout` and :func:`touch_rollout`.
+    """
+    known = [rollout for rollout in rollouts if rollout]
+    if not known:
+        return None
+    return max(known, key=lambda rollout: (rollout["running"], rollout["at"] or ""))
+
+
+# ------------------------------------------------------------------------------------ deployments
+def deployment_summary(deployment: Deployment, serving: dict[str, str] | None = None) -> dict[str, Any]:
+    """A deployment as the list shows it.
+
+    :param deployment: the deployment as the service answered.
+    :param serving: the active revision's build when known from elsewhere (a revision, an event).
+    """
+    url = deployment.source_config.custom_url
+    latest_build = build_of(deployment.source_revision_config)
+    latest, active = deployment.latest_revision_id, deployment.active_revision_id
+    differ = latest is not None and active != latest
+    return {
+        "id": deployment.id,
+        "name": deployment.name,
+        "status": deployment.status.value,
+        "source": getattr(deployment.source, "value", deployment.source),
+        "deployment_type": deployment.source_config.deployment_type,
+        "image_version": deployment.image_version,
+        "url": url if url and url.startswith(("https://", "http://")) else None,
+        "active_revision_id": deployment.active_revision_id,
+        "latest_revision_id": deployment.latest_revision_id,
+        "revisions_differ": differ,
+        "serving": latest_build if not differ else (serving or None),
+        "latest_build": latest_build,
+        "created_at": _iso(deployment.created_at),
+        "updated_at": _iso(deployment.updated_at),
+    }
+
+
+def serving_from_events(deployment: Deployment, rollouts: Iterable[dict[str, Any]]) -> dict[str, str] | None:
+    """The active revision's build as an asset event recorded it, if one did.
+
+    :param deployment: the deployment.
+    :param rollouts: its rollouts (from :func:`event_rollout`).
+    """
+    for rollout in rollouts:
+        ours = rollout.get("source") == "asset_event" and rollout.get("revision_id") == deployment.active_revision_id
+        if ours and rollout.get("build"):
+            return dict(rollout["build"])
+    return None
+
+
+def revision_entry(
+    revision: Revision | None,
+    revision_id: str,
+    deployment: Deployment,
+    marks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One revision of the history, with the rollouts that rolled it out or back.
+
+    :param revision: the revision from the revision endpoint (``None``: known only from Airflow's records).
+    :param revision_id: its id.
+    :param deployment: the deployment.
+    :param marks: rollouts that name it.
+    """
+    build = build_of(revision.source_revision_config) if revision is not None else {}
+    if not build:
+        build = next((dict(mark["build"]) for mark in marks if mark.get("build")), {})
+    return {
+        "id": revision_id,
+        "status": revision.status.value if revision is not None else None,
+        "created_at": _iso(revision.created_at) if revision is not None else None,
+        "updated_at": _iso(revision.updated_at) if revision is not None else None,
+        "build": build,
+        "active": revision_id == deployment.active_revision_id,
+        "latest": revision_id == deployment.latest_revision_id,
+        "rollouts": marks,
+    }
+
+
+def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rollouts that name a revision, each with what they did to it (``role``).
+
+    :param revision_id: the revision.
+    :param rollouts: the deployment's rollouts.
+    """
+    marks = []
+    for rollout in rollouts:
+        role = None
+        if rollout.get("rollback_revision_id") == revision_id:
+            role = "rolled back to"
+        elif rollout.get("revision_id") == revision_id:
+            outcome = str(rollout.get("outcome") or "")
+            role = "rolled back to" if outcome == "rolled_back" and rollout["source"] == "asset_event" else outcome
+        elif rollout.get("previous_revision_id") == revision_id and rollout.get("outcome") == "rolled_back":
+            role = "rolled back from"
+        if role:
+            marks.append({**rollout, "role": role})
+    return _merged(marks)
+
+
+def _merged(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One mark per task instance: a task's asset event and its fleet row tell the same rollout (the event
+    is kept, with the row's wave and message)."""
+    by_task: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for mark in marks:
+        key: tuple[Any, ...] = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
+        if key[0] is None:  # a watcher's event: no task to merge with
+            key = (id(mark),)
+        kept = by_task.get(key)
+        if kept is None:
+            by_task[key] = dict(mark)
+        elif kept["source"] == "fleet" and mark["source"] == "asset_event":
+            by_task[key] = {
+                **mark,
+                "wave": kept.get("wave"),
+                "message": kept.get("message"),
+                "tab_path": kept.get("tab_path"),
+            }
+        elif kept["source"] == "asset_event" and mark["source"] == "fleet":
+            kept.update({"wave": mark.get("wave"), "message": mark.get("message"), "tab_path": mark.get("tab_path")})
+    return list(by_task.values())
+
+
+# ------------------------------------------------------------------------------------ fleet
+def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at: float | None) -> str:
+    if wave.phase == "planned":
+        if progress.stopped and wave.rows and all(row.outcome == "not_patched" for row in wave.rows):
+            return "not started: the rollout stopped"
+        if progress.current() == index and progress.paused_before == index and resume_at is not None:
+            return "paused"
+        return "pending"
+    if wave.phase == "done" and wave.rows and all(row.outcome == "not_patched" for row in wave.rows):
+        return "not started: the rollout stopped"
+    return {
+        "patched": "rolling out",
+        "watched": "verifying",
+        "rolling_back": "rolling back",
+        "done": "done",
+    }.get(wave.phase, wave.phase)
+
+
+def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
+    values = row.to_json() if isinstance(row, FleetRow) else dict(row)
+    seconds = values.get("seconds")
+    if seconds is None and isinstance(row, FleetRow):
+        seconds = row.seconds
+    return {
+        "name": values.get("name"),
+        "deployment_id": values.get("deployment_id"),
+        "outcome": values.get("outcome"),
+        "from_revision": values.get("from_revision"),
+        "to_revision": values.get("to_revision"),
+        "rollback_revision": values.get("rollback_revision"),
+        "seconds": seconds,
+        "message": values.get("message") or "",
+        "started_at": _iso(values.get("started_at")),
+        "finished_at": _iso(values.get("finished_at")),
+        "analysis": _json_safe(values.get("analysis")),
+    }
+
+
+def _waves_from_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    order: dict[str, list[dict[str, Any]]] = {}
+    for row in table:
+        order.setdefault(str(row.get("wave") or ""), []).append(row)
+    waves = []
+    for index, (name, rows) in enumerate(order.items()):
+        stopped = all(row.get("outcome") == "not_patched" for row in rows)
+        waves.append(
+            {
+                "index": index,
+                "name": name,
+                "phase": "done",
+                "state": "not started: the rollout stopped" if stopped else "done",
+                "counts": dict(Counter(str(row.get("outcome")) for row in rows)),
+                "rows": [_row(row) for row in rows],
+            }
+        )
+    return waves
+
+
+def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
+    """The fleet tab's JSON for one task instance.
+
+    :param record: what Airflow knows about the task.
+    """
+    task = {
+        "dag_id": record.dag_id,
+        "run_id": record.run_id,
+        "task_id": record.task_id,
+        "map_index": record.map_index,
+        "state": record.state,
+        "operator": record.operator,
+        "try_number": record.try_number,
+        "start_date": _iso(record.start_date),
+        "end_date": _iso(record.end_date),
+        "running": record.running,
+        "ti_path": task_instance_path(record.dag_id, record.run_id, record.task_id, record.map_index),
+        "run_path": dag_run_path(record.dag_id, record.run_id),
+    }
+    view: dict[str, Any] = {
+        "task": task,
+        "is_fleet": (
+            record.progress is not None or record.summary is not None or record.operator == "FleetRolloutOperator"
+        ),
+        "source": record.source,
+        "stored_elsewhere": record.stored_elsewhere,
+        "updated_at": _iso(record.updated_at),
+        "stopped": (record.progress.stopped if record.progress else (record.summary or {}).get("stopped")) or "",
+        "resume_at": _iso(record.resume_at),
+        "approvals": record.approvals,
+        "conn_id": record.conn_id,
+        "waves": [],
+        "counts": {},
+        "budget": None,
+        "current_wave": None,
+        "canary": None,
+    }
+    progress = record.progress
+    if progress is not None:
+        view["waves"] = [
+            {
+                "index": index,
+                "name": wave.name,
+                "phase": wave.phase,
+                "state": _wave_state(progress, index, wave, record.resume_at),
+                "counts": dict(Counter(row.outcome for row in wave.rows)),
+                "rows": [_row(row) for row in wave.rows],
+            }
+            for index, wave in enumerate(progress.waves)
+        ]
+        view["counts"] = progress.counts()
+        view["current_wave"] = progress.current()
+        view["budget"] = {
+            "allowed_failures": progress.allowed_failures,
+            "failures": len(progress.failures),
+            "exceeded": progress.budget_exceeded,
+        }
+        canary = next((wave for wave in progress.waves if wave.name == CANARY), None)
+        if canary is not None:
+            view["canary"] = {"failed": progress.canary_failed, "deployments": [row.name for row in canary.rows]}
+        view["paused_before"] = progress.paused_before
+    elif record.table is not None:
+        view["waves"] = _waves_from_table(record.table)
+        view["counts"] = dict(Counter(str(row.get("outcome")) for row in record.table))
+        failures = sum(row.get("outcome") in FAILURE_OUTCOMES for row in record.table)
+        view["budget"] = {"allowed_failures": None, "failures": failures, "exceeded": bool(view["stopped"])}
+        canary_rows = [row for row in record.table if row.get("wave") == CANARY]
+        if canary_rows:
+            view["canary"] = {
+                "failed": any(row.get("outcome") in FAILURE_OUTCOMES for row in canary_rows),
+                "deployments": [row.get("name") for row in canary_rows],
+            }
+    return view
+
+
+__all__ = [
+    "BUILD_FIELDS",
+    "build_of",
+    "deployment_summary",
+    "event_rollout",
+    "fleet_view",
+    "newest_rollout",
+    "revision_entry",
+    "revision_marks",
+    "touch_rollout",
+]

@@ -1,0 +1,413 @@
+// The Rollouts view's pages: plain JavaScript, no build step, no dependency.
+// Every text from the service or from Airflow is set with textContent (never parsed as HTML).
+"use strict";
+
+const BODY = document.body;
+const APP = BODY.dataset.appPath || "/deployment-service/";
+const AIRFLOW = BODY.dataset.airflowRoot || "/";
+const VIEW = document.getElementById("view");
+const FLEET_POLL_MS = 2000;
+const DEPLOYMENT_POLL_MS = { busy: 5000, idle: 30000 };
+const PAGE_ROWS = 250;
+
+const STATUS_TONE = {
+  READY: "ok", DEPLOYED: "ok", landed: "ok", unchanged: "ok", rolled_out: "ok", revision_live: "ok",
+  success: "ok", done: "ok",
+  AWAITING_DATABASE: "run", CREATING: "run", QUEUED: "run", AWAITING_BUILD: "run", BUILDING: "run",
+  AWAITING_DEPLOY: "run", DEPLOYING: "run", rolling_out: "run", running: "run", deferred: "run",
+  queued: "run", scheduled: "run", "rolling out": "run", verifying: "run", "rolling back": "warn", paused: "warn",
+  UNUSED: "warn", AWAITING_DELETE: "warn", rolled_back: "warn", up_for_retry: "warn", status_changed: "warn",
+  not_patched: "off", pending: "off",
+  failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
+  revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
+};
+
+// ------------------------------------------------------------------------------------------ helpers
+function h(tag, attrs, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") element.addEventListener(name.slice(2), value);
+    else if (name === "class") element.className = value;
+    else element.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return element;
+}
+
+function badge(text, title) {
+  const label = text === null || text === undefined || text === "" ? "—" : String(text);
+  return h("span", { class: `badge ${STATUS_TONE[label] || ""}`, title: title || null, "data-badge": label }, label.replaceAll("_", " "));
+}
+
+function shortId(id) {
+  return id ? h("code", { title: id }, String(id).slice(0, 8)) : h("span", { class: "muted" }, "—");
+}
+
+function when(iso) {
+  if (!iso) return h("span", { class: "muted" }, "—");
+  const date = new Date(iso);
+  const seconds = Math.round((Date.now() - date.getTime()) / 1000);
+  let text;
+  if (Math.abs(seconds) < 60) text = seconds >= 0 ? `${seconds} s ago` : `in ${-seconds} s`;
+  else if (Math.abs(seconds) < 3600) text = seconds >= 0 ? `${Math.round(seconds / 60)} min ago` : `in ${Math.round(-seconds / 60)} min`;
+  else if (Math.abs(seconds) < 86400) text = `${Math.round(seconds / 3600)} h ago`;
+  else text = date.toLocaleString();
+  return h("time", { datetime: iso, title: date.toLocaleString(), class: "nowrap" }, text);
+}
+
+function buildText(build) {
+  if (!build || Object.keys(build).length === 0) return h("span", { class: "muted" }, "—");
+  const main = build.image_uri || build.repo_ref || build.source_tarball_path || build.graph_config_path || "";
+  const parts = [h("code", {}, main)];
+  if (build.repo_commit_sha) parts.push(" ", h("code", { class: "muted", title: build.repo_commit_sha }, `@${build.repo_commit_sha.slice(0, 8)}`));
+  return h("span", {}, parts);
+}
+
+function analysisDetails(analysis) {
+  if (analysis === null || analysis === undefined) return null;
+  const list = h("dl", { class: "kv" });
+  const add = (key, value) => {
+    list.append(h("dt", {}, key), h("dd", {}, typeof value === "object" && value !== null ? JSON.stringify(value) : String(value)));
+  };
+  if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) add(key, value);
+  else add("analysis", analysis);
+  const verdict = typeof analysis === "object" && analysis !== null ? analysis.verdict || analysis.status : null;
+  return h("details", { class: "analysis" }, h("summary", {}, verdict ? `analysis: ${verdict}` : "analysis"), list);
+}
+
+function taskLink(item, label) {
+  if (!item || !item.ti_path) return h("span", { class: "muted" }, item && item.origin ? item.origin : "—");
+  return h("a", { href: item.ti_path, target: "_top", title: `${item.dag_id} / ${item.run_id} / ${item.task_id}` }, label || `${item.dag_id} › ${item.task_id}`);
+}
+
+function query() {
+  return new URLSearchParams(window.location.search);
+}
+
+function setQuery(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value) search.set(name, value);
+  const text = search.toString();
+  window.history.replaceState(null, "", `${window.location.pathname}${text ? `?${text}` : ""}`);
+}
+
+async function getJSON(path, params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params || {})) if (value !== null && value !== undefined && value !== "") search.set(name, value);
+  const url = `${APP}${path}${search.toString() ? `?${search}` : ""}`;
+  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      const body = await response.json();
+      detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+    } catch (error) { /* keep the status text */ }
+    const error = new Error(`${response.status}: ${detail}`);
+    error.status = response.status;
+    throw error;
+  }
+  return response.json();
+}
+
+function showError(target, error) {
+  const text = error.status === 401 ? "You are not logged in to Airflow (401). Log in and reload."
+    : error.message || String(error);
+  target.replaceChildren(h("div", { class: "error", role: "alert", "data-error": error.status || "" }, text));
+}
+
+function applyColourMode() {
+  let dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+  try {
+    const parent = window.parent && window.parent !== window ? window.parent.document.documentElement : null;
+    if (parent) dark = parent.classList.contains("dark") || parent.style.colorScheme === "dark";
+  } catch (error) { /* not framed by the UI */ }
+  document.documentElement.classList.toggle("dark", Boolean(dark));
+}
+
+// -------------------------------------------------------------------------------- deployments page
+async function deploymentsPage() {
+  const params = query();
+  const state = {
+    conn_id: params.get("conn_id") || "",
+    name_contains: params.get("name_contains") || "",
+    tag_value_ids: params.get("tag_value_ids") || "",
+    status: params.get("status") || "",
+    deployment_type: params.get("deployment_type") || "",
+  };
+  let known = { connections: [], default: "deployment_service_default" };
+  try {
+    known = await getJSON("api/connections");
+  } catch (error) {
+    showError(VIEW, error);
+    return;
+  }
+  if (!state.conn_id) state.conn_id = known.connections.includes(known.default) || !known.connections.length ? known.default : known.connections[0];
+
+  const connections = h("datalist", { id: "connections" }, [...new Set([known.default, ...known.connections])].map((id) => h("option", { value: id })));
+  const field = (label, input) => h("label", {}, label, input);
+  const inputs = {
+    conn_id: h("input", { name: "conn_id", list: "connections", value: state.conn_id, "aria-label": "Connection" }),
+    name_contains: h("input", { name: "name_contains", value: state.name_contains, placeholder: "part of a name" }),
+    tag_value_ids: h("input", { name: "tag_value_ids", value: state.tag_value_ids, placeholder: "tag value ids, comma-separated" }),
+    status: h("select", { name: "status" }, ["", "READY", "AWAITING_DATABASE", "UNUSED", "AWAITING_DELETE", "UNKNOWN"].map((value) => h("option", { value, selected: value === state.status }, value || "any"))),
+    deployment_type: h("select", { name: "deployment_type" }, ["", "dev_free", "dev", "prod"].map((value) => h("option", { value, selected: value === state.deployment_type }, value || "any"))),
+  };
+  const results = h("section", { id: "results" }, h("p", { class: "muted" }, "Loading deployments…"));
+  const form = h("form", { class: "toolbar", onsubmit: (event) => { event.preventDefault(); load(); } },
+    field("Connection", inputs.conn_id), connections,
+    field("Name", inputs.name_contains), field("Tag value", inputs.tag_value_ids),
+    field("Status", inputs.status), field("Type", inputs.deployment_type),
+    h("button", { class: "primary", type: "submit" }, "Show"));
+  VIEW.replaceChildren(
+    h("div", { class: "row" }, h("h1", {}, "Deployments"), h("span", { class: "spacer" }),
+      h("span", { class: "muted small" }, "Deployment Management Service · Rollouts view")),
+    h("p", { class: "muted" }, "Every deployment of a connection, what it serves, and the last rollout that touched it."),
+    form, results);
+
+  async function load() {
+    for (const name of Object.keys(state)) state[name] = inputs[name].value.trim();
+    setQuery(state);
+    results.replaceChildren(h("p", { class: "muted" }, "Loading deployments…"));
+    try {
+      renderDeployments(results, await getJSON("api/deployments", state), state.conn_id);
+    } catch (error) {
+      showError(results, error);
+    }
+  }
+  await load();
+}
+
+function renderDeployments(target, data, connId) {
+  const rows = data.deployments;
+  const differ = rows.filter((row) => row.revisions_differ).length;
+  const running = rows.filter((row) => row.last_rollout && row.last_rollout.running).length;
+  const summary = h("div", { class: "row muted small", id: "summary" },
+    `${rows.length} deployment${rows.length === 1 ? "" : "s"}`,
+    data.truncated ? h("span", { class: "flag" }, `only the first ${data.max_deployments}`) : null,
+    differ ? h("span", { class: "flag" }, `${differ} with latest ≠ active revision`) : null,
+    running ? h("span", { class: "badge run" }, `${running} being rolled out`) : null,
+    h("span", { class: "spacer" }), "answered ", when(data.fetched_at));
+  const body = h("tbody");
+  const table = h("table", { id: "deployments" },
+    h("thead", {}, h("tr", {}, ["Name", "Status", "Type", "Source", "Serving", "Active / latest revision", "Last rollout"].map((title) => h("th", {}, title)))),
+    body);
+  let shown = 0;
+  const more = h("button", { class: "more", onclick: () => page() }, "");
+  function page() {
+    for (const row of rows.slice(shown, shown + PAGE_ROWS)) body.append(deploymentRow(row, connId));
+    shown = Math.min(rows.length, shown + PAGE_ROWS);
+    more.textContent = `Show ${Math.min(PAGE_ROWS, rows.length - shown)} more of ${rows.length - shown}`;
+    more.hidden = shown >= rows.length;
+  }
+  page();
+  target.replaceChildren(summary, rows.length ? table : h("p", { class: "muted" }, "No deployment matches."), more);
+}
+
+function deploymentRow(row, connId) {
+  const link = `${APP}deployments/${encodeURIComponent(row.id)}?conn_id=${encodeURIComponent(connId)}`;
+  const revisions = h("td", { class: "nowrap" }, shortId(row.active_revision_id));
+  if (row.revisions_differ) revisions.append(" ", h("span", { class: "flag", title: "The latest revision is not the active one: a rollout in progress, or its build failed" }, "latest ≠ active"), " ", shortId(row.latest_revision_id));
+  const serving = row.serving ? buildText(row.serving)
+    : h("span", { class: "muted", title: "The active revision's build is on the deployment's page" }, "see revisions");
+  return h("tr", { "data-deployment": row.name, "data-differ": row.revisions_differ ? "true" : "false" },
+    h("td", {}, h("a", { href: link }, row.name), h("div", { class: "muted small" }, shortId(row.id))),
+    h("td", {}, badge(row.status)),
+    h("td", {}, row.deployment_type || h("span", { class: "muted" }, "—")),
+    h("td", {}, row.source),
+    h("td", {}, serving, row.revisions_differ && Object.keys(row.latest_build || {}).length ? h("div", { class: "muted small" }, "latest: ", buildText(row.latest_build)) : null),
+    revisions,
+    h("td", {}, lastRollout(row.last_rollout)));
+}
+
+function lastRollout(rollout) {
+  if (!rollout) return h("span", { class: "muted" }, "none recorded");
+  const label = rollout.running ? "rolling out" : rollout.outcome;
+  return h("div", { "data-last-rollout": label },
+    badge(label, rollout.message || null), " ", when(rollout.at),
+    h("div", { class: "small" }, taskLink(rollout), rollout.wave ? h("span", { class: "muted" }, ` · ${rollout.wave}`) : null),
+    rollout.tab_path ? h("div", { class: "small" }, h("a", { href: rollout.tab_path, target: "_top" }, "fleet rollout ›")) : null);
+}
+
+// -------------------------------------------------------------------------------- deployment page
+async function deploymentPage() {
+  const id = decodeURIComponent(window.location.pathname.replace(/\/+$/, "").split("/").pop());
+  const connId = query().get("conn_id") || "";
+  const back = `${APP}deployments${connId ? `?conn_id=${encodeURIComponent(connId)}` : ""}`;
+  const content = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+  VIEW.replaceChildren(h("div", { class: "crumbs" }, h("a", { href: back }, "← Deployments")), content);
+  let timer = null;
+  async function load() {
+    try {
+      const data = await getJSON(`api/deployments/${encodeURIComponent(id)}`, { conn_id: connId });
+      renderDeployment(content, data);
+      const busy = data.running.length > 0 || data.deployment.revisions_differ;
+      timer = setTimeout(load, busy ? DEPLOYMENT_POLL_MS.busy : DEPLOYMENT_POLL_MS.idle);
+    } catch (error) {
+      showError(content, error);
+      if (error.status >= 500) timer = setTimeout(load, DEPLOYMENT_POLL_MS.idle);
+    }
+  }
+  await load();
+  return () => clearTimeout(timer);
+}
+
+function renderDeployment(target, data) {
+  const d = data.deployment;
+  const card = (label, value) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
+  const latest = data.revisions.find((revision) => revision.latest);
+  const pieces = [
+    h("div", { class: "row" }, h("h1", { id: "deployment-name" }, d.name), badge(d.status),
+      d.url ? h("a", { href: d.url, target: "_blank", rel: "noopener noreferrer", class: "small" }, d.url) : null),
+    h("div", { class: "muted small" }, h("code", {}, d.id), ` · ${d.source} · ${d.deployment_type || "type not reported"} · updated `, when(d.updated_at)),
+    h("div", { class: "cards" },
+      card("Serving", buildText(d.serving)),
+      card("Active revision", shortId(d.active_revision_id)),
+      card("Latest revision", h("span", {}, shortId(d.latest_revision_id), latest && latest.status ? [" ", badge(latest.status)] : null))),
+  ];
+  if (d.revisions_differ) {
+    const reason = latest && latest.status ? `its status is ${latest.status}` : "a rollout in progress, or its build failed";
+    pieces.push(h("div", { class: "callout warn", id: "differ" }, `The latest revision is not the active one (${reason}).`));
+  }
+  if (data.running.length) {
+    pieces.push(h("h2", {}, "Rolling out now"), h("table", { id: "running" },
+      h("thead", {}, h("tr", {}, ["Task", "Wave", "Outcome so far", "To revision", "Since"].map((title) => h("th", {}, title)))),
+      h("tbody", {}, data.running.map((rollout) => h("tr", {},
+        h("td", {}, taskLink(rollout), rollout.tab_path ? [" ", h("a", { href: rollout.tab_path, target: "_top", class: "small" }, "fleet rollout ›")] : null),
+        h("td", {}, rollout.wave || "—"), h("td", {}, badge(rollout.outcome, rollout.message)),
+        h("td", {}, shortId(rollout.revision_id)), h("td", {}, when(rollout.at)))))));
+  }
+  pieces.push(h("h2", {}, "Revisions"));
+  if (!data.revisions_available) {
+    pieces.push(h("p", { class: "callout info" }, "The service has no revision endpoint: these are the revisions the deployment and Airflow's records name."));
+  }
+  pieces.push(h("table", { id: "revisions" },
+    h("thead", {}, h("tr", {}, ["Revision", "Status", "Created", "Build", "Rolled out or back by"].map((title) => h("th", {}, title)))),
+    h("tbody", {}, data.revisions.map((revision) => h("tr", { "data-revision": revision.id },
+      h("td", { class: "nowrap" }, shortId(revision.id), revision.active ? [" ", h("span", { class: "badge ok" }, "active")] : null,
+        revision.latest && !revision.active ? [" ", h("span", { class: "badge run" }, "latest")] : null),
+      h("td", {}, revision.status ? badge(revision.status) : h("span", { class: "muted" }, "—")),
+      h("td", {}, when(revision.created_at)),
+      h("td", {}, buildText(revision.build)),
+      h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role },
+        badge(mark.role, mark.message || null), " ", taskLink(mark), " ", when(mark.at), analysisDetails(mark.analysis)))
+        : h("span", { class: "muted" }, "not by Airflow")))))));
+  pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · rollouts from the provider's asset events and fleet progress, for the DAGs you may read."));
+  target.replaceChildren(...pieces);
+}
+
+// -------------------------------------------------------------------------------- fleet tab
+async function fleetPage() {
+  const params = query();
+  const key = {
+    dag_id: params.get("dag_id"), run_id: params.get("run_id"), task_id: params.get("task_id"),
+    map_index: params.get("map_index") || "-1",
+  };
+  const content = h("div", {}, h("p", { class: "muted" }, "Loading the fleet rollout…"));
+  VIEW.replaceChildren(content);
+  async function load() {
+    let data;
+    try {
+      data = await getJSON("api/fleet", key);
+    } catch (error) {
+      showError(content, error);
+      if (!error.status || error.status >= 500) setTimeout(load, FLEET_POLL_MS * 5);
+      return;
+    }
+    renderFleet(content, data);
+    if (data.task.running) setTimeout(load, FLEET_POLL_MS);
+  }
+  await load();
+}
+
+function renderFleet(target, data) {
+  const task = data.task;
+  if (!data.is_fleet) {
+    target.replaceChildren(h("div", { class: "callout info", id: "not-fleet" },
+      `Task ${task.task_id} (${task.operator || "unknown operator"}) is not a fleet rollout: this tab shows the waves of FleetRolloutOperator tasks. `,
+      h("a", { href: `${AIRFLOW}plugin/rollouts`, target: "_top" }, "Open the Rollouts view")));
+    return;
+  }
+  const pieces = [h("div", { class: "row" }, h("h1", {}, "Fleet rollout"), badge(task.state), h("span", { class: "muted" }, `try ${task.try_number}`),
+    h("span", { class: "spacer" }), h("span", { class: "muted small", id: "updated" }, task.running ? "live · " : "", "recorded ", when(data.updated_at || task.end_date)))];
+  if (!data.waves.length) {
+    const why = data.stored_elsewhere ? "Its progress is kept by a worker-side state store backend; it shows here from XCom once the task ends."
+      : task.running ? "The task has not planned its waves yet." : "No progress was recorded for this task.";
+    pieces.push(h("div", { class: "callout info", id: "no-progress" }, why));
+    target.replaceChildren(...pieces);
+    return;
+  }
+  const counts = data.counts || {};
+  const total = Object.values(counts).reduce((sum, count) => sum + count, 0);
+  const budget = data.budget || {};
+  const card = (label, value, extra) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), extra || null);
+  const allowed = budget.allowed_failures;
+  const used = allowed === null || allowed === undefined ? null : Math.min(100, Math.round(100 * budget.failures / Math.max(1, allowed + 1)));
+  pieces.push(h("div", { class: "cards", id: "fleet-summary" },
+    card("Deployments", `${total} in ${data.waves.length} wave${data.waves.length === 1 ? "" : "s"}`,
+      h("div", { class: "small muted" }, countsText(counts))),
+    card("Failures", allowed === null || allowed === undefined ? `${budget.failures}` : `${budget.failures} of ${allowed} allowed`,
+      used === null ? null : h("div", { class: `meter ${budget.exceeded ? "bad" : ""}` }, h("span", { style: null, "data-width": used }))),
+    card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
+    card("Now", nowText(data))));
+  if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
+  if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
+  for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id));
+  if (data.approvals && data.approvals.length) {
+    pieces.push(h("h2", {}, "Approvals in this DAG run"), h("table", { id: "approvals" },
+      h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
+      h("tbody", {}, data.approvals.map((approval) => h("tr", {},
+        h("td", {}, approval.task_id), h("td", { class: "msg" }, approval.subject), h("td", {}, badge(approval.state)),
+        h("td", {}, approval.chosen_options ? approval.chosen_options.join(", ") : h("span", { class: "muted" }, "waiting")),
+        h("td", {}, approval.responded_by || "—"), h("td", {}, when(approval.responded_at || approval.created_at)))))));
+  }
+  pieces.push(h("p", { class: "muted small" }, `Progress from ${data.source === "task_state_store" ? "the task state store (written as the task goes)" : data.source === "trigger" ? "the waiting trigger" : "the task's XCom (it ended)"}. `,
+    h("a", { href: task.ti_path, target: "_top" }, "Task instance"), " · ", h("a", { href: task.run_path, target: "_top" }, "DAG run")));
+  target.replaceChildren(...pieces);
+  for (const meter of target.querySelectorAll("[data-width]")) meter.style.width = `${meter.dataset.width}%`;
+}
+
+function canaryState(data) {
+  const canary = data.waves.find((wave) => wave.name === "canary");
+  return canary ? canary.state : "pending";
+}
+
+function nowText(data) {
+  if (!data.task.running) return h("span", {}, badge(data.task.state), " ", when(data.task.end_date));
+  const current = data.waves.find((wave) => wave.index === data.current_wave);
+  return current ? h("span", {}, `${current.name}: `, badge(current.state)) : h("span", {}, "finishing");
+}
+
+function countsText(counts) {
+  return Object.entries(counts).map(([outcome, count]) => `${count} ${outcome.replaceAll("_", " ")}`).join(" · ");
+}
+
+function deploymentLink(row, connId) {
+  if (!connId || !row.deployment_id) return row.name;
+  const path = `${AIRFLOW}plugin/rollouts${APP}deployments/${encodeURIComponent(row.deployment_id)}?conn_id=${encodeURIComponent(connId)}`;
+  return h("a", { href: path, target: "_top", title: "This deployment in the Rollouts view" }, row.name);
+}
+
+function waveSection(wave, current, connId) {
+  const counts = h("span", { class: "muted small" }, countsText(wave.counts));
+  return h("section", { class: `wave ${current ? "current" : ""}`, "data-wave": wave.name, "data-wave-state": wave.state },
+    h("header", {}, h("h3", {}, wave.name), badge(wave.state), h("span", { class: "small" }, counts),
+      h("span", { class: "spacer" }), h("span", { class: "muted small" }, `${wave.rows.length} deployment${wave.rows.length === 1 ? "" : "s"}`)),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["Deployment", "Outcome", "From → to revision", "Rolled back to", "Seconds", "Message"].map((title) => h("th", {}, title)))),
+      h("tbody", {}, wave.rows.map((row) => h("tr", { "data-row": row.name, "data-outcome": row.outcome },
+        h("td", {}, deploymentLink(row, connId), h("div", { class: "muted small" }, shortId(row.deployment_id))),
+        h("td", {}, badge(row.outcome), analysisDetails(row.analysis)),
+        h("td", { class: "nowrap" }, shortId(row.from_revision), " → ", shortId(row.to_revision)),
+        h("td", {}, row.rollback_revision ? shortId(row.rollback_revision) : h("span", { class: "muted" }, "—")),
+        h("td", {}, row.seconds === null || row.seconds === undefined ? "—" : String(row.seconds)),
+        h("td", { class: "msg" }, row.message))))));
+}
+
+// ------------------------------------------------------------------------------------------ start
+applyColourMode();
+const PAGES = { deployments: deploymentsPage, deployment: deploymentPage, fleet: fleetPage };
+(PAGES[BODY.dataset.page] || deploymentsPage)().catch((error) => showError(VIEW, error));

@@ -1,0 +1,208 @@
+"""Every route of the Rollouts view refuses a request without an Airflow user, and its data routes refuse a
+user without read access to the connection or the DAG, through Airflow's real auth dependency and auth
+manager. A refused request never reaches the service."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from airflow_provider.assets import deployment_asset_uri
+from tests.tasks.conftest import connection_json, seed
+
+ROUTES = [
+    "/deployment-service/",
+    "/deployment-service/deployments",
+    "/deployment-service/deployments/00000000-0000-4000-8000-000000000001",
+    "/deployment-service/fleet?dag_id=d&run_id=r&task_id=t",
+    "/deployment-service/static/rollouts.js",
+    "/deployment-service/static/rollouts.css",
+    "/deployment-service/static/rollouts.svg",
+    "/deployment-service/api/connections",
+    "/deployment-service/api/deployments",
+    "/deployment-service/api/deployments/00000000-0000-4000-8000-000000000001",
+    "/deployment-service/api/fleet?dag_id=d&run_id=r&task_id=t",
+]
+VISIBLE_DAG = "rollouts_view_visible"
+HIDDEN_DAG = "rollouts_view_hidden"
+
+
+@pytest.fixture
+def fleet_service(deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An emulator with three fresh deployments (new ids: no other test's records name them) behind
+    ``deployment_service_default``."""
+    server = deployment_service_emulator_factory(data=seed(3))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
+        connection_json(server.base_url, server.api_key, backoff_initial=0.01, backoff_max=0.02),
+    )
+    server.admin.reset_requests()
+    return server
+
+
+def service_requests(server: Any) -> list[str]:
+    return [record["route"] for record in server.admin.requests() if record["route"].startswith(("GET", "PATCH"))]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_refuses_a_request_without_a_user(view: Callable[..., TestClient], route: str) -> None:
+    answer = view().get(route, follow_redirects=False)
+    assert answer.status_code == 401, f"{route} answered {answer.status_code}: {answer.text[:300]}"
+    assert answer.json() == {"detail": "Not authenticated"}
+
+
+@pytest.mark.parametrize("route", ["/deployment-service/deployments", "/deployment-service/api/connections"])
+def test_a_forged_token_is_refused(view: Callable[..., TestClient], route: str, token: Callable[[str], str]) -> None:
+    forged = token("admin")[:-4] + "AAAA"
+    assert view(cookie=forged).get(route).status_code == 403
+    assert view(bearer=forged).get(route).status_code == 403
+
+
+def test_the_ui_cookie_and_a_bearer_header_both_authenticate(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any
+) -> None:
+    for client in (view(cookie=token("op")), view(bearer=token("op"))):
+        page = client.get("/deployment-service/deployments")
+        assert page.status_code == 200 and 'data-page="deployments"' in page.text
+        listed = client.get("/deployment-service/api/deployments").json()["deployments"]
+        assert sorted(row["name"] for row in listed) == ["app-0000", "app-0001", "app-0002"]
+
+
+@pytest.mark.parametrize("role", ["viewer", "user"])
+def test_a_user_without_read_access_to_the_connection_is_refused_before_any_request(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, role: str
+) -> None:
+    client = view(cookie=token(role))
+    some_id = fleet_service.admin.find_deployment("app-0000")["id"]
+    for route in ("/deployment-service/api/deployments", f"/deployment-service/api/deployments/{some_id}"):
+        answer = client.get(route, params={"conn_id": "deployment_service_default"})
+        assert answer.status_code == 403, f"{role} on {route}: {answer.status_code} {answer.text[:300]}"
+        assert "may not read connection 'deployment_service_default'" in answer.json()["detail"]
+    assert service_requests(fleet_service) == []
+
+
+def test_a_connection_id_that_cannot_be_one_is_refused_naming_the_field(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any
+) -> None:
+    answer = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"conn_id": "../etc"})
+    assert answer.status_code == 422 and "conn_id must be a connection id" in answer.json()["detail"]
+    bad_status = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"status": "GREEN"})
+    assert bad_status.status_code == 422 and "status" in bad_status.json()["detail"]
+    assert service_requests(fleet_service) == []
+
+
+# ------------------------------------------------------------------------------------ per-DAG access
+@pytest.fixture
+def dag_scoped_manager(auth_manager: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An auth manager that lets everyone read connections and every DAG but :data:`HIDDEN_DAG` (the simple
+    auth manager has no per-DAG permissions; this stands for one that does)."""
+    from airflow.api_fastapi import app as api_app
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    class DagScoped(SimpleAuthManager):
+        def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+            if details is not None and details.id == HIDDEN_DAG:
+                return False
+            return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+    monkeypatch.setattr(api_app._AuthManagerState, "instance", DagScoped())
+    yield api_app._AuthManagerState.instance
+
+
+def add_dags_and_events(deployment_id: str) -> None:
+    """Two DAGs in the metadata database, and one asset event from each on the deployment's asset: the
+    hidden DAG's is the newer."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    uri = deployment_asset_uri(deployment_id)
+    now = datetime.now(timezone.utc)
+    with create_session() as session:
+        if session.get(DagBundleModel, "rollouts-view-tests") is None:
+            session.add(DagBundleModel(name="rollouts-view-tests"))
+            session.flush()
+        for dag_id in (VISIBLE_DAG, HIDDEN_DAG):
+            if session.get(DagModel, dag_id) is None:
+                session.add(
+                    DagModel(
+                        dag_id=dag_id,
+                        bundle_name="rollouts-view-tests",
+                        max_active_tasks=16,
+                        max_consecutive_failed_dag_runs=0,
+                        has_task_concurrency_limits=False,
+                        is_stale=False,
+                    )
+                )
+        asset = session.scalar(select(AssetModel).where(AssetModel.uri == uri))
+        if asset is None:
+            asset = AssetModel(name=uri, uri=uri, group="asset")
+            session.add(asset)
+            session.flush()
+        for dag_id, at, outcome in ((VISIBLE_DAG, now - timedelta(minutes=5), "rolled_out"), (HIDDEN_DAG, now, "x")):
+            extra = {"kind": "revision_live", "deployment_id": deployment_id, "outcome": outcome, "origin": "task"}
+            session.add(
+                AssetEvent(
+                    asset_id=asset.id,
+                    extra=extra,
+                    source_dag_id=dag_id,
+                    source_task_id="roll_out",
+                    source_run_id=f"manual__{uuid.uuid4().hex[:8]}",
+                    source_map_index=-1,
+                    timestamp=at,
+                )
+            )
+
+
+def test_rollouts_of_a_dag_the_user_may_not_read_are_left_out(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, dag_scoped_manager: Any
+) -> None:
+    deployment_id = fleet_service.admin.find_deployment("app-0001")["id"]
+    add_dags_and_events(deployment_id)
+    client = view(cookie=token("op"))
+    rows = {row["name"]: row for row in client.get("/deployment-service/api/deployments").json()["deployments"]}
+    assert rows["app-0001"]["last_rollout"]["dag_id"] == VISIBLE_DAG  # the hidden DAG's newer event is not shown
+    assert rows["app-0001"]["last_rollout"]["outcome"] == "rolled_out"
+    page = client.get(f"/deployment-service/api/deployments/{deployment_id}").json()
+    assert {rollout["dag_id"] for rollout in page["rollouts"]} == {VISIBLE_DAG}
+    assert HIDDEN_DAG not in str(page)
+
+
+def test_the_fleet_tab_of_a_dag_the_user_may_not_read_is_refused(
+    view: Callable[..., TestClient], token: Callable[[str], str], dag_scoped_manager: Any
+) -> None:
+    client = view(cookie=token("admin"))
+    params = {"dag_id": HIDDEN_DAG, "run_id": "manual__1", "task_id": "roll_out"}
+    answer = client.get("/deployment-service/api/fleet", params=params)
+    assert answer.status_code == 403 and f"may not read DAG '{HIDDEN_DAG}'" in answer.json()["detail"]
+    missing = client.get("/deployment-service/api/fleet", params={**params, "dag_id": VISIBLE_DAG})
+    assert missing.status_code == 404  # readable DAG: the refusal above was about access, not existence
+
+
+def test_only_readable_connections_of_the_provider_are_offered(
+    view: Callable[..., TestClient], token: Callable[[str], str]
+) -> None:
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+
+    names = {f"rollouts_view_{uuid.uuid4().hex[:6]}": "deployment_service", f"other_{uuid.uuid4().hex[:6]}": "http"}
+    with create_session() as session:
+        for conn_id, conn_type in names.items():
+            session.add(Connection(conn_id=conn_id, conn_type=conn_type, password="not-shown-anywhere"))
+    try:
+        ours = next(conn_id for conn_id, conn_type in names.items() if conn_type == "deployment_service")
+        offered = view(cookie=token("op")).get("/deployment-service/api/connections").json()
+        other = next(conn_id for conn_id, conn_type in names.items() if conn_type != "deployment_service")
+        assert ours in offered["connections"] and other not in offered["connections"]
+        assert "not-shown-anywhere" not in str(offered)
+        assert view(cookie=token("viewer")).get("/deployment-service/api/connections").json()["connections"] == []
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id.in_(list(names))).delete(synchronize_session=False)

@@ -1,0 +1,352 @@
+"""The Rollouts view in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright, no
+browser download) against a real ``airflow api-server`` with the provider installed and the emulator behind
+the connection.
+
+The test logs in through Airflow's login page, opens the Rollouts entry of the navigation (the emulator's
+deployments appear), opens the Fleet rollout tab of a ``FleetRolloutOperator`` task that ``airflow dags
+test`` runs meanwhile (``tests/plugins/dags/rollouts_view_fleet.py``: held until the browser is on the tab),
+and watches the waves go from nothing to done without a reload; then the deployment list and a deployment's
+page show that rollout, and requests without a user are refused.
+
+Screenshots go to ``.e2e/rollouts-view/``; with ``ROLLOUTS_VIEW_SCREENSHOTS=docs/_static`` they also
+replace the documentation's (``docs/_static/rollouts-view-*.png``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.conftest import PRISTINE_DB, REPO_ROOT
+from tests.e2e.e2e_airflow import Emulator, ManagedProcess, child_env, free_port, wait_until
+
+CHROMIUM = Path(os.environ.get("ROLLOUTS_VIEW_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = REPO_ROOT / ".e2e" / "rollouts-view"
+SHOTS_ENV = "ROLLOUTS_VIEW_SCREENSHOTS"
+DAG_ID = "rollouts_view_fleet"
+FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "search-dev", "support-bot-staging"]
+FLEET.append("support-bot-prod")
+FAILING = "search-dev"
+PASSWORDS = {"admin": secrets.token_urlsafe(12), "viewer": secrets.token_urlsafe(12)}
+STEP_TIMEOUT = 60.0
+"""Longest wait of any one step (the API server's start, the run's start, the rollout)."""
+UI_TIMEOUT_MS = 15_000
+"""Longest wait for one element of a page."""
+
+
+@dataclass
+class Stack:
+    """The running services of the test."""
+
+    base_url: str
+    home: Path
+    emulator: Emulator
+    api: ManagedProcess
+    dag_test: ManagedProcess
+    go_file: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def diagnostics(self) -> str:
+        return "\n".join(process.tail(30) for process in (self.api, self.dag_test, self.emulator.process))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The emulator, an API server on an empty database and ``airflow dags test`` of the fleet DAG (held at
+    its first task), all started at once; stopped by process group at the end."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`make .venv/.installed` does)")
+    started = time.monotonic()
+    home = tmp_path_factory.mktemp("rollouts-view-airflow")
+    shutil.copyfile(PRISTINE_DB, home / "airflow.db")
+    bin_dir = Path(sys.executable).parent
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    (home / "passwords.json").write_text(json.dumps(PASSWORDS))
+    emulator = Emulator(bin_dir / "python", home, build_seconds=2.0, ready_seconds=0.5).__enter__()
+    processes: list[ManagedProcess] = []
+    try:
+        env = child_env(bin_dir)
+        env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "tests" / "plugins" / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+                "AIRFLOW__API__BASE_URL": base_url,
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(24),
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT": emulator.connection_json(),
+                "ROLLOUTS_VIEW_GO_FILE": str(home / "go"),
+                "ROLLOUTS_VIEW_POLL_INTERVAL": "0.3",
+            }
+        )
+        emulator.fail_next_build(emulator.deployment(FAILING)["id"], f"compile error in {FAILING}")
+        airflow = str(bin_dir / "airflow")
+        api_command = [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+        processes.append(ManagedProcess("api-server", api_command, env, home / "api-server.log", home).start())
+        processes.append(ManagedProcess("dags-test", [airflow, "dags", "test", DAG_ID], env, home / "dags.log", home))
+        processes[-1].start()
+        running = Stack(base_url, home, emulator, processes[0], processes[1], home / "go")
+
+        def healthy() -> bool:
+            if not running.api.alive:
+                raise AssertionError(f"the API server exited\n{running.api.tail(60)}")
+            try:
+                return httpx.get(f"{base_url}/api/v2/monitor/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(
+            healthy, timeout=STEP_TIMEOUT, what="the API server answers", interval=0.2, diagnostics=running.diagnostics
+        )
+        running.timings["api server up"] = time.monotonic() - started
+        yield running
+    finally:
+        stop_all([*processes, emulator.process])
+        emulator.__exit__(None, None, None)
+
+
+def stop_all(processes: list[ManagedProcess], grace: float = 2.0) -> None:
+    """SIGTERM every process (and what it started) at once, wait up to ``grace`` seconds, SIGKILL the rest."""
+    for process in processes:
+        process.stopped = True
+        process.signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        if process.wait_gone(max(0.0, deadline - time.monotonic())):
+            process.signal_all(signal.SIGKILL)
+            process.wait_gone(5.0)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def save_shot(page: Any, name: str, **options: Any) -> None:
+    """A screenshot into ``.e2e/rollouts-view/`` (and the docs' ``_static`` when asked)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"rollouts-view-{name}.png"
+    page.screenshot(path=str(path), **options)
+    target = os.environ.get(SHOTS_ENV)
+    if target:
+        shutil.copyfile(path, (REPO_ROOT / target) / path.name)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium from Debian, driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+def logged_in(browser: Any, stack: Stack, user: str) -> Any:
+    """A page of a new browser context, logged in through Airflow's login page."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(f"{stack.base_url}/")
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(PASSWORDS[user])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=UI_TIMEOUT_MS)
+    return page
+
+
+def view_frame(page: Any, name: str) -> Any:
+    """The iframe in which the UI shows the view's page ``name`` (``Rollouts``, ``Fleet rollout``)."""
+    page.locator(f"iframe[title='{name}']").wait_for()
+    return page.frame_locator(f"iframe[title='{name}']")
+
+
+def page_text(frame: Any) -> str:
+    try:
+        return str(frame.locator("body").inner_text(timeout=2000))[:2000]
+    except Exception as err:  # the frame itself may be what failed
+        return f"(could not read the page: {err})"
+
+
+def api_token(stack: Stack) -> str:
+    answer = httpx.post(
+        f"{stack.base_url}/auth/token", json={"username": "admin", "password": PASSWORDS["admin"]}, timeout=10
+    )
+    assert answer.status_code == 201, f"POST /auth/token answered {answer.status_code}: {answer.text}"
+    return str(answer.json()["access_token"])
+
+
+def fleet_run_id(stack: Stack, token: str) -> str:
+    """The run ``airflow dags test`` created (it exists a few seconds after the command starts)."""
+
+    def created() -> str | None:
+        if not stack.dag_test.alive and stack.dag_test.popen and stack.dag_test.popen.returncode:
+            raise AssertionError(f"airflow dags test exited\n{stack.dag_test.tail(60)}")
+        answer = httpx.get(
+            f"{stack.base_url}/api/v2/dags/{DAG_ID}/dagRuns", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        runs = answer.json().get("dag_runs", []) if answer.status_code == 200 else []
+        return str(runs[0]["dag_run_id"]) if runs else None
+
+    return wait_until(
+        created, timeout=STEP_TIMEOUT, what="airflow dags test creates its run", diagnostics=stack.diagnostics
+    )
+
+
+def wave_states(frame: Any) -> tuple[tuple[str, str], ...]:
+    states = frame.locator("[data-wave]").evaluate_all("els => els.map(e => [e.dataset.wave, e.dataset.waveState])")
+    return tuple((str(name), str(state)) for name, state in states)
+
+
+# ------------------------------------------------------------------------------------------ tests
+def test_requests_without_a_user_are_refused(stack: Stack, browser: Any) -> None:
+    for path in ("/deployment-service/api/deployments", "/deployment-service/deployments"):
+        answer = httpx.get(f"{stack.base_url}{path}", timeout=10)
+        assert answer.status_code == 401, f"{path}: {answer.status_code} {answer.text[:300]}"
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        response = page.goto(f"{stack.base_url}/deployment-service/deployments")
+        assert response is not None and response.status == 401, page.content()[:500]
+        assert "Not authenticated" in page.content()
+    finally:
+        context.close()
+
+
+def test_a_viewer_without_access_to_the_connection_sees_the_refusal(stack: Stack, browser: Any) -> None:
+    page = logged_in(browser, stack, "viewer")
+    try:
+        page.goto(f"{stack.base_url}/plugin/rollouts")
+        frame = view_frame(page, "Rollouts")
+        error = frame.locator("[data-error]")
+        error.wait_for()
+        assert "may not read connection 'deployment_service_default'" in error.inner_text(), page_text(frame)
+        assert frame.locator("#deployments").count() == 0
+    finally:
+        page.context.close()
+
+
+def test_the_fleet_tab_follows_the_rollout_and_the_pages_show_it(stack: Stack, browser: Any) -> None:
+    page = logged_in(browser, stack, "admin")
+    try:
+        # The navigation entry: every deployment of the emulator.
+        page.get_by_role("link", name="Rollouts").click()
+        page.wait_for_url("**/plugin/rollouts**")
+        frame = view_frame(page, "Rollouts")
+        frame.locator("#deployments tr[data-deployment]").first.wait_for()
+        shown = set(
+            frame.locator("#deployments tr[data-deployment]").evaluate_all(
+                "rows => rows.map(r => r.dataset.deployment)"
+            )
+        )
+        served = {deployment["name"] for deployment in stack.emulator.deployments()}
+        assert shown == served, f"missing: {sorted(served - shown)[:10]}; unexpected: {sorted(shown - served)[:10]}"
+
+        # The fleet task's tab, opened before its first wave starts.
+        run_id = fleet_run_id(stack, api_token(stack))
+        tab = f"{stack.base_url}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/roll_out/plugin/fleet-rollout"
+        page.goto(tab)
+        fleet = view_frame(page, "Fleet rollout")
+        fleet.locator("#no-progress, [data-wave]").first.wait_for()
+        frame_handle = page.locator("iframe[title='Fleet rollout']").element_handle()
+        assert frame_handle is not None
+        tab_frame = frame_handle.content_frame()
+        tab_frame.evaluate("() => { window.rolloutsViewLoadedOnce = true; }")
+        stack.go_file.write_text("go")
+
+        seen: list[tuple[tuple[str, str], ...]] = []
+        midway_shot = False
+
+        def finished() -> bool:
+            if not stack.dag_test.alive and stack.dag_test.popen and stack.dag_test.popen.returncode:
+                raise AssertionError(f"airflow dags test failed\n{stack.dag_test.tail(80)}")
+            states = wave_states(fleet)
+            if not seen or seen[-1] != states:
+                seen.append(states)
+            nonlocal midway_shot
+            done = [state == "done" for _, state in states]
+            if states and any(done) and not all(done) and not midway_shot:
+                save_shot(page, "fleet-running")
+                midway_shot = True
+            task_state = fleet.locator("h1 + [data-badge]").first.get_attribute("data-badge")
+            return bool(states) and all(done) and task_state == "success"
+
+        def what_the_tab_showed() -> str:
+            return f"wave states seen: {seen}\nthe tab shows:\n{page_text(fleet)}\n{stack.diagnostics()}"
+
+        wait_until(
+            finished,
+            timeout=STEP_TIMEOUT,
+            what="the tab shows every wave done",
+            interval=0.25,
+            diagnostics=what_the_tab_showed,
+        )
+        assert tab_frame.evaluate("() => window.rolloutsViewLoadedOnce") is True, "the tab reloaded instead of updating"
+        names = [name for name, _ in seen[-1]]
+        assert names == ["canary", "wave 1", "wave 2", "wave 3"], seen[-1]
+        assert midway_shot, f"never saw a wave done while another was not: {seen}"
+        assert any(not states for states in seen[:1]) or seen[0] != seen[-1], seen
+
+        outcomes = dict(
+            fleet.locator("tr[data-row]").evaluate_all("rows => rows.map(r => [r.dataset.row, r.dataset.outcome])")
+        )
+        assert outcomes == {name: ("failed" if name == FAILING else "landed") for name in FLEET}, outcomes
+        failed_row = fleet.locator(f"tr[data-row='{FAILING}']")
+        assert "BUILD_FAILED" in failed_row.inner_text()
+        assert "1 of 1 allowed" in fleet.locator("#fleet-summary").inner_text()
+        for name in FLEET:  # what the tab says landed is what the service serves
+            deployment = stack.emulator.deployment(name)
+            to_revision = fleet.locator(f"tr[data-row='{name}'] td:nth-child(3) code").nth(1).get_attribute("title")
+            if name == FAILING:
+                assert deployment["active_revision_id"] != deployment["latest_revision_id"] == to_revision
+            else:
+                assert deployment["active_revision_id"] == deployment["latest_revision_id"] == to_revision, name
+                assert deployment["source_revision_config"]["repo_ref"] == "v2.0.0", name
+        save_shot(page, "fleet-done")
+
+        # The deployments list and a deployment's page show the rollout.
+        page.goto(f"{stack.base_url}/plugin/rollouts/deployment-service/deployments?name_contains=checkout-api")
+        frame = view_frame(page, "Rollouts")
+        canary = frame.locator("tr[data-deployment='checkout-api-dev'] [data-last-rollout]")
+        canary.wait_for()
+        assert canary.get_attribute("data-last-rollout") == "rolled_out", page_text(frame)
+        assert DAG_ID in canary.inner_text()
+        save_shot(page, "deployments")
+        frame.get_by_role("link", name="checkout-api-dev", exact=True).click()
+        marks = frame.locator("#revisions [data-role='rolled_out']")
+        marks.first.wait_for()
+        active = stack.emulator.deployment("checkout-api-dev")["active_revision_id"]
+        assert frame.locator(f"#revisions tr[data-revision='{active}'] [data-role='rolled_out']").count() == 1
+        assert "deployments/" in page.url, page.url  # the UI's address follows the view's page
+        save_shot(page, "deployment")
+        stack.timings["test"] = time.monotonic()
+    finally:
+        page.context.close()

@@ -1,0 +1,109 @@
+"""What a page of the Rollouts view costs the service: the batched list (pages of 100), one fetch shared by
+every viewer for the cache's lifetime, failures shared too, and a deployment's history without the optional
+revision endpoint. Requests are counted by the emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from airflow_provider.plugins.rollouts.listing import ServiceReader
+from tests.tasks.conftest import connection_json, seed
+
+LIST_ROUTE = "GET /v2/deployments"
+PAGE = "/deployment-service/api/deployments"
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fleet_of(deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An emulator seeded with ``count`` deployments behind ``deployment_service_default`` (no retries)."""
+
+    def start(count: int, **options: Any) -> Any:
+        server = deployment_service_emulator_factory(data=seed(count), **options)
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
+            connection_json(server.base_url, server.api_key, max_attempts=1),
+        )
+        server.admin.reset_requests()
+        return server
+
+    return start
+
+
+@pytest.mark.parametrize(("count", "pages"), [(10, 1), (100, 2), (250, 3)])
+def test_a_page_load_lists_n_deployments_in_pages_of_100(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any, count: int, pages: int
+) -> None:
+    server = fleet_of(count)
+    answer = view(cookie=token("op")).get(PAGE)
+    assert answer.status_code == 200 and len(answer.json()["deployments"]) == count
+    # A page shorter than 100 ends the listing (the service has no total): 100 deployments take two.
+    assert server.admin.count(LIST_ROUTE) == pages
+    assert [record["query"] for record in server.admin.requests() if record["route"] == LIST_ROUTE][-1].startswith(
+        "limit=100"
+    )
+
+
+def test_ten_viewers_at_once_cost_one_listing_until_the_cache_expires(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(250)
+    server.admin.add_fault("delay", method="GET", path="/v2/deployments", count=None, delay_seconds=0.3)
+    clock = Clock()
+    reader = ServiceReader(ttl=10, clock=clock)
+    clients = [view(cookie=token("op"), reader=reader) for _ in range(10)]
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        answers = list(pool.map(lambda client: client.get(PAGE), clients))
+    assert [answer.status_code for answer in answers] == [200] * 10
+    assert server.admin.count(LIST_ROUTE) == 3  # one viewer's listing, not ten
+    clock.now += 9.9
+    assert clients[0].get(PAGE).status_code == 200 and server.admin.count(LIST_ROUTE) == 3
+    clock.now += 0.2
+    assert clients[0].get(PAGE).status_code == 200 and server.admin.count(LIST_ROUTE) == 6
+    other_filter = clients[1].get(PAGE, params={"name_contains": "app-000"})  # 10 of them
+    assert other_filter.status_code == 200 and server.admin.count(LIST_ROUTE) == 7  # each filter its own listing
+
+
+def test_a_failing_service_is_not_asked_again_by_every_viewer(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(3)
+    server.admin.add_fault("status", method="GET", path="/v2/deployments", count=None, status_code=500)
+    reader = ServiceReader(clock=Clock())
+    first = view(cookie=token("op"), reader=reader).get(PAGE)
+    second = view(cookie=token("admin"), reader=reader).get(PAGE)
+    assert first.status_code == second.status_code == 502
+    assert "the service behind connection 'deployment_service_default' failed" in first.json()["detail"]
+    assert server.admin.count(LIST_ROUTE) == 1
+
+
+def test_a_missing_connection_is_named(view: Callable[..., TestClient], token: Callable[[str], str]) -> None:
+    answer = view(cookie=token("admin")).get(PAGE, params={"conn_id": "no_such_connection"})
+    assert answer.status_code == 404 and answer.json()["detail"] == "connection 'no_such_connection' is not defined"
+
+
+def test_without_the_revision_endpoint_the_history_comes_from_the_deployment(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(1, optional_endpoints=False)
+    deployment = server.admin.find_deployment("app-0000")
+    page = view(cookie=token("op")).get(f"{PAGE}/{deployment['id']}")
+    assert page.status_code == 200, page.text
+    body = page.json()
+    assert body["revisions_available"] is False
+    assert [revision["id"] for revision in body["revisions"]] == [deployment["active_revision_id"]]
+    assert body["revisions"][0]["active"] and body["revisions"][0]["status"] is None

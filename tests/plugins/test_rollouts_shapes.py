@@ -1,0 +1,94 @@
+"""The fleet tab's JSON in the cases a single run does not reach: a pause between waves, a progress known
+only from XCom (a worker-side state store backend), a record from another version, and the store's
+references."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
+from airflow_provider.plugins.rollouts.shapes import fleet_view, revision_marks
+
+
+def record(**fields: Any) -> FleetTaskRecord:
+    base: dict[str, Any] = {
+        "dag_id": "d",
+        "run_id": "r",
+        "task_id": "t",
+        "map_index": -1,
+        "state": "deferred",
+        "operator": "FleetRolloutOperator",
+        "try_number": 1,
+        "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
+        "end_date": None,
+    }
+    return FleetTaskRecord(**{**base, **fields})
+
+
+def progress() -> FleetProgress:
+    canary = WaveRecord("canary", [FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.LANDED)], phase="done")
+    wave = WaveRecord("wave 1", [FleetRow("id-b", "b", "wave 1", "r2")])
+    return FleetProgress(waves=[canary, wave], allowed_failures=0, change="x", paused_before=1)
+
+
+def test_a_pause_before_a_wave_shows_when_it_ends() -> None:
+    resume = time.time() + 120
+    view = fleet_view(record(progress=progress(), source="task_state_store", resume_at=resume))
+    assert [(wave["name"], wave["state"]) for wave in view["waves"]] == [("canary", "done"), ("wave 1", "paused")]
+    assert view["resume_at"] == datetime.fromtimestamp(resume, tz=timezone.utc).isoformat()
+    assert view["current_wave"] == 1 and view["task"]["running"] is True
+    assert view["canary"] == {"failed": False, "deployments": ["a"]}
+    no_pause = fleet_view(record(progress=progress(), source="task_state_store"))
+    assert no_pause["waves"][1]["state"] == "pending"
+
+
+def test_a_progress_known_only_from_xcom_is_shown_from_the_result_table() -> None:
+    table = [
+        {"name": "a", "deployment_id": "id-a", "wave": "canary", "outcome": "landed", "seconds": 3.0, "message": ""},
+        {"name": "b", "deployment_id": "id-b", "wave": "wave 1", "outcome": "failed", "seconds": 4.0, "message": "x"},
+        {
+            "name": "c",
+            "deployment_id": "id-c",
+            "wave": "wave 2",
+            "outcome": "not_patched",
+            "seconds": None,
+            "message": "",
+        },
+    ]
+    summary = {"counts": {"landed": 1, "failed": 1, "not_patched": 1}, "stopped": "1 deployment(s) failed"}
+    view = fleet_view(record(state="failed", table=table, summary=summary, source="xcom", stored_elsewhere=True))
+    assert view["is_fleet"] and view["source"] == "xcom" and view["stopped"] == "1 deployment(s) failed"
+    assert [(wave["name"], wave["state"]) for wave in view["waves"]] == [
+        ("canary", "done"),
+        ("wave 1", "done"),
+        ("wave 2", "not started: the rollout stopped"),
+    ]
+    assert view["budget"] == {"allowed_failures": None, "failures": 1, "exceeded": True}
+    assert view["task"]["running"] is False
+
+
+def test_a_task_that_recorded_nothing_is_a_fleet_rollout_by_its_operator_only() -> None:
+    assert fleet_view(record(state=None))["is_fleet"] is True
+    assert fleet_view(record(state="success", operator="PatchDeploymentOperator"))["is_fleet"] is False
+
+
+def test_the_store_references_of_a_worker_side_backend_are_not_read_as_progress() -> None:
+    assert _stored_json(json.dumps({"__airflow_state_ref__": "s3://bucket/key"})) is None
+    assert _stored_json("not json") is None
+    assert _stored_json(json.dumps({"name": "wave 1", "rows": []})) == {"name": "wave 1", "rows": []}
+
+
+def test_a_rollback_marks_the_revision_it_restored_and_the_one_it_replaced() -> None:
+    rolled_back = {
+        "source": "asset_event",
+        "outcome": "rolled_back",
+        "revision_id": "old",
+        "previous_revision_id": "bad",
+    }
+    rolled_back.update(dag_id="d", run_id="r", task_id="t", map_index=-1)
+    assert [mark["role"] for mark in revision_marks("old", [rolled_back])] == ["rolled back to"]
+    assert [mark["role"] for mark in revision_marks("bad", [rolled_back])] == ["rolled back from"]
