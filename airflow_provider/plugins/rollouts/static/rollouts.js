@@ -17,6 +17,7 @@ const STATUS_TONE = {
   AWAITING_DEPLOY: "run", DEPLOYING: "run", rolling_out: "run", running: "run", deferred: "run",
   queued: "run", scheduled: "run", "rolling out": "run", verifying: "run", "rolling back": "warn", paused: "warn",
   UNUSED: "warn", AWAITING_DELETE: "warn", rolled_back: "warn", up_for_retry: "warn", status_changed: "warn",
+  rolled_back_with_wave: "warn", rolled_back_partially: "bad", rolled_back_with_wave_partially: "bad",
   not_patched: "off", pending: "off",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
