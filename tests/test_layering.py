@@ -83,11 +83,34 @@ def test_every_import_points_down(path: Path) -> None:
     assert not upward, f"{_module_name(path)} (layer {own[1]}) imports sideways or upwards: {upward}"
 
 
+def _package_imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``airflow_provider.<package>`` and the provider modules it imports."""
+    return {_module_name(path): _provider_imports(path) for path in sorted((PACKAGE / package).rglob("*.py"))}
+
+
 def test_operators_and_sensors_are_siblings() -> None:
-    operators = _provider_imports(PACKAGE / "operators" / "deployment_service.py")
-    sensors = _provider_imports(PACKAGE / "sensors" / "deployment_service.py")
-    assert not any(name.startswith("airflow_provider.sensors") for name in operators)
-    assert not any(name.startswith("airflow_provider.operators") for name in sensors)
+    for module, imported in _package_imports("operators").items():
+        assert not any(name.startswith("airflow_provider.sensors") for name in imported), module
+    for module, imported in _package_imports("sensors").items():
+        assert not any(name.startswith("airflow_provider.operators") for name in imported), module
+
+
+@pytest.mark.parametrize("package", ["operators"])
+def test_families_stand_on_their_base_and_the_public_path_re_exports_them(package: str) -> None:
+    """A family module (lists, patch, rollback, fleet) imports the package's shared module, never another
+    family nor the public path; only the public path (``deployment_service``) imports the families."""
+    prefix = f"airflow_provider.{package}"
+    public = f"{prefix}.deployment_service"
+    shared = {f"{prefix}.base"}
+    for module, imported in _package_imports(package).items():
+        siblings = {name for name in imported if name.startswith(prefix + ".")}
+        if module == public:
+            continue
+        assert public not in siblings, f"{module} imports the public path {public}"
+        if module not in shared and module != prefix:
+            assert siblings <= shared, f"{module} imports another family: {sorted(siblings - shared)}"
+        else:
+            assert not siblings, f"{module} (shared) imports a family: {sorted(siblings)}"
 
 
 def test_emulator_never_imports_the_client_side() -> None:
