@@ -95,13 +95,18 @@ def test_operators_and_sensors_are_siblings() -> None:
         assert not any(name.startswith("airflow_provider.operators") for name in imported), module
 
 
-@pytest.mark.parametrize("package", ["operators"])
+# The module every family of a package shares: the operators' bases, the triggers' batched poller.
+SHARED_MODULES = {"operators": "base", "triggers": "poller"}
+
+
+@pytest.mark.parametrize("package", sorted(SHARED_MODULES))
 def test_families_stand_on_their_base_and_the_public_path_re_exports_them(package: str) -> None:
-    """A family module (lists, patch, rollback, fleet) imports the package's shared module, never another
-    family nor the public path; only the public path (``deployment_service``) imports the families."""
+    """A family module (lists, patch, rollback, fleet; rollout, fleet, watcher) imports the package's shared
+    module, never another family nor the public path; only the public path (``deployment_service``) imports
+    the families."""
     prefix = f"airflow_provider.{package}"
     public = f"{prefix}.deployment_service"
-    shared = {f"{prefix}.base"}
+    shared = {f"{prefix}.{SHARED_MODULES[package]}"}
     for module, imported in _package_imports(package).items():
         siblings = {name for name in imported if name.startswith(prefix + ".")}
         if module == public:

@@ -7,8 +7,12 @@ import ast
 import importlib
 import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow._shared.module_loading import import_string
+
+from airflow_provider.triggers.rollout import DeploymentRolloutTrigger
 
 OPERATORS = "airflow_provider.operators.deployment_service"
 OLD_OPERATOR_ALL = [
@@ -71,7 +75,42 @@ STORED_KEYS = {
     "ROLLBACK_CARRY_KEY": "rollback",
 }
 
-PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES}
+TRIGGERS = "airflow_provider.triggers.deployment_service"
+
+# Every documented name of the old triggers module -> the module that defines it now.
+TRIGGER_NAMES = {
+    "REVISION_CHECK_CONCURRENCY": "airflow_provider.triggers.poller",
+    "active_pollers": "airflow_provider.triggers.poller",
+    "EVENT_STATUSES": "airflow_provider.triggers.rollout",
+    "DeploymentRolloutTrigger": "airflow_provider.triggers.rollout",
+    "DeploymentBakeTrigger": "airflow_provider.triggers.rollout",
+    "FleetWaveTrigger": "airflow_provider.triggers.fleet",
+    "DeploymentEventTrigger": "airflow_provider.triggers.watcher",
+    "CURSOR_KEY_PREFIX": "airflow_provider.triggers.watcher",
+    "CURSOR_COMMIT_DELAY": "airflow_provider.triggers.watcher",
+    "CURSOR_LOAD_ATTEMPTS": "airflow_provider.triggers.watcher",
+    "DEFAULT_EVENT_POLL_INTERVAL": "airflow_provider.triggers.watcher",
+    "FILTER_NAMES": "airflow_provider.triggers.watcher",
+    "GONE": "airflow_provider.triggers.watcher",
+}
+
+PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
+
+DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
+REVISION = "00000000-0000-4000-8000-00000000000b"
+HOOK_PARAMS = {"deployment_service_conn_id": "deployment_service_default"}
+TRIGGER_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "DeploymentRolloutTrigger": {"deployment_id": DEPLOYMENT, "revision_id": REVISION, "hook_params": HOOK_PARAMS},
+    "DeploymentBakeTrigger": {
+        "deployment_id": DEPLOYMENT,
+        "revision_id": REVISION,
+        "hook_params": HOOK_PARAMS,
+        "poll_interval": 5.0,
+        "deadline": 1.0e9,
+    },
+    "FleetWaveTrigger": {"wave": 0, "rollouts": [[DEPLOYMENT, REVISION]], "hook_params": HOOK_PARAMS},
+    "DeploymentEventTrigger": {"deployment_ids": [DEPLOYMENT]},
+}
 
 
 @pytest.mark.parametrize(
@@ -121,3 +160,24 @@ def test_the_old_modules_only_re_export(old: str) -> None:
             continue
         defined.append(ast.unparse(node).splitlines()[0])
     assert defined == [], f"{old} should only re-export, but defines: {defined}"
+
+
+@pytest.mark.parametrize("name", sorted(TRIGGER_ARGUMENTS))
+def test_a_trigger_serializes_to_its_old_class_path_which_loads_the_same_class(name: str) -> None:
+    """What the metadata database holds for a deferred task or an AssetWatcher (class path and kwargs) is what
+    the previous version wrote, and the triggerer's import of it gives the class of the family module."""
+    cls = getattr(importlib.import_module(TRIGGER_NAMES[name]), name)
+    classpath, kwargs = cls(**TRIGGER_ARGUMENTS[name]).serialize()
+    assert classpath == f"{TRIGGERS}.{name}"
+    assert import_string(classpath) is cls  # as the triggerer loads it
+    assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
+
+
+class _CustomRolloutTrigger(DeploymentRolloutTrigger):
+    """A user's subclass: it must come back as itself, not as the class it extends."""
+
+
+def test_a_subclass_serializes_its_own_class_path() -> None:
+    classpath, kwargs = _CustomRolloutTrigger(**TRIGGER_ARGUMENTS["DeploymentRolloutTrigger"]).serialize()
+    assert classpath == f"{__name__}._CustomRolloutTrigger"
+    assert type(import_string(classpath)(**kwargs)) is _CustomRolloutTrigger

@@ -1,6 +1,6 @@
 """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a failure
 budget. The plan is :mod:`airflow_provider.fleet` (pure), the machinery :mod:`airflow_provider.tasks.fleet`,
-and a deferred wave waits in :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger`."""
+and a deferred wave waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
-from airflow_provider.triggers.deployment_service import FleetWaveTrigger
+from airflow_provider.triggers.fleet import FleetWaveTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,7 +70,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     with ``not_restored``) one per deployment it rolled back.
 
     Deferrable: between and during waves the task waits in the triggerer, one
-    :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger` per wave on the shared
+    :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger` per wave on the shared
     batched poller; ``patch_for`` and ``verify`` run on the worker when it resumes. A retry resumes from
     ``task_state_store``: deployments that landed are skipped, revisions the first try created are
     reattached to, and no deployment is patched twice.

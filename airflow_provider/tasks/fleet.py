@@ -2,7 +2,7 @@
 for a wave on the worker, verify, and keep the progress in ``context["task_state_store"]``.
 
 The planning itself (waves, budget, the result table) is pure and lives in :mod:`airflow_provider.fleet`;
-waiting in the triggerer is :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger`.
+waiting in the triggerer is :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`.
 Everything here runs on a worker: the callables a user gives (the per-deployment patch, ``verify``)
 cannot travel to the triggerer.
 """
