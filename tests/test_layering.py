@@ -21,22 +21,26 @@ from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 PACKAGE = Path(airflow_provider.__file__).parent
 
 # Lower number = lower layer. A module may import only modules of a lower layer, or of its own package
-# (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them.
+# (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them. What the
+# client runs with, how it pages and the words of its errors sit below the client, which uses them.
 LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
     "airflow_provider.models": 1,
     "airflow_provider.errors": 2,
+    "airflow_provider.error_text": 2,
     "airflow_provider.rollout": 2,
     "airflow_provider.assets": 2,
     "airflow_provider.patch_rules": 2,
-    "airflow_provider.client": 3,
+    "airflow_provider.client_settings": 3,
+    "airflow_provider.pagination": 3,
     "airflow_provider.fleet": 3,
-    "airflow_provider.hooks": 4,
-    "airflow_provider.triggers": 5,
-    "airflow_provider.tasks": 6,
-    "airflow_provider.operators": 7,
-    "airflow_provider.sensors": 7,
+    "airflow_provider.client": 4,
+    "airflow_provider.hooks": 5,
+    "airflow_provider.triggers": 6,
+    "airflow_provider.tasks": 7,
+    "airflow_provider.operators": 8,
+    "airflow_provider.sensors": 8,
 }
 
 

@@ -94,7 +94,25 @@ TRIGGER_NAMES = {
     "GONE": "airflow_provider.triggers.watcher",
 }
 
+CLIENT = "airflow_provider.client"
+
+# The names of the client's settings, pagination and error text that code imports from the client -> the
+# module beside it that defines them now.
+CLIENT_NAMES = {
+    "ClientSettings": "airflow_provider.client_settings",
+    "RetryPolicy": "airflow_provider.client_settings",
+    "normalize_base_url": "airflow_provider.client_settings",
+    "is_loopback_host": "airflow_provider.client_settings",
+    "LOOPBACK_NAMES": "airflow_provider.client_settings",
+    "DeploymentPaginator": "airflow_provider.pagination",
+    "describe_validation_error": "airflow_provider.error_text",
+    "scrub": "airflow_provider.error_text",
+    "MIN_LENGTH_MASKED_SECRET": "airflow_provider.error_text",
+}
+
 PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
+"""The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
+MOVED_NAMES = {**PUBLIC_PATHS, CLIENT: CLIENT_NAMES}
 
 DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
 REVISION = "00000000-0000-4000-8000-00000000000b"
@@ -115,7 +133,7 @@ TRIGGER_ARGUMENTS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize(
     "old, name, home",
-    [(old, name, home) for old, names in PUBLIC_PATHS.items() for name, home in names.items()],
+    [(old, name, home) for old, names in MOVED_NAMES.items() for name, home in names.items()],
     ids=lambda value: value.rpartition(".")[2],
 )
 def test_every_documented_name_imports_from_the_old_path_and_its_module_as_one_object(
@@ -124,7 +142,6 @@ def test_every_documented_name_imports_from_the_old_path_and_its_module_as_one_o
     from_old = getattr(importlib.import_module(old), name)
     from_home = getattr(importlib.import_module(home), name)
     assert from_old is from_home
-    assert name in importlib.import_module(old).__all__
     if inspect.isclass(from_home) or inspect.isfunction(from_home):
         assert from_home.__module__ == home, f"{name} is defined in {from_home.__module__}, not in {home}"
 

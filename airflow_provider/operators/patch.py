@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider.client import scrub
+from airflow_provider.error_text import scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
 from airflow_provider.operators.base import (

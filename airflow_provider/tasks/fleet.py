@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config, scrub
+from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
