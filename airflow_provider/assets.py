@@ -90,7 +90,7 @@ def deployment_asset(
     :param deployment_id: the deployment's id (UUID); the asset tasks emit on.
     :param deployment_name: the deployment's name instead (watchers only; see the module docs).
     :param watchers: ``AssetWatcher`` objects, e.g. one running a
-        :class:`~airflow_provider.triggers.deployment_service.DeploymentEventTrigger`.
+        :class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger`.
     :param asset_kwargs: further ``Asset`` arguments (``group``, ``extra``).
     """
     uri = deployment_asset_uri(deployment_id, deployment_name=deployment_name)

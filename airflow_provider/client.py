@@ -1,28 +1,31 @@
 """The one transport to the Deployment Management Service: sync and async twins over httpx.
 
-Everything that is not specific to one endpoint lives here exactly once: base URL and path prefix,
-auth headers, timeouts, TLS, retries with full-jitter backoff and ``Retry-After``, error mapping,
-response parsing and offset pagination. Endpoint methods only say which call they make.
+Everything that is not specific to one endpoint lives here exactly once: auth headers, TLS, retries with
+full-jitter backoff and ``Retry-After``, error mapping, response parsing, and the read-back of a request
+that must never apply twice. Endpoint methods only say which call they make.
 No Airflow imports: this module is usable (and tested) on its own.
 
 The two clients share :class:`_ClientCore`; the only code that exists twice is the few lines that
 ``await`` (or do not): the send loop, the pagination loop and the read-back loop of a request sent once
 only (its decisions live in :class:`_ReadBack`).
+
+Beside it stand what it runs with (:mod:`~airflow_provider.client_settings`: base URL, timeouts, retry
+policy), how it pages (:mod:`~airflow_provider.pagination`) and the words of its errors
+(:mod:`~airflow_provider.error_text`: validation errors, the service's details, secrets scrubbed). Their
+public names are importable from this module too, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import ipaddress
 import logging
 import os
 import random
-import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -31,14 +34,12 @@ import httpx
 import pydantic
 
 from airflow_provider import __version__
-from airflow_provider.defaults import (
-    DEFAULT_BACKOFF_INITIAL,
-    DEFAULT_BACKOFF_MAX,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_RETRY_AFTER_MAX,
-)
+from airflow_provider.client_settings import LOOPBACK_NAMES as LOOPBACK_NAMES
+from airflow_provider.client_settings import ClientSettings, is_loopback_host
+from airflow_provider.client_settings import RetryPolicy as RetryPolicy
+from airflow_provider.client_settings import normalize_base_url as normalize_base_url
+from airflow_provider.error_text import MIN_LENGTH_MASKED_SECRET as MIN_LENGTH_MASKED_SECRET
+from airflow_provider.error_text import describe_validation_error, detail_text, parse_detail, scrub, scrub_detail
 from airflow_provider.errors import (
     AmbiguousDeploymentNameError,
     ApiError,
@@ -60,7 +61,6 @@ from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
-    ErrorDetail,
     ListDeploymentsQuery,
     OAuthProvider,
     PatchDeploymentRequest,
@@ -71,136 +71,20 @@ from airflow_provider.models import (
     RevisionStatus,
     SourceRevisionConfig,
     canonical_uuid,
-    error_message,
 )
+from airflow_provider.pagination import DeploymentPaginator, RevisionPager
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__version__}"
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 NEAR_NAMES_SHOWN = 10
 """How many near names a failed lookup by name lists."""
-MIN_LENGTH_MASKED_SECRET = 5
-"""Secrets and keys shorter than this are not scrubbed from messages: the default of Airflow's
-``[logging] min_length_masked_secret``, whose masker skips shorter values too (replacing every ``k`` in
-a message hides nothing and garbles the rest). Such values are still never logged by the provider."""
-_API_VERSION_SUFFIX = re.compile(r"/v\d+$", re.IGNORECASE)
 MAX_LOG_LIMIT = 1000
 """Most log lines one ``GET .../logs`` request may ask for."""
 LogType = Literal["build", "deploy"]
 LogOrder = Literal["asc", "desc"]
-
-
-# -------------------------------------------------------------------------------------- settings
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How transient failures are retried. Plain numbers, so a trigger can carry them.
-
-    :param max_attempts: attempts per call, the first included (1 = no retry).
-    :param backoff_initial: base delay in seconds of the first retry; doubles each retry.
-    :param backoff_max: cap of one backoff delay in seconds.
-    :param retry_after_max: cap in seconds on how long a ``Retry-After`` header is honoured.
-    """
-
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff_initial: float = DEFAULT_BACKOFF_INITIAL
-    backoff_max: float = DEFAULT_BACKOFF_MAX
-    retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise InvalidRequestError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("backoff_initial", "backoff_max", "retry_after_max"):
-            if getattr(self, name) < 0:
-                raise InvalidRequestError(f"{name} must be >= 0, got {getattr(self, name)}")
-
-    def backoff(self, retry_number: int, rng: random.Random) -> float:
-        """Full-jitter exponential backoff for the ``retry_number``-th retry (1-based)."""
-        ceiling = min(self.backoff_max, self.backoff_initial * 2 ** (retry_number - 1))
-        return rng.uniform(0, ceiling)
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """Everything a client needs except the secret key. JSON-safe via :meth:`to_dict`.
-
-    :param base_url: service URL, path prefix included (``https://host/api-host`` when self-hosted).
-    :param tenant_id: workspace UUID sent as ``X-Tenant-Id`` (organization-scoped keys need it).
-    :param connect_timeout: seconds to establish a connection.
-    :param read_timeout: seconds to wait for an answer.
-    :param verify: verify TLS certificates (``True``), not (``False``), or a CA bundle path.
-    :param allow_insecure_http: allow sending the API key over plain http to a non-loopback host.
-    :param retry: retry policy.
-    :param scheme_assumed: the connection's host had no scheme and ``https://`` was assumed (a TLS
-        handshake failure then says so, with how to ask for ``http://``).
-    """
-
-    base_url: str
-    tenant_id: str | None = None
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    verify: bool | str = True
-    allow_insecure_http: bool = False
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    scheme_assumed: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
-        if self.tenant_id is not None:
-            try:
-                object.__setattr__(self, "tenant_id", canonical_uuid(self.tenant_id, "tenant_id"))
-            except ValueError as err:
-                raise InvalidRequestError(str(err)) from None
-        for name in ("connect_timeout", "read_timeout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidRequestError(f"{name} must be a positive number of seconds, got {value!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (for trigger kwargs); holds no secret."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClientSettings:
-        """Inverse of :meth:`to_dict`."""
-        values = dict(data)
-        values["retry"] = RetryPolicy(**values.get("retry", {}))
-        return cls(**values)
-
-    def with_retry(self, **changes: Any) -> ClientSettings:
-        """A copy with some retry numbers changed."""
-        return replace(self, retry=replace(self.retry, **changes))
-
-
-def normalize_base_url(base_url: str) -> str:
-    """Check ``base_url`` has a scheme and host and no API version, and drop a trailing slash; keep any path prefix."""
-    if not isinstance(base_url, str) or not base_url.strip():
-        raise InvalidRequestError("base_url is empty: set the connection's host, e.g. https://api.example.com")
-    url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequestError(f"base_url must start with https:// (or http://) and name a host, got {base_url!r}")
-    if parts.query or parts.fragment:
-        raise InvalidRequestError(f"base_url must not have a query or fragment, got {base_url!r}")
-    version = _API_VERSION_SUFFIX.search(parts.path)
-    if version:
-        raise InvalidRequestError(
-            f"base_url must not end in an API version, got {base_url!r}: remove the trailing {version.group(0)} "
-            f"(the provider adds it to every request path), e.g. {url[: -len(version.group(0))]!r}"
-        )
-    return url
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8 or ::1)."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # ------------------------------------------------------------------------------------------- calls
@@ -269,15 +153,6 @@ def _validated(model: type[pydantic.BaseModel], data: Any) -> Any:
         raise InvalidRequestError(f"invalid {model.__name__}: {describe_validation_error(err)}") from None
 
 
-def describe_validation_error(err: pydantic.ValidationError) -> str:
-    """``field.path: message`` for each error, without echoing the input (it may be a secret)."""
-    parts = []
-    for item in err.errors(include_input=False, include_url=False):
-        location = ".".join(str(part) for part in item["loc"]) or "(body)"
-        parts.append(f"{location}: {error_message(item)}")
-    return "; ".join(parts)
-
-
 REVISION_CONFIG_FIELDS = ("repo_ref", "graph_config_path", "image_uri", "source_tarball_path", "repo_commit_sha")
 """The non-secret fields of a revision's ``source_revision_config``."""
 
@@ -296,17 +171,6 @@ def same_revision_config(shown: SourceRevisionConfig, expected: SourceRevisionCo
         if mine != theirs:
             return False
     return True
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """Replace every secret value in ``text`` with ``**********``.
-
-    Values shorter than :data:`MIN_LENGTH_MASKED_SECRET` are left alone, as Airflow's masker does.
-    """
-    for secret in secrets:
-        if len(secret) >= MIN_LENGTH_MASKED_SECRET:
-            text = text.replace(secret, "**********")
-    return text
 
 
 # -------------------------------------------------------------------------------------------- core
@@ -533,8 +397,8 @@ class _ClientCore:
     def _error_for(self, call: Call[Any], response: httpx.Response, attempt: int) -> ApiError:
         status = response.status_code
         secrets = self._secrets_of(call)
-        detail = _scrub_detail(_parse_detail(response), secrets)
-        shown = _detail_text(detail, response, secrets)
+        detail = scrub_detail(parse_detail(response), secrets)
+        shown = detail_text(detail, response, secrets)
         message = scrub(f"{call.label} failed with {status} {response.reason_phrase}: {shown}", secrets)
         error_class: type[ApiError]
         if status in (401, 403):
@@ -944,80 +808,6 @@ class _ReadBack:
         log.warning("%s; %s: %s did not land", self.failure.error, self._looked(), self.plan.what)
 
 
-class DeploymentPaginator:
-    """Offset pagination of ``GET /v2/deployments``, the one copy every listing uses (both twins and the
-    triggers' shared poller): next query, end detection, repeat guard, ``max_results``.
-
-    Ask for ``query`` until ``done``, handing each page to :meth:`accept`. The next offset is the
-    page's ``offset`` when it moved on, else the current offset plus the page's length (a server that
-    echoes the offset it was sent still pages); a page that brings no new deployment raises
-    :class:`UnexpectedResponseError` (a server that ignores ``offset`` would repeat it forever).
-
-    :param query: the first page's query (its ``limit`` is the page size).
-    :param max_results: stop after this many deployments (``None``: all).
-    """
-
-    def __init__(self, query: ListDeploymentsQuery, max_results: int | None) -> None:
-        if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
-            raise InvalidRequestError(f"max_results must be a positive integer or None, got {max_results!r}")
-        self.query = query
-        self.max_results = max_results
-        self.seen: set[str] = set()
-        self.done = False
-
-    def accept(self, page: DeploymentListPage) -> list[Deployment]:
-        """New deployments of ``page`` (capped), and move the query to the next page or finish."""
-        fresh = [item for item in page.resources if item.id not in self.seen]
-        if page.resources and not fresh:
-            raise UnexpectedResponseError(
-                f"GET /v2/deployments returned the same page again for offset {self.query.offset}: "
-                "the server seems to ignore 'offset'; stopping instead of looping",
-                method="GET",
-                path="/v2/deployments",
-                status_code=200,
-            )
-        if self.max_results is not None:
-            fresh = fresh[: self.max_results - len(self.seen)]
-        self.seen.update(item.id for item in fresh)
-        next_offset = page.offset if page.offset > self.query.offset else self.query.offset + len(page.resources)
-        short = len(page.resources) < self.query.limit
-        capped = self.max_results is not None and len(self.seen) >= self.max_results
-        self.done = short or capped
-        self.query = self.query.model_copy(update={"offset": next_offset})
-        return fresh
-
-
-class _RevisionPager:
-    """Offset pagination of a deployment's revisions (both twins): next offset, end, repeat guard, cap."""
-
-    def __init__(self, max_results: int | None) -> None:
-        if max_results is not None and (not isinstance(max_results, int) or max_results < 1):
-            raise InvalidRequestError(f"max_results must be a positive integer or None, got {max_results!r}")
-        self.max_results = max_results
-        self.offset = 0
-        self.seen: set[str] = set()
-        self.done = False
-
-    def accept(self, page: RevisionListPage) -> list[Revision]:
-        """New revisions of ``page`` (capped); moves to the next page or finishes."""
-        fresh = [item for item in page.resources if item.id not in self.seen]
-        if page.resources and not fresh:
-            raise UnexpectedResponseError(
-                f"GET .../revisions returned the same page again for offset {self.offset}: the server seems to "
-                "ignore 'offset'; stopping instead of looping",
-                method="GET",
-                path="/v2/deployments/{deployment_id}/revisions",
-                status_code=200,
-            )
-        if self.max_results is not None:
-            fresh = fresh[: self.max_results - len(self.seen)]
-        self.seen.update(item.id for item in fresh)
-        self.offset = page.offset if page.offset > self.offset else self.offset + len(page.resources)
-        capped = self.max_results is not None and len(self.seen) >= self.max_results
-        self.done = len(page.resources) < MAX_PAGE_SIZE or capped
-        return fresh
-
-
 def _is_certificate_error(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -1038,15 +828,6 @@ def _is_tls_handshake_error(exc: BaseException) -> bool:
     return "[SSL:" in str(exc)
 
 
-def _scrub_detail(detail: str | list[ErrorDetail] | None, secrets: tuple[str, ...]) -> str | list[ErrorDetail] | None:
-    """``detail`` without secret values; list entries keep only loc, msg and type (``input`` echoes the request)."""
-    if isinstance(detail, str):
-        return scrub(detail, secrets)
-    if isinstance(detail, list):
-        return [ErrorDetail(loc=item.loc, msg=scrub(item.msg, secrets), type=item.type) for item in detail]
-    return detail
-
-
 def _exhausted(error: DeploymentServiceError, rounds: int, what: str) -> DeploymentServiceError:
     """The last round's ``error`` of a request sent once only, saying that every round was used and read back."""
     first_round = str(error).replace(" after 1 attempt(s)", "")
@@ -1058,40 +839,6 @@ def _exhausted(error: DeploymentServiceError, rounds: int, what: str) -> Deploym
 
 def _secret_values(request: PatchDeploymentRequest | CreateDeploymentRequest) -> tuple[str, ...]:
     return tuple(secret.revealed for secret in request.secrets or [])
-
-
-def _snippet(text: str, limit: int = 120) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
-
-
-def _parse_detail(response: httpx.Response) -> str | list[ErrorDetail] | None:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, list):
-        try:
-            return [ErrorDetail.model_validate(item) for item in detail]
-        except pydantic.ValidationError:
-            return None
-    return None
-
-
-def _detail_text(detail: str | list[ErrorDetail] | None, response: httpx.Response, secrets: tuple[str, ...]) -> str:
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, list):
-        return "; ".join(f"{'.'.join(str(part) for part in item.loc)}: {item.msg}" for item in detail)
-    content_type = response.headers.get("content-type", "")
-    if not response.content:
-        return "(empty body)"
-    # Scrubbed before it is cut: a secret cut in half would no longer be recognised.
-    body = _snippet(scrub(response.text, secrets), 80)
-    return f"(no JSON detail; {content_type or 'no content type'} body {body!r})"
 
 
 # -------------------------------------------------------------------------------------------- sync
@@ -1225,7 +972,7 @@ class DeploymentServiceClient(_ClientCore):
         :param max_results: stop after this many revisions.
         :param status: only revisions in one of these statuses.
         """
-        pager = _RevisionPager(max_results)
+        pager = RevisionPager(max_results)
         while not pager.done:
             page = self.list_revisions(deployment_id, limit=MAX_PAGE_SIZE, offset=pager.offset, status=status)
             yield from pager.accept(page)
@@ -1455,7 +1202,7 @@ class AsyncDeploymentServiceClient(_ClientCore):
         status: list[RevisionStatus | str] | None = None,
     ) -> AsyncIterator[Revision]:
         """Every revision of a deployment, newest first (see the sync twin)."""
-        pager = _RevisionPager(max_results)
+        pager = RevisionPager(max_results)
         while not pager.done:
             page = await self.list_revisions(deployment_id, limit=MAX_PAGE_SIZE, offset=pager.offset, status=status)
             for revision in pager.accept(page):

@@ -93,7 +93,14 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Deployment Management Service",
-                "python-modules": ["airflow_provider.operators.deployment_service"],
+                "python-modules": [
+                    "airflow_provider.operators.deployment_service",
+                    "airflow_provider.operators.base",
+                    "airflow_provider.operators.lists",
+                    "airflow_provider.operators.patch",
+                    "airflow_provider.operators.rollback",
+                    "airflow_provider.operators.fleet",
+                ],
             }
         ],
         "sensors": [
@@ -105,7 +112,13 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "Deployment Management Service",
-                "python-modules": ["airflow_provider.triggers.deployment_service"],
+                "python-modules": [
+                    "airflow_provider.triggers.deployment_service",
+                    "airflow_provider.triggers.poller",
+                    "airflow_provider.triggers.rollout",
+                    "airflow_provider.triggers.fleet",
+                    "airflow_provider.triggers.watcher",
+                ],
             }
         ],
         "connection-types": [

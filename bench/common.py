@@ -163,9 +163,9 @@ def use_emulator_connection(emulator: EmulatorServer) -> None:
 
 def default_revision_check_interval(poll_interval: float) -> float:
     """The trigger's ``revision_check_interval`` for ``poll_interval``, in the ratio of the product defaults."""
-    from airflow_provider.triggers import deployment_service as trigger
+    from airflow_provider import defaults
 
-    return poll_interval * trigger.DEFAULT_REVISION_CHECK_INTERVAL / trigger.DEFAULT_POLL_INTERVAL
+    return poll_interval * defaults.DEFAULT_REVISION_CHECK_INTERVAL / defaults.DEFAULT_POLL_INTERVAL
 
 
 # ------------------------------------------------------------------------------------- results

@@ -1,7 +1,7 @@
 """Smoke-test a deployment whenever a new revision of it goes live, whoever rolled it out.
 
 The DAG is scheduled on the deployment's asset, watched by a
-:class:`~airflow_provider.triggers.deployment_service.DeploymentEventTrigger` in the triggerer: a rollout
+:class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger` in the triggerer: a rollout
 from Airflow (``rollout_after_build``), from the service's UI, its command-line client or a build on
 push all start one run. The run reads the event (deployment, revision now serving, previous one, image
 or git ref), checks that the service still serves that revision, and, when the deployment has a URL,

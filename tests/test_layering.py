@@ -21,24 +21,28 @@ from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 PACKAGE = Path(airflow_provider.__file__).parent
 
 # Lower number = lower layer. A module may import only modules of a lower layer, or of its own package
-# (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them.
+# (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them. What the
+# client runs with, how it pages and the words of its errors sit below the client, which uses them.
 LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
     "airflow_provider.models": 1,
     "airflow_provider.errors": 2,
+    "airflow_provider.error_text": 2,
     "airflow_provider.rollout": 2,
     "airflow_provider.assets": 2,
     "airflow_provider.patch_rules": 2,
-    "airflow_provider.client": 3,
+    "airflow_provider.client_settings": 3,
+    "airflow_provider.pagination": 3,
     "airflow_provider.fleet": 3,
-    "airflow_provider.hooks": 4,
-    "airflow_provider.triggers": 5,
-    "airflow_provider.tasks": 6,
-    "airflow_provider.operators": 7,
-    "airflow_provider.sensors": 7,
+    "airflow_provider.client": 4,
+    "airflow_provider.hooks": 5,
+    "airflow_provider.triggers": 6,
+    "airflow_provider.tasks": 7,
+    "airflow_provider.operators": 8,
+    "airflow_provider.sensors": 8,
     # The Rollouts view reads what tasks record (their progress keys) and links the fleet operator's tasks.
-    "airflow_provider.plugins": 8,
+    "airflow_provider.plugins": 9,
 }
 
 
@@ -85,11 +89,39 @@ def test_every_import_points_down(path: Path) -> None:
     assert not upward, f"{_module_name(path)} (layer {own[1]}) imports sideways or upwards: {upward}"
 
 
+def _package_imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``airflow_provider.<package>`` and the provider modules it imports."""
+    return {_module_name(path): _provider_imports(path) for path in sorted((PACKAGE / package).rglob("*.py"))}
+
+
 def test_operators_and_sensors_are_siblings() -> None:
-    operators = _provider_imports(PACKAGE / "operators" / "deployment_service.py")
-    sensors = _provider_imports(PACKAGE / "sensors" / "deployment_service.py")
-    assert not any(name.startswith("airflow_provider.sensors") for name in operators)
-    assert not any(name.startswith("airflow_provider.operators") for name in sensors)
+    for module, imported in _package_imports("operators").items():
+        assert not any(name.startswith("airflow_provider.sensors") for name in imported), module
+    for module, imported in _package_imports("sensors").items():
+        assert not any(name.startswith("airflow_provider.operators") for name in imported), module
+
+
+# The module every family of a package shares: the operators' bases, the triggers' batched poller.
+SHARED_MODULES = {"operators": "base", "triggers": "poller"}
+
+
+@pytest.mark.parametrize("package", sorted(SHARED_MODULES))
+def test_families_stand_on_their_base_and_the_public_path_re_exports_them(package: str) -> None:
+    """A family module (lists, patch, rollback, fleet; rollout, fleet, watcher) imports the package's shared
+    module, never another family nor the public path; only the public path (``deployment_service``) imports
+    the families."""
+    prefix = f"airflow_provider.{package}"
+    public = f"{prefix}.deployment_service"
+    shared = {f"{prefix}.{SHARED_MODULES[package]}"}
+    for module, imported in _package_imports(package).items():
+        siblings = {name for name in imported if name.startswith(prefix + ".")}
+        if module == public:
+            continue
+        assert public not in siblings, f"{module} imports the public path {public}"
+        if module not in shared and module != prefix:
+            assert siblings <= shared, f"{module} imports another family: {sorted(siblings - shared)}"
+        else:
+            assert not siblings, f"{module} (shared) imports a family: {sorted(siblings)}"
 
 
 def test_emulator_never_imports_the_client_side() -> None:

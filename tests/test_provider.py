@@ -42,6 +42,18 @@ def test_every_declared_module_and_class_imports() -> None:
         assert hasattr(importlib.import_module(module), name), dotted
 
 
+@pytest.mark.parametrize("group", ["operators", "sensors", "triggers"])
+def test_every_public_task_module_is_declared(group: str) -> None:
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module(f"airflow_provider.{group}")
+    found = {info.name for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}.")}
+    public = {name for name in found if not name.rpartition(".")[2].startswith("_")}
+    declared = {module for entry in get_provider_info()[group] for module in entry["python-modules"]}
+    assert declared == public
+
+
 def test_providers_manager_registers_the_connection_type_and_form() -> None:
     from airflow.providers_manager import ProvidersManager
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime

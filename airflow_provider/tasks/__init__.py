@@ -4,6 +4,9 @@
   checks and the default intervals. Imported by operators, sensors and triggers.
 - :mod:`~airflow_provider.tasks.waiting`: waiting for a rollout on a worker or in the triggerer, and
   reading the trigger's event. Imported by operators and sensors.
+- :mod:`~airflow_provider.tasks.patch_request`: a patch request built from a task's arguments (secret values
+  resolved and masked, rendered values checked, validated before any request). Imported by the patch,
+  rollback and fleet operators.
 
 Operators and sensors are siblings over this package: neither imports the other.
 """

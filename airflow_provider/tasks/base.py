@@ -13,10 +13,12 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
+import pydantic
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
+from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid
@@ -39,6 +41,7 @@ __all__ = [
     "missing_render_problem",
     "non_negative_seconds",
     "positive_seconds",
+    "validation_failure",
 ]
 
 DEFAULT_ROLLOUT_TIMEOUT = 3600.0
@@ -106,6 +109,16 @@ def check_rendered_value(field: str, value: Any, *, segments: bool = True) -> No
             f"{field} rendered to {value!r}: {problem}, {_MISSING_RENDER_CAUSE}; nothing was sent. "
             "Leave the field out, or set it to None, to keep the current value"
         )
+
+
+def validation_failure(what: str, err: pydantic.ValidationError) -> AirflowFailException:
+    """The task failure for arguments that do not validate: ``invalid <what>: <field>: <problem>``, never the
+    input (it may be a secret).
+
+    :param what: what was built (``"deployment filters"``, ``"patch for deployment <id>"``).
+    :param err: pydantic's error.
+    """
+    return AirflowFailException(f"invalid {what}: {describe_validation_error(err)}")
 
 
 def positive_seconds(value: float | timedelta, name: str) -> float:

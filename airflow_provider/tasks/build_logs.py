@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.client import scrub
+from airflow_provider.error_text import scrub
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Revision
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING

@@ -2,7 +2,7 @@
 for a wave on the worker, verify, and keep the progress in ``context["task_state_store"]``.
 
 The planning itself (waves, budget, the result table) is pure and lives in :mod:`airflow_provider.fleet`;
-waiting in the triggerer is :class:`~airflow_provider.triggers.deployment_service.FleetWaveTrigger`.
+waiting in the triggerer is :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`.
 Everything here runs on a worker: the callables a user gives (the per-deployment patch, ``verify``)
 cannot travel to the triggerer.
 """
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config, scrub
+from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook

@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, describe_validation_error, same_revision_config
+from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
     Deployment,

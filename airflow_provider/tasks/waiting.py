@@ -25,7 +25,7 @@ from airflow_provider.rollout import (
     rollout_verdict,
 )
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.triggers.deployment_service import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
+from airflow_provider.triggers.rollout import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
 
 if TYPE_CHECKING:
     import logging

@@ -13,7 +13,7 @@ from airflow.sdk import AssetWatcher
 
 from airflow_provider.assets import deployment_asset
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.triggers import deployment_service as triggers
+from airflow_provider.triggers import watcher as watcher_module
 from airflow_provider.triggers.deployment_service import (
     DeploymentEventTrigger,
     DeploymentRolloutTrigger,
@@ -393,7 +393,7 @@ async def test_a_listing_that_echoes_the_offset_asked_for_still_reads_every_page
 
 # ------------------------------------------------------------------------------------------ cursor
 async def test_no_lost_and_no_duplicate_event_across_restarts(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(triggers, "CURSOR_COMMIT_DELAY", 0.3)
+    monkeypatch.setattr(watcher_module, "CURSOR_COMMIT_DELAY", 0.3)
     dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     first = Running(watcher(deployment_ids=[dep["id"]]), store)
@@ -419,7 +419,7 @@ async def test_no_lost_and_no_duplicate_event_across_restarts(emulator: Any, mon
 async def test_a_restart_right_after_an_event_repeats_it_rather_than_losing_it(
     emulator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(triggers, "CURSOR_COMMIT_DELAY", 30.0)
+    monkeypatch.setattr(watcher_module, "CURSOR_COMMIT_DELAY", 30.0)
     dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     first = Running(watcher(deployment_ids=[dep["id"]]), store)

@@ -288,7 +288,7 @@ async def test_different_settings_use_different_pollers(emulator: Any) -> None:
 
 
 async def test_a_failing_round_ends_the_waits_with_an_error(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider.triggers.deployment_service import _BatchPoller
+    from airflow_provider.triggers.poller import _BatchPoller
 
     async def broken(self: Any, subscribers: Any, found: Any) -> None:
         raise RuntimeError("bug in a round")

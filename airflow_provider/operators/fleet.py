@@ -1,0 +1,634 @@
+"""Roll one change out to a fleet of deployments progressively: a canary, then waves, within a failure
+budget. The plan is :mod:`airflow_provider.fleet` (pure), the machinery :mod:`airflow_provider.tasks.fleet`,
+and a deferred wave waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider import fleet
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRequest
+from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
+from airflow_provider.tasks import fleet as fleet_tasks
+from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
+from airflow_provider.tasks.events import emit_revision_event
+from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
+from airflow_provider.triggers.fleet import FleetWaveTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = [
+    "PATCH_FIELDS",
+    "FleetRolloutOperator",
+]
+
+PATCH_FIELDS = (
+    "revision_source",
+    "source_config",
+    "source_revision_config",
+    "secrets",
+    "secret_references",
+    "image_uri",
+    "repo_ref",
+)
+"""What a fleet's change (or its ``patch_for`` callable) may set: the patch operator's arguments."""
+
+
+class FleetRolloutOperator(_RolloutWaitingOperator):
+    """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a
+    failure budget.
+
+    The targets are resolved when the task runs and logged as a plan (waves and their deployments)
+    before anything is patched. Each wave is patched, then watched until every rollout in it is decided
+    (its revision live, ``READY`` and active, for ``bake_seconds``; or failed: build or deploy failed,
+    superseded, deleted, timed out), then ``verify`` runs on each deployment that landed. Failures count
+    against ``max_failures``; when more fail, the rollout stops, later waves are never patched, and the
+    task fails naming the deployments that failed. Within the budget the task succeeds and its table
+    shows the failures. The canary is stricter: when any canary deployment fails, the rollout stops
+    there whatever ``max_failures`` allows (as Argo Rollouts and Flagger abort on a failed canary); the
+    budget applies to the waves after it.
+
+    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
+    "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
+    serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
+    its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
+    ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
+    back ... except: ...``), ``not_patched`` (also pushed as the return value when the task fails, so a
+    summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures
+    counted against the budget and the budget under ``fleet_summary``. Only ``failed``, ``rolled_back`` and
+    ``rolled_back_partially`` count against ``max_failures``. When it succeeds, the task emits a
+    ``rolled_out`` asset event per deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``,
+    with ``not_restored``) one per deployment it rolled back.
+
+    Deferrable: between and during waves the task waits in the triggerer, one
+    :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger` per wave on the shared
+    batched poller; ``patch_for`` and ``verify`` run on the worker when it resumes. A retry resumes from
+    ``task_state_store``: deployments that landed are skipped, revisions the first try created are
+    reattached to, and no deployment is patched twice.
+
+    The change is the patch operator's arguments (same rules, same secret handling: ``secrets`` are not
+    templated and never reach logs, XCom or trigger arguments), or ``patch_for``, a callable given each
+    target ``Deployment`` that returns those arguments for it (sources differ: a git ref for codehost, an
+    image for docker, a tarball for uploaded source); the fixed arguments are the defaults for what it
+    leaves out.
+
+    :param deployment_ids: the targets by id (list, or comma-separated string). Templated.
+    :param deployment_names: the targets by exact name (list, or comma-separated string). Templated.
+    :param filters: the targets by list-endpoint filters (``tag_value_ids``, ``deployment_type``,
+        ``name_contains``, ``status``, ``image_version``, ``remote_reconciled``, ``deployment_ids``),
+        ordered by name. Templated. Give exactly one of ``deployment_ids``, ``deployment_names``,
+        ``filters``.
+    :param image_uri: the image to roll out. Templated.
+    :param repo_ref: the git ref to roll out. Templated.
+    :param source_revision_config: settings that create a new revision. Templated.
+    :param source_config: settings that change without a new revision. Templated.
+    :param revision_source: ``codehost``, ``internal_docker`` or ``internal_source``. Templated.
+    :param secrets: secret values, as for :class:`PatchDeploymentOperator`. Not templated.
+    :param secret_references: Kubernetes secret references (``external_docker`` only).
+    :param patch_for: callable ``Deployment -> {argument: value}`` giving each deployment's change (keys
+        among the arguments above). Runs on the worker.
+    :param canary: how many of the first targets, or which names, to roll out and verify first.
+    :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
+        (``"25%"``). Default 100.
+    :param max_failures: the failure budget: a count, or a fraction of the fleet (``0.1``). Default 0. A
+        failed canary stops the rollout whatever the budget; its failures still count against it.
+    :param pause_seconds: seconds to wait between two waves (in the triggerer when deferrable).
+    :param max_parallel_patches: most PATCH requests of a wave in flight at once (a whole number >= 1;
+        default 10; 1 sends them one after the other). Each patch is recorded as soon as it is answered,
+        and a retry never patches a deployment twice whatever the value; the hook's client holds 20
+        connections, so more than 20 only queue.
+    :param verify: callable given the live ``Deployment`` of each deployment that landed; raising, or
+        returning a false value other than ``None`` (``False``, ``0``, ``""``), fails that deployment;
+        returning ``None`` (an assert-style check) or a true value passes. Runs on the worker.
+    :param bake_seconds: how long a new revision must stay live (``READY`` and active) before it counts
+        as landed.
+    :param rollback_on_failure: roll back (as :class:`RollbackDeploymentOperator` does: the previous build
+        and the whole previous ``resource_spec``, recorded before the patch, in one revision; secrets not
+        re-sent, and named in the row's message) every deployment whose new revision went live and then
+        failed ``verify`` or the bake, or was still rolling out when ``timeout`` ran out (it may yet go live:
+        the rollback queues behind it on the service and replaces it once it is done), and, when the wave
+        stops the rollout (it exceeds the budget, or it is the canary and a canary deployment failed), every
+        deployment of that wave that landed; a restored one is ``rolled_back`` in the table
+        (``rolled_back_with_wave`` for one that had landed; ``..._partially`` when part of the change stays).
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between two looks at a wave.
+    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
+    :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
+        rollout that does not change.
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "deployment_ids",
+        "deployment_names",
+        "filters",
+        "image_uri",
+        "repo_ref",
+        "source_revision_config",
+        "source_config",
+        "revision_source",
+        "deployment_service_conn_id",
+    )
+    ui_color = "#d5f5e3"
+
+    def __init__(
+        self,
+        *,
+        deployment_ids: list[str] | str | None = None,
+        deployment_names: list[str] | str | None = None,
+        filters: dict[str, Any] | str | None = None,
+        image_uri: str | None = None,
+        repo_ref: str | None = None,
+        source_revision_config: dict[str, Any] | None = None,
+        source_config: dict[str, Any] | None = None,
+        revision_source: str | None = None,
+        secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
+        secret_references: list[dict[str, str]] | None = None,
+        patch_for: Callable[[Deployment], Mapping[str, Any]] | None = None,
+        canary: int | list[str] | str | None = None,
+        wave_size: int | str = 100,
+        max_failures: int | float = 0,
+        pause_seconds: float = 0,
+        max_parallel_patches: int = 10,
+        verify: Callable[[Deployment], Any] | None = None,
+        bake_seconds: float = 0,
+        rollback_on_failure: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        given = {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
+        named = [name for name, value in given.items() if value is not None]
+        if len(named) != 1:
+            problem = "no targets" if not named else f"{' and '.join(named)} given together"
+            raise ValueError(f"{problem}: give exactly one of deployment_ids, deployment_names, filters")
+        value = given[named[0]]
+        if value in ("", []) or (isinstance(value, (list, tuple)) and not any(value)):
+            raise ValueError(f"{named[0]} is empty: no targets")
+        if isinstance(filters, Mapping):
+            fleet_tasks.check_filters(filters)
+        change = {
+            name: value
+            for name, value in (
+                ("image_uri", image_uri),
+                ("repo_ref", repo_ref),
+                ("source_revision_config", source_revision_config),
+                ("source_config", source_config),
+                ("revision_source", revision_source),
+                ("secrets", secrets),
+                ("secret_references", secret_references),
+            )
+            if value is not None
+        }
+        if patch_for is not None and not callable(patch_for):
+            raise ValueError(f"patch_for must be a callable Deployment -> patch arguments, got {patch_for!r}")
+        if not change and patch_for is None:
+            raise ValueError(
+                "no change: give image_uri, repo_ref, source_revision_config, source_config, revision_source, "
+                "secrets or secret_references, or patch_for"
+            )
+        if verify is not None and not callable(verify):
+            raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
+        self.deployment_ids = deployment_ids
+        self.deployment_names = deployment_names
+        self.filters = filters
+        self.image_uri = image_uri
+        self.repo_ref = repo_ref
+        self.source_revision_config = source_revision_config
+        self.source_config = source_config
+        self.revision_source = revision_source
+        self.secrets = secrets
+        self.secret_references = secret_references
+        self.patch_for = patch_for
+        self.canary = fleet.check_canary(canary)
+        self.wave_size = fleet.check_wave_size(wave_size)
+        self.max_failures = fleet.check_max_failures(max_failures)
+        self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
+        self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
+        self.verify = verify
+        self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
+        self.rollback_on_failure = bool(rollback_on_failure)
+
+    # ---- the change
+    def _fixed_change(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in PATCH_FIELDS}
+        values["secrets"] = resolve_secrets(self.secrets)  # once per run, not once per deployment
+        self._resolved_secrets = values["secrets"]  # scrubbed from build logs
+        return {name: value for name, value in values.items() if value is not None}
+
+    def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
+        """The patch for each deployment, and a digest of the whole request (no secret values)."""
+        fixed = self._fixed_change()
+        digest_parts: dict[str, Any] = {
+            "targets": [self.deployment_ids, self.deployment_names, self.filters],
+            "plan": [self.canary, self.wave_size, self.max_failures],
+            "patch_for": getattr(self.patch_for, "__qualname__", None),
+        }
+        if self.patch_for is None:
+            request = build_patch_request("patch for the fleet", **fixed)
+            digest_parts["request"] = request.model_dump(mode="json", exclude_none=True)
+            return (lambda deployment: request), fleet_tasks.change_digest(digest_parts)
+        digest_parts["fixed"] = {
+            name: value if name != "secrets" else sorted(item["name"] for item in value)
+            for name, value in fixed.items()
+        }
+        patch_for = self.patch_for
+
+        def request_for(deployment: Deployment) -> PatchDeploymentRequest:
+            given = patch_for(deployment)
+            if not isinstance(given, Mapping):
+                raise AirflowFailException(f"patch_for returned {type(given).__name__}, expected a mapping")
+            unknown = sorted(set(given) - set(PATCH_FIELDS))
+            if unknown:
+                raise AirflowFailException(
+                    f"patch_for returned unknown argument(s) {', '.join(unknown)}; known: {', '.join(PATCH_FIELDS)}"
+                )
+            merged = {**fixed, **{name: value for name, value in given.items() if value is not None}}
+            return build_patch_request(f"patch for deployment {deployment.name!r} ({deployment.id})", **merged)
+
+        return request_for, fleet_tasks.change_digest(digest_parts)
+
+    # ---- execute
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Plan (or resume the recorded plan), then roll out wave by wave."""
+        request_for, change = self._change()
+        progress_store = fleet_tasks.ProgressStore(
+            context.get("task_state_store"), self.log, secrets=self._secret_values()
+        )
+        progress = progress_store.load(change)
+        if progress is not None:
+            self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
+        else:
+            targets = fleet_tasks.resolve_targets(
+                self.hook,
+                deployment_ids=self.deployment_ids,
+                deployment_names=self.deployment_names,
+                filters=self.filters,
+            )
+            try:
+                plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from None
+            allowed = fleet.failure_allowance(self.max_failures, len(targets))
+            progress = fleet_tasks.new_progress(plan, {item.id: item for item in targets}, allowed, change)
+            self._log_plan(progress)
+            progress_store.save(progress)
+        return self._advance(context, progress, progress_store, request_for)
+
+    def execute_complete(  # type: ignore[override]
+        self, context: Context, event: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Resume after a wave (or a pause) in the triggerer: record the outcomes, go on with the rollout.
+
+        Everything a resume needs comes from the trigger's event and the progress (``task_state_store``, or
+        the event's ``carry`` when the task has no store or its last save failed), never from the ``kwargs``
+        given to ``defer()`` (``dag.test()`` in Airflow 3.3 drops them). A resume that cannot find the wave
+        the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
+        of going on from a progress that is not the one that deferred.
+        """
+        try:
+            if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
+                raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
+            request_for, change = self._change()
+            progress_store = fleet_tasks.ProgressStore(
+                context.get("task_state_store"), self.log, secrets=self._secret_values()
+            )
+            progress = self._resumed_progress(progress_store, change, event)
+            if event["status"] == "error":
+                raise AirflowException(str(event.get("message")))  # a retry resumes from the progress
+            index, wave = self._resumed_wave(progress, event)
+            if event["status"] == "done" and wave.phase == "patched":
+                self._record_outcomes(wave, event.get("outcomes") or {})
+                if not fleet_tasks.in_flight(wave):
+                    wave.phase = "watched"  # else the rest is watched again (the event left some undecided)
+                progress_store.save(progress, index)
+            elif event["status"] == "done" and wave.phase == "rolling_back":
+                fleet_tasks.apply_rollbacks(self.hook, wave, event.get("outcomes") or {}, self.log)
+                progress_store.save(progress, index)
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
+
+    def _resumed_progress(
+        self, progress_store: fleet_tasks.ProgressStore, change: str, event: dict[str, Any]
+    ) -> fleet.FleetProgress:
+        """The progress to resume from: the event's ``carry`` when it has one (taken when the task deferred:
+        the store's may be older, its last save having failed), else the store's; fails when neither."""
+        carry = event.get("carry")
+        if isinstance(carry, dict):
+            if carry.get("change") != change:
+                raise AirflowException(
+                    "the FleetWaveTrigger event carries the progress of another change than this task's: not resuming"
+                )
+            progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
+            progress_store.save(progress)  # the store catches up (when it has one)
+            return progress
+        stored = progress_store.load(change)
+        if stored is None:
+            where = (
+                "task_state_store has no record of it" if progress_store.store is not None else "no task_state_store"
+            )
+            raise AirflowException(
+                f"the fleet rollout's progress was lost ({where}, and the trigger's event carries none): cannot "
+                "resume it; a retry recognises the patches already made on the deployments"
+            )
+        return stored
+
+    def _resumed_wave(self, progress: fleet.FleetProgress, event: dict[str, Any]) -> tuple[int, fleet.WaveRecord]:
+        """The wave the event reports on, in a phase that matches it; :class:`AirflowException` otherwise."""
+        index = event.get("wave")
+        if not isinstance(index, int) or not 0 <= index < len(progress.waves):
+            raise AirflowException(f"the FleetWaveTrigger event names wave {index!r}, which the progress does not have")
+        wave = progress.waves[index]
+        if event["status"] == "done" and wave.phase == "planned":
+            raise AirflowException(
+                f"the FleetWaveTrigger event reports the watch of {wave.name}, but the progress shows it not patched "
+                "(a save was lost): not resuming from it; a retry recognises the patches already made"
+            )
+        return index, wave
+
+    def _advance(
+        self,
+        context: Context,
+        progress: fleet.FleetProgress,
+        progress_store: fleet_tasks.ProgressStore,
+        request_for: Callable[[Deployment], PatchDeploymentRequest],
+    ) -> list[dict[str, Any]]:
+        """Run the waves from where the progress stands until done, stopped or deferred."""
+        while (index := progress.current()) is not None:
+            wave = progress.waves[index]
+            if wave.phase == "planned":
+                started = any(row.patched for row in progress.rows)
+                if self.pause_seconds and started and progress.paused_before != index:
+                    progress.paused_before = index
+                    progress_store.save(progress, index)
+                    self.log.info("Pausing %g s before %s", self.pause_seconds, wave.name)
+                    if self.deferrable:
+                        self._defer_wave(index, {}, None, progress_store, progress, time.time() + self.pause_seconds)
+                    time.sleep(self.pause_seconds)
+                self.log.info("Rolling out %s: %s", wave.name, ", ".join(row.name for row in wave.rows))
+                fleet_tasks.patch_wave(
+                    self.hook,
+                    wave,
+                    request_for,
+                    save=lambda index=index: progress_store.save(progress, index),  # type: ignore[misc]
+                    earlier_try_since=self._earlier_try_since(context),
+                    log=self.log,
+                    max_parallel=self.max_parallel_patches,
+                )
+                wave.phase = "patched"
+                progress_store.save(progress, index)
+            if wave.phase == "patched":
+                rollouts = fleet_tasks.in_flight(wave)
+                if rollouts:
+                    begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
+                    deadline = begun + self.timeout
+                    if self.deferrable:
+                        self._defer_wave(index, rollouts, deadline, progress_store, progress, None)
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollouts,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=self.bake_seconds,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                    )
+                    self._record_outcomes(wave, outcomes)
+                wave.phase = "watched"
+                progress_store.save(progress, index)
+            if wave.phase == "watched":
+                save = functools.partial(progress_store.save, progress, index)
+                if self.verify is not None:
+                    fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log, secrets=self._secret_values())
+                    save()
+                if self.rollback_on_failure:
+                    # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
+                    fleet_tasks.start_rollbacks(
+                        self.hook,
+                        wave,
+                        stopping=self._stop_reason(progress, wave),
+                        save=save,
+                        log=self.log,
+                        records=progress_store.rollback_records(index),
+                        earlier_try_since=self._earlier_try_since(context),
+                    )
+                wave.phase = "rolling_back"
+                save()
+            if wave.phase == "rolling_back":
+                # The rollbacks started, this try's or an earlier one's, whose outcome is not recorded yet.
+                rollbacks = fleet_tasks.pending_rollbacks(wave)
+                if rollbacks:
+                    deadline = time.time() + self.timeout
+                    allowed = fleet_tasks.rollbacks_allowed_latest(wave)
+                    if self.deferrable:
+                        self._defer_wave(
+                            index, rollbacks, deadline, progress_store, progress, None, bake=False, allowed=allowed
+                        )
+                    outcomes = fleet_tasks.watch_wave(
+                        self.hook,
+                        rollbacks,
+                        poll_interval=self.poll_interval,
+                        deadline=deadline,
+                        bake_seconds=0,
+                        revision_check_interval=self.revision_check_interval,
+                        log=self.log,
+                        allowed_latest=allowed,
+                    )
+                    fleet_tasks.apply_rollbacks(self.hook, wave, outcomes, self.log)
+                wave.phase = "done"
+                self._log_wave(progress, index)
+                stopping = self._stop_reason(progress, wave)
+                if stopping is not None:
+                    progress.stop(stopping, time.time())
+                progress_store.save(progress)
+        return self._finish(context, progress)
+
+    @staticmethod
+    def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:
+        """Why this wave stops the rollout (a canary deployment failed, or more failed than the budget
+        allows), or ``None``. Only failures count: a deployment rolled back with its wave is not one."""
+        if wave.name == fleet.CANARY and progress.canary_failed:
+            failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+            return (
+                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                "stops the rollout whatever max_failures allows"
+            )
+        if progress.budget_exceeded:
+            failed = len(progress.failures)
+            return f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})"
+        return None
+
+    def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
+        """Record what the watch decided; show the build log's tail of each failed build."""
+        fleet_tasks.apply_outcomes(wave, outcomes, self.log)
+        fleet_tasks.explain_failed_builds(self.hook, wave, self.log, secrets=self._secret_values())
+
+    def _secret_values(self) -> tuple[str, ...]:
+        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+
+    def _defer_wave(
+        self,
+        index: int,
+        rollouts: Mapping[str, str | None],
+        deadline: float | None,
+        progress_store: fleet_tasks.ProgressStore,
+        progress: fleet.FleetProgress,
+        resume_at: float | None,
+        *,
+        bake: bool = True,
+        allowed: Mapping[str, str] | None = None,
+    ) -> None:
+        wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
+        fleet_tasks.scrub_messages(progress, self._secret_values())
+        allowed = allowed or {}
+        self.defer(
+            trigger=FleetWaveTrigger(
+                wave=index,
+                rollouts=[
+                    [deployment_id, revision_id, *([allowed[deployment_id]] if deployment_id in allowed else [])]
+                    for deployment_id, revision_id in rollouts.items()
+                ],
+                hook_params=self.hook.hook_params,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                bake_seconds=self.bake_seconds if bake else 0.0,
+                revision_check_interval=self.revision_check_interval,
+                resume_at=resume_at,
+                # Without a task state store, or when its last save failed, the progress travels with the
+                # trigger (JSON, no secrets): the resume must not go on from an older one.
+                carry=progress.to_json() if progress_store.store is None or progress_store.behind else None,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=max(0.0, wait) + self.bake_seconds + max(DEFERRAL_GRACE, 2 * self.poll_interval)),
+        )
+
+    def _earlier_try_since(self, context: Context) -> datetime | None:
+        """The run's start when this is a retry (patches found on deployments may be an earlier try's)."""
+        try_number = getattr(context["ti"], "try_number", 1) or 1
+        started = getattr(context.get("dag_run"), "start_date", None)
+        if try_number <= 1:
+            return None
+        return started if isinstance(started, datetime) else datetime.min.replace(tzinfo=timezone.utc)
+
+    def _log_plan(self, progress: fleet.FleetProgress) -> None:
+        total = len(progress.rows)
+        self.log.info(
+            "Fleet rollout plan: %d deployment(s) in %d wave(s); the rollout stops when more than %d fail",
+            total,
+            len(progress.waves),
+            progress.allowed_failures,
+        )
+        for wave in progress.waves:
+            names = [row.name for row in wave.rows]
+            shown = ", ".join(names[:50]) + (f" ... and {len(names) - 50} more" if len(names) > 50 else "")
+            self.log.info("  %s (%d): %s", wave.name, len(names), shown)
+
+    def _log_wave(self, progress: fleet.FleetProgress, index: int) -> None:
+        wave = progress.waves[index]
+        counts: dict[str, int] = {}
+        for row in wave.rows:
+            counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        self.log.info(
+            "%s finished: %s; %d failure(s) so far of %d allowed",
+            wave.name,
+            ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())),
+            len(progress.failures),
+            progress.allowed_failures,
+        )
+
+    def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+        fleet_tasks.scrub_messages(progress, self._secret_values())
+        table = progress.table()
+        counts = progress.counts()
+        self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
+        ti = context["ti"]
+        failures = progress.failures
+        summary = {
+            "counts": counts,
+            "failures": len(failures),
+            "allowed_failures": progress.allowed_failures,
+            "stopped": progress.stopped,
+        }
+        ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
+        if progress.stopped:
+            ti.xcom_push(key="return_value", value=table)
+            named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
+            more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            withdrawn = [row.name for row in progress.rolled_back_with_wave]
+            with_wave = (
+                f" {len(withdrawn)} deployment(s) that landed were rolled back with their wave (not failures): "
+                f"{', '.join(withdrawn[:20])}{' ...' if len(withdrawn) > 20 else ''}."
+                if withdrawn
+                else ""
+            )
+            skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
+            raise AirflowFailException(
+                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}.{with_wave} "
+                f"{skipped} deployment(s) in later waves were not patched."
+            )
+        if failures:
+            self.log.warning(
+                "%d deployment(s) failed, within the budget of %d: %s",
+                len(failures),
+                progress.allowed_failures,
+                ", ".join(row.name for row in failures),
+            )
+        self._emit_events(context, progress)
+        return table
+
+    def _emit_events(self, context: Context, progress: fleet.FleetProgress) -> None:
+        """One asset event per deployment this rollout changed, read back (one list request per 100): a row
+        that landed and still serves its revision (``rolled_out``), and a row rolled back whose rollback still
+        serves (``rolled_back``, or ``rolled_back_partially`` with the ``not_restored`` clauses in its extra;
+        the secrets the change set are named there too)."""
+        landed = {
+            row.deployment_id: row
+            for row in progress.rows
+            if row.outcome == fleet.Outcome.LANDED and row.rollback_revision is None and row.to_revision
+        }
+        restored = {
+            row.deployment_id: row
+            for row in progress.rows
+            if row.outcome in fleet.ROLLED_BACK_OUTCOMES and row.rollback_revision
+        }
+        ids = [*landed, *restored]
+        for start in range(0, len(ids), MAX_PAGE_SIZE):
+            try:
+                page = self.hook.list_deployments(
+                    deployment_ids=ids[start : start + MAX_PAGE_SIZE], limit=MAX_PAGE_SIZE
+                )
+            except DeploymentServiceError as err:  # the rollout succeeded; only its events are missing
+                self.log.warning("Could not read the changed deployments back for their asset events (%s)", err)
+                continue
+            for deployment in page.resources:
+                row = landed.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.to_revision:
+                    emit_revision_event(
+                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                    )
+                row = restored.get(deployment.id)
+                if row is not None and deployment.active_revision_id == row.rollback_revision:
+                    partial = row.outcome in (
+                        fleet.Outcome.ROLLED_BACK_PARTIALLY,
+                        fleet.Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
+                    )
+                    emit_revision_event(
+                        context,
+                        deployment,
+                        previous_revision_id=row.to_revision,
+                        outcome="rolled_back_partially" if partial else "rolled_back",
+                        outlets=self.outlets,
+                        log=self.log,
+                        not_restored=row.not_restored,
+                    )

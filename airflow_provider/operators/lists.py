@@ -1,0 +1,224 @@
+"""The list operators: the organization's OAuth providers, the repositories a source-host integration
+offers (or the one to create a deployment from), and the deployments matching filters (every page,
+``.expand()``-friendly)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider.models import ListDeploymentsQuery, canonical_uuid
+from airflow_provider.operators.base import _DeploymentServiceOperator
+from airflow_provider.tasks.base import validation_failure
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = [
+    "DEFAULT_MAX_RESULTS",
+    "ListDeploymentsOperator",
+    "ListOAuthProvidersOperator",
+    "ListRepositoriesOperator",
+]
+
+DEFAULT_MAX_RESULTS = 1000
+
+
+class ListOAuthProvidersOperator(_DeploymentServiceOperator):
+    """List the OAuth providers configured for the organization; returns them as JSON.
+
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = ("deployment_service_conn_id",)
+
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Return every provider as JSON."""
+        providers = self.hook.list_oauth_providers()
+        self.log.info("Found %d OAuth provider(s)", len(providers))
+        return [provider.model_dump(mode="json") for provider in providers]
+
+
+class ListRepositoriesOperator(_DeploymentServiceOperator):
+    """List the repositories an integration with the source-code host makes available for deployment.
+
+    Without ``repository_name`` returns the repositories as JSON (only ``repository_owner``'s when
+    given). With ``repository_name`` exactly one repository must match (case-insensitive; also on
+    ``repository_owner`` when given) and the task returns ``{"repository": {...},
+    "deployment_creation_values": {"integration_id", "source_config": {"repo_url"},
+    "source_revision_config": {"repo_ref"}}}``, ready for a deployment-creation request.
+
+    :param integration_id: the source-host integration (UUID). Templated.
+    :param repository_owner: only repositories of this owner (case-insensitive). Templated. (Not ``owner``:
+        that is the Airflow task's owner.)
+    :param repository_name: the one repository to pick (case-insensitive). Templated.
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = ("integration_id", "repository_owner", "repository_name", "deployment_service_conn_id")
+
+    def __init__(
+        self,
+        *,
+        integration_id: str,
+        repository_owner: str | None = None,
+        repository_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.integration_id = integration_id
+        self.repository_owner = repository_owner
+        self.repository_name = repository_name
+
+    def _run(self, context: Context) -> list[dict[str, Any]] | dict[str, Any]:
+        """Return the repositories, or the one picked by ``repository_name`` with its creation values."""
+        try:
+            integration_id = canonical_uuid(self.integration_id, "integration_id")
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        owner = (self.repository_owner or "").strip().lower() or None
+        name = (self.repository_name or "").strip().lower() or None
+        repositories = self.hook.list_repositories(integration_id)
+        if owner is not None:
+            repositories = [repo for repo in repositories if repo.owner.lower() == owner]
+        self.log.info("Integration %s offers %d matching repositories", integration_id, len(repositories))
+        if name is None:
+            return [repo.model_dump(mode="json") for repo in repositories]
+        matches = [repo for repo in repositories if repo.name.lower() == name]
+        if len(matches) != 1:
+            wanted = f"{self.repository_owner}/{self.repository_name}" if owner else repr(self.repository_name)
+            shown = sorted(repo.full_name for repo in (matches or repositories))
+            listed = ", ".join(shown[:20]) + (f" (and {len(shown) - 20} more)" if len(shown) > 20 else "")
+            problem = "no repository matches" if not matches else f"{len(matches)} repositories match"
+            raise AirflowFailException(
+                f"{problem} repository_name={wanted} in integration {integration_id}; "
+                f"{'candidates' if matches else 'available'}: {listed or '(none)'}"
+            )
+        repository = matches[0]
+        self.log.info("Picked repository %s (%s)", repository.full_name, repository.url)
+        return {
+            "repository": repository.model_dump(mode="json"),
+            "deployment_creation_values": repository.deployment_creation_values().model_dump(
+                mode="json", exclude_none=True
+            ),
+        }
+
+
+def _as_list(value: Any) -> Any:
+    """A comma-separated string (as a template renders) becomes a list; anything else is left alone."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class ListDeploymentsOperator(_DeploymentServiceOperator):
+    """List deployments matching the filters, over all pages, as redacted JSON (``.expand()``-friendly).
+
+    :param name_contains: substring of the deployment name. Templated.
+    :param status: deployment status (``READY``, ``AWAITING_DATABASE``...). Templated.
+    :param remote_reconciled: only remote-reconciled deployments (or only others). Templated.
+    :param tag_value_ids: tag value ids (list, or comma-separated string). Templated.
+    :param image_version: image version. Templated.
+    :param deployment_type: ``dev_free``, ``dev`` or ``prod``. Templated.
+    :param deployment_ids: deployment ids (list, or comma-separated string). Templated.
+    :param page_size: deployments per request, 1..100.
+    :param max_results: stop after this many deployments (default 1000).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = (
+        "name_contains",
+        "status",
+        "remote_reconciled",
+        "tag_value_ids",
+        "image_version",
+        "deployment_type",
+        "deployment_ids",
+        "deployment_service_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        name_contains: str | None = None,
+        status: str | None = None,
+        remote_reconciled: bool | str | None = None,
+        tag_value_ids: list[str] | str | None = None,
+        image_version: str | None = None,
+        deployment_type: str | None = None,
+        deployment_ids: list[str] | str | None = None,
+        page_size: int = 100,
+        max_results: int | None = DEFAULT_MAX_RESULTS,
+        **kwargs: Any,
+    ) -> None:
+        for wire_name in ("limit", "offset"):
+            if wire_name in kwargs:
+                raise ValueError(
+                    f"ListDeploymentsOperator takes no {wire_name}={kwargs[wire_name]!r}: it pages through every "
+                    "match itself; use page_size (deployments per request, 1..100) and max_results (how many "
+                    "in total, default 1000)"
+                )
+        super().__init__(**kwargs)
+        self.name_contains = name_contains
+        self.status = status
+        self.remote_reconciled = remote_reconciled
+        self.tag_value_ids = tag_value_ids
+        self.image_version = image_version
+        self.deployment_type = deployment_type
+        self.deployment_ids = deployment_ids
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 100:
+            raise ValueError(f"page_size must be a whole number from 1 to 100, got {page_size!r}")
+        if max_results is not None and (isinstance(max_results, bool) or not isinstance(max_results, int)):
+            raise ValueError(f"max_results must be a positive whole number or None, got {max_results!r}")
+        if max_results is not None and max_results < 1:
+            raise ValueError(f"max_results must be a positive whole number or None, got {max_results!r}")
+        self.page_size = page_size
+        self.max_results = max_results
+
+    def _query(self) -> ListDeploymentsQuery:
+        remote = self.remote_reconciled
+        if isinstance(remote, str):
+            words = {"true": True, "false": False, "": None, "none": None}
+            if remote.strip().lower() not in words:
+                raise AirflowFailException(f"remote_reconciled must be true or false, got {remote!r}")
+            remote = words[remote.strip().lower()]
+        filters = {
+            "limit": self.page_size,
+            "name_contains": self.name_contains or None,
+            "status": self.status or None,
+            "remote_reconciled": remote,
+            "tag_value_ids": _as_list(self.tag_value_ids) or None,
+            "image_version": self.image_version or None,
+            "deployment_type": self.deployment_type or None,
+            "deployment_ids": _as_list(self.deployment_ids) or None,
+        }
+        try:
+            return ListDeploymentsQuery.model_validate({k: v for k, v in filters.items() if v is not None})
+        except pydantic.ValidationError as err:
+            raise validation_failure("deployment filters", err) from None
+
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Return every matching deployment (at most ``max_results``) as redacted JSON."""
+        query = self._query()
+        # One more than the cap, to tell "exactly max_results" from "more left behind".
+        limit = None if self.max_results is None else self.max_results + 1
+        deployments = list(self.hook.iter_deployments(query, max_results=limit))
+        if self.max_results is not None and len(deployments) > self.max_results:
+            deployments = deployments[: self.max_results]
+            self.log.warning(
+                "More than max_results=%d deployments match; returning the first %d only. Narrow the filters "
+                "or raise max_results, or a fleet rollout will skip the rest.",
+                self.max_results,
+                self.max_results,
+            )
+        else:
+            self.log.info("Found %d deployment(s)", len(deployments))
+        return [deployment.model_dump(mode="json") for deployment in deployments]

@@ -1,0 +1,200 @@
+"""The import paths DAGs already use stay: every documented name still imports from the old module, and is
+the same object as in the family module that defines it now. The old modules only re-export."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow._shared.module_loading import import_string
+
+from airflow_provider.triggers.rollout import DeploymentRolloutTrigger
+
+OPERATORS = "airflow_provider.operators.deployment_service"
+OLD_OPERATOR_ALL = [
+    "DeploymentLink",
+    "FleetRolloutOperator",
+    "ListDeploymentsOperator",
+    "ListOAuthProvidersOperator",
+    "ListRepositoriesOperator",
+    "PatchDeploymentOperator",
+    "RollbackDeploymentOperator",
+]
+"""``__all__`` of the operators module before the split (one module for every operator)."""
+
+# Every documented name of the old operators module -> the module that defines it now.
+OPERATOR_NAMES = {
+    "DeploymentLink": "airflow_provider.operators.base",
+    "XCOM_DEPLOYMENT_ID": "airflow_provider.operators.base",
+    "XCOM_REVISION_ID": "airflow_provider.operators.base",
+    "XCOM_PREVIOUS_ACTIVE_REVISION_ID": "airflow_provider.operators.base",
+    "XCOM_DEPLOYMENT_URL": "airflow_provider.operators.base",
+    "XCOM_PREVIOUS_SOURCE_REVISION_CONFIG": "airflow_provider.operators.base",
+    "XCOM_PREVIOUS_RESOURCE_SPEC": "airflow_provider.operators.base",
+    "XCOM_ROLLED_BACK_FROM": "airflow_provider.operators.base",
+    "XCOM_ROLLBACK_PATH": "airflow_provider.operators.base",
+    "XCOM_NOT_RESTORED": "airflow_provider.operators.base",
+    "XCOM_FLEET_SUMMARY": "airflow_provider.operators.base",
+    "ListOAuthProvidersOperator": "airflow_provider.operators.lists",
+    "ListRepositoriesOperator": "airflow_provider.operators.lists",
+    "ListDeploymentsOperator": "airflow_provider.operators.lists",
+    "DEFAULT_MAX_RESULTS": "airflow_provider.operators.lists",
+    "PatchDeploymentOperator": "airflow_provider.operators.patch",
+    "TASK_STATE_KEY": "airflow_provider.operators.patch",
+    "HISTORY_LOOKBACK": "airflow_provider.operators.patch",
+    "RollbackDeploymentOperator": "airflow_provider.operators.rollback",
+    "ROLLBACK_STATE_KEY": "airflow_provider.operators.rollback",
+    "ROLLBACK_CARRY_KEY": "airflow_provider.operators.rollback",
+    "FleetRolloutOperator": "airflow_provider.operators.fleet",
+    "PATCH_FIELDS": "airflow_provider.operators.fleet",
+    "SecretValue": "airflow_provider.tasks.patch_request",
+    "build_patch_request": "airflow_provider.tasks.patch_request",
+    "describe_patch": "airflow_provider.tasks.patch_request",
+    "resolve_secrets": "airflow_provider.tasks.patch_request",
+}
+
+# What Airflow and retries in flight already hold: an XCom, a task_state_store record or a trigger's carry
+# written by the previous version is read back under these keys after an upgrade.
+STORED_KEYS = {
+    "XCOM_DEPLOYMENT_ID": "deployment_id",
+    "XCOM_REVISION_ID": "revision_id",
+    "XCOM_PREVIOUS_ACTIVE_REVISION_ID": "previous_active_revision_id",
+    "XCOM_DEPLOYMENT_URL": "deployment_url",
+    "XCOM_PREVIOUS_SOURCE_REVISION_CONFIG": "previous_source_revision_config",
+    "XCOM_PREVIOUS_RESOURCE_SPEC": "previous_resource_spec",
+    "XCOM_ROLLED_BACK_FROM": "rolled_back_from",
+    "XCOM_ROLLBACK_PATH": "rollback_path",
+    "XCOM_NOT_RESTORED": "not_restored",
+    "XCOM_FLEET_SUMMARY": "fleet_summary",
+    "TASK_STATE_KEY": "deployment_service_patch",
+    "ROLLBACK_STATE_KEY": "deployment_service_rollback",
+    "ROLLBACK_CARRY_KEY": "rollback",
+}
+
+TRIGGERS = "airflow_provider.triggers.deployment_service"
+
+# Every documented name of the old triggers module -> the module that defines it now.
+TRIGGER_NAMES = {
+    "REVISION_CHECK_CONCURRENCY": "airflow_provider.triggers.poller",
+    "active_pollers": "airflow_provider.triggers.poller",
+    "EVENT_STATUSES": "airflow_provider.triggers.rollout",
+    "DeploymentRolloutTrigger": "airflow_provider.triggers.rollout",
+    "DeploymentBakeTrigger": "airflow_provider.triggers.rollout",
+    "FleetWaveTrigger": "airflow_provider.triggers.fleet",
+    "DeploymentEventTrigger": "airflow_provider.triggers.watcher",
+    "CURSOR_KEY_PREFIX": "airflow_provider.triggers.watcher",
+    "CURSOR_COMMIT_DELAY": "airflow_provider.triggers.watcher",
+    "CURSOR_LOAD_ATTEMPTS": "airflow_provider.triggers.watcher",
+    "DEFAULT_EVENT_POLL_INTERVAL": "airflow_provider.triggers.watcher",
+    "FILTER_NAMES": "airflow_provider.triggers.watcher",
+    "GONE": "airflow_provider.triggers.watcher",
+}
+
+CLIENT = "airflow_provider.client"
+
+# The names of the client's settings, pagination and error text that code imports from the client -> the
+# module beside it that defines them now.
+CLIENT_NAMES = {
+    "ClientSettings": "airflow_provider.client_settings",
+    "RetryPolicy": "airflow_provider.client_settings",
+    "normalize_base_url": "airflow_provider.client_settings",
+    "is_loopback_host": "airflow_provider.client_settings",
+    "LOOPBACK_NAMES": "airflow_provider.client_settings",
+    "DeploymentPaginator": "airflow_provider.pagination",
+    "describe_validation_error": "airflow_provider.error_text",
+    "scrub": "airflow_provider.error_text",
+    "MIN_LENGTH_MASKED_SECRET": "airflow_provider.error_text",
+}
+
+PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
+"""The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
+MOVED_NAMES = {**PUBLIC_PATHS, CLIENT: CLIENT_NAMES}
+
+DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
+REVISION = "00000000-0000-4000-8000-00000000000b"
+HOOK_PARAMS = {"deployment_service_conn_id": "deployment_service_default"}
+TRIGGER_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "DeploymentRolloutTrigger": {"deployment_id": DEPLOYMENT, "revision_id": REVISION, "hook_params": HOOK_PARAMS},
+    "DeploymentBakeTrigger": {
+        "deployment_id": DEPLOYMENT,
+        "revision_id": REVISION,
+        "hook_params": HOOK_PARAMS,
+        "poll_interval": 5.0,
+        "deadline": 1.0e9,
+    },
+    "FleetWaveTrigger": {"wave": 0, "rollouts": [[DEPLOYMENT, REVISION]], "hook_params": HOOK_PARAMS},
+    "DeploymentEventTrigger": {"deployment_ids": [DEPLOYMENT]},
+}
+
+
+@pytest.mark.parametrize(
+    "old, name, home",
+    [(old, name, home) for old, names in MOVED_NAMES.items() for name, home in names.items()],
+    ids=lambda value: value.rpartition(".")[2],
+)
+def test_every_documented_name_imports_from_the_old_path_and_its_module_as_one_object(
+    old: str, name: str, home: str
+) -> None:
+    from_old = getattr(importlib.import_module(old), name)
+    from_home = getattr(importlib.import_module(home), name)
+    assert from_old is from_home
+    if inspect.isclass(from_home) or inspect.isfunction(from_home):
+        assert from_home.__module__ == home, f"{name} is defined in {from_home.__module__}, not in {home}"
+
+
+@pytest.mark.parametrize("old", sorted(PUBLIC_PATHS))
+def test_the_old_module_exports_exactly_the_documented_names(old: str) -> None:
+    assert sorted(importlib.import_module(old).__all__) == sorted(PUBLIC_PATHS[old])
+
+
+def test_the_operators_module_keeps_its_old_star_import() -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {OPERATORS} import *", namespace)
+    assert set(OLD_OPERATOR_ALL) <= set(namespace)
+
+
+@pytest.mark.parametrize("name, value", sorted(STORED_KEYS.items()))
+def test_the_stored_keys_keep_their_values(name: str, value: str) -> None:
+    assert getattr(importlib.import_module(OPERATORS), name) == value
+
+
+@pytest.mark.parametrize("old", sorted(PUBLIC_PATHS))
+def test_the_old_modules_only_re_export(old: str) -> None:
+    module = importlib.import_module(old)
+    assert module.__file__ is not None
+    tree = ast.parse(Path(module.__file__).read_text())
+    defined = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(target) for target in node.targets] == ["__all__"]:
+            continue
+        defined.append(ast.unparse(node).splitlines()[0])
+    assert defined == [], f"{old} should only re-export, but defines: {defined}"
+
+
+@pytest.mark.parametrize("name", sorted(TRIGGER_ARGUMENTS))
+def test_a_trigger_serializes_to_its_old_class_path_which_loads_the_same_class(name: str) -> None:
+    """What the metadata database holds for a deferred task or an AssetWatcher (class path and kwargs) is what
+    the previous version wrote, and the triggerer's import of it gives the class of the family module."""
+    cls = getattr(importlib.import_module(TRIGGER_NAMES[name]), name)
+    classpath, kwargs = cls(**TRIGGER_ARGUMENTS[name]).serialize()
+    assert classpath == f"{TRIGGERS}.{name}"
+    assert import_string(classpath) is cls  # as the triggerer loads it
+    assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
+
+
+class _CustomRolloutTrigger(DeploymentRolloutTrigger):
+    """A user's subclass: it must come back as itself, not as the class it extends."""
+
+
+def test_a_subclass_serializes_its_own_class_path() -> None:
+    classpath, kwargs = _CustomRolloutTrigger(**TRIGGER_ARGUMENTS["DeploymentRolloutTrigger"]).serialize()
+    assert classpath == f"{__name__}._CustomRolloutTrigger"
+    assert type(import_string(classpath)(**kwargs)) is _CustomRolloutTrigger
