@@ -44,8 +44,8 @@ RESOURCE_SPEC = {"cpu": 1, "cpu_limit": 2, "memory_mb": 512, "memory_limit_mb": 
 BIGGER_SPEC = {"cpu": 2, "memory_mb": 1024}
 SECRET_BEFORE = "sv-CrashPoints-Before-2b7d"
 SECRET_AFTER = "sv-CrashPoints-After-91ce"
-BAKE_SECONDS = 6.0
-"""The bake every scenario asks for, in virtual seconds (three looks)."""
+BAKE_SECONDS = 2.0
+"""The bake every scenario asks for, in virtual seconds: the revision must still serve one look later."""
 WAITING: dict[str, Any] = {"poll_interval": 0.001, "timeout": 600, "revision_check_interval": 3600}
 """Every task polls each millisecond of real time; a look takes 2.5 s of virtual time, so no timeout hits."""
 
