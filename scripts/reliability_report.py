@@ -200,10 +200,11 @@ def crash_headline(rows: dict[str, list[dict[str, Any]]]) -> str:
     scenarios = {(row["task"], row["scenario"]) for row in sweeps}
     violations, points = sum(row["violations"] for row in sweeps), sum(row["crash_points"] for row in sweeps)
     tasks, paths = len({task for task, _ in scenarios}), len({row["path"] for row in sweeps})
+    wall, cpu = sum(row["seconds"] for row in sweeps), sum(row.get("cpu_seconds", 0) for row in sweeps)
     return (
         f"{violations} invariant violations at {points} crash points of {tasks} tasks ({len(scenarios)} scenarios "
-        f"x {paths} paths x 2 store modes; {sum(row['runs'] for row in sweeps)} runs in "
-        f"{sum(row['seconds'] for row in sweeps):.1f} s)"
+        f"x {paths} paths x 2 store modes; {sum(row['runs'] for row in sweeps)} runs in {wall:.1f} s, "
+        f"{cpu:.1f} s of CPU)"
     )
 
 
@@ -247,6 +248,7 @@ def crash_points(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]]) ->
                 "runs": sum(row["runs"] for row in mine),
                 "violations": sum(row["violations"] for row in mine),
                 "seconds": round(sum(row["seconds"] for row in mine), 1),
+                "cpu_seconds": round(sum(row.get("cpu_seconds", 0) for row in mine), 1),
             }
         )
     out.append(table(per_task))
@@ -254,10 +256,12 @@ def crash_points(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]]) ->
         "`crash points`: summed over the scenarios, the paths and both store modes (a clean run of each, then "
         "one run killed at each point). `runs`: the runs made; a `dag.test` run whose deferrals gave no kwargs "
         "makes the very calls of its `triggerer` twin, so its result is taken from there "
-        f"({sum(row['runs_same_as_triggerer'] for row in sweeps)} runs). `seconds`: on this machine.\n"
+        f"({sum(row['runs_same_as_triggerer'] for row in sweeps)} runs). `seconds`: wall-clock time on this "
+        "machine, which grows when other processes share it; `cpu seconds`: the CPU time of the test process "
+        "(the task's threads and the emulator's), which does not.\n"
     )
     out.append("### Per scenario and path\n")
-    columns = ["task", "scenario", "path", "crash_points", "runs", "violations", "seconds"]
+    columns = ["task", "scenario", "path", "crash_points", "runs", "violations", "seconds", "cpu_seconds"]
     out.append(table(sweeps, columns))
 
     examples = [

@@ -313,6 +313,7 @@ def record(report: Report, result: Sweep) -> None:
         runs_same_as_triggerer=result.same_as_triggerer,
         violations=len(result.violations),
         seconds=round(result.seconds, 2),
+        cpu_seconds=round(result.cpu_seconds, 2),
     )
     for store_mode, labels in result.labels.items():
         report.row(
