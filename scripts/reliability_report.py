@@ -175,6 +175,7 @@ def headline(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]], wall: 
             f"{counters.get('rollback_faults_injected', 0)} faults on the rollback request "
             f"({len(rows.get('rollback_faults', []))} cases)",
         ),
+        ("Crash points", crash_headline(rows)),
         (
             "Tests",
             f"{sum(1 for r in tests.values() if r['outcome'] == 'passed')} passed, {len(failed)} not passed; "
@@ -189,6 +190,129 @@ def headline(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]], wall: 
         )
         text += "\n".join(f"- `{node}` ({tests[node]['outcome']})" for node in failed) + "\n"
     return text
+
+
+def crash_headline(rows: dict[str, list[dict[str, Any]]]) -> str:
+    """``N crash points of 3 tasks ... V violations`` (or that the harness did not run)."""
+    sweeps = rows.get("crash_sweeps", [])
+    if not sweeps:
+        return "not run"
+    scenarios = {(row["task"], row["scenario"]) for row in sweeps}
+    violations, points = sum(row["violations"] for row in sweeps), sum(row["crash_points"] for row in sweeps)
+    tasks, paths = len({task for task, _ in scenarios}), len({row["path"] for row in sweeps})
+    wall, cpu = sum(row["seconds"] for row in sweeps), sum(row.get("cpu_seconds", 0) for row in sweeps)
+    return (
+        f"{violations} invariant violations at {points} crash points of {tasks} tasks ({len(scenarios)} scenarios "
+        f"x {paths} paths x 2 store modes; {sum(row['runs'] for row in sweeps)} runs in {wall:.1f} s, "
+        f"{cpu:.1f} s of CPU)"
+    )
+
+
+def point_ranges(points: list[str]) -> str:
+    """``#0-#3, #7`` from point labels (``#<n> ...``)."""
+    numbers = sorted({int(label.split()[0].lstrip("#")) for label in points if label.startswith("#")})
+    ranges: list[list[int]] = []
+    for number in numbers:
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    shown = [f"#{low}" if low == high else f"#{low}-#{high}" for low, high in ranges]
+    if any(not label.startswith("#") for label in points):
+        shown.insert(0, "the clean run")
+    return ", ".join(shown)
+
+
+def crash_points(data: dict[str, Any], rows: dict[str, list[dict[str, Any]]]) -> str:
+    """The invariants, a table per task and per sweep, an example of crash points, and every violation."""
+    sweeps = rows.get("crash_sweeps", [])
+    if not sweeps:
+        return "_(the crash-point tests did not run)_\n"
+    notes = data.get("notes", {})
+    invariants: dict[str, str] = json.loads(notes.get("crash_invariants", "{}"))
+    paths: dict[str, str] = json.loads(notes.get("crash_paths", "{}"))
+    out = ["**The invariants** (checked after every run):\n"]
+    out.append("\n".join(f"- **{name}**: {text}." for name, text in invariants.items()) + "\n")
+    out.append("**The paths** (each with and without a `task_state_store`):\n")
+    out.append("\n".join(f"- `{name}`: {text}." for name, text in paths.items()) + "\n")
+
+    out.append("### Per task\n")
+    per_task = []
+    for task in dict.fromkeys(row["task"] for row in sweeps):
+        mine = [row for row in sweeps if row["task"] == task]
+        per_task.append(
+            {
+                "task": task,
+                "scenarios": len({row["scenario"] for row in mine}),
+                "crash_points": sum(row["crash_points"] for row in mine),
+                "runs": sum(row["runs"] for row in mine),
+                "violations": sum(row["violations"] for row in mine),
+                "seconds": round(sum(row["seconds"] for row in mine), 1),
+                "cpu_seconds": round(sum(row.get("cpu_seconds", 0) for row in mine), 1),
+            }
+        )
+    out.append(table(per_task))
+    out.append(
+        "`crash points`: summed over the scenarios, the paths and both store modes (a clean run of each, then "
+        "one run killed at each point). `runs`: the runs made; a `dag.test` run whose deferrals gave no kwargs "
+        "makes the very calls of its `triggerer` twin, so its result is taken from there "
+        f"({sum(row['runs_same_as_triggerer'] for row in sweeps)} runs). `seconds`: wall-clock time on this "
+        "machine, which grows when other processes share it; `cpu seconds`: the CPU time of the test process "
+        "(the task's threads and the emulator's), which does not.\n"
+    )
+    out.append("### Per scenario and path\n")
+    columns = ["task", "scenario", "path", "crash_points", "runs", "violations", "seconds", "cpu_seconds"]
+    out.append(table(sweeps, columns))
+
+    examples = [
+        row for row in rows.get("crash_points", []) if row["path"] == "worker" and row["store"] == "task_state_store"
+    ]
+    shown: dict[str, dict[str, Any]] = {}
+    for row in examples:
+        shown.setdefault(row["task"], row)
+    if shown:
+        out.append("### What the crash points look like\n")
+        out.append("The points of one scenario per task, not deferrable, with a `task_state_store`:\n")
+        for row in shown.values():
+            out.append(
+                f"**{row['task']}: {row['scenario']}** ({len(row['points'])} points): "
+                + "; ".join(row["points"])
+                + "\n"
+            )
+
+    violations = rows.get("crash_violations", [])
+    out.append(f"### Violations ({len(violations)})\n")
+    if not violations:
+        out.append("None: every invariant held at every crash point.\n")
+        return "\n".join(out)
+    out.append(
+        "Grouped where the same thing was seen (revisions by name: `R0` served before the task, `R1` is an "
+        "earlier task's, `new1`, `new2`... were made during the run, in order). `where`: the path, the store "
+        "mode and the crash points (`#n`: killed after the n-th event; the points are listed above and in the "
+        "test's failure message).\n"
+    )
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in violations:
+        groups[(row["task"], row["scenario"], row["invariant"], row["seen"])].append(row)
+    listed = []
+    for (task, scenario, invariant, seen), found in groups.items():
+        where: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for row in found:
+            where[(row["path"], row["store"])].append(row["point"])
+        listed.append(
+            {
+                "task": task,
+                "scenario": scenario,
+                "invariant": invariant,
+                "runs": len(found),
+                "where": "; ".join(
+                    f"{path}, {store}: {point_ranges(points)}" for (path, store), points in where.items()
+                ),
+                "seen": seen,
+            }
+        )
+    out.append(table(listed))
+    return "\n".join(out)
 
 
 SECTIONS: list[tuple[str, str, list[str]]] = [
@@ -252,6 +376,23 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "number of revisions the deployment gained; the retry reattaches to the recorded rollback.",
         ["rollback_faults"],
     ),
+    (
+        "8. Crash points",
+        "The patch task (patch, verify, bake, automatic rollback), the rollback task and the fleet task, killed "
+        "at every point where a worker can die, then retried as Airflow does, and the deployment's real state "
+        "checked in the emulator (`tests/reliability/test_crash_points.py`; the machinery and the invariants in "
+        "`tests/reliability/crash_points.py`). The crash points are not listed by hand: a clean run of each "
+        "scenario records its events (each request to the service, `task_state_store` write, XCom push, "
+        "deferral, and the end of the try), and the worker is killed in every gap between two of them: after "
+        "a request the service has processed it and the worker never sees the answer; after a deferral the "
+        "trigger has fired and the worker dies as it resumes. The kill is a `BaseException` the task cannot "
+        "catch. The retry is a fresh operator with `try_number + 1`, the earlier try's XComs cleared, with the "
+        "same `task_state_store` and again with none (Airflow < 3.3); retryable failures are retried again. "
+        "Time is virtual (every look at the deployments moves the emulator's frozen clock), so nothing sleeps "
+        "and every run repeats the clean run's events up to its kill. How it works and how to run it: "
+        "[the crash-point harness](guides/crash-points.md).",
+        ["crash_points"],
+    ),
 ]
 
 TITLES = {
@@ -295,6 +436,8 @@ def render(data: dict[str, Any], wall: float | None) -> str:
                 parts.append(f"### {TITLES[name]}\n")
             if name == "fault_matrix":
                 parts.append(fault_matrix(rows[name]))
+            elif name == "crash_points":
+                parts.append(crash_points(data, rows))
             elif name == "bad_input":
                 shown = [{**row, "error": short(row["error"])} for row in rows[name]]
                 parts.append(table(shown))

@@ -1,0 +1,354 @@
+"""Every crash point of the patch, rollback and fleet tasks: the worker killed there, the task retried as
+Airflow does, and the deployment's real state checked against the invariants
+(:data:`tests.reliability.crash_points.INVARIANTS`).
+
+The machinery (events, kills, retries, virtual time, the checks) is in ``tests/reliability/crash_points.py``;
+this module holds the scenarios. Each test sweeps one scenario on one path (every crash point, with and
+without a ``task_state_store``), records its figures and violations in the ``report`` (rendered into
+``docs/RELIABILITY.md`` by ``scripts/reliability_report.py``) and fails listing every violation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider.emulator.server import EmulatorServer
+from airflow_provider.operators.deployment_service import (
+    FleetRolloutOperator,
+    PatchDeploymentOperator,
+    RollbackDeploymentOperator,
+)
+from tests.reliability.crash_points import (
+    FLAKY,
+    INVARIANTS,
+    PATHS,
+    STORE_MODES,
+    Harness,
+    Scenario,
+    Sweep,
+    Verifier,
+    World,
+    sweep,
+)
+from tests.reliability.support import CONN_ENV, Report, connection_json
+
+OLD_IMAGE = "registry.example.com/acme/svc:1.0.0"
+NEW_IMAGE = "registry.example.com/acme/svc:2.0.0"
+RESOURCE_SPEC = {"cpu": 1, "cpu_limit": 2, "memory_mb": 512, "memory_limit_mb": 1024}
+"""What the deployments start with: production echoes the limits it defaulted (twice the requests)."""
+BIGGER_SPEC = {"cpu": 2, "memory_mb": 1024}
+SECRET_BEFORE = "sv-CrashPoints-Before-2b7d"
+SECRET_AFTER = "sv-CrashPoints-After-91ce"
+BAKE_SECONDS = 2.0
+"""The bake every scenario asks for, in virtual seconds: the revision must still serve one look later."""
+WAITING: dict[str, Any] = {"poll_interval": 0.001, "timeout": 600, "revision_check_interval": 3600}
+"""Every task polls each millisecond of real time; a look takes 2.5 s of virtual time, so no timeout hits."""
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    """An ``external_docker`` deployment (the source that takes a ``resource_spec``) serving OLD_IMAGE."""
+    return {
+        "name": name,
+        "source": "external_docker",
+        "source_config": {"resource_spec": dict(RESOURCE_SPEC)},
+        "source_revision_config": {"image_uri": OLD_IMAGE},
+        "secrets": [{"name": "TOKEN", "value": SECRET_BEFORE}],
+    }
+
+
+SEED = {"deployments": [_deployment(name) for name in ("svc", "fleet-1", "fleet-2", "fleet-3", "fleet-4")]}
+"""The emulator's data, reloaded before every run."""
+
+
+# ------------------------------------------------------------------------------------------ patch
+def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchDeploymentOperator]:
+    """``PatchDeploymentOperator`` on ``svc`` with ``change``, verify, a bake and ``rollback_on_failure``."""
+
+    def make(world: World, verify: Verifier | None, deferrable: bool) -> PatchDeploymentOperator:
+        return PatchDeploymentOperator(
+            task_id="patch",
+            deployment_id=world.ids["svc"],
+            wait_for_rollout=True,
+            verify=verify,
+            bake_seconds=BAKE_SECONDS,
+            rollback_on_failure=True,
+            deferrable=deferrable,
+            **WAITING,
+            **change,
+        )
+
+    return make
+
+
+PATCH_SCENARIOS = [
+    Scenario(
+        "patch",
+        "a good revision lands",
+        patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 1},
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "verify fails: rolled back",
+        patch_task(image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "the bake fails: rolled back",
+        patch_task(image_uri=NEW_IMAGE + FLAKY),
+        "rolled back",
+        {"svc": 2},
+        flapping=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "the build fails",
+        patch_task(image_uri=NEW_IMAGE),
+        "failed",
+        {"svc": 1},
+        failing_builds=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "a resource_spec-only change rolled back",
+        patch_task(source_config={"resource_spec": BIGGER_SPEC}),
+        "rolled back",
+        {"svc": 2},
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "a secrets-only change rolled back",
+        patch_task(secrets={"TOKEN": SECRET_AFTER}),
+        "rolled back",
+        {"svc": 2},
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+]
+
+
+# ------------------------------------------------------------------------------------------ rollback
+def earlier_patch(**body: Any) -> Callable[[World], None]:
+    """An earlier task of the same DAG run patched ``svc``; its revision (``R1``) went live."""
+
+    def setup(world: World) -> None:
+        patched = world.state.patch_deployment(world.ids["svc"], body)
+        world.state.advance(5)
+        world.revisions["R1"] = patched["latest_revision_id"]
+
+    return setup
+
+
+def rollback_task(world: World, verify: Verifier | None, deferrable: bool) -> RollbackDeploymentOperator:
+    """``RollbackDeploymentOperator`` from ``R1`` back to ``R0``, waiting."""
+    return RollbackDeploymentOperator(
+        task_id="rollback",
+        deployment_id=world.ids["svc"],
+        revision_id=world.revisions["R0"],
+        rolling_back_from=world.revisions["R1"],
+        deferrable=deferrable,
+        **WAITING,
+    )
+
+
+ROLLBACK_SCENARIOS = [
+    Scenario(
+        "rollback",
+        "a plain rollback",
+        rollback_task,
+        "rolled back",
+        {"svc": 1},
+        setup=earlier_patch(source_revision_config={"image_uri": NEW_IMAGE}),
+        verify=False,
+        rollback_to="R0",
+    ),
+    Scenario(
+        "rollback",
+        "a rollback after a resource_spec-only patch",
+        rollback_task,
+        "rolled back",
+        {"svc": 1},
+        setup=earlier_patch(source_config={"resource_spec": BIGGER_SPEC}),
+        verify=False,
+        rollback_to="R0",
+    ),
+]
+
+
+# ------------------------------------------------------------------------------------------ fleet
+def fleet_task(
+    targets: int, max_failures: int, image: str = NEW_IMAGE
+) -> Callable[[World, Verifier | None, bool], FleetRolloutOperator]:
+    """``FleetRolloutOperator`` to ``fleet-1``.. ``fleet-<targets>``: a canary of one, then waves of two;
+    verify, a bake and ``rollback_on_failure``."""
+
+    def make(world: World, verify: Verifier | None, deferrable: bool) -> FleetRolloutOperator:
+        return FleetRolloutOperator(
+            task_id="fleet",
+            deployment_names=[f"fleet-{number}" for number in range(1, targets + 1)],
+            image_uri=image,
+            canary=1,
+            wave_size=2,
+            max_failures=max_failures,
+            verify=verify,
+            bake_seconds=BAKE_SECONDS,
+            rollback_on_failure=True,
+            max_parallel_patches=1,  # one PATCH at a time: the events come in the same order on every run
+            deferrable=deferrable,
+            **WAITING,
+        )
+
+    return make
+
+
+THREE = {"fleet-1": 1, "fleet-2": 1, "fleet-3": 1}
+LANDED = ("landed",)
+ROLLED_BACK = ("rolled_back",)
+FLEET_SCENARIOS = [
+    Scenario(
+        "fleet",
+        "every deployment lands",
+        fleet_task(3, max_failures=0),
+        "landed",
+        THREE,
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes=dict.fromkeys(THREE, LANDED),
+    ),
+    Scenario(
+        "fleet",
+        "one fails verify, within the budget",
+        fleet_task(3, max_failures=1),
+        "landed",
+        {**THREE, "fleet-2": 2},
+        refused=("fleet-2",),
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": LANDED},
+    ),
+    Scenario(
+        "fleet",
+        "one fails the bake, within the budget",
+        fleet_task(3, max_failures=1, image=NEW_IMAGE + FLAKY),
+        "landed",
+        {**THREE, "fleet-2": 2},
+        flapping=("fleet-2",),
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": LANDED},
+    ),
+    Scenario(
+        "fleet",
+        "one build fails, within the budget",
+        fleet_task(3, max_failures=1),
+        "landed",
+        THREE,
+        failing_builds=("fleet-2",),
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ("failed",), "fleet-3": LANDED},
+    ),
+    Scenario(
+        "fleet",
+        "one fails verify, over the budget",
+        fleet_task(4, max_failures=0),
+        "failed",
+        {"fleet-1": 1, "fleet-2": 2, "fleet-3": 2, "fleet-4": 0},
+        refused=("fleet-2",),
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-4": ("not_patched",)},
+    ),
+]
+
+SCENARIOS = [*PATCH_SCENARIOS, *ROLLBACK_SCENARIOS, *FLEET_SCENARIOS]
+
+
+# ------------------------------------------------------------------------------------------ the sweeps
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    """One frozen-clock emulator holding :data:`SEED` (reset before every run) behind the default
+    connection, with the harness installed on it."""
+    server = EmulatorServer(
+        api_key="crash-points-key", data=SEED, frozen_clock=True, build_seconds=2.0, ready_seconds=1.0
+    )
+    server.start()
+    saved = os.environ.get(CONN_ENV)
+    os.environ[CONN_ENV] = connection_json(server.base_url, server.api_key, backoff_initial=0.01, backoff_max=0.02)
+    harness = Harness(server.state)
+    try:
+        with harness.active():
+            yield harness
+    finally:
+        if saved is None:
+            os.environ.pop(CONN_ENV, None)
+        else:
+            os.environ[CONN_ENV] = saved
+        server.stop()
+
+
+def record(report: Report, result: Sweep) -> None:
+    """The sweep's figures, its crash points and each violation, for docs/RELIABILITY.md."""
+    scenario = result.scenario
+    report.note("crash_invariants", json.dumps(INVARIANTS))
+    report.note("crash_paths", json.dumps(PATHS))
+    report.note("crash_store_modes", json.dumps(list(STORE_MODES)))
+    report.row(
+        "crash_sweeps",
+        task=scenario.task,
+        scenario=scenario.name,
+        path=result.path,
+        crash_points=result.points,
+        runs=result.runs,
+        runs_same_as_triggerer=result.same_as_triggerer,
+        violations=len(result.violations),
+        seconds=round(result.seconds, 2),
+        cpu_seconds=round(result.cpu_seconds, 2),
+    )
+    for store_mode, labels in result.labels.items():
+        report.row(
+            "crash_points",
+            task=scenario.task,
+            scenario=scenario.name,
+            path=result.path,
+            store=store_mode,
+            points=labels,
+        )
+    for store_mode, point, violation in result.violations:
+        report.row(
+            "crash_violations",
+            task=scenario.task,
+            scenario=scenario.name,
+            path=result.path,
+            store=store_mode,
+            point=point,
+            invariant=violation.invariant,
+            seen=violation.seen,
+        )
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: f"{scenario.task}: {scenario.name}")
+def test_every_crash_point_keeps_every_invariant(
+    harness: Harness, report: Report, scenario: Scenario, path: str
+) -> None:
+    result = sweep(harness, scenario, path)
+    record(report, result)
+    listed = "\n".join(
+        f"  [{store_mode}] {point}: {violation.invariant}: {violation.seen}"
+        for store_mode, point, violation in result.violations
+    )
+    assert not result.violations, (
+        f"{len(result.violations)} violation(s) at {result.points} crash points ({result.runs} runs) of "
+        f"{scenario.task}: {scenario.name}, {PATHS[path]}:\n{listed}"
+    )
