@@ -1031,13 +1031,46 @@ def _check_fleet(run: RunResult) -> list[Violation]:
     if summary != counts:
         disagreements.append(f"fleet_summary counts {summary}, the table {counts}")
     if last.succeeded:
-        landed = sorted((row["deployment_id"], row["to_revision"]) for row in table if row["outcome"] == "landed")
-        events = sorted((event.get("deployment_id"), event.get("revision_id")) for event in last.asset_events)
-        if events != landed:
-            disagreements.append(f"{len(events)} asset event(s) for {len(landed)} landed row(s)")
+        disagreements += _fleet_event_problems(run, table)
     if disagreements:
         found.append(Violation("outputs agree", "; ".join(disagreements)))
     return found
+
+
+FLEET_EVENT_OUTCOMES: dict[str, str] = {
+    "landed": "rolled_out",
+    "rolled_back": "rolled_back",
+    "rolled_back_with_wave": "rolled_back",
+    "rolled_back_partially": "rolled_back_partially",
+    "rolled_back_with_wave_partially": "rolled_back_partially",
+}
+"""The asset event a successful fleet task emits for a row, by the row's outcome: ``rolled_out`` for a
+deployment it landed, ``rolled_back`` or ``rolled_back_partially`` for one it rolled back (none for the
+others)."""
+
+
+def _fleet_event_problems(run: RunResult, table: list[dict[str, Any]]) -> list[str]:
+    """A successful fleet task's asset events against its rows and the deployments: one event per row that
+    landed (of its ``to_revision``) or was rolled back (of the revision serving now, ``rolled_back`` or
+    ``rolled_back_partially`` as the row's outcome says, the partial one naming what was not undone)."""
+    expected = []
+    for row in table:
+        outcome = FLEET_EVENT_OUTCOMES.get(row["outcome"])
+        if outcome is None:
+            continue
+        serving = run.final[row["name"]]["active_revision_id"]
+        revision = row["to_revision"] if outcome == "rolled_out" else serving
+        expected.append((row["deployment_id"], revision, outcome))
+    events = [
+        (event.get("deployment_id"), event.get("revision_id"), event.get("outcome")) for event in run.last.asset_events
+    ]
+    problems = []
+    if sorted(events, key=str) != sorted(expected, key=str):
+        problems.append(f"asset events {sorted(events, key=str)}, the rows call for {sorted(expected, key=str)}")
+    for event in run.last.asset_events:
+        if event.get("outcome") == "rolled_back_partially" and not event.get("not_restored"):
+            problems.append(f"a rolled_back_partially event of {event.get('deployment_id')} names nothing not undone")
+    return problems
 
 
 # -------------------------------------------------------------------------------- a whole sweep
