@@ -365,6 +365,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred."""
+        self._stop_as_decided(progress, progress_store)
         while (index := progress.current()) is not None:
             wave = progress.waves[index]
             if wave.phase == "planned":
@@ -453,6 +454,33 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     progress.stop(stopping, time.time())
                 progress_store.save(progress)
         return self._finish(context, progress)
+
+    def _stop_as_decided(self, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore) -> None:
+        """Stop the rollout here when the waves already done stopped it, whatever the header says.
+
+        The stop is decided by the rows of the waves done, not by the header alone: the progress is saved one
+        key at a time (each wave, then the header), so a worker that dies between those writes leaves the
+        stopping wave recorded done (and maybe the later waves ``not_patched``) under a header that does not
+        say the rollout stopped. Judged again from the rows, a retry or a resume never patches a wave after a
+        stop decided before the crash, nor succeeds past it. Only between waves (the next wave not started,
+        or none left): the rows of a wave in progress are not final.
+        """
+        index = progress.current()
+        if index is not None and progress.waves[index].phase != "planned":
+            return
+        reason = progress.stopped or next(
+            (
+                found
+                for wave in progress.waves
+                if wave.phase == "done" and (found := self._stop_reason(progress, wave)) is not None
+            ),
+            None,
+        )
+        if reason is None or (progress.stopped and index is None):
+            return
+        self.log.warning("The rollout was stopped by an earlier try (%s); not patching any further wave", reason)
+        progress.stop(reason, time.time())
+        progress_store.save(progress)
 
     @staticmethod
     def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:

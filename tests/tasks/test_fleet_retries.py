@@ -473,3 +473,49 @@ def run_trigger_payload(deferred: Any) -> dict[str, Any]:
     """The event of the deferral's trigger, rebuilt from its serialized form as the triggerer does."""
     trigger = deferred.trigger
     return run_trigger(type(trigger)(**trigger.serialize()[1]))
+
+
+# ------------------------------------------------------------------------------------------ item 5: the stop
+class DiesAfterWriting(FakeStore):
+    """A task state store whose first write of ``key`` in phase ``done`` kills the worker just after it
+    landed: the store holds that key's new value and the older values of the keys written after it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key, self.died = key, False
+
+    def set(self, key: str, value: Any) -> None:
+        super().set(key, value)
+        if key == self.key and value.get("phase") == "done" and not self.died:
+            self.died = True
+            raise WorkerDied(f"after writing {key}")
+
+
+@pytest.mark.parametrize("key", ["wave/1", "wave/2"], ids=["after-the-stopping-wave", "after-the-later-wave"])
+def test_a_retry_never_goes_on_past_a_stop_decided_before_the_worker_died(fleet: Any, key: str) -> None:
+    """The wave that exceeds the budget is recorded done, then the later wave as not patched, then the header
+    with the stop: a worker dying between those writes leaves a store whose header says nothing of the stop.
+    The retry still stops there: it patches nothing more and fails (it does not patch app-0003, nor succeed)."""
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    store, run_started = DiesAfterWriting(f"{STATE_KEY}/{key}"), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids, canary=1, wave_size=2, max_failures=0, verify=lambda deployment: deployment.name != "app-0001"
+        )
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    assert store.data[STATE_KEY]["stopped"] == "", "the header was written before the kill: nothing to test"
+    context = context_for(2, store, run_started)
+    with pytest.raises(AirflowFailException, match=r"fleet rollout stopped: 1 deployment\(s\) failed"):
+        make().execute(context)
+    rows = {row["name"]: row for row in context["ti"].xcoms["return_value"]}
+    assert rows["app-0003"]["outcome"] == Outcome.NOT_PATCHED, rows["app-0003"]
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0003"]) == 0, "the retry went on past the stop"
+    assert len(emulator.state.deployment(ids["app-0003"])["revisions"]) == 1
+    assert rows["app-0001"]["outcome"] == Outcome.ROLLED_BACK and rows["app-0002"]["outcome"] == (
+        Outcome.ROLLED_BACK_WITH_WAVE
+    )
+    assert context["ti"].xcoms["fleet_summary"]["stopped"].startswith("1 deployment(s) failed")
