@@ -406,6 +406,10 @@ def patch_wave(
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
         secrets = sorted(secret.name for secret in request.secrets or [])
+        if row.previous_resource_spec is None and not sets_resource_spec(request):
+            # A change that does not set resource_spec leaves it as it was: a rollback has none to restore,
+            # even on a retry that lost the record of what served before.
+            row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
         applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
         if earlier_try_since is not None and not applied:
             earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
@@ -518,6 +522,14 @@ def _record_patch(wave: WaveRecord, item: _Patch, patched: Deployment, log: logg
         created or "(none created)",
         row.from_revision,
     )
+
+
+def sets_resource_spec(request: PatchDeploymentRequest) -> bool:
+    """Whether a patch sets ``source_config.resource_spec`` (else it leaves the deployment's as it was).
+
+    :param request: the patch.
+    """
+    return request.source_config is not None and request.source_config.resource_spec is not None
 
 
 def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, since: datetime) -> bool:

@@ -519,3 +519,68 @@ def test_a_retry_never_goes_on_past_a_stop_decided_before_the_worker_died(fleet:
         Outcome.ROLLED_BACK_WITH_WAVE
     )
     assert context["ti"].xcoms["fleet_summary"]["stopped"].startswith("1 deployment(s) failed")
+
+
+# ------------------------------------------------------------------------------------------ item 3: not undone
+def docker_fleet(service: Callable[..., Any], count: int) -> Any:
+    """``count`` external_docker deployments img-0000... serving image 1.0 with a resource_spec."""
+    deployments = [
+        {
+            "name": f"img-{index:04d}",
+            "source": "external_docker",
+            "source_revision_config": {"image_uri": "registry.example.com/acme/app:1.0"},
+            "source_config": {"resource_spec": {"cpu": 1.0, "memory_mb": 512}},
+        }
+        for index in range(count)
+    ]
+    return service(data={"deployments": deployments}, **FAST)
+
+
+@pytest.fixture
+def die_after_the_first_patch_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill the worker once, just after the service answered the first PATCH, before the task recorded it."""
+    real = fleet_tasks._record_patch
+    armed = {"left": 1}
+
+    def record_patch(*args: Any, **kwargs: Any) -> None:
+        if armed["left"]:
+            armed["left"] = 0
+            raise WorkerDied("between the PATCH's answer and its record")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_tasks, "_record_patch", record_patch)
+
+
+@pytest.mark.parametrize("change", ["image-only", "image-and-resource_spec"])
+def test_a_retry_without_a_record_rolls_an_image_change_back_whole_and_names_only_what_the_change_set(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, change: str
+) -> None:
+    """No task state store, the PATCH answered but not recorded: the retry reattaches, verify refuses, the
+    rollback restores the build. An image-only change never touched resource_spec, so nothing of it is left
+    undone: ``rolled_back``, with no resource_spec clause. A change that set resource_spec, whose previous
+    value the retry cannot know, stays honestly ``rolled_back_partially``."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    run_started = datetime.now(timezone.utc)
+    extra = {"source_config": {"resource_spec": {"cpu": 2.0}}} if change != "image-only" else {}
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, image_uri="registry.example.com/acme/app:2.0", **extra)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, None, run_started))
+    context = context_for(2, None, run_started)
+    [row] = make().execute(context)
+    after = emulator.state.deployment(ids["img-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1  # the rollback redeploys
+    assert len(after["revisions"]) == len(before["revisions"]) + 2  # the patch and its rollback
+    assert after["active_revision_id"] == after["latest_revision_id"] and after["status"] == "READY"
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == "registry.example.com/acme/app:1.0"
+    if change == "image-only":
+        assert row["outcome"] == Outcome.ROLLED_BACK, row
+        assert "resource_spec" not in row["message"] and "except" not in row["message"]
+        assert after["source_config"]["resource_spec"] == before["source_config"]["resource_spec"]
+    else:
+        assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+        assert "except: resource_spec (unknown: not recorded before the patch" in row["message"]
