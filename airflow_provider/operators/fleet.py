@@ -485,16 +485,25 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     @staticmethod
     def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:
         """Why this wave stops the rollout (a canary deployment failed, or more failed than the budget
-        allows), or ``None``. Only failures count: a deployment rolled back with its wave is not one."""
+        allows), or ``None``. Only failures count, and the rollbacks an earlier try made without a record of
+        why (conservatively, named apart): a deployment rolled back with its wave is not one."""
         if wave.name == fleet.CANARY and progress.canary_failed:
-            failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
+            failed = sum(row.outcome in fleet.BUDGET_OUTCOMES for row in wave.rows)
+            unknown = sum(row.outcome in fleet.REASON_UNKNOWN_OUTCOMES for row in wave.rows)
+            why = f", {unknown} of them rolled back by an earlier try for a reason not recorded" if unknown else ""
             return (
-                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
+                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s){why}); a failed canary "
                 "stops the rollout whatever max_failures allows"
             )
         if progress.budget_exceeded:
-            failed = len(progress.failures)
-            return f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})"
+            failed, unknown = len(progress.failures), len(progress.reason_unknown)
+            counted = (
+                f"{failed} deployment(s) failed and {unknown} were rolled back by an earlier try for a reason not "
+                "recorded (counted against the budget)"
+                if unknown
+                else f"{failed} deployment(s) failed"
+            )
+            return f"{counted}, more than max_failures allows ({progress.allowed_failures})"
         return None
 
     def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
@@ -567,11 +576,13 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         counts: dict[str, int] = {}
         for row in wave.rows:
             counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        unknown = len(progress.reason_unknown)
         self.log.info(
-            "%s finished: %s; %d failure(s) so far of %d allowed",
+            "%s finished: %s; %d failure(s)%s so far of %d allowed",
             wave.name,
             ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())),
             len(progress.failures),
+            f" and {unknown} rollback(s) of an earlier try whose reason was not recorded" if unknown else "",
             progress.allowed_failures,
         )
 
@@ -589,10 +600,18 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             "stopped": progress.stopped,
         }
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
+        unknown = progress.reason_unknown
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
             more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            failed = f" Failed: {named}{more}." if failures else " Failed: none."
+            unexplained = (
+                f" {len(unknown)} deployment(s) were {fleet.REASON_UNKNOWN} (counted against the budget, not as "
+                f"failures): {', '.join(row.name for row in unknown[:20])}{' ...' if len(unknown) > 20 else ''}."
+                if unknown
+                else ""
+            )
             withdrawn = [row.name for row in progress.rolled_back_with_wave]
             with_wave = (
                 f" {len(withdrawn)} deployment(s) that landed were rolled back with their wave (not failures): "
@@ -602,7 +621,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             )
             skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
             raise AirflowFailException(
-                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}.{with_wave} "
+                f"fleet rollout stopped: {progress.stopped}.{failed}{unexplained}{with_wave} "
                 f"{skipped} deployment(s) in later waves were not patched."
             )
         if failures:
@@ -611,6 +630,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 len(failures),
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
+            )
+        if unknown:
+            self.log.warning(
+                "%d deployment(s) were %s, counted against the budget of %d (within it): %s",
+                len(unknown),
+                fleet.REASON_UNKNOWN,
+                progress.allowed_failures,
+                ", ".join(row.name for row in unknown),
             )
         self._emit_events(context, progress)
         return table
@@ -650,7 +677,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     partial = row.outcome in (
                         fleet.Outcome.ROLLED_BACK_PARTIALLY,
                         fleet.Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
-                    )
+                    ) or (row.outcome in fleet.REASON_UNKNOWN_OUTCOMES and fleet_tasks.is_partial(row))
                     emit_revision_event(
                         context,
                         deployment,

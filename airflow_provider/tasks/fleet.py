@@ -24,7 +24,16 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
+from airflow_provider.fleet import (
+    REASON_UNKNOWN,
+    REASON_UNKNOWN_OUTCOMES,
+    SUCCESS_OUTCOMES,
+    FleetProgress,
+    FleetRow,
+    Outcome,
+    WaveRecord,
+    WaveTracker,
+)
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -40,6 +49,7 @@ from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
     RESOURCE_SPEC_NOT_SHOWN,
+    RESOURCE_SPEC_UNKNOWN,
     RESOURCE_SPEC_VERDICTS,
     RollbackStarted,
     find_earlier_rollback,
@@ -715,11 +725,14 @@ def _record_earlier_patch(
     elif earlier.rolled_back:
         row.from_revision, row.to_revision = earlier.before, earlier.patched
         row.went_live, row.rollback_revision = True, earlier.latest
+        # What the rollback could not undo, as a rollback this try sent would say.
+        unknown_spec = [RESOURCE_SPEC_UNKNOWN] if row.previous_resource_spec is None else []
+        row.not_restored = [*unknown_spec, *([secrets_clause(row.secrets_changed)] if row.secrets_changed else [])]
         row.decide(
-            Outcome.FAILED,
-            f"an earlier try of this task patched it (revision {earlier.patched}) and rolled it back (revision "
-            f"{earlier.latest}, a copy of revision {earlier.before}) without leaving a record; why is not known "
-            "(verify, the bake, or its wave stopping the rollout), so it counts as failed",
+            Outcome.ROLLED_BACK_REASON_UNKNOWN,
+            f"{REASON_UNKNOWN}: it patched it (revision {earlier.patched}) and rolled it back (revision "
+            f"{earlier.latest}, a copy of revision {earlier.before}); it may have failed verify or the bake, or "
+            "been rolled back with its wave, so it counts against the failure budget (not as a failure)",
             now,
         )
     else:
@@ -1148,8 +1161,9 @@ def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: log
     log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
 
-ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED})
-"""Outcomes a row keeps while its rollback is awaited: ``failed``, or ``landed`` (rolled back with its wave)."""
+ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED, Outcome.ROLLED_BACK_REASON_UNKNOWN})
+"""Outcomes a row keeps while its rollback is awaited: ``failed``, ``landed`` (rolled back with its wave), or
+``rolled_back_reason_unknown`` (an earlier try's rollback, found on the deployment)."""
 
 
 def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
@@ -1219,32 +1233,49 @@ def apply_rollbacks(
     for row in decided:
         outcome, message, at = outcomes[row.deployment_id]
         row.rollback_decided = True
-        had_failed = row.outcome == Outcome.FAILED
         if outcome in SUCCESS_OUTCOMES:
             _judge_resource_spec(row, live.get(row.deployment_id))
-            restored = _restored_outcome(had_failed, is_partial(row))
+            how = _ROLLED_BACK_HOW[row.outcome]
             serves = f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
             except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
-            row.decide(restored, f"{row.message}; rolled back ({serves}){except_clause}", float(at))
+            row.decide(
+                _restored_outcome(row.outcome, is_partial(row)),
+                f"{row.message}; rolled back ({serves}){except_clause}",
+                float(at),
+            )
             log.warning(
                 "%s: %s rolled back%s to %s (revision %s)%s",
                 wave.name,
                 row.name,
-                "" if had_failed else " with its wave",
+                how,
                 row.from_revision,
                 row.rollback_revision,
                 except_clause,
             )
-        elif had_failed:
+        elif row.outcome == Outcome.FAILED:
             row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
+            log.error("%s: %s: %s", wave.name, row.name, row.message)
+        elif row.outcome in REASON_UNKNOWN_OUTCOMES:  # the earlier try's rollback did not go live
+            row.decide(Outcome.FAILED, f"{row.message}; but that rollback did not go live: {message}", float(at))
             log.error("%s: %s: %s", wave.name, row.name, row.message)
         else:  # it had landed: its revision still serves unless the rollback's may yet go live
             row.message = f"{row.message}, but the rollback failed: {message}"
             log.error("%s: %s: %s", wave.name, row.name, row.message)
 
 
-def _restored_outcome(had_failed: bool, partial: bool) -> str:
-    if had_failed:
+_ROLLED_BACK_HOW = {
+    Outcome.FAILED: "",
+    Outcome.LANDED: " with its wave",
+    Outcome.ROLLED_BACK_REASON_UNKNOWN: " (by an earlier try, why not recorded)",
+}
+"""How the log says a rollback went live, by the row's outcome while it was awaited."""
+
+
+def _restored_outcome(before: str, partial: bool) -> str:
+    """The outcome of a row whose rollback went live, from its outcome while the rollback was awaited."""
+    if before in REASON_UNKNOWN_OUTCOMES:
+        return before  # partial or not, the message says what was not undone
+    if before == Outcome.FAILED:
         return Outcome.ROLLED_BACK_PARTIALLY if partial else Outcome.ROLLED_BACK
     return Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY if partial else Outcome.ROLLED_BACK_WITH_WAVE
 

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import Outcome
+from airflow_provider.fleet import REASON_UNKNOWN, Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks import rollback as rollback_module
@@ -164,13 +164,17 @@ def test_a_worker_dying_after_a_rollback_was_sent_is_reattached_to_never_sent_ag
     context = context_for(2, store, run_started)
     table, _ = run_deferred(lambda: operator(ids, deferrable=deferrable), context)
     rows = {row["name"]: row for row in table}
+    # Without a store, the retry finds the rollbacks try 1 sent but cannot know why they were sent: it says so.
+    found_rolled_back = set() if with_store else {"app-0000", "app-0001"}
     for name in sorted(ids):
-        assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
+        outcome = Outcome.ROLLED_BACK_REASON_UNKNOWN if name in found_rolled_back else Outcome.ROLLED_BACK
+        assert rows[name]["outcome"] == outcome, rows[name]
         assert "refused" not in rows[name]["message"] and "cannot" not in rows[name]["message"]
         assert_restored(emulator, ids[name], before[name])
         assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1, f"{name} was patched again"
         assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1, f"{name} was rolled back twice"
-    assert context["ti"].xcoms["fleet_summary"]["counts"] == {"rolled_back": 3}
+    counts = {"rolled_back": 3} if with_store else {"rolled_back": 1, "rolled_back_reason_unknown": 2}
+    assert context["ti"].xcoms["fleet_summary"]["counts"] == counts
 
 
 def test_a_worker_dying_just_before_a_rollback_request_sends_it_on_retry(
@@ -267,9 +271,9 @@ def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled
             deployment = emulator.state.deployment(ids[name])
             assert len(deployment["revisions"]) == 3
             assert deployment["revisions"][-1]["redeploy_of"] == before[name]
-        else:
-            assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
-            assert "an earlier try of this task patched it" in rows[name]["message"]
+        else:  # found rolled back; why (verify, the bake, its wave) was not recorded: said so, not "failed"
+            assert rows[name]["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, rows[name]
+            assert rows[name]["message"].startswith(REASON_UNKNOWN), rows[name]["message"]
             assert rows[name]["from_revision"] == before[name]
             assert_restored(emulator, ids[name], before[name])
     # Untouched during the run: patched (once) by the retry whatever the service can say, then rolled back.
@@ -584,3 +588,57 @@ def test_a_retry_without_a_record_rolls_an_image_change_back_whole_and_names_onl
     else:
         assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
         assert "except: resource_spec (unknown: not recorded before the patch" in row["message"]
+
+
+# ------------------------------------------------------------------------------------------ item 6: why unknown
+@pytest.mark.parametrize("max_failures", [0, 1], ids=["over-the-budget", "within-the-budget"])
+def test_a_retry_without_a_record_never_calls_a_deployment_rolled_back_by_an_earlier_try_failed(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]], max_failures: int
+) -> None:
+    """No task state store. Wave 1 (app-0000, app-0001): verify refuses app-0001. Over the budget the whole
+    wave is rolled back (app-0000 with its wave: healthy); within it, app-0001 alone. The worker dies once
+    the rollbacks were sent. The retry finds them rolled back and cannot know why: it says so
+    (``rolled_back_reason_unknown``), never ``failed``/``rolled_back`` for the healthy one, and counts them
+    against the budget (conservatively) apart from the failures."""
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    run_started = datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids, wave_size=2, max_failures=max_failures, verify=lambda deployment: deployment.name != "app-0001"
+        )
+
+    die_at_rollback("after", "app-0001")
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, None, run_started))
+    context = context_for(2, None, run_started)
+    rolled_back = ["app-0000", "app-0001"] if max_failures == 0 else ["app-0001"]
+    if max_failures == 0:
+        with pytest.raises(AirflowFailException) as raised:
+            make().execute(context)
+        message = str(raised.value)
+        assert "0 deployment(s) failed and 2 were rolled back by an earlier try for a reason not recorded" in message
+        assert "Failed: none." in message
+        assert f"2 deployment(s) were {REASON_UNKNOWN} (counted against the budget, not as failures)" in message
+        table = context["ti"].xcoms["return_value"]
+    else:
+        table = make().execute(context)
+    rows = {row["name"]: row for row in table}
+    for name in rolled_back:
+        assert rows[name]["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, rows[name]
+        assert rows[name]["message"].startswith(REASON_UNKNOWN), rows[name]["message"]
+        assert "counts as failed" not in rows[name]["message"] and "(not as a failure)" in rows[name]["message"]
+        assert "rolled back (revision" in rows[name]["message"] and "except" not in rows[name]["message"]
+        assert_restored(emulator, ids[name], before[name])
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+        assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1
+    summary = context["ti"].xcoms["fleet_summary"]
+    assert summary["failures"] == 0
+    if max_failures == 0:
+        assert summary["counts"] == {"rolled_back_reason_unknown": 2, "not_patched": 2}
+        assert all(requests_to(emulator, PATCH_ROUTE, ids[name]) == 0 for name in ("app-0002", "app-0003"))
+    else:  # one counted against a budget of one: the rollout went on
+        assert summary["counts"] == {"landed": 3, "rolled_back_reason_unknown": 1}
+        assert summary["stopped"] == ""
