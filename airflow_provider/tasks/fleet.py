@@ -768,12 +768,31 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
         row.timed_out = row.outcome == Outcome.FAILED and row.message.startswith("timed out")
         if row.timed_out:
             row.message += "; still rolling out when the task stopped watching it: its revision may yet go live"
+        if failed_build(row):
+            row.message += f"; {BUILD_NOT_RETRIED}"
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
 
 
 BUILD_FAILURES = ("BUILD_FAILED", "CREATE_FAILED")
 """Revision statuses of a failed build (the rows whose build log is worth showing)."""
+BUILD_NOT_RETRIED = "a retry of this task does not build it again: a new DAG run, or a changed patch, does"
+"""What a row whose build failed says of retries: a retry finds the failed revision and reports it again,
+never patching the deployment a second time for the same change."""
+
+
+def failed_build(row: FleetRow) -> bool:
+    """Whether the row failed because its revision's build failed.
+
+    :param row: a row.
+    """
+    return (
+        row.outcome == Outcome.FAILED
+        and bool(row.to_revision)
+        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
+    )
+
+
 BUILD_LOGS_PER_WAVE = 5
 """At most this many failed builds of one wave get their build log's tail in the task log."""
 
@@ -799,13 +818,7 @@ def explain_failed_builds(
     :param limit: most build logs shown for the wave.
     :returns: names of the deployments whose build log was asked for.
     """
-    failed = [
-        row
-        for row in wave.rows
-        if row.outcome == Outcome.FAILED
-        and row.to_revision
-        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
-    ]
+    failed = [row for row in wave.rows if failed_build(row)]
     known = tuple(secrets)
     for row in failed[:limit]:
         log.error("%s: the build of %s's revision %s failed", wave.name, row.name, row.to_revision)

@@ -642,3 +642,55 @@ def test_a_retry_without_a_record_never_calls_a_deployment_rolled_back_by_an_ear
     else:  # one counted against a budget of one: the rollout went on
         assert summary["counts"] == {"landed": 3, "rolled_back_reason_unknown": 1}
         assert summary["stopped"] == ""
+
+
+# ------------------------------------------------------------------------------------------ item 1: failed builds
+@pytest.fixture
+def die_after_the_first_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill the worker once, just after the watch decided the wave's rollouts, before the task recorded them."""
+    real = fleet_tasks.explain_failed_builds
+    armed = {"left": 1}
+
+    def explain_failed_builds(*args: Any, **kwargs: Any) -> list[str]:
+        if armed["left"]:
+            armed["left"] = 0
+            raise WorkerDied("between the watch's verdict and its record")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_tasks, "explain_failed_builds", explain_failed_builds)
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+@pytest.mark.parametrize("died", ["after-the-patch", "after-the-watch"])
+def test_a_retry_after_a_failed_build_reports_it_again_and_never_builds_again(
+    fleet: Any, request: pytest.FixtureRequest, capfd: pytest.CaptureFixture[str], with_store: bool, died: str
+) -> None:
+    """The earlier try's revision failed its build; the worker died before that was recorded (or before the
+    patch itself was). The retry recognises the revision, reports the failed build again (its row and its
+    build log) and never patches the deployment a second time: one BUILD_FAILED revision for one change, the
+    old revision serving. The row says a retry does not build again, and what does."""
+    emulator = fleet(1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["app-0000"])
+    emulator.state.fail_next_build(ids["app-0000"], "BUILD_FAILED", "compile error in agent.py line 12")
+    request.getfixturevalue(
+        "die_after_the_first_patch_answer" if died == "after-the-patch" else "die_after_the_first_watch"
+    )
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, max_failures=1)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    capfd.readouterr()
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["app-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1, "the retry built again"
+    assert [revision["status"] for revision in after["revisions"]] == ["DEPLOYED", "BUILD_FAILED"]
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert row["outcome"] == Outcome.FAILED and row["to_revision"] == after["revisions"][-1]["id"], row
+    assert "status BUILD_FAILED" in row["message"]
+    assert "a retry of this task does not build it again: a new DAG run, or a changed patch, does" in row["message"]
+    out = capfd.readouterr().out
+    assert "ERROR: compile error in agent.py line 12" in out  # the build log's tail, shown again
