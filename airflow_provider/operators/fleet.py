@@ -16,6 +16,7 @@ from airflow_provider import fleet
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
+from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
@@ -79,7 +80,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     templated and never reach logs, XCom or trigger arguments), or ``patch_for``, a callable given each
     target ``Deployment`` that returns those arguments for it (sources differ: a git ref for codehost, an
     image for docker, a tarball for uploaded source); the fixed arguments are the defaults for what it
-    leaves out.
+    leaves out. What is sent to each deployment is completed against it as the patch operator completes its
+    patch (``resource_spec_mode``, ``check_source_rules``): a partial ``source_config.resource_spec`` keeps the
+    deployment's other fields (production replaces the whole ``resource_spec``), and a patch production
+    would refuse for a deployment fails that deployment alone, nothing sent.
 
     :param deployment_ids: the targets by id (list, or comma-separated string). Templated.
     :param deployment_names: the targets by exact name (list, or comma-separated string). Templated.
@@ -96,6 +100,15 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param secret_references: Kubernetes secret references (``external_docker`` only).
     :param patch_for: callable ``Deployment -> {argument: value}`` giving each deployment's change (keys
         among the arguments above). Runs on the worker.
+    :param resource_spec_mode: ``"merge"`` (default): a ``source_config.resource_spec`` that names only some
+        fields is completed, per deployment, from that deployment's current one and sent whole (a field set
+        to ``None`` is removed; a kept ``*_limit`` below the new request is left out, so the service sets it to
+        twice the request), as :class:`~airflow_provider.operators.patch.PatchDeploymentOperator` does.
+        ``"replace"``: sent as given (production then drops every field not given).
+    :param check_source_rules: before sending, refuse for a deployment what production refuses for it
+        (fields that cannot change after creation, fields of another source, ``build_on_push`` with a tag
+        ref): that deployment fails, naming the field and the rule, and the others go on. ``False`` skips
+        these local checks (the server still decides).
     :param canary: how many of the first targets, or which names, to roll out and verify first.
     :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
         (``"25%"``). Default 100.
@@ -164,9 +177,13 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
+        resource_spec_mode: str = "merge",
+        check_source_rules: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if resource_spec_mode not in RESOURCE_SPEC_MODES:
+            raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
         given = {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
         named = [name for name, value in given.items() if value is not None]
         if len(named) != 1:
@@ -218,6 +235,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
+        self.resource_spec_mode = resource_spec_mode
+        self.check_source_rules = bool(check_source_rules)
 
     # ---- the change
     def _fixed_change(self) -> dict[str, Any]:
@@ -233,6 +252,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             "targets": [self.deployment_ids, self.deployment_names, self.filters],
             "plan": [self.canary, self.wave_size, self.max_failures],
             "patch_for": getattr(self.patch_for, "__qualname__", None),
+            "completed": [self.resource_spec_mode, self.check_source_rules],
         }
         if self.patch_for is None:
             request = build_patch_request("patch for the fleet", **fixed)
@@ -386,6 +406,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     earlier_try_since=self._earlier_try_since(context),
                     log=self.log,
                     max_parallel=self.max_parallel_patches,
+                    complete=self._completed_for,
                 )
                 wave.phase = "patched"
                 progress_store.save(progress, index)
@@ -505,6 +526,50 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             )
             return f"{counted}, more than max_failures allows ({progress.allowed_failures})"
         return None
+
+    def _completed_for(self, request: PatchDeploymentRequest, deployment: Deployment) -> PatchDeploymentRequest:
+        """The patch to send to ``deployment`` (see :func:`~airflow_provider.tasks.fleet.complete_request`); what
+        completing it did is logged."""
+        completed = fleet_tasks.complete_request(
+            request,
+            deployment,
+            resource_spec_mode=self.resource_spec_mode,
+            check_source_rules=self.check_source_rules,
+        )
+        if completed.unchanged_fixed:
+            self.log.info(
+                "%s: not sending source_config.%s: unchanged, and it cannot change after creation",
+                deployment.name,
+                ", source_config.".join(completed.unchanged_fixed),
+            )
+        if completed.kept:
+            self.log.info(
+                "%s: sending the whole source_config.resource_spec (production replaces it): kept %s from its "
+                "current one (resource_spec_mode='replace' sends only what you gave)",
+                deployment.name,
+                ", ".join(completed.kept),
+            )
+        if completed.dropped:
+            self.log.warning(
+                "%s: not keeping %s from its current resource_spec: a limit below its new request (production set "
+                "it to twice the old request); left out, so the service sets it to twice the new request",
+                deployment.name,
+                ", ".join(completed.dropped),
+            )
+        if completed.left_out:
+            self.log.warning(
+                "%s: its current resource_spec has fields this provider cannot send, left out of the patch "
+                "(production drops them): %s",
+                deployment.name,
+                ", ".join(completed.left_out),
+            )
+        if completed.discouraged:
+            self.log.warning(
+                "%s: %s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+                deployment.name,
+                ", ".join(completed.discouraged),
+            )
+        return completed.request
 
     def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
         """Record what the watch decided; show the build log's tail of each failed build."""

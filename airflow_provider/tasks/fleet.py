@@ -44,6 +44,15 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
+from airflow_provider.patch_rules import (
+    MergedSpec,
+    describe_refusals,
+    discouraged_fields,
+    merge_resource_spec,
+    refusals,
+    unchanged_fixed_fields,
+    without_unchanged_fixed_fields,
+)
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
@@ -204,6 +213,63 @@ def request_fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> 
     return hashlib.sha256(f"{deployment_id}:{shown}".encode()).hexdigest()
 
 
+class CompletedPatch(NamedTuple):
+    """The patch to send to one deployment, and what completing it did (see :func:`complete_request`).
+
+    :param request: the patch to send.
+    :param unchanged_fixed: create-time-only ``source_config`` fields given with the value the deployment has
+        (left out).
+    :param kept: ``resource_spec`` fields taken from the deployment's current one.
+    :param dropped: limits of the current ``resource_spec`` not kept, being below the new request.
+    :param left_out: fields of the current ``resource_spec`` a request cannot carry.
+    :param discouraged: fields production's reference marks "do not use".
+    """
+
+    request: PatchDeploymentRequest
+    unchanged_fixed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    discouraged: tuple[str, ...] = ()
+
+
+def complete_request(
+    request: PatchDeploymentRequest, deployment: Deployment, *, resource_spec_mode: str, check_source_rules: bool
+) -> CompletedPatch:
+    """The patch to send to ``deployment``, as the patch operator sends one (:mod:`airflow_provider.patch_rules`):
+    production's PATCH rules checked against the deployment (unless ``check_source_rules`` is off), create-time
+    fields that would not change left out, and with ``resource_spec_mode="merge"`` a partial
+    ``source_config.resource_spec`` completed from the deployment's current one (production replaces it
+    whole), a kept limit below its new request left out (the service sets it to twice the request).
+
+    :param request: the patch as the fleet's change gives it for this deployment.
+    :param deployment: the deployment as read just before.
+    :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
+    :param check_source_rules: whether to refuse locally what production refuses.
+    :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
+    """
+    if check_source_rules:
+        found = refusals(request, deployment)
+        if found:
+            raise AirflowFailException(
+                f"{describe_refusals(found, deployment)}; pass check_source_rules=False to send it anyway"
+            )
+    try:
+        unchanged = tuple(unchanged_fixed_fields(request, deployment))
+        to_send = without_unchanged_fixed_fields(request, deployment)
+        merged = merge_resource_spec(to_send, deployment) if resource_spec_mode == "merge" else MergedSpec(to_send)
+    except ValueError as err:
+        raise AirflowFailException(f"deployment {deployment.name!r} ({deployment.id}): {err}") from None
+    return CompletedPatch(
+        merged.request,
+        unchanged,
+        merged.kept,
+        merged.dropped,
+        merged.left_out,
+        tuple(discouraged_fields(merged.request)),
+    )
+
+
 # ------------------------------------------------------------------------------------ progress
 class ProgressStore:
     """The fleet's progress in ``task_state_store`` (one key for the header, one per wave), or only in
@@ -358,9 +424,15 @@ def patch_wave(
     earlier_try_since: datetime | None,
     log: logging.Logger | Any,
     max_parallel: int = 1,
+    complete: Callable[[PatchDeploymentRequest, Deployment], PatchDeploymentRequest] | None = None,
 ) -> None:
     """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
     soon as it is answered.
+
+    What is sent to a deployment is its patch completed against it (``complete``: the source rules, a partial
+    ``resource_spec`` completed; see :func:`complete_request`); a patch that cannot be completed fails that
+    row, nothing sent. A retry recognises an earlier try's patch by the change as given (which the completed
+    patch always shows).
 
     Before any PATCH, one save records for each row what served before it (revision, config, the whole
     ``resource_spec``, the names of the secrets the patch sets): what a rollback restores.
@@ -393,6 +465,8 @@ def patch_wave(
     :param earlier_try_since: the run's start when this is a retry, else ``None``.
     :param log: the task's logger.
     :param max_parallel: most PATCH requests in flight at once (1: one after the other).
+    :param complete: ``(request, deployment) -> the patch to send`` (may raise ``AirflowFailException`` for that
+        deployment); ``None`` sends the request as given.
     """
     todo = [row for row in wave.rows if row.outcome == Outcome.PENDING and not row.patched]
     current = read_deployments(hook, [row.deployment_id for row in todo]) if todo else {}
@@ -442,11 +516,19 @@ def patch_wave(
                 _find_what_served_before(hook, row, log)
             save()
             continue
+        try:
+            to_send = complete(request, deployment) if complete is not None else request
+        except AirflowFailException as err:
+            row.started_at = now
+            row.decide(Outcome.FAILED, f"not patched: {err}", now)
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
         row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
         row.secrets_changed = secrets
-        ready.append(_Patch(len(ready), row, request, fingerprint))
+        ready.append(_Patch(len(ready), row, to_send, fingerprint))
     if ready:
         save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
         _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)

@@ -694,3 +694,27 @@ def test_a_retry_after_a_failed_build_reports_it_again_and_never_builds_again(
     assert "a retry of this task does not build it again: a new DAG run, or a changed patch, does" in row["message"]
     out = capfd.readouterr().out
     assert "ERROR: compile error in agent.py line 12" in out  # the build log's tail, shown again
+
+
+# ------------------------------------------------------------------------------------------ item 8b: merged
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+def test_a_merged_resource_spec_patch_whose_answer_was_lost_is_recognised_never_sent_again(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, with_store: bool
+) -> None:
+    """What is sent is the resource_spec completed from the deployment's; the retry recognises it by the change
+    as given (which the deployment then shows), so it reattaches instead of merging and sending again."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, source_config={"resource_spec": {"memory_mb": 1024}}, verify=None)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["img-0000"])
+    assert row["outcome"] == Outcome.LANDED, row
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1 and len(after["revisions"]) == 2
+    shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+    assert (shown["cpu"], shown["memory_mb"]) == (1.0, 1024)  # the cpu was kept, not dropped
