@@ -692,6 +692,8 @@ class _EarlierPatch(NamedTuple):
     :param rolled_back: whether ``latest`` copies ``before`` (the earlier try's rollback); else someone
         else's revision superseded the patch.
     :param cannot_tell: why nothing can be said (then the other fields are ``None``/``False``).
+    :param in_place: whether the rollback deployed ``before`` itself again (a service whose redeploy makes no
+        revision): ``latest`` is then ``before``, and ``patched`` stays the deployment's latest revision.
     """
 
     patched: str | None
@@ -699,6 +701,7 @@ class _EarlierPatch(NamedTuple):
     latest: str | None
     rolled_back: bool
     cannot_tell: str = ""
+    in_place: bool = False
 
 
 def _earlier_patch_undone(
@@ -775,9 +778,25 @@ def _earlier_patch_undone(
     if not ours:
         return None
     patched, newest_listed = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
-    if newest_listed.id == patched.id:
-        return None  # it still shows as the latest: reattach as usual
     before = revisions[revisions.index(patched) + 1] if revisions.index(patched) + 1 < len(revisions) else None
+    if newest_listed.id == patched.id:
+        # Still the latest revision, yet the deployment does not show the patch: the revision before it was
+        # deployed again in place (a redeploy that makes no revision: the earlier try's rollback).
+        config = before.source_revision_config if before is not None else None
+        if (
+            before is not None
+            and config is not None
+            and same_revision_config(deployment.source_revision_config, config)
+        ):
+            return _EarlierPatch(patched.id, before.id, before.id, True, in_place=True)
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"revision {patched.id}, made since the run started, carries this patch and is still the latest, but "
+            "the deployment does not show it, nor the build of the revision before it",
+        )
     if before is None or before.source_revision_config is None or newest_listed.source_revision_config is None:
         return _EarlierPatch(
             None,
@@ -807,13 +826,15 @@ def _record_earlier_patch(
     elif earlier.rolled_back:
         row.from_revision, row.to_revision = earlier.before, earlier.patched
         row.went_live, row.rollback_revision = True, earlier.latest
+        row.rollback_allowed_latest = earlier.patched if earlier.in_place else None
+        how = "deployed again in place" if earlier.in_place else f"a copy of revision {earlier.before}"
         # What the rollback could not undo, as a rollback this try sent would say.
         unknown_spec = [RESOURCE_SPEC_UNKNOWN] if row.previous_resource_spec is None else []
         row.not_restored = [*unknown_spec, *([secrets_clause(row.secrets_changed)] if row.secrets_changed else [])]
         row.decide(
             Outcome.ROLLED_BACK_REASON_UNKNOWN,
             f"{REASON_UNKNOWN}: it patched it (revision {earlier.patched}) and rolled it back (revision "
-            f"{earlier.latest}, a copy of revision {earlier.before}); it may have failed verify or the bake, or "
+            f"{earlier.latest}, {how}); it may have failed verify or the bake, or "
             "been rolled back with its wave, so it counts against the failure budget (not as a failure)",
             now,
         )
@@ -1331,7 +1352,11 @@ def apply_rollbacks(
         if outcome in SUCCESS_OUTCOMES:
             _judge_resource_spec(row, live.get(row.deployment_id))
             how = _ROLLED_BACK_HOW[row.outcome]
-            serves = f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            serves = (
+                f"revision {row.from_revision} serves again (deployed again in place)"
+                if row.rollback_revision == row.from_revision
+                else f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            )
             except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
             row.decide(
                 _restored_outcome(row.outcome, is_partial(row)),

@@ -680,7 +680,7 @@ def test_a_rollback_redeployed_without_a_new_revision_is_waited_for_until_the_ol
     assert deployment["latest_revision_id"] == bad["to_revision"]  # the bad one stays the latest...
     assert deployment["active_revision_id"] == before["app-0001"]  # ...and the old one serves again
     assert deployment["status"] == "READY"
-    assert f"revision {before['app-0001']} serves revision {before['app-0001']}'s build again" in bad["message"]
+    assert f"rolled back (revision {before['app-0001']} serves again (deployed again in place))" in bad["message"]
     assert table["app-0000"]["outcome"] == Outcome.LANDED
 
 

@@ -718,3 +718,29 @@ def test_a_merged_resource_spec_patch_whose_answer_was_lost_is_recognised_never_
     assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1 and len(after["revisions"]) == 2
     shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
     assert (shown["cpu"], shown["memory_mb"]) == (1.0, 1024)  # the cpu was kept, not dropped
+
+
+# ------------------------------------------------------------------------------------------ item 8c: in place
+def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled_back_in_place(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]]
+) -> None:
+    """A service whose redeploy makes no revision deploys the old revision again: the patch's revision stays
+    the latest, but no longer serves and the deployment shows the old build. A retry without a record must
+    read that as the earlier try's rollback (never patch again), not as a patch still to be watched."""
+    emulator = fleet(1, redeploy_mode="in_place")
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["app-0000"])
+    run_started = datetime.now(timezone.utc)
+    die_at_rollback("after", "app-0000")
+    with pytest.raises(WorkerDied):
+        operator(ids, max_failures=1).execute(context_for(1, None, run_started))
+    [row] = operator(ids, max_failures=1).execute(context_for(2, None, run_started))
+    after = emulator.state.deployment(ids["app-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1, "the retry patched again"
+    assert requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"]) == 1, "the retry rolled back again"
+    assert len(after["revisions"]) == 2 and after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["repo_ref"] == "refs/tags/v1"
+    assert row["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, row
+    assert row["from_revision"] == before["active_revision_id"] and row["to_revision"] == after["latest_revision_id"]
+    assert f"revision {before['active_revision_id']} serves again (deployed again in place)" in row["message"]
