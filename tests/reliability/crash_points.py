@@ -629,6 +629,8 @@ class Scenario:
     :param flapping: deployments whose new revision leaves READY during its bake (its image ends in
         :data:`FLAKY`).
     :param failing_builds: deployments whose every build fails.
+    :param emulator_settings: the emulator's switches for this scenario's runs (``{"redeploy_mode":
+        "in_place"}``: a redeploy makes no revision), restored after each run.
     :param bake_seconds: the bake the task asks for (a landed revision must have served that long).
     :param rollback_to: the setup's name of the revision a rollback must restore (``None``: the one serving
         when the task started).
@@ -646,6 +648,7 @@ class Scenario:
     refused: tuple[str, ...] = ()
     flapping: tuple[str, ...] = ()
     failing_builds: tuple[str, ...] = ()
+    emulator_settings: Mapping[str, Any] = field(default_factory=dict)
     bake_seconds: float = 0.0
     rollback_to: str | None = None
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -740,6 +743,13 @@ class Harness:
         not killed), the retries; the world after them."""
         state = self.state
         state.reset()
+        with _emulator_settings(state, scenario.emulator_settings):
+            return self._run(scenario, path, store_mode, kill_at, clean)
+
+    def _run(
+        self, scenario: Scenario, path: str, store_mode: str, kill_at: int | None, clean: list[Event] | None
+    ) -> RunResult:
+        state = self.state
         state.advance(1)
         world = World(state, dict(self.ids))
         run_started = state.now()
@@ -794,6 +804,20 @@ class Harness:
         return RunResult(
             scenario, path, store_mode, point, tries, world, baseline, final, state.now(), verifier, events
         )
+
+
+@contextmanager
+def _emulator_settings(state: Any, settings: Mapping[str, Any]) -> Iterator[None]:
+    """The emulator's switches set to ``settings`` for the block, then back (a reset keeps them)."""
+    if not settings:
+        yield
+        return
+    before = state.settings()
+    state.update_settings(**settings)
+    try:
+        yield
+    finally:
+        state.update_settings(**{name: before[name] for name in settings})
 
 
 # ------------------------------------------------------------------------------------- the checks
