@@ -504,10 +504,17 @@ def patch_wave(
                 continue
         if applied:
             row.secrets_changed = secrets
-            # A resource_spec patch creates a revision in production but not under every reading: the
-            # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
-            created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
-            row.to_revision = deployment.latest_revision_id if created else None
+            assert earlier_try_since is not None
+            try:
+                row.to_revision = _earlier_patch_revision(
+                    hook, request, deployment, row.previous_latest, earlier_try_since
+                )
+            except AirflowFailException as err:
+                row.started_at, row.fingerprint = now, fingerprint
+                row.decide(Outcome.FAILED, f"{err}; not patching it again. Check the deployment", now)
+                log.warning("%s: %s: %s", wave.name, row.name, row.message)
+                save()
+                continue
             row.fingerprint, row.started_at, row.outcome = fingerprint, now, Outcome.ROLLING_OUT
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
@@ -630,6 +637,61 @@ def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, si
     if request.creates_revision and deployment.latest_revision_id is None:
         return False
     return deployment.updated_at >= since
+
+
+def _earlier_patch_revision(
+    hook: DeploymentServiceHook,
+    request: PatchDeploymentRequest,
+    deployment: Deployment,
+    recorded_latest: str | None,
+    since: datetime,
+) -> str | None:
+    """The revision an earlier try's patch made, on a deployment that shows the patch (``None``: it made none).
+
+    A patch that sets a revision field or secrets makes the latest revision. A ``resource_spec``-only patch
+    makes one in production and none under another reading of the spec: it made the latest one when that is
+    not the latest recorded just before the PATCH (``recorded_latest``), or, with nothing recorded, while it
+    still rolls out, else when it is the one revision made since the DAG run started (the revision list). A
+    revision already live is never taken for "no revision": the task would call the deployment
+    ``unchanged`` and never verify it.
+
+    :param hook: the hook.
+    :param request: the patch (as the change gives it).
+    :param deployment: the deployment as just read (it shows the patch, changed since the run started).
+    :param recorded_latest: the latest revision recorded just before the PATCH (``None``: not recorded).
+    :param since: when the DAG run started.
+    :raises AirflowFailException: when which revision is the patch's cannot be told.
+    """
+    latest = deployment.latest_revision_id
+    if request.creates_revision or not request.may_create_revision:
+        return latest if request.creates_revision else None
+    if recorded_latest is not None:
+        return latest if latest != recorded_latest else None
+    if deployment.is_rolling_out:
+        return latest
+    try:
+        listed = list(hook.iter_revisions(deployment.id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        raise AirflowFailException(
+            f"shows this resource_spec patch, but whether an earlier try's patch made its latest revision "
+            f"{latest} cannot be told: its revisions cannot be read ({err})"
+        ) from None
+    if any(revision.created_at is None for revision in listed):
+        raise AirflowFailException(
+            "shows this resource_spec patch, but the service does not say when its revisions were made, so "
+            f"whether an earlier try's patch made its latest revision {latest} cannot be told"
+        )
+    made = [revision.id for revision in _newest_first(listed) if revision.created_at and revision.created_at >= since]
+    if not made:
+        return None
+    if made == [latest]:
+        return latest
+    raise AirflowFailException(
+        f"shows this resource_spec patch, but {len(made)} revisions were made since the run started "
+        f"({', '.join(made)}; latest {latest}): which one is an earlier try's patch cannot be told"
+    )
 
 
 def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: logging.Logger | Any) -> None:

@@ -744,3 +744,44 @@ def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled
     assert row["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, row
     assert row["from_revision"] == before["active_revision_id"] and row["to_revision"] == after["latest_revision_id"]
     assert f"revision {before['active_revision_id']} serves again (deployed again in place)" in row["message"]
+
+
+# ------------------------------------------------------------------------------------------ resource_spec only
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+def test_a_resource_spec_only_patch_live_before_the_retry_is_verified_not_taken_as_unchanged(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, with_store: bool
+) -> None:
+    """A resource_spec-only patch makes a revision in production. Its answer was lost, and the revision went
+    live before the retry looked. The retry must reattach to that revision (the one revision made since the
+    run started, or the one after the latest recorded before the PATCH), verify it and roll it back when
+    verify refuses; it used to call the deployment 'unchanged' and succeed, verify never run."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+    verified: list[str] = []
+
+    def refuse(deployment: Any) -> bool:
+        verified.append(deployment.active_revision_id)
+        return False
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, source_config={"resource_spec": {"cpu": 2.0}}, verify=refuse)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    wait_settled(emulator, ids["img-0000"])  # the patch's revision is live before the retry looks
+    patched = emulator.state.deployment(ids["img-0000"])["latest_revision_id"]
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["img-0000"])
+    assert verified == [patched], "verify did not judge the patch's revision"
+    assert row["to_revision"] == patched and row["from_revision"] == before["active_revision_id"], row
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == (2 if with_store else 1)  # + the spec rollback
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    if with_store:  # the previous resource_spec was recorded before the PATCH: restored whole
+        assert row["outcome"] == Outcome.ROLLED_BACK, row
+        shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+        assert {key: value for key, value in shown.items() if "limit" not in key} == {"cpu": 1.0, "memory_mb": 512}
+    else:  # not recorded: the build is back, and the row says the resource_spec is not known
+        assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+        assert "except: resource_spec (unknown: not recorded before the patch" in row["message"]
