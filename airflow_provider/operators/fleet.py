@@ -63,12 +63,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
     its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
     ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
-    back ... except: ...``), ``not_patched`` (also pushed as the return value when the task fails, so a
-    summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures
-    counted against the budget and the budget under ``fleet_summary``. Only ``failed``, ``rolled_back`` and
-    ``rolled_back_partially`` count against ``max_failures``. When it succeeds, the task emits a
-    ``rolled_out`` asset event per deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``,
-    with ``not_restored``) one per deployment it rolled back.
+    back ... except: ...``), ``rolled_back_reason_unknown`` (a retry without a record found it rolled back by
+    an earlier try that left no record of why), ``not_patched`` (also pushed as the return value when the
+    task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per
+    outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``, ``rolled_back``
+    and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
+    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per
+    deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per
+    deployment it rolled back.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger` per wave on the shared

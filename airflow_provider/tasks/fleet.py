@@ -236,7 +236,7 @@ class CompletedPatch(NamedTuple):
 def complete_request(
     request: PatchDeploymentRequest, deployment: Deployment, *, resource_spec_mode: str, check_source_rules: bool
 ) -> CompletedPatch:
-    """The patch to send to ``deployment``, as the patch operator sends one (:mod:`airflow_provider.patch_rules`):
+    """The patch to send to ``deployment``, as the patch operator sends one (``airflow_provider.patch_rules``):
     production's PATCH rules checked against the deployment (unless ``check_source_rules`` is off), create-time
     fields that would not change left out, and with ``resource_spec_mode="merge"`` a partial
     ``source_config.resource_spec`` completed from the deployment's current one (production replaces it
