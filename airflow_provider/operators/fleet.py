@@ -511,13 +511,16 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         allows), or ``None``. Only failures count, and the rollbacks an earlier try made without a record of
         why (conservatively, named apart): a deployment rolled back with its wave is not one."""
         if wave.name == fleet.CANARY and progress.canary_failed:
-            failed = sum(row.outcome in fleet.BUDGET_OUTCOMES for row in wave.rows)
+            failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
             unknown = sum(row.outcome in fleet.REASON_UNKNOWN_OUTCOMES for row in wave.rows)
-            why = f", {unknown} of them rolled back by an earlier try for a reason not recorded" if unknown else ""
-            return (
-                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s){why}); a failed canary "
-                "stops the rollout whatever max_failures allows"
+            what = (
+                f"the canary failed or was rolled back by an earlier try for a reason not recorded ({failed} "
+                f"failed and {unknown} rolled back for a reason not recorded, of {len(wave.rows)} canary "
+                "deployment(s))"
+                if unknown
+                else f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s))"
             )
+            return f"{what}; a failed canary stops the rollout whatever max_failures allows"
         if progress.budget_exceeded:
             failed, unknown = len(progress.failures), len(progress.reason_unknown)
             counted = (

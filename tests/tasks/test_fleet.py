@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.emulator import FaultRule
-from airflow_provider.fleet import Outcome
+from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks.fleet import STATE_KEY
@@ -160,6 +160,21 @@ def test_a_failed_canary_stops_the_rollout_whatever_the_budget(fleet: Any) -> No
     table = {row["name"]: row for row in ti.xcoms["return_value"]}
     assert [table[f"app-000{index}"]["outcome"] for index in range(1, 5)] == [Outcome.NOT_PATCHED] * 4
     assert ti.xcoms["fleet_summary"]["stopped"].startswith("the canary failed")
+
+
+def test_a_canary_rolled_back_for_a_reason_not_recorded_stops_the_rollout_without_being_called_failed() -> None:
+    """Conservative: a canary deployment an earlier try rolled back (why not recorded) stops the rollout as a
+    failed canary would, and the reason says what is known."""
+    canary = WaveRecord("canary", [FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.ROLLED_BACK_REASON_UNKNOWN)])
+    rest = WaveRecord("wave 1", [FleetRow("id-b", "b", "wave 1", "r2")])
+    progress = FleetProgress(waves=[canary, rest], allowed_failures=5, change="x")
+    assert progress.canary_failed and not progress.failures and len(progress.counted) == 1
+    reason = FleetRolloutOperator._stop_reason(progress, canary)
+    assert reason == (
+        "the canary failed or was rolled back by an earlier try for a reason not recorded (0 failed and 1 rolled "
+        "back for a reason not recorded, of 1 canary deployment(s)); a failed canary stops the rollout whatever "
+        "max_failures allows"
+    )
 
 
 def test_a_failed_canary_rolls_back_the_whole_canary_with_rollback_on_failure(fleet: Any) -> None:
