@@ -301,6 +301,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
+        if earlier is not None and earlier.failed:  # the earlier try's revision failed: report it again
+            self._explain_failure(deployment_id, revision_id)
+            raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
         landing = self._landing(
             deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable

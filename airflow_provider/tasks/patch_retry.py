@@ -67,12 +67,15 @@ class EarlierTry:
     :param previous_config: that revision's non-secret ``source_revision_config`` fields, when found without a
         record (``None``: take the record's).
     :param rollback: ``{"landing", "rollback"}`` when that try's automatic rollback was recognised on the service.
+    :param failed: why that revision will never go live (its build failed: the verdict the earlier try reached,
+        or would have), when it ended so; ``None`` otherwise.
     """
 
     revision_id: str | None
     previous_active: str | None
     previous_config: dict[str, str] | None = None
     rollback: dict[str, Any] | None = None
+    failed: str | None = None
 
 
 # ------------------------------------------------------------------------------------------ the record
@@ -272,8 +275,14 @@ class _Retry:
         verdict = rollout_verdict(current, revision_id, revision, deployment_id=current.id)
         if verdict.state is RolloutState.FAILED and revision_id is not None:
             if revision is not None and revision.status.is_failed:
-                self.log.warning("The earlier try's revision failed (%s); patching again", verdict.message)
-                return None
+                # The earlier try's verdict stands: the same change would build (and fail) the same way again.
+                self.log.warning("The patch %s made revision %s, which failed: not patching again", source, revision_id)
+                failed = (
+                    f"not patching again on this retry: {verdict.message}. Revision {revision_id} is this patch's, "
+                    f"made by an earlier try of this task, and it ended {revision.status.value} without going live; "
+                    "a second patch would build the same change again. A new DAG run (or a changed patch) builds again"
+                )
+                return EarlierTry(revision_id, previous_active, previous_config, failed=failed)
             # Superseded or going away: patching again would roll back whatever replaced our revision.
             raise AirflowFailException(f"not patching again on this retry: {verdict.message}")
         self.log.info("Reattaching to the patch %s: revision %s, not patching again", source, revision_id)

@@ -349,3 +349,53 @@ def test_a_retry_sees_a_recorded_rollback_that_lost_to_a_newer_rollout_and_fails
     assert f"the latest is now {newer}" in str(second) and "Not sending it again" in str(second)
     assert state.count(REDEPLOY_ROUTE) == 0
     assert state.find_deployment(NAME)["active_revision_id"] == newer
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize(
+    "kill_point", ["after the patch reached the service", "deferred, waiting for the patch's revision"]
+)
+def test_a_retry_after_the_build_failed_reports_it_again_without_patching_again(
+    emulator: Callable[..., EmulatorServer],
+    kill_in: Callable[[str, str], None],
+    capfd: pytest.CaptureFixture[str],
+    kill_point: str,
+    with_store: bool,
+) -> None:
+    """Try 1 patches and dies; its revision fails its build. Try 2 must not build the same change a second
+    time: it fails as try 1 would have (the build log's tail in the log), saying the earlier try's revision
+    failed and what builds again."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    state.fail_next_build(before["id"], message="no such image: registry.example.com/acme/checkout-api:6.6.6")
+    kill, stop_before, _ = KILL_POINTS[kill_point]
+    if kill is not None:
+        kill_in(*kill)
+    first = run_try(
+        lambda: patch_task(before["id"], []), context_for(1, store, run_started), server, stop_before=stop_before
+    )
+    assert first is None or isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+    failed = state.find_deployment(NAME)["latest_revision_id"]
+    capfd.readouterr()
+
+    context = context_for(2, store, run_started)
+    second = run_try(lambda: patch_task(before["id"], []), context, server)
+
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 1 and state.count(PATCH_ROUTE) == 1
+    assert [revision["status"] for revision in after["revisions"]][-1] == "BUILD_FAILED"
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"not patching again on this retry: deployment {NAME!r}" in message
+    assert f"revision {failed} ended with status BUILD_FAILED" in message
+    assert "an earlier try of this task" in message and "A new DAG run (or a changed patch) builds again" in message
+    out = capfd.readouterr().out
+    assert f"line(s) of the build log of revision {failed}" in out and "no such image" in out
+    ti = context["ti"]
+    assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (failed, before["active_revision_id"])
+    assert OPERATOR_SECRET not in message + out
