@@ -294,7 +294,9 @@ class _Retry:
         Untouched since the DAG run started: nothing to reattach to. Otherwise, with ``rollback_on_failure``
         (an earlier try may have rolled its revision back, so the deployment no longer shows the patch), the
         revision list must give positive evidence: a revision made since the run started with the patch's
-        config, then (for a rollback) a newer latest one copying the revision before it. What cannot be told
+        config (for a patch that sets no revision field, such as ``resource_spec`` or secrets only: the one
+        revision made since, the deployment showing the patch), then (for a rollback) a newer latest one
+        copying the revision before it. What cannot be told
         fails the task, saying what was seen: never the bad patch again, never a success it cannot prove.
         Without ``rollback_on_failure``: the deployment showing the patch.
         """
@@ -315,7 +317,7 @@ class _Retry:
             return self._reflected()
         if not wanted:
             if len(made) == 1:
-                return self._reflected()
+                return self._sole_revision(made[0], before)
             return self._cannot_tell(
                 started,
                 f"{len(made)} revisions were made since ({_listed(made)}), and this patch sets no revision field "
@@ -339,6 +341,17 @@ class _Retry:
             f"revision {patched.id} with this patch's config was made since, then {_listed(made[:index])}, "
             f"the latest of which does not copy the revision before it ({previous.id if previous else 'unknown'})",
         )
+
+    def _sole_revision(self, made: Revision, before: Revision | None) -> EarlierTry | None:
+        """The earlier try's revision when the patch sets no revision field (``resource_spec``, secrets) and
+        ``made`` is the one revision made since the DAG run started: it is the patch's when the patch may make
+        one and the deployment shows every value of the patch; the revision that served before it is
+        ``before``, the newest one made before the run started (when it had been deployed)."""
+        if not self.request.may_create_revision:  # a patch that makes no revision: the revision is someone else's
+            return self._reflected()
+        if not self.request.is_reflected_in(self.current):
+            return None  # someone else's revision: the earlier try's patch did not land
+        return self._redeployed_in_place(made, before) or self._patched_revision(made, before)
 
     def _redeployed_in_place(self, patched: Revision, previous: Revision | None) -> EarlierTry | None:
         """The earlier try's rollback when the service redeployed the previous revision without making a new

@@ -399,3 +399,64 @@ def test_a_retry_after_the_build_failed_reports_it_again_without_patching_again(
     ti = context["ti"]
     assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (failed, before["active_revision_id"])
     assert OPERATOR_SECRET not in message + out
+
+
+EXTERNAL = "billing-worker-prod"
+"""external_docker, resource_spec {min_scale 2, max_scale 6, cpu 1.5, memory_mb 2048, db_storage_gi 20}."""
+FIELDLESS_CHANGES: dict[str, dict[str, Any]] = {
+    "resource_spec": {"source_config": {"resource_spec": {"cpu": 4, "memory_mb": 8192}}},
+    "secrets": {"secrets": {"TOKEN": OPERATOR_SECRET}},
+}
+"""Patches that set no revision field: their revision shows the same build as the one before it."""
+
+
+def fieldless_patch(deployment_id: str, change: str, verdicts: list[str]) -> PatchDeploymentOperator:
+    """A patch of only ``resource_spec`` or only secrets whose verify fails."""
+    return patch_task(deployment_id, verdicts, **{"image_uri": None, "secrets": None, **FIELDLESS_CHANGES[change]})
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize("change", list(FIELDLESS_CHANGES))
+def test_a_retry_finds_the_revision_of_a_patch_whose_answer_was_lost_and_rolls_it_back(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None], change: str, with_store: bool
+) -> None:
+    """Try 1 dies right after its PATCH reached the service, before recording it (or with no store): the
+    revision list shows one revision made since the DAG run started, which shows this patch, and the revision
+    made before the run served. Try 2 (the revision serves by then) judges that revision, rolls it back to the
+    one that served (once) and fails rolled back; before, it took the patch for one that made no revision
+    (resource_spec) or found no revision that served before it (secrets), and could not roll back."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(EXTERNAL)
+    good = before["active_revision_id"]
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    verdicts: list[str] = []
+    kill_in("patch_deployment", "after")
+    first = run_try(lambda: fieldless_patch(before["id"], change, verdicts), context_for(1, store, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    assert store is None or TASK_STATE_KEY not in store.data  # it died before recording the patch
+    patched = state.find_deployment(EXTERNAL)["latest_revision_id"]
+    state.advance(LIVE)  # Airflow's retry delay: the patch's revision serves by the time try 2 starts
+
+    context = context_for(2, store, run_started)
+    second = run_try(lambda: fieldless_patch(before["id"], change, verdicts), context, server)
+
+    after = state.find_deployment(EXTERNAL)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2, second
+    assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
+    assert verdicts == [patched]  # try 2 judged the patch's revision
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"] != patched
+    assert after["status"] == "READY" and after["source_revision_config"] == before["source_revision_config"]
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"revision {patched} went live but verify returned False; rolled back to revision {good} (redeploy)" in (
+        message
+    )
+    ti = context["ti"]
+    assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (patched, good)
+    if change == "resource_spec":  # its previous value was never recorded: the rollback says so
+        assert "except: resource_spec (unknown: not recorded before the patch" in message
+    else:
+        assert "secrets TOKEN (the rollback cannot restore secret values" in message
+    assert OPERATOR_SECRET not in message
