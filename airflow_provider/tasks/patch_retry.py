@@ -438,13 +438,16 @@ class _Retry:
         return EarlierTry(patched.id, previous.id, previous_config, {"landing": landing, "rollback": rollback})
 
     def _cannot_tell(self, started: datetime, seen: str) -> NoReturn:
-        """Fail: the deployment changed since the run started and does not prove what an earlier try did."""
+        """Fail: the deployment changed since the run started and does not prove what an earlier try did; say
+        what the deployment may still carry from this patch (no rollback restores secrets)."""
+        carried = _parts_kept(self.request, self.current)
+        still = f" The deployment may still carry this patch's {carried}." if carried else ""
         raise AirflowFailException(
             f"not patching on this retry: {self.current.summary()} changed since this DAG run started "
             f"({started.isoformat()}) and there is no task_state_store record of an earlier try; {seen}. An earlier "
             "try may have patched and "
             "rolled back (patching again would re-apply a change that failed verify or its bake), or someone else "
-            "changed the deployment. Check its revisions, then clear the task to patch again"
+            f"changed the deployment.{still} Check its revisions, then clear the task to patch again"
         )
 
     def _history_since(self, started: datetime) -> tuple[list[Revision], Revision | None] | None:
@@ -470,6 +473,31 @@ class _Retry:
                 before = revision
                 break
         return made, before
+
+
+def _parts_kept(request: PatchDeploymentRequest, current: Deployment) -> str:
+    """The parts of ``request`` the deployment still shows, as one phrase (``""`` when none): its secrets by
+    name (never values: no rollback restores them), its ``source_config`` fields (``resource_spec``
+    included) and ``secret_references``."""
+    parts = []
+    shown = {secret.name for secret in current.secrets or []}
+    names = sorted(secret.name for secret in request.secrets or [] if secret.name in shown)
+    if names:
+        parts.append(f"secrets {', '.join(names)} (the values it sent; no rollback restores secret values)")
+    given = request.source_config.model_dump(mode="json", exclude_none=True) if request.source_config else {}
+    have = current.source_config.model_dump(mode="json", exclude_none=True)
+    kept = sorted(name for name, value in given.items() if _shows(have.get(name), value))
+    parts += [f"source_config.{name}" for name in kept]
+    if request.secret_references is not None and current.secret_references:
+        parts.append("secret_references")
+    return ", ".join(parts)
+
+
+def _shows(have: Any, wanted: Any) -> bool:
+    """Whether a value the deployment shows contains ``wanted`` (mappings compared key by key)."""
+    if isinstance(wanted, dict) and isinstance(have, dict):
+        return all(key in have and _shows(have[key], value) for key, value in wanted.items())
+    return bool(have == wanted)
 
 
 def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:

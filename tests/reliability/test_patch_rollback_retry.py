@@ -460,3 +460,31 @@ def test_a_retry_finds_the_revision_of_a_patch_whose_answer_was_lost_and_rolls_i
     else:
         assert "secrets TOKEN (the rollback cannot restore secret values" in message
     assert OPERATOR_SECRET not in message
+
+
+def test_without_a_store_a_secrets_patch_that_cannot_be_told_names_the_secrets_the_deployment_may_keep(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None]
+) -> None:
+    """Try 1 patched secrets only, verify failed, its rollback reached the service and the worker died: two
+    revisions of the same build since the run started, which no evidence tells apart (the patch's and the
+    rollback's, or someone else's). Try 2 fails loudly without patching, and says the deployment may still
+    carry the patch's secrets (by name), which no rollback restores."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    kill_in("redeploy_revision", "after")
+    first = run_try(lambda: fieldless_patch(before["id"], "secrets", []), context_for(1, None, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+
+    second = run_try(lambda: fieldless_patch(before["id"], "secrets", []), context_for(2, None, run_started), server)
+
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert "not patching on this retry" in message
+    assert "The deployment may still carry this patch's secrets TOKEN (the values it sent" in message
+    assert OPERATOR_SECRET not in message
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2 and state.count(PATCH_ROUTE) == 1
+    assert [secret["name"] for secret in after["secrets"]] == ["TOKEN"]  # what the message warns about
