@@ -281,7 +281,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
-            previous_spec = recorded.get("previous_resource_spec") if record is not None else None
+            previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
             if record is None:  # found on the service: record it, so a later try (and the rollback) has a record
                 record_patch(
@@ -293,7 +293,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                         "previous_active_revision_id": previous_active,
                         "previous_latest_revision_id": None,
                         "previous_source_revision_config": previous_config,
-                        "previous_resource_spec": None,
+                        "previous_resource_spec": previous_spec,
                         "not_restorable": not_restorable,
                     },
                     self.log,
@@ -328,7 +328,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
-        if previous_spec is not None:  # unknown (a retry without a record): no value rather than a wrong one
+        if previous_spec is not None:  # unknown (a retry without a record, of a resource_spec patch): no value
             ti.xcom_push(key=XCOM_PREVIOUS_RESOURCE_SPEC, value=previous_spec)
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
@@ -643,7 +643,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             landing["revision_id"],
             landing["previous_active_revision_id"],
             landing["previous_source_revision_config"],
-            None,
+            landing["previous_resource_spec"],
         )
         self.log.warning(
             "%s: revision %s (this patch's config) was followed by revision %s, which copies revision %s: an "

@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -31,7 +31,12 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
-from airflow_provider.tasks.rollback import RESOURCE_SPEC_UNKNOWN, RollbackStarted, find_earlier_rollback
+from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_UNKNOWN,
+    RollbackStarted,
+    find_earlier_rollback,
+    resource_spec_json,
+)
 
 if TYPE_CHECKING:
     import logging
@@ -49,6 +54,7 @@ __all__ = [
     "record_rollback",
     "recorded_patch",
     "rollback_record",
+    "sets_resource_spec",
     "unrestorable_parts",
 ]
 
@@ -69,6 +75,9 @@ class EarlierTry:
     :param rollback: ``{"landing", "rollback"}`` when that try's automatic rollback was recognised on the service.
     :param failed: why that revision will never go live (its build failed: the verdict the earlier try reached,
         or would have), when it ended so; ``None`` otherwise.
+    :param previous_spec: the whole ``resource_spec`` before that patch when found without a record: the
+        deployment's current one when the patch does not set ``resource_spec`` (it did not change it);
+        ``None`` when the patch sets it (unknown: not recorded).
     """
 
     revision_id: str | None
@@ -76,6 +85,7 @@ class EarlierTry:
     previous_config: dict[str, str] | None = None
     rollback: dict[str, Any] | None = None
     failed: str | None = None
+    previous_spec: dict[str, Any] | None = None
 
 
 # ------------------------------------------------------------------------------------------ the record
@@ -166,6 +176,15 @@ def rollback_record(
     record = started.record()
     record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
     return {"reason": reason, **record, **({"origin": origin} if origin else {})}
+
+
+def sets_resource_spec(request: PatchDeploymentRequest) -> bool:
+    """Whether ``request`` changes ``source_config.resource_spec`` (only then may its rollback need to restore
+    one).
+
+    :param request: the patch.
+    """
+    return request.source_config is not None and request.source_config.resource_spec is not None
 
 
 def unrestorable_parts(request: PatchDeploymentRequest, current: Deployment | None) -> list[str]:
@@ -267,6 +286,7 @@ class _Retry:
             revision_id, previous_active = found.revision_id, found.previous_active
             source = f"found on the deployment (try {try_number}, no task_state_store record)"
             previous_config = found.previous_config
+        previous_spec = None if recorded is not None else self._spec_before()
         revision = None
         if awaits_revision_build(current, revision_id):
             assert revision_id is not None
@@ -282,11 +302,20 @@ class _Retry:
                     f"made by an earlier try of this task, and it ended {revision.status.value} without going live; "
                     "a second patch would build the same change again. A new DAG run (or a changed patch) builds again"
                 )
-                return EarlierTry(revision_id, previous_active, previous_config, failed=failed)
+                return EarlierTry(
+                    revision_id, previous_active, previous_config, failed=failed, previous_spec=previous_spec
+                )
             # Superseded or going away: patching again would roll back whatever replaced our revision.
             raise AirflowFailException(f"not patching again on this retry: {verdict.message}")
         self.log.info("Reattaching to the patch %s: revision %s, not patching again", source, revision_id)
-        return EarlierTry(revision_id, previous_active, previous_config)
+        return EarlierTry(revision_id, previous_active, previous_config, previous_spec=previous_spec)
+
+    def _spec_before(self) -> dict[str, Any] | None:
+        """The ``resource_spec`` before the earlier try's patch, without a record: the current one when the
+        patch does not set ``resource_spec``; ``None`` (unknown) when it does."""
+        if sets_resource_spec(self.request):
+            return None
+        return resource_spec_json(self.current.source_config.resource_spec)
 
     def _on_service(self) -> EarlierTry | None:
         """An earlier try's patch (or patch and automatic rollback) recognised on the service, without a record.
@@ -370,7 +399,7 @@ class _Retry:
             patched.id,
             current,
             _config_fields(previous.source_revision_config),
-            not_restored=(RESOURCE_SPEC_UNKNOWN,) if current.source_config.resource_spec is not None else (),
+            not_restored=(RESOURCE_SPEC_UNKNOWN,) if self._spec_before() is None else (),
             allowed_latest_revision_id=patched.id,
             previous_latest_revision_id=patched.id,
         )
@@ -426,11 +455,15 @@ class _Retry:
         assert previous.source_revision_config is not None
         previous_config = _config_fields(previous.source_revision_config)
         not_restorable = unrestorable_parts(self.request, None)
+        spec_before = self._spec_before()
+        if spec_before is not None:  # the patch did not change resource_spec: its rollback has none to restore
+            found = replace(found, not_restored=tuple(c for c in found.not_restored if c != RESOURCE_SPEC_UNKNOWN))
         landing = {
             "deployment_id": self.current.id,
             "revision_id": patched.id,
             "previous_active_revision_id": previous.id,
             "previous_source_revision_config": previous_config,
+            "previous_resource_spec": spec_before,
             "not_restorable": not_restorable,
         }
         reason = "verify or the bake failed in an earlier try (that try's log says why; no task_state_store record)"

@@ -457,9 +457,48 @@ def test_a_retry_finds_the_revision_of_a_patch_whose_answer_was_lost_and_rolls_i
     assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (patched, good)
     if change == "resource_spec":  # its previous value was never recorded: the rollback says so
         assert "except: resource_spec (unknown: not recorded before the patch" in message
-    else:
-        assert "secrets TOKEN (the rollback cannot restore secret values" in message
+    else:  # the patch did not touch resource_spec: nothing of it to restore, nor to call unknown
+        assert message.endswith(
+            "except: secrets TOKEN (the rollback cannot restore secret values; the deployment keeps the new ones)"
+        ), message
+        assert ti.xcoms["previous_resource_spec"] == _spec(before)
     assert OPERATOR_SECRET not in message
+
+
+def _spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in deployment["source_config"]["resource_spec"].items() if value is not None}
+
+
+@pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
+def test_without_a_store_an_image_patch_found_rolled_back_is_rolled_back_whole(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None], redeploy_mode: str
+) -> None:
+    """An image-only patch does not touch resource_spec: when a retry without a record finds the earlier try's
+    rollback, the previous build serves with the resource_spec it had, and the task says "rolled back" with
+    nothing left undone (before: "except: resource_spec (unknown: not recorded ...)")."""
+    server = emulator(redeploy_mode=redeploy_mode)
+    state = server.state
+    before = state.find_deployment(EXTERNAL)
+    good = before["active_revision_id"]
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    kill_in("redeploy_revision", "after")
+    first = run_try(lambda: patch_task(before["id"], [], secrets=None), context_for(1, None, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+
+    context = context_for(2, None, run_started)
+    second = run_try(lambda: patch_task(before["id"], [], secrets=None), context, server)
+
+    after = state.find_deployment(EXTERNAL)
+    made = 2 if redeploy_mode == "new_revision" else 1
+    assert len(after["revisions"]) == len(before["revisions"]) + made and state.count(REDEPLOY_ROUTE) == 1
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert _spec(after) == _spec(before) and after["status"] == "READY"
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"rolled back to revision {good} (redeploy, an earlier try's, found on the service)" in message
+    assert f"which serves again as revision {after['active_revision_id']}" in message and "except" not in message
+    assert context["ti"].xcoms["previous_resource_spec"] == _spec(before)
 
 
 def test_without_a_store_a_secrets_patch_that_cannot_be_told_names_the_secrets_the_deployment_may_keep(
