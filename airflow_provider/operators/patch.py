@@ -473,8 +473,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         try:
             verdict = self.verify(deployment)
         except Exception as err:  # any failure of the user's check means the revision is bad
-            shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
-            return f"verify raised {shown}"
+            secrets = self._known_secret_values()
+            if secrets is None:  # cannot scrub the text: say what raised, not what it said
+                return (
+                    f"verify raised {type(err).__name__} (its message is not shown: this task's secret values "
+                    "could not be resolved again to scrub it)"
+                )
+            return f"verify raised {scrub(f'{type(err).__name__}: {err}', secrets)}"
         if verdict is not None and not verdict:  # None passes: an assert-style check returns nothing when good
             return f"verify returned {verdict!r}"
         self.log.info("verify accepted revision %s", deployment.active_revision_id)
@@ -690,7 +695,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         return revision
 
     def _secret_values(self) -> tuple[str, ...]:
-        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+        return self._known_secret_values() or ()
+
+    def _known_secret_values(self) -> tuple[str, ...] | None:
+        """The secret values this task sends, to scrub from build logs and ``verify`` errors; resolved again on a
+        resume (a fresh operator: the values are never carried across a deferral). ``None`` when they cannot
+        be resolved now (a Variable or Connection gone)."""
+        resolved = getattr(self, "_resolved_secrets", None)
+        if resolved is None and self.secrets is not None:
+            try:
+                resolved = self._remember_secrets(resolve_secrets(self.secrets))
+            except Exception as err:  # never shown: it may name where the value lives, never the value itself
+                self.log.warning("Could not resolve this task's secrets again to scrub them (%s)", type(err).__name__)
+                return None
+        return tuple(secret["value"] for secret in resolved or [])
 
     def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
         """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
