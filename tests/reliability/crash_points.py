@@ -633,6 +633,8 @@ class Scenario:
     :param outcome: for a patch or rollback task that succeeds, the ``outcome`` of the one asset event it must
         emit (``None``: ``rolled_out`` for a patch, ``rolled_back`` for a rollback); ``rolled_back_partially``
         must name what was not restored (its extra ``not_restored``).
+    :param redeploy_mode: the emulator's ``redeploy_mode`` for the scenario's runs: ``new_revision`` (a
+        redeploy makes a revision) or ``in_place`` (it makes none: the old revision is deployed again).
     """
 
     task: TaskKind
@@ -649,6 +651,7 @@ class Scenario:
     rollback_to: str | None = None
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     outcome: str | None = None
+    redeploy_mode: str = "new_revision"
 
     @property
     def deployments(self) -> list[str]:
@@ -740,6 +743,7 @@ class Harness:
         not killed), the retries; the world after them."""
         state = self.state
         state.reset()
+        state.update_settings(redeploy_mode=scenario.redeploy_mode)  # type: ignore[arg-type]
         state.advance(1)
         world = World(state, dict(self.ids))
         run_started = state.now()

@@ -105,6 +105,16 @@ PATCH_SCENARIOS = [
     ),
     Scenario(
         "patch",
+        "verify fails: rolled back by a redeploy in place",
+        patch_task(image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 1},  # the patch's revision; the redeploy deploys R0 again without a new one
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+        redeploy_mode="in_place",
+    ),
+    Scenario(
+        "patch",
         "the bake fails: rolled back",
         patch_task(image_uri=NEW_IMAGE + FLAKY),
         "rolled back",
@@ -194,6 +204,17 @@ ROLLBACK_SCENARIOS = [
         setup=earlier_patch(source_config={"resource_spec": BIGGER_SPEC}),
         verify=False,
         rollback_to="R0",
+    ),
+    Scenario(
+        "rollback",
+        "a plain rollback by a redeploy in place",
+        rollback_task(),
+        "rolled back",
+        {"svc": 0},  # R0 is deployed again: no new revision
+        setup=earlier_patch(source_revision_config={"image_uri": NEW_IMAGE}),
+        verify=False,
+        rollback_to="R0",
+        redeploy_mode="in_place",
     ),
     # Without resource_spec= the task cannot know the change left resource_spec alone: the honest verdict is
     # a partial rollback naming resource_spec as unknown (and the log says how to pass it).
