@@ -259,6 +259,14 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
+        else:
+            deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
+            previous_latest = None
+            recorded = record or {}
+            previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
+            previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
+            not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
+        if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
             record_patch(
                 store,
                 {
@@ -273,31 +281,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 },
                 self.log,
             )
+        if earlier is None:
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
             else:
                 self.log.info("Patched; no new revision was created (active revision %s)", previous_active)
-        else:
-            deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
-            recorded = record or {}
-            previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
-            previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
-            not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
-            if record is None:  # found on the service: record it, so a later try (and the rollback) has a record
-                record_patch(
-                    store,
-                    {
-                        "deployment_id": deployment_id,
-                        "fingerprint": patch_fingerprint(deployment_id, request),
-                        "revision_id": revision_id,
-                        "previous_active_revision_id": previous_active,
-                        "previous_latest_revision_id": None,
-                        "previous_source_revision_config": previous_config,
-                        "previous_resource_spec": previous_spec,
-                        "not_restorable": not_restorable,
-                    },
-                    self.log,
-                )
         self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")

@@ -271,6 +271,9 @@ class _Retry:
         self.log = log
 
     def reattach(self, recorded: dict[str, Any] | None, try_number: int) -> EarlierTry | None:
+        """The earlier try's revision (recorded, else found on the service), judged as the deployment shows it:
+        to wait for again, or failed (its build failed: reported again, never built a second time); a
+        revision superseded by someone else's, or a deployment going away, fails the task."""
         current = self.current
         if recorded is not None:
             revision_id = recorded.get("revision_id")
@@ -325,9 +328,9 @@ class _Retry:
         revision list must give positive evidence: a revision made since the run started with the patch's
         config (for a patch that sets no revision field, such as ``resource_spec`` or secrets only: the one
         revision made since, the deployment showing the patch), then (for a rollback) a newer latest one
-        copying the revision before it. What cannot be told
-        fails the task, saying what was seen: never the bad patch again, never a success it cannot prove.
-        Without ``rollback_on_failure``: the deployment showing the patch.
+        copying the revision before it. What cannot be told fails the task, saying what was seen: never the
+        bad patch again, never a success it cannot prove. Without ``rollback_on_failure``: the deployment
+        showing the patch.
         """
         request, current, started = self.request, self.current, self.started
         if started is not None and current.updated_at < started:  # not changed since this run started
