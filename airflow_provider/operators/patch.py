@@ -96,7 +96,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     no active revision), ``previous_source_revision_config`` (the non-secret revision fields that served
     before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say),
     ``previous_resource_spec`` (the whole ``source_config.resource_spec`` before the patch, ``{}`` when none;
-    not pushed when a retry without a record cannot know it) and,
+    not pushed when a retry without a record cannot know it: after a patch that sets ``resource_spec``) and,
     when the service reports a ``source_config.custom_url``, ``deployment_url``
     (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
@@ -144,7 +144,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
         recorded in ``task_state_store`` before it is sent: a retry waits for it instead of rolling back (or
         patching) again. A failed build needs no rollback (the old revision never stopped serving): the task
-        says so and fails.
+        says so and fails; a retry reports the failed build again instead of building the same change again.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
