@@ -630,6 +630,11 @@ class Scenario:
         when the task started).
     :param fleet_outcomes: for a fleet, the outcomes a deployment's row may show, by name (absent: any that
         the other invariants accept).
+    :param outcome: for a patch or rollback task that succeeds, the ``outcome`` of the one asset event it must
+        emit (``None``: ``rolled_out`` for a patch, ``rolled_back`` for a rollback); ``rolled_back_partially``
+        must name what was not restored (its extra ``not_restored``).
+    :param redeploy_mode: the emulator's ``redeploy_mode`` for the scenario's runs: ``new_revision`` (a
+        redeploy makes a revision) or ``in_place`` (it makes none: the old revision is deployed again).
     """
 
     task: TaskKind
@@ -645,6 +650,8 @@ class Scenario:
     bake_seconds: float = 0.0
     rollback_to: str | None = None
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    outcome: str | None = None
+    redeploy_mode: str = "new_revision"
 
     @property
     def deployments(self) -> list[str]:
@@ -736,6 +743,7 @@ class Harness:
         not killed), the retries; the world after them."""
         state = self.state
         state.reset()
+        state.update_settings(redeploy_mode=scenario.redeploy_mode)  # type: ignore[arg-type]
         state.advance(1)
         world = World(state, dict(self.ids))
         run_started = state.now()
@@ -971,10 +979,12 @@ def _single_outputs(run: RunResult) -> list[Violation]:
         problems.append(f"returned active_revision_id {returned.get('active_revision_id')}, serving {active}")
     if last.xcoms.get("revision_id") != active:
         problems.append(f"XCom revision_id {last.xcoms.get('revision_id')!r}, serving {active}")
-    outcome = "rolled_back" if scenario.task == "rollback" else "rolled_out"
+    outcome = scenario.outcome or ("rolled_back" if scenario.task == "rollback" else "rolled_out")
     events = [(event.get("revision_id"), event.get("outcome")) for event in last.asset_events]
     if events != [(active, outcome)]:
         problems.append(f"asset events {events}, expected one {outcome} of {active}")
+    elif outcome == "rolled_back_partially" and not last.asset_events[0].get("not_restored"):
+        problems.append("a rolled_back_partially asset event that names nothing as not restored")
     return [Violation("outputs agree", "; ".join(problems))] if problems else []
 
 
