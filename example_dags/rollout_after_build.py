@@ -123,13 +123,16 @@ def rollout_after_build() -> None:
 
     # Runs only when the smoke test (or the rollout before it) failed. Redeploys the build that served
     # before the patch (or patches its config back, from the patch task's previous_source_revision_config
-    # XCom); refuses when someone rolled out a newer revision meanwhile; never re-sends secrets.
+    # XCom) with the resource_spec that served with it (previous_resource_spec: without it the rollback
+    # cannot tell whether the change touched resource_spec, and says "rolled back ... except: resource_spec");
+    # refuses when someone rolled out a newer revision meanwhile; never re-sends secrets.
     roll_back = RollbackDeploymentOperator(
         task_id="roll_back",
         deployment_id=XComArg(patch, key="deployment_id"),
         revision_id=XComArg(patch, key="previous_active_revision_id"),
         rolling_back_from=XComArg(patch, key="revision_id"),
         source_revision_config=XComArg(patch, key="previous_source_revision_config"),
+        resource_spec=XComArg(patch, key="previous_resource_spec"),
         trigger_rule="one_failed",
         deferrable=True,
         poll_interval=POLL_INTERVAL,

@@ -72,6 +72,32 @@ def test_rollout_after_build_rolls_back_a_revision_that_fails_its_smoke_test(
     assert PAYMENT_TOKEN not in logs
 
 
+def test_rollout_after_build_rolls_back_the_resource_spec_with_the_build(
+    emulator: Any, task_logs: Callable[[], str]
+) -> None:
+    """On a deployment with a resource_spec (external_docker) the rollback task is given the patch task's
+    previous_resource_spec: it restores the previous build with its resource_spec and says "rolled back"
+    whole, not "except: resource_spec (unknown ...)"."""
+    name = "billing-worker-prod"
+    before, old_revisions = revisions_of(emulator, name)
+    emulator.admin.add_unhealthy_rule(image_uri="*:6.6.6", deployment_id=before["id"])
+    state, tasks = run_dag(
+        "rollout_after_build",
+        deployment_name=name,
+        image_repository="registry.example.com/acme/billing-worker",
+        version="6.6.6",
+    )
+    assert state == "failed" and tasks["smoke_test"] == "failed", tasks
+    assert tasks["roll_back"] == "success" and tasks["report_rollback"] == "failed"
+    after, revisions = revisions_of(emulator, name)
+    assert len(revisions) == len(old_revisions) + 2 and after["active_revision_id"] == revisions[-1]["id"]
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert after["source_config"]["resource_spec"] == before["source_config"]["resource_spec"]
+    logs = task_logs()
+    assert "Rolled back: deployment 'billing-worker-prod'" in logs and "with its previous resource_spec" in logs
+    assert "resource_spec (unknown" not in logs
+
+
 def test_rollout_after_build_fails_in_the_wait_when_the_build_fails(
     emulator: Any, task_logs: Callable[[], str]
 ) -> None:

@@ -1,22 +1,18 @@
 """Patch a deployment and, optionally, wait until its new revision is live, verify and bake it, and roll
 it back when either fails; a retry reattaches to what an earlier try did instead of patching (or rolling
-back) twice."""
+back) twice (the record and what a retry finds: :mod:`airflow_provider.tasks.patch_retry`)."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NoReturn
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.error_text import scrub
-from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
+from airflow_provider.errors import NotFoundError
+from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
 from airflow_provider.operators.base import (
     XCOM_DEPLOYMENT_ID,
     XCOM_DEPLOYMENT_URL,
@@ -36,7 +32,6 @@ from airflow_provider.patch_rules import (
     unchanged_fixed_fields,
     without_unchanged_fixed_fields,
 )
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
 from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
@@ -46,11 +41,22 @@ from airflow_provider.tasks.base import (
 )
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, describe_patch, resolve_secrets
+from airflow_provider.tasks.patch_retry import (
+    HISTORY_LOOKBACK,
+    TASK_STATE_KEY,
+    EarlierTry,
+    find_earlier_try,
+    merged_clauses,
+    patch_fingerprint,
+    record_patch,
+    record_rollback,
+    recorded_patch,
+    rollback_record,
+    unrestorable_parts,
+)
 from airflow_provider.tasks.rollback import (
-    RESOURCE_SPEC_UNKNOWN,
     RollbackIntent,
     RollbackStarted,
-    find_earlier_rollback,
     reattach_recorded_rollback,
     resource_spec_json,
     revision_config_snapshot,
@@ -67,11 +73,6 @@ __all__ = [
     "PatchDeploymentOperator",
 ]
 
-TASK_STATE_KEY = "deployment_service_patch"
-"""Key of the patch record in ``context["task_state_store"]`` (renaming it breaks in-flight retries)."""
-HISTORY_LOOKBACK = 100
-"""Revisions a retry without a record reads back (newest first) to recognise an earlier try's patch and rollback."""
-
 
 def _own_xcom(context: Context, key: str, log: Any) -> str | None:
     """A string this task pushed under ``key`` earlier in this try (``None`` when absent or unreadable)."""
@@ -82,12 +83,6 @@ def _own_xcom(context: Context, key: str, log: Any) -> str | None:
         log.warning("Could not read the XCom %r back (%s)", key, err)
         return None
     return value if isinstance(value, str) and value else None
-
-
-def _fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> tuple[str, str]:
-    """``(deployment_id, digest)`` of what a patch sets; secret values are left out (names only)."""
-    shown = json.dumps(request.model_dump(mode="json", exclude_none=True), sort_keys=True)
-    return deployment_id, hashlib.sha256(f"{deployment_id}:{shown}".encode()).hexdigest()
 
 
 class PatchDeploymentOperator(_RolloutWaitingOperator):
@@ -101,7 +96,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     no active revision), ``previous_source_revision_config`` (the non-secret revision fields that served
     before the patch: what :class:`RollbackDeploymentOperator` restores when the service cannot say),
     ``previous_resource_spec`` (the whole ``source_config.resource_spec`` before the patch, ``{}`` when none;
-    not pushed when a retry without a record cannot know it) and,
+    not pushed when a retry without a record cannot know it: after a patch that sets ``resource_spec``) and,
     when the service reports a ``source_config.custom_url``, ``deployment_url``
     (the ``Deployment`` extra link). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
@@ -149,7 +144,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
         recorded in ``task_state_store`` before it is sent: a retry waits for it instead of rolling back (or
         patching) again. A failed build needs no rollback (the old revision never stopped serving): the task
-        says so and fails.
+        says so and fails; a retry reports the failed build again instead of building the same change again.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -248,11 +243,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             request = self.build_request()
             current = self._read(deployment_id)
         store = context.get("task_state_store")
-        record = self._recorded_patch(store, request, current)
+        record = recorded_patch(store, request, current, self.log)
         if record is not None and isinstance(record.get("rollback"), dict):
             return self._resume_recorded_rollback(context, store, record, current)
         to_send = self._against_current(request, current)
-        earlier = self._reattach(request, current, context, record)
+        earlier = self._earlier_try(request, current, context, record)
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
         if earlier is None:
@@ -260,15 +255,23 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
             previous_spec: dict[str, Any] | None = resource_spec_json(current.source_config.resource_spec)
-            not_restorable = _not_restorable(to_send, current)
+            not_restorable = unrestorable_parts(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
             revision_id = deployment.latest_revision_id if deployment.latest_revision_id != previous_latest else None
-            self._record(
+        else:
+            deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
+            previous_latest = None
+            recorded = record or {}
+            previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
+            previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
+            not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
+        if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
+            record_patch(
                 store,
                 {
                     "deployment_id": deployment_id,
-                    "fingerprint": _fingerprint(deployment_id, request)[1],
+                    "fingerprint": patch_fingerprint(deployment_id, request),
                     "revision_id": revision_id,
                     "previous_active_revision_id": previous_active,
                     "previous_latest_revision_id": previous_latest,
@@ -276,34 +279,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     "previous_resource_spec": previous_spec,
                     "not_restorable": not_restorable,
                 },
+                self.log,
             )
+        if earlier is None:
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
             else:
                 self.log.info("Patched; no new revision was created (active revision %s)", previous_active)
-        else:
-            deployment, revision_id, previous_active = current, earlier.revision_id, earlier.previous_active
-            recorded = record or {}
-            previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
-            previous_spec = recorded.get("previous_resource_spec") if record is not None else None
-            not_restorable = list(recorded.get("not_restorable") or _not_restorable(to_send, None))
-            if record is None:  # found on the service: record it, so a later try (and the rollback) has a record
-                self._record(
-                    store,
-                    {
-                        "deployment_id": deployment_id,
-                        "fingerprint": _fingerprint(deployment_id, request)[1],
-                        "revision_id": revision_id,
-                        "previous_active_revision_id": previous_active,
-                        "previous_latest_revision_id": None,
-                        "previous_source_revision_config": previous_config,
-                        "previous_resource_spec": None,
-                        "not_restorable": not_restorable,
-                    },
-                )
         self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
         if not self.wait_for_rollout:
             return deployment.model_dump(mode="json")
+        if earlier is not None and earlier.failed:  # the earlier try's revision failed: report it again
+            self._explain_failure(deployment_id, revision_id)
+            raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
         landing = self._landing(
             deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable
@@ -328,7 +316,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
-        if previous_spec is not None:  # unknown (a retry without a record): no value rather than a wrong one
+        if previous_spec is not None:  # unknown (a retry without a record, of a resource_spec patch): no value
             ti.xcom_push(key=XCOM_PREVIOUS_RESOURCE_SPEC, value=previous_spec)
         url = deployment.source_config.custom_url
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
@@ -473,8 +461,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         try:
             verdict = self.verify(deployment)
         except Exception as err:  # any failure of the user's check means the revision is bad
-            shown = scrub(f"{type(err).__name__}: {err}", self._secret_values())
-            return f"verify raised {shown}"
+            secrets = self._known_secret_values()
+            if secrets is None:  # cannot scrub the text: say what raised, not what it said
+                return (
+                    f"verify raised {type(err).__name__} (its message is not shown: this task's secret values "
+                    "could not be resolved again to scrub it)"
+                )
+            return f"verify raised {scrub(f'{type(err).__name__}: {err}', secrets)}"
         if verdict is not None and not verdict:  # None passes: an assert-style check returns nothing when good
             return f"verify returned {verdict!r}"
         self.log.info("verify accepted revision %s", deployment.active_revision_id)
@@ -506,8 +499,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
 
         def before_sending(intent: RollbackIntent) -> None:
             record = intent.record()
-            record["not_restored"] = _merged(record.get("not_restored"), patch_clauses)
-            self._record_rollback(store, landing, {"reason": reason, **record})
+            record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
+            record_rollback(store, landing, {"reason": reason, **record}, self.log)
 
         started = start_rollback(
             self.hook,
@@ -519,23 +512,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             before_sending=before_sending,
             log=self.log,
         )
-        rollback = self._rollback_record(started, reason, patch_clauses)
-        self._record_rollback(store, landing, rollback)
+        rollback = rollback_record(started, reason, patch_clauses)
+        record_rollback(store, landing, rollback, self.log)
         if rollback["not_restored"]:
             self.log.warning(
-                "The rollback of revision %s does not undo: %s", landing["revision_id"], _clauses(rollback)
+                "The rollback of revision %s does not undo: %s",
+                landing["revision_id"],
+                "; ".join(rollback["not_restored"]),
             )
         return self._wait_for_rollback(landing, rollback, started.deployment)
-
-    @staticmethod
-    def _rollback_record(
-        started: RollbackStarted, reason: str, patch_clauses: Sequence[str], *, origin: str | None = None
-    ) -> dict[str, Any]:
-        """The JSON of a sent rollback (``task_state_store``, the trigger's carry): the contract's record, why
-        it was rolled back, and the parts of the patch no rollback undoes (secrets by name)."""
-        record = started.record()
-        record["not_restored"] = _merged(record.get("not_restored"), patch_clauses)
-        return {"reason": reason, **record, **({"origin": origin} if origin else {})}
 
     def _wait_for_rollback(
         self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
@@ -598,20 +583,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         self.log.error("%s", message)
         return message
 
-    def _record_rollback(self, store: Any, landing: dict[str, Any], rollback: dict[str, Any]) -> None:
-        """Write ``rollback`` into this task's ``task_state_store`` record (not fatal when the store fails: a retry
-        then judges from the service)."""
-        if store is None:
-            return
-        try:
-            recorded = store.get(TASK_STATE_KEY)
-            if not isinstance(recorded, dict) or recorded.get("deployment_id") != landing.get("deployment_id"):
-                self.log.warning("No task_state_store record of the patch to add the rollback to; not recording it")
-                return
-            store.set(TASK_STATE_KEY, {**recorded, "rollback": rollback})
-        except Exception as err:
-            self.log.warning("Could not record the rollback in task_state_store (%s)", err)
-
     # ---- retries: an earlier try's rollback
     def _resume_recorded_rollback(
         self, context: Context, store: Any, record: dict[str, Any], current: Deployment
@@ -641,10 +612,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if rollback.get("phase") == "sent":
             rollback = {**rollback, "not_restored": list(started.not_restored)}
         else:  # recorded before sending, found landed: record it as sent
-            rollback = self._rollback_record(
+            rollback = rollback_record(
                 started, reason, landing["not_restorable"], origin="an earlier try's, found on the service"
             )
-            self._record_rollback(store, landing, rollback)
+            record_rollback(store, landing, rollback, self.log)
         self.log.warning(
             "An earlier try rolled revision %s back to revision %s: waiting for its revision %s instead of rolling "
             "back again",
@@ -654,7 +625,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         )
         return self._wait_for_rollback(landing, rollback, current)
 
-    def _resume_found_rollback(self, context: Context, earlier: _EarlierTry, current: Deployment) -> dict[str, Any]:
+    def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
         """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
         assert earlier.rollback is not None
         landing = self._landing_of(earlier.rollback["landing"])
@@ -665,7 +636,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             landing["revision_id"],
             landing["previous_active_revision_id"],
             landing["previous_source_revision_config"],
-            None,
+            landing["previous_resource_spec"],
         )
         self.log.warning(
             "%s: revision %s (this patch's config) was followed by revision %s, which copies revision %s: an "
@@ -712,7 +683,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         return revision
 
     def _secret_values(self) -> tuple[str, ...]:
-        return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
+        return self._known_secret_values() or ()
+
+    def _known_secret_values(self) -> tuple[str, ...] | None:
+        """The secret values this task sends, to scrub from build logs and ``verify`` errors; resolved again on a
+        resume (a fresh operator: the values are never carried across a deferral). ``None`` when they cannot
+        be resolved now (a Variable or Connection gone)."""
+        resolved = getattr(self, "_resolved_secrets", None)
+        if resolved is None and self.secrets is not None:
+            try:
+                resolved = self._remember_secrets(resolve_secrets(self.secrets))
+            except Exception as err:  # never shown: it may name where the value lives, never the value itself
+                self.log.warning("Could not resolve this task's secrets again to scrub them (%s)", type(err).__name__)
+                return None
+        return tuple(secret["value"] for secret in resolved or [])
 
     def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
         """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
@@ -769,331 +753,23 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         except NotFoundError as err:  # nothing to patch: retrying will not make it appear
             raise AirflowFailException(str(err)) from None
 
-    def _recorded_patch(
-        self, store: Any, request: PatchDeploymentRequest, current: Deployment
-    ) -> dict[str, Any] | None:
-        """This patch's record from an earlier try (``task_state_store``), or ``None``: none, unreadable, another
-        deployment's, or another patch's (the task's arguments changed between tries)."""
-        if store is None:
-            return None
-        try:
-            recorded = store.get(TASK_STATE_KEY)
-        except Exception as err:  # the store is an optimisation; fall back to the deployment's state
-            self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
-            return None
-        if not isinstance(recorded, dict):
-            return None
-        if recorded.get("fingerprint") != _fingerprint(current.id, request)[1]:
-            self.log.info("The patch recorded by an earlier try differs from this one; patching anew")
-            return None
-        return recorded if recorded.get("deployment_id") == current.id else None
-
-    def _reattach(
+    def _earlier_try(
         self,
         request: PatchDeploymentRequest,
         current: Deployment,
         context: Context,
-        recorded: dict[str, Any] | None,
-    ) -> _EarlierTry | None:
-        """What an earlier try of this patch left to reattach to (its revision, or its rollback found on the
-        service); ``None`` to patch now."""
-        if recorded is not None:
-            revision_id = recorded.get("revision_id")
-            previous_active = recorded.get("previous_active_revision_id")
-            source = "recorded by an earlier try"
-            previous_config = None
-        else:
-            try_number = getattr(context["ti"], "try_number", 1) or 1
-            if try_number <= 1:
-                return None
-            found = self._earlier_try_on_service(request, current, context)
-            if found is None or found.rollback is not None:
-                return found
-            revision_id, previous_active = found.revision_id, found.previous_active
-            source = f"found on the deployment (try {try_number}, no task_state_store record)"
-            previous_config = found.previous_config
-        revision = None
-        if awaits_revision_build(current, revision_id):
-            assert revision_id is not None
-            with contextlib.suppress(DeploymentServiceError):  # optional endpoint: absent or failing is fine
-                revision = self.hook.get_revision(current.id, revision_id)
-        verdict = rollout_verdict(current, revision_id, revision, deployment_id=current.id)
-        if verdict.state is RolloutState.FAILED and revision_id is not None:
-            if revision is not None and revision.status.is_failed:
-                self.log.warning("The earlier try's revision failed (%s); patching again", verdict.message)
-                return None
-            # Superseded or going away: patching again would roll back whatever replaced our revision.
-            raise AirflowFailException(f"not patching again on this retry: {verdict.message}")
-        self.log.info("Reattaching to the patch %s: revision %s, not patching again", source, revision_id)
-        return _EarlierTry(revision_id, previous_active, previous_config)
-
-    def _earlier_try_on_service(
-        self, request: PatchDeploymentRequest, current: Deployment, context: Context
-    ) -> _EarlierTry | None:
-        """An earlier try's patch (or patch and automatic rollback) recognised on the service, without a record.
-
-        Untouched since the DAG run started: nothing to reattach to. Otherwise, with ``rollback_on_failure``
-        (an earlier try may have rolled its revision back, so the deployment no longer shows the patch), the
-        revision list must give positive evidence: a revision made since the run started with the patch's
-        config, then (for a rollback) a newer latest one copying the revision before it. What cannot be told
-        fails the task, saying what was seen: never the bad patch again, never a success it cannot prove.
-        Without ``rollback_on_failure``: the deployment showing the patch.
-        """
-        dag_run = context.get("dag_run")
-        started = getattr(dag_run, "start_date", None)
-        started = started if isinstance(started, datetime) else None
-        if started is not None and current.updated_at < started:  # not changed since this run started
-            return None
-        if not self.rollback_on_failure or started is None:
-            return self._reflected(request, current)
-        history = self._history_since(current, started)
-        wanted = request.source_revision_config.model_dump(exclude_none=True) if request.source_revision_config else {}
-        wanted.pop("repo_commit_sha", None)
-        if history is None:  # no revision list endpoint
-            if wanted and request.is_reflected_in(current):  # a rollback would have restored the old config
-                return self._reflected(request, current)
-            return self._cannot_tell(current, started, "the service has no revision list endpoint to tell")
-        made, before = history
-        if not made:
-            return self._reflected(request, current)
-        if not wanted:
-            if len(made) == 1:
-                return self._reflected(request, current)
-            return self._cannot_tell(
-                current,
-                started,
-                f"{len(made)} revisions were made since ({_listed(made)}), and this patch sets no revision field "
-                "that would tell its revision from an automatic rollback's",
-            )
-        mine = [index for index, item in enumerate(made) if _has_fields(item, wanted)]
-        if not mine:
-            return None  # the earlier try's patch never made its revision: patch now
-        index = mine[0]
-        patched = made[index]
-        previous = made[index + 1] if index + 1 < len(made) else before
-        if index == 0:  # the latest revision has this patch's config and was made since the run started
-            redeployed = self._redeployed_in_place(request, current, patched, previous)
-            return redeployed or self._patched_revision(current, patched, previous)
-        if previous is not None and previous.source_revision_config is not None:
-            found = self._found_rollback(request, current, started, patched, previous)
-            if found is not None:
-                return found
-        return self._cannot_tell(
-            current,
-            started,
-            f"revision {patched.id} with this patch's config was made since, then {_listed(made[:index])}, "
-            f"the latest of which does not copy the revision before it ({previous.id if previous else 'unknown'})",
-        )
-
-    def _redeployed_in_place(
-        self, request: PatchDeploymentRequest, current: Deployment, patched: Revision, previous: Revision | None
-    ) -> _EarlierTry | None:
-        """The earlier try's rollback when the service redeployed the previous revision without making a new
-        one: ``patched`` went live (``DEPLOYED``), and the revision before it is active again or being deployed
-        again (an older revision only deploys again when redeployed)."""
-        if previous is None or previous.source_revision_config is None or patched.status is not RevisionStatus.DEPLOYED:
-            return None
-        in_progress = not previous.status.is_terminal and previous.status is not RevisionStatus.UNKNOWN
-        if current.active_revision_id != previous.id and not in_progress:
-            return None
-        started = RollbackStarted(
-            "redeploy",
-            previous.id,
-            previous.id,
-            patched.id,
-            current,
-            _config_fields(previous.source_revision_config),
-            not_restored=(RESOURCE_SPEC_UNKNOWN,) if current.source_config.resource_spec is not None else (),
-            allowed_latest_revision_id=patched.id,
-            previous_latest_revision_id=patched.id,
-        )
-        return self._earlier_rollback(request, current, patched, previous, started)
-
-    @staticmethod
-    def _patched_revision(current: Deployment, patched: Revision, previous: Revision | None) -> _EarlierTry:
-        """Reattach to ``patched``, the earlier try's revision; what served before it is the active revision
-        while it builds, else the revision before it when that one had been deployed."""
-        if current.active_revision_id != patched.id:
-            served = previous if previous is not None and previous.id == current.active_revision_id else None
-        elif previous is not None and previous.status is RevisionStatus.DEPLOYED:
-            served = previous
-        else:
-            return _EarlierTry(patched.id, None)
-        config = _config_fields(served.source_revision_config) if served and served.source_revision_config else None
-        return _EarlierTry(patched.id, served.id if served else current.active_revision_id, previous_config=config)
-
-    @staticmethod
-    def _reflected(request: PatchDeploymentRequest, current: Deployment) -> _EarlierTry | None:
-        """Reattach to the revision the deployment shows when it shows every value of this patch."""
-        if not request.is_reflected_in(current):
-            return None
-        if request.creates_revision and current.latest_revision_id is None:
-            return None
-        # A resource_spec patch creates a revision in production and none under the spec's reading: an
-        # earlier try's revision is the latest one while it rolls out (once live, waiting for READY is the same).
-        created = request.creates_revision or (request.may_create_revision and current.is_rolling_out)
-        revision_id = current.latest_revision_id if created else None
-        previous_active = current.active_revision_id if current.active_revision_id != revision_id else None
-        return _EarlierTry(revision_id, previous_active)
-
-    def _found_rollback(
-        self,
-        request: PatchDeploymentRequest,
-        current: Deployment,
-        started: datetime,
-        patched: Revision,
-        previous: Revision,
-    ) -> _EarlierTry | None:
-        """The earlier try's automatic rollback of ``patched`` to ``previous`` when the service shows positive
-        evidence of it (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`); ``None`` when it
-        shows none."""
-        assert previous.source_revision_config is not None
-        previous_config = _config_fields(previous.source_revision_config)
-        found = find_earlier_rollback(
+        record: dict[str, Any] | None,
+    ) -> EarlierTry | None:
+        """What an earlier try of this patch left to reattach to (see
+        :func:`~airflow_provider.tasks.patch_retry.find_earlier_try`); ``None`` to patch now."""
+        started = getattr(context.get("dag_run"), "start_date", None)
+        return find_earlier_try(
             self.hook,
+            request,
             current,
-            previous.id,
-            since=started,
-            rolling_back_from=patched.id,
-            fallback_config=previous_config,
+            record=record,
+            try_number=getattr(context["ti"], "try_number", 1) or 1,
+            started=started if isinstance(started, datetime) else None,
+            rollback_on_failure=self.rollback_on_failure,
             log=self.log,
         )
-        if found is None:
-            return None
-        return self._earlier_rollback(request, current, patched, previous, found)
-
-    def _earlier_rollback(
-        self,
-        request: PatchDeploymentRequest,
-        current: Deployment,
-        patched: Revision,
-        previous: Revision,
-        found: RollbackStarted,
-    ) -> _EarlierTry:
-        """What a retry without a record reattaches to when it found its earlier try's rollback."""
-        assert previous.source_revision_config is not None
-        previous_config = _config_fields(previous.source_revision_config)
-        not_restorable = _not_restorable(request, None)
-        landing = {
-            "deployment_id": current.id,
-            "revision_id": patched.id,
-            "previous_active_revision_id": previous.id,
-            "previous_source_revision_config": previous_config,
-            "not_restorable": not_restorable,
-        }
-        reason = "verify or the bake failed in an earlier try (that try's log says why; no task_state_store record)"
-        rollback = self._rollback_record(found, reason, not_restorable, origin="an earlier try's, found on the service")
-        return _EarlierTry(patched.id, previous.id, previous_config, {"landing": landing, "rollback": rollback})
-
-    @staticmethod
-    def _cannot_tell(current: Deployment, started: datetime, seen: str) -> NoReturn:
-        """Fail: the deployment changed since the run started and does not prove what an earlier try did."""
-        raise AirflowFailException(
-            f"not patching on this retry: {current.summary()} changed since this DAG run started "
-            f"({started.isoformat()}) and there is no task_state_store record of an earlier try; {seen}. An earlier "
-            "try may have patched and "
-            "rolled back (patching again would re-apply a change that failed verify or its bake), or someone else "
-            "changed the deployment. Check its revisions, then clear the task to patch again"
-        )
-
-    def _history_since(self, current: Deployment, started: datetime) -> tuple[list[Revision], Revision | None] | None:
-        """``(revisions made since started, newest first; the newest one before it)`` from the revision list
-        endpoint; ``None`` when the service has no such endpoint."""
-        made: list[Revision] = []
-        before: Revision | None = None
-        try:
-            revisions = sorted(
-                self.hook.iter_revisions(current.id, max_results=HISTORY_LOOKBACK),
-                key=lambda item: item.created_at or datetime.min.replace(tzinfo=timezone.utc),
-                reverse=True,
-            )
-        except DeploymentServiceError as err:
-            if err.status_code in REVISION_ENDPOINT_MISSING:
-                self.log.info("The revision list endpoint is not available (%s)", err)
-                return None
-            raise
-        for revision in revisions:
-            if revision.created_at is not None and revision.created_at >= started:
-                made.append(revision)
-            else:
-                before = revision
-                break
-        return made, before
-
-    def _record(self, store: Any, record: dict[str, Any]) -> None:
-        """Record this try's patch in ``task_state_store`` (JSON, no secret; not fatal when the store fails)."""
-        if store is None:
-            return
-        try:
-            store.set(TASK_STATE_KEY, record)
-        except Exception as err:  # not fatal: a retry still recognises the patch on the deployment
-            self.log.warning("Could not record the patch in task_state_store (%s)", err)
-
-
-@dataclass(frozen=True)
-class _EarlierTry:
-    """What a retry of the patch task reattaches to.
-
-    :param revision_id: the earlier try's revision (``None``: its patch created none).
-    :param previous_active: the revision active before that patch (``None``: unknown or none).
-    :param previous_config: that revision's non-secret ``source_revision_config`` fields, when found without a
-        record (``None``: take the record's).
-    :param rollback: ``{"landing", "rollback"}`` when that try's automatic rollback was recognised on the service.
-    """
-
-    revision_id: str | None
-    previous_active: str | None
-    previous_config: dict[str, str] | None = None
-    rollback: dict[str, Any] | None = None
-
-
-def _not_restorable(request: PatchDeploymentRequest, current: Deployment | None) -> list[str]:
-    """Clauses naming the parts of ``request`` no automatic rollback undoes (secret names only, never values).
-
-    :param request: the patch as sent.
-    :param current: the deployment before the patch; ``None`` when unknown (every ``source_config`` field the
-        patch gives is then named).
-    """
-    clauses = []
-    if request.secrets is not None:
-        names = sorted({secret.name for secret in request.secrets})
-        removed = sorted({secret.name for secret in current.secrets or []} - set(names)) if current else []
-        listed = f"secrets {', '.join(names)}" if names else "secrets (the patch sent an empty list)"
-        if removed:
-            listed += f", and removed {', '.join(removed)}"
-        clauses.append(f"{listed} (the rollback cannot restore secret values; the deployment keeps the new ones)")
-    if request.secret_references is not None:
-        clauses.append("secret_references (the rollback does not restore them; the deployment keeps the new ones)")
-    if request.source_config is not None:
-        given = request.source_config.model_dump(mode="json", exclude_none=True, exclude={"resource_spec"})
-        have = current.source_config.model_dump(mode="json") if current is not None else {}
-        changed = sorted(name for name, value in given.items() if current is None or have.get(name) != value)
-        if changed:
-            fields = ", ".join(f"source_config.{name}" for name in changed)
-            clauses.append(f"{fields} (a rollback restores the build and resource_spec only; the new values stay)")
-    return clauses
-
-
-def _clauses(rollback: dict[str, Any]) -> str:
-    return "; ".join(rollback.get("not_restored") or [])
-
-
-def _merged(clauses: Any, more: Sequence[str]) -> list[str]:
-    """``clauses`` then each of ``more`` not already there."""
-    merged = [str(item) for item in clauses or []]
-    return merged + [item for item in more if item not in merged]
-
-
-def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:
-    """Whether ``revision`` shows every ``source_revision_config`` value in ``wanted``."""
-    config = revision.source_revision_config
-    shown = config.model_dump(exclude_none=True) if config is not None else {}
-    return all(shown.get(name) == value for name, value in wanted.items())
-
-
-def _config_fields(config: SourceRevisionConfig) -> dict[str, str]:
-    return {name: str(value) for name, value in config.model_dump(exclude_none=True).items()}
-
-
-def _listed(revisions: Sequence[Revision]) -> str:
-    return ", ".join(f"{item.id} ({item.status.value})" for item in revisions) or "none"

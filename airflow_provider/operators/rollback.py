@@ -25,6 +25,7 @@ from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
 from airflow_provider.tasks.rollback import (
+    RESOURCE_SPEC_UNKNOWN,
     RESOURCE_SPEC_VERDICTS,
     RollbackStarted,
     checked_fallback_config,
@@ -281,7 +282,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
                 "resource_spec given (resource_spec=) is not what the deployment shows"
             )
         if judged.not_restored:
-            self.log.warning("Rolled back: %s%s", serves, judged.except_clause())
+            self.log.warning("Rolled back: %s%s%s", serves, judged.except_clause(), self._spec_hint(judged))
         else:
             restored = " with its previous resource_spec" if judged.resource_spec is not None else ""
             self.log.info("Rolled back: %s%s", serves, restored)
@@ -295,6 +296,16 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             not_restored=judged.not_restored,
         )
         return live
+
+    def _spec_hint(self, judged: RollbackStarted) -> str:
+        """How to restore (or vouch for) the resource_spec when none was given and the verdict calls it unknown."""
+        if self.resource_spec is not None or RESOURCE_SPEC_UNKNOWN not in judged.not_restored:
+            return ""
+        return (
+            f". Give resource_spec= (the whole resource_spec that served with revision {judged.to_revision_id}: "
+            "the patch task's previous_resource_spec XCom, {} when there was none) to restore it, or to vouch that "
+            "the change left it alone"
+        )
 
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in self._resolved_secrets or [])

@@ -7,6 +7,9 @@
 - :mod:`~airflow_provider.tasks.patch_request`: a patch request built from a task's arguments (secret values
   resolved and masked, rendered values checked, validated before any request). Imported by the patch,
   rollback and fleet operators.
+- :mod:`~airflow_provider.tasks.patch_retry`: the patch task's ``task_state_store`` record, and what a retry
+  of it reattaches to (an earlier try's patch or rollback, recorded or recognised on the service). Imported
+  by the patch operator.
 
 Operators and sensors are siblings over this package: neither imports the other.
 """

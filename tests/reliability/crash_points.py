@@ -107,11 +107,11 @@ SETTLE_YIELDS = 50
 has read it (and, when that look decided the wait, left: the look is then never sent). Without this, how
 many looks a trigger makes after its decision would depend on real timing, and so would the clock."""
 ROLLED_BACK_CLAIM = re.compile(r"\brolled back\b", re.IGNORECASE)
+"""How a failure message claims a rollback."""
 REASON_UNKNOWN_OUTCOME = "rolled_back_reason_unknown"
 """The fleet row of a deployment a retry found rolled back by an earlier try that left no record of why."""
 REASON_UNKNOWN_SAYS = "rolled back by an earlier try; why was not recorded"
 """What such a row must say (TRUST-FOLLOWUP item 6)."""
-"""How a failure message claims a rollback."""
 LIST_PATH = "/v2/deployments"
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -629,13 +629,16 @@ class Scenario:
     :param flapping: deployments whose new revision leaves READY during its bake (its image ends in
         :data:`FLAKY`).
     :param failing_builds: deployments whose every build fails.
-    :param emulator_settings: the emulator's switches for this scenario's runs (``{"redeploy_mode":
-        "in_place"}``: a redeploy makes no revision), restored after each run.
     :param bake_seconds: the bake the task asks for (a landed revision must have served that long).
     :param rollback_to: the setup's name of the revision a rollback must restore (``None``: the one serving
         when the task started).
     :param fleet_outcomes: for a fleet, the outcomes a deployment's row may show, by name (absent: any that
         the other invariants accept).
+    :param outcome: for a patch or rollback task that succeeds, the ``outcome`` of the one asset event it must
+        emit (``None``: ``rolled_out`` for a patch, ``rolled_back`` for a rollback); ``rolled_back_partially``
+        must name what was not restored (its extra ``not_restored``).
+    :param redeploy_mode: the emulator's ``redeploy_mode`` for the scenario's runs: ``new_revision`` (a
+        redeploy makes a revision) or ``in_place`` (it makes none: the old revision is deployed again).
     """
 
     task: TaskKind
@@ -648,10 +651,11 @@ class Scenario:
     refused: tuple[str, ...] = ()
     flapping: tuple[str, ...] = ()
     failing_builds: tuple[str, ...] = ()
-    emulator_settings: Mapping[str, Any] = field(default_factory=dict)
     bake_seconds: float = 0.0
     rollback_to: str | None = None
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    outcome: str | None = None
+    redeploy_mode: str = "new_revision"
 
     @property
     def deployments(self) -> list[str]:
@@ -743,13 +747,7 @@ class Harness:
         not killed), the retries; the world after them."""
         state = self.state
         state.reset()
-        with _emulator_settings(state, scenario.emulator_settings):
-            return self._run(scenario, path, store_mode, kill_at, clean)
-
-    def _run(
-        self, scenario: Scenario, path: str, store_mode: str, kill_at: int | None, clean: list[Event] | None
-    ) -> RunResult:
-        state = self.state
+        state.update_settings(redeploy_mode=scenario.redeploy_mode)  # type: ignore[arg-type]
         state.advance(1)
         world = World(state, dict(self.ids))
         run_started = state.now()
@@ -804,20 +802,6 @@ class Harness:
         return RunResult(
             scenario, path, store_mode, point, tries, world, baseline, final, state.now(), verifier, events
         )
-
-
-@contextmanager
-def _emulator_settings(state: Any, settings: Mapping[str, Any]) -> Iterator[None]:
-    """The emulator's switches set to ``settings`` for the block, then back (a reset keeps them)."""
-    if not settings:
-        yield
-        return
-    before = state.settings()
-    state.update_settings(**settings)
-    try:
-        yield
-    finally:
-        state.update_settings(**{name: before[name] for name in settings})
 
 
 # ------------------------------------------------------------------------------------- the checks
@@ -999,10 +983,12 @@ def _single_outputs(run: RunResult) -> list[Violation]:
         problems.append(f"returned active_revision_id {returned.get('active_revision_id')}, serving {active}")
     if last.xcoms.get("revision_id") != active:
         problems.append(f"XCom revision_id {last.xcoms.get('revision_id')!r}, serving {active}")
-    outcome = "rolled_back" if scenario.task == "rollback" else "rolled_out"
+    outcome = scenario.outcome or ("rolled_back" if scenario.task == "rollback" else "rolled_out")
     events = [(event.get("revision_id"), event.get("outcome")) for event in last.asset_events]
     if events != [(active, outcome)]:
         problems.append(f"asset events {events}, expected one {outcome} of {active}")
+    elif outcome == "rolled_back_partially" and not last.asset_events[0].get("not_restored"):
+        problems.append("a rolled_back_partially asset event that names nothing as not restored")
     return [Violation("outputs agree", "; ".join(problems))] if problems else []
 
 

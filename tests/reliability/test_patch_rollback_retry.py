@@ -349,3 +349,181 @@ def test_a_retry_sees_a_recorded_rollback_that_lost_to_a_newer_rollout_and_fails
     assert f"the latest is now {newer}" in str(second) and "Not sending it again" in str(second)
     assert state.count(REDEPLOY_ROUTE) == 0
     assert state.find_deployment(NAME)["active_revision_id"] == newer
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize(
+    "kill_point", ["after the patch reached the service", "deferred, waiting for the patch's revision"]
+)
+def test_a_retry_after_the_build_failed_reports_it_again_without_patching_again(
+    emulator: Callable[..., EmulatorServer],
+    kill_in: Callable[[str, str], None],
+    capfd: pytest.CaptureFixture[str],
+    kill_point: str,
+    with_store: bool,
+) -> None:
+    """Try 1 patches and dies; its revision fails its build. Try 2 must not build the same change a second
+    time: it fails as try 1 would have (the build log's tail in the log), saying the earlier try's revision
+    failed and what builds again."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    state.fail_next_build(before["id"], message="no such image: registry.example.com/acme/checkout-api:6.6.6")
+    kill, stop_before, _ = KILL_POINTS[kill_point]
+    if kill is not None:
+        kill_in(*kill)
+    first = run_try(
+        lambda: patch_task(before["id"], []), context_for(1, store, run_started), server, stop_before=stop_before
+    )
+    assert first is None or isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+    failed = state.find_deployment(NAME)["latest_revision_id"]
+    capfd.readouterr()
+
+    context = context_for(2, store, run_started)
+    second = run_try(lambda: patch_task(before["id"], []), context, server)
+
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 1 and state.count(PATCH_ROUTE) == 1
+    assert [revision["status"] for revision in after["revisions"]][-1] == "BUILD_FAILED"
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"not patching again on this retry: deployment {NAME!r}" in message
+    assert f"revision {failed} ended with status BUILD_FAILED" in message
+    assert "an earlier try of this task" in message and "A new DAG run (or a changed patch) builds again" in message
+    out = capfd.readouterr().out
+    assert f"line(s) of the build log of revision {failed}" in out and "no such image" in out
+    ti = context["ti"]
+    assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (failed, before["active_revision_id"])
+    assert OPERATOR_SECRET not in message + out
+
+
+EXTERNAL = "billing-worker-prod"
+"""external_docker, resource_spec {min_scale 2, max_scale 6, cpu 1.5, memory_mb 2048, db_storage_gi 20}."""
+FIELDLESS_CHANGES: dict[str, dict[str, Any]] = {
+    "resource_spec": {"source_config": {"resource_spec": {"cpu": 4, "memory_mb": 8192}}},
+    "secrets": {"secrets": {"TOKEN": OPERATOR_SECRET}},
+}
+"""Patches that set no revision field: their revision shows the same build as the one before it."""
+
+
+def fieldless_patch(deployment_id: str, change: str, verdicts: list[str]) -> PatchDeploymentOperator:
+    """A patch of only ``resource_spec`` or only secrets whose verify fails."""
+    return patch_task(deployment_id, verdicts, **{"image_uri": None, "secrets": None, **FIELDLESS_CHANGES[change]})
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
+@pytest.mark.parametrize("change", list(FIELDLESS_CHANGES))
+def test_a_retry_finds_the_revision_of_a_patch_whose_answer_was_lost_and_rolls_it_back(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None], change: str, with_store: bool
+) -> None:
+    """Try 1 dies right after its PATCH reached the service, before recording it (or with no store): the
+    revision list shows one revision made since the DAG run started, which shows this patch, and the revision
+    made before the run served. Try 2 (the revision serves by then) judges that revision, rolls it back to the
+    one that served (once) and fails rolled back; before, it took the patch for one that made no revision
+    (resource_spec) or found no revision that served before it (secrets), and could not roll back."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(EXTERNAL)
+    good = before["active_revision_id"]
+    store = FakeStore() if with_store else None
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    verdicts: list[str] = []
+    kill_in("patch_deployment", "after")
+    first = run_try(lambda: fieldless_patch(before["id"], change, verdicts), context_for(1, store, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    assert store is None or TASK_STATE_KEY not in store.data  # it died before recording the patch
+    patched = state.find_deployment(EXTERNAL)["latest_revision_id"]
+    state.advance(LIVE)  # Airflow's retry delay: the patch's revision serves by the time try 2 starts
+
+    context = context_for(2, store, run_started)
+    second = run_try(lambda: fieldless_patch(before["id"], change, verdicts), context, server)
+
+    after = state.find_deployment(EXTERNAL)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2, second
+    assert state.count(PATCH_ROUTE) == 1 and state.count(REDEPLOY_ROUTE) == 1
+    assert verdicts == [patched]  # try 2 judged the patch's revision
+    assert after["active_revision_id"] == after["latest_revision_id"] == after["revisions"][-1]["id"] != patched
+    assert after["status"] == "READY" and after["source_revision_config"] == before["source_revision_config"]
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"revision {patched} went live but verify returned False; rolled back to revision {good} (redeploy)" in (
+        message
+    )
+    ti = context["ti"]
+    assert (ti.xcoms["revision_id"], ti.xcoms["previous_active_revision_id"]) == (patched, good)
+    if change == "resource_spec":  # its previous value was never recorded: the rollback says so
+        assert "except: resource_spec (unknown: not recorded before the patch" in message
+    else:  # the patch did not touch resource_spec: nothing of it to restore, nor to call unknown
+        assert message.endswith(
+            "except: secrets TOKEN (the rollback cannot restore secret values; the deployment keeps the new ones)"
+        ), message
+        assert ti.xcoms["previous_resource_spec"] == _spec(before)
+    assert OPERATOR_SECRET not in message
+
+
+def _spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in deployment["source_config"]["resource_spec"].items() if value is not None}
+
+
+@pytest.mark.parametrize("redeploy_mode", ["new_revision", "in_place"])
+def test_without_a_store_an_image_patch_found_rolled_back_is_rolled_back_whole(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None], redeploy_mode: str
+) -> None:
+    """An image-only patch does not touch resource_spec: when a retry without a record finds the earlier try's
+    rollback, the previous build serves with the resource_spec it had, and the task says "rolled back" with
+    nothing left undone (before: "except: resource_spec (unknown: not recorded ...)")."""
+    server = emulator(redeploy_mode=redeploy_mode)
+    state = server.state
+    before = state.find_deployment(EXTERNAL)
+    good = before["active_revision_id"]
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    kill_in("redeploy_revision", "after")
+    first = run_try(lambda: patch_task(before["id"], [], secrets=None), context_for(1, None, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+
+    context = context_for(2, None, run_started)
+    second = run_try(lambda: patch_task(before["id"], [], secrets=None), context, server)
+
+    after = state.find_deployment(EXTERNAL)
+    made = 2 if redeploy_mode == "new_revision" else 1
+    assert len(after["revisions"]) == len(before["revisions"]) + made and state.count(REDEPLOY_ROUTE) == 1
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert _spec(after) == _spec(before) and after["status"] == "READY"
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert f"rolled back to revision {good} (redeploy, an earlier try's, found on the service)" in message
+    assert f"which serves again as revision {after['active_revision_id']}" in message and "except" not in message
+    assert context["ti"].xcoms["previous_resource_spec"] == _spec(before)
+
+
+def test_without_a_store_a_secrets_patch_that_cannot_be_told_names_the_secrets_the_deployment_may_keep(
+    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None]
+) -> None:
+    """Try 1 patched secrets only, verify failed, its rollback reached the service and the worker died: two
+    revisions of the same build since the run started, which no evidence tells apart (the patch's and the
+    rollback's, or someone else's). Try 2 fails loudly without patching, and says the deployment may still
+    carry the patch's secrets (by name), which no rollback restores."""
+    server = emulator()
+    state = server.state
+    before = state.find_deployment(NAME)
+    run_started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    kill_in("redeploy_revision", "after")
+    first = run_try(lambda: fieldless_patch(before["id"], "secrets", []), context_for(1, None, run_started), server)
+    assert isinstance(first, WorkerKilled), first
+    state.advance(LIVE)
+
+    second = run_try(lambda: fieldless_patch(before["id"], "secrets", []), context_for(2, None, run_started), server)
+
+    assert isinstance(second, AirflowFailException), second
+    message = str(second)
+    assert "not patching on this retry" in message
+    assert "The deployment may still carry this patch's secrets TOKEN (the values it sent" in message
+    assert OPERATOR_SECRET not in message
+    after = state.find_deployment(NAME)
+    assert len(after["revisions"]) == len(before["revisions"]) + 2 and state.count(PATCH_ROUTE) == 1
+    assert [secret["name"] for secret in after["secrets"]] == ["TOKEN"]  # what the message warns about

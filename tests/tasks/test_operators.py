@@ -309,16 +309,22 @@ def test_retry_without_an_earlier_patch_patches(emulator: Any) -> None:
     assert result["source_revision_config"]["image_uri"] == "app:3"
 
 
-def test_retry_after_a_failed_build_patches_again(emulator: Any) -> None:
+def test_retry_after_a_failed_build_does_not_build_the_same_change_again(emulator: Any) -> None:
+    """The earlier try's revision failed its build: a retry reattaches to it (its verdict stands), never
+    patches a second time. Without waiting it returns as the first try did; waiting, it fails."""
     dep = deployment_named(emulator, "checkout-api-dev")
     store = FakeStore()
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED")
     patch_op(dep["id"], image_uri="app:2").execute(make_context(FakeTI(), store))
     emulator.state.advance(2.5)
+    failed = store.data[TASK_STATE_KEY]["revision_id"]
     ti = FakeTI(try_number=2)
     patch_op(dep["id"], image_uri="app:2").execute(make_context(ti, store))
-    assert emulator.state.count(PATCH_ROUTE) == 2
-    assert store.data[TASK_STATE_KEY]["revision_id"] == ti.xcoms["revision_id"]
+    assert emulator.state.count(PATCH_ROUTE) == 1
+    assert ti.xcoms["revision_id"] == failed == deployment_named(emulator, "checkout-api-dev")["latest_revision_id"]
+    with pytest.raises(AirflowFailException, match=f"not patching again on this retry: .*{failed} ended with status"):
+        patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True).execute(make_context(FakeTI(try_number=3), store))
+    assert emulator.state.count(PATCH_ROUTE) == 1
 
 
 def test_retry_after_being_superseded_does_not_roll_back_the_newer_revision(emulator: Any) -> None:

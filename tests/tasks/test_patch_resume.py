@@ -236,3 +236,28 @@ def test_a_rollback_resume_without_its_record_still_fails_saying_what_it_lacks(e
         patch_op(dep["id"], verify=lambda d: False, rollback_on_failure=True).execute_rollback_complete(
             make_context(FakeTI()), event_without_carry(emulator, dep["id"])
         )
+
+
+@RESUMES
+def test_a_verify_error_quoting_a_secret_is_scrubbed_after_a_resume(
+    emulator: Any, merged: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """verify runs after the task resumed, on a fresh operator that never resolved the secrets: its error text
+    quoting a secret value must still be scrubbed from the failure, the log and the rollback's record (before:
+    the resume knew no secret values, and the text went out as raised)."""
+    dep = deployment_named(emulator, DOCKER)
+
+    def verify(deployment: Deployment) -> bool:
+        raise ValueError(f"the smoke test's login with {SECRET} was refused")
+
+    ti, store = FakeTI(), FakeStore()
+    outcome, deferrals = drive(
+        lambda: patch_op(dep["id"], verify=verify, rollback_on_failure=True),
+        make_context(ti, store),
+        merged=merged,
+        before_trigger=settle(emulator),
+    )
+    assert [method for method, _ in deferrals] == ["execute_complete", "execute_rollback_complete"]
+    assert isinstance(outcome, AirflowFailException), outcome
+    assert "verify raised ValueError: the smoke test's login with ********** was refused" in str(outcome)
+    scan_for_secret(str(outcome), capfd.readouterr().out, store.data, ti.xcoms)

@@ -372,7 +372,8 @@ def test_without_resource_spec_the_rollback_names_it_as_not_restored(
     [event] = emitted(context)
     assert event["outcome"] == "rolled_back_partially" and event["not_restored"] == [RESOURCE_SPEC_UNKNOWN]
     out = capfd.readouterr().out
-    assert f"except: {RESOURCE_SPEC_UNKNOWN}" in out
+    assert f"except: {RESOURCE_SPEC_UNKNOWN}. Give resource_spec= (the whole resource_spec that served with " in out
+    assert "the patch task's previous_resource_spec XCom" in out  # the log says how to restore it
 
 
 def test_a_resource_spec_the_service_does_not_replace_fails_the_rollback(service: Any, ticking: Any) -> None:
