@@ -20,9 +20,12 @@ from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
+    "BUDGET_OUTCOMES",
     "CANARY",
     "FAILURE_OUTCOMES",
     "QUIET_OUTCOMES",
+    "REASON_UNKNOWN",
+    "REASON_UNKNOWN_OUTCOMES",
     "ROLLED_BACK_OUTCOMES",
     "SUCCESS_OUTCOMES",
     "WITH_WAVE_OUTCOMES",
@@ -70,12 +73,26 @@ class Outcome:
     ROLLED_BACK_WITH_WAVE_PARTIALLY = "rolled_back_with_wave_partially"
     """Landed, then rolled back with its wave, but not everything was undone (as for
     ``rolled_back_partially``): not a failure."""
+    ROLLED_BACK_REASON_UNKNOWN = "rolled_back_reason_unknown"
+    """Patched and rolled back by an earlier try of this task that left no record of why (no
+    ``task_state_store``, or no record in it): it may have failed ``verify`` or the bake, or landed and been
+    rolled back with its wave. Not claimed a failure, nor hidden: it counts against the budget, apart from
+    the failures. The message says ``rolled back ... except: ...`` when part of the change stays."""
     NOT_PATCHED = "not_patched"
     """Never patched: the rollout stopped before its wave."""
 
 
+REASON_UNKNOWN = "rolled back by an earlier try; why was not recorded (no task_state_store, or no record in it)"
+"""What the message of a ``rolled_back_reason_unknown`` row says."""
+
+
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_PARTIALLY})
-"""Outcomes that count against the failure budget (a deployment the change broke, restored or not)."""
+"""Outcomes of a deployment the change broke, restored or not (each counts against the failure budget)."""
+REASON_UNKNOWN_OUTCOMES = frozenset({Outcome.ROLLED_BACK_REASON_UNKNOWN})
+"""Outcomes of a deployment an earlier try rolled back without a record of why: not known to have failed."""
+BUDGET_OUTCOMES = FAILURE_OUTCOMES | REASON_UNKNOWN_OUTCOMES
+"""Outcomes that count against the failure budget: the failures, and (conservatively) the rollbacks whose
+reason is not known."""
 WITH_WAVE_OUTCOMES = frozenset({Outcome.ROLLED_BACK_WITH_WAVE, Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY})
 """Outcomes of a deployment that landed and was rolled back because its wave stopped the rollout."""
 ROLLED_BACK_OUTCOMES = frozenset(
@@ -84,6 +101,7 @@ ROLLED_BACK_OUTCOMES = frozenset(
         Outcome.ROLLED_BACK_PARTIALLY,
         Outcome.ROLLED_BACK_WITH_WAVE,
         Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
+        Outcome.ROLLED_BACK_REASON_UNKNOWN,
     }
 )
 """Outcomes of a deployment whose rollback went live (its previous build serves again)."""
@@ -382,8 +400,18 @@ class FleetProgress:
 
     @property
     def failures(self) -> list[FleetRow]:
-        """Rows that count against the budget."""
+        """Rows the change broke (see :data:`FAILURE_OUTCOMES`)."""
         return [row for row in self.rows if row.outcome in FAILURE_OUTCOMES]
+
+    @property
+    def reason_unknown(self) -> list[FleetRow]:
+        """Rows an earlier try rolled back without a record of why (see :data:`REASON_UNKNOWN_OUTCOMES`)."""
+        return [row for row in self.rows if row.outcome in REASON_UNKNOWN_OUTCOMES]
+
+    @property
+    def counted(self) -> list[FleetRow]:
+        """Rows that count against the budget: the failures and the rollbacks whose reason is not known."""
+        return [row for row in self.rows if row.outcome in BUDGET_OUTCOMES]
 
     @property
     def rolled_back_with_wave(self) -> list[FleetRow]:
@@ -392,13 +420,14 @@ class FleetProgress:
 
     @property
     def budget_exceeded(self) -> bool:
-        """Whether more deployments failed than the budget allows."""
-        return len(self.failures) > self.allowed_failures
+        """Whether more deployments count against the budget than it allows."""
+        return len(self.counted) > self.allowed_failures
 
     @property
     def canary_failed(self) -> bool:
-        """Whether a deployment of the canary wave failed (the rollout stops, whatever the budget)."""
-        return any(row.outcome in FAILURE_OUTCOMES for wave in self.waves if wave.name == CANARY for row in wave.rows)
+        """Whether a deployment of the canary wave failed, or was rolled back for a reason not known (the
+        rollout stops, whatever the budget)."""
+        return any(row.outcome in BUDGET_OUTCOMES for wave in self.waves if wave.name == CANARY for row in wave.rows)
 
     def current(self) -> int | None:
         """Index of the first wave not done, or ``None`` when every wave is done."""
@@ -463,8 +492,9 @@ def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
         Outcome.FAILED: 0,
         Outcome.ROLLED_BACK_PARTIALLY: 1,
         Outcome.ROLLED_BACK: 2,
-        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY: 3,
-        Outcome.ROLLED_BACK_WITH_WAVE: 4,
+        Outcome.ROLLED_BACK_REASON_UNKNOWN: 3,
+        Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY: 4,
+        Outcome.ROLLED_BACK_WITH_WAVE: 5,
     }
     shown = sorted(rows, key=lambda row: order.get(row["outcome"], len(order)))[:limit]
     columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")

@@ -16,6 +16,7 @@ from airflow_provider import fleet
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
+from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
@@ -62,12 +63,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
     its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
     ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
-    back ... except: ...``), ``not_patched`` (also pushed as the return value when the task fails, so a
-    summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per outcome, the failures
-    counted against the budget and the budget under ``fleet_summary``. Only ``failed``, ``rolled_back`` and
-    ``rolled_back_partially`` count against ``max_failures``. When it succeeds, the task emits a
-    ``rolled_out`` asset event per deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``,
-    with ``not_restored``) one per deployment it rolled back.
+    back ... except: ...``), ``rolled_back_reason_unknown`` (a retry without a record found it rolled back by
+    an earlier try that left no record of why), ``not_patched`` (also pushed as the return value when the
+    task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per
+    outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``, ``rolled_back``
+    and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
+    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per
+    deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per
+    deployment it rolled back.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger` per wave on the shared
@@ -79,7 +82,10 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     templated and never reach logs, XCom or trigger arguments), or ``patch_for``, a callable given each
     target ``Deployment`` that returns those arguments for it (sources differ: a git ref for codehost, an
     image for docker, a tarball for uploaded source); the fixed arguments are the defaults for what it
-    leaves out.
+    leaves out. What is sent to each deployment is completed against it as the patch operator completes its
+    patch (``resource_spec_mode``, ``check_source_rules``): a partial ``source_config.resource_spec`` keeps the
+    deployment's other fields (production replaces the whole ``resource_spec``), and a patch production
+    would refuse for a deployment fails that deployment alone, nothing sent.
 
     :param deployment_ids: the targets by id (list, or comma-separated string). Templated.
     :param deployment_names: the targets by exact name (list, or comma-separated string). Templated.
@@ -96,6 +102,15 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param secret_references: Kubernetes secret references (``external_docker`` only).
     :param patch_for: callable ``Deployment -> {argument: value}`` giving each deployment's change (keys
         among the arguments above). Runs on the worker.
+    :param resource_spec_mode: ``"merge"`` (default): a ``source_config.resource_spec`` that names only some
+        fields is completed, per deployment, from that deployment's current one and sent whole (a field set
+        to ``None`` is removed; a kept ``*_limit`` below the new request is left out, so the service sets it to
+        twice the request), as :class:`~airflow_provider.operators.patch.PatchDeploymentOperator` does.
+        ``"replace"``: sent as given (production then drops every field not given).
+    :param check_source_rules: before sending, refuse for a deployment what production refuses for it
+        (fields that cannot change after creation, fields of another source, ``build_on_push`` with a tag
+        ref): that deployment fails, naming the field and the rule, and the others go on. ``False`` skips
+        these local checks (the server still decides).
     :param canary: how many of the first targets, or which names, to roll out and verify first.
     :param wave_size: deployments per wave after the canary: a count, or a percentage of the fleet
         (``"25%"``). Default 100.
@@ -164,9 +179,13 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         rollback_on_failure: bool = False,
+        resource_spec_mode: str = "merge",
+        check_source_rules: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if resource_spec_mode not in RESOURCE_SPEC_MODES:
+            raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
         given = {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
         named = [name for name, value in given.items() if value is not None]
         if len(named) != 1:
@@ -218,6 +237,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
+        self.resource_spec_mode = resource_spec_mode
+        self.check_source_rules = bool(check_source_rules)
 
     # ---- the change
     def _fixed_change(self) -> dict[str, Any]:
@@ -233,6 +254,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             "targets": [self.deployment_ids, self.deployment_names, self.filters],
             "plan": [self.canary, self.wave_size, self.max_failures],
             "patch_for": getattr(self.patch_for, "__qualname__", None),
+            "completed": [self.resource_spec_mode, self.check_source_rules],
         }
         if self.patch_for is None:
             request = build_patch_request("patch for the fleet", **fixed)
@@ -365,6 +387,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred."""
+        self._stop_as_decided(progress, progress_store)
         while (index := progress.current()) is not None:
             wave = progress.waves[index]
             if wave.phase == "planned":
@@ -385,6 +408,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     earlier_try_since=self._earlier_try_since(context),
                     log=self.log,
                     max_parallel=self.max_parallel_patches,
+                    complete=self._completed_for,
                 )
                 wave.phase = "patched"
                 progress_store.save(progress, index)
@@ -454,20 +478,103 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 progress_store.save(progress)
         return self._finish(context, progress)
 
+    def _stop_as_decided(self, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore) -> None:
+        """Stop the rollout here when the waves already done stopped it, whatever the header says.
+
+        The stop is decided by the rows of the waves done, not by the header alone: the progress is saved one
+        key at a time (each wave, then the header), so a worker that dies between those writes leaves the
+        stopping wave recorded done (and maybe the later waves ``not_patched``) under a header that does not
+        say the rollout stopped. Judged again from the rows, a retry or a resume never patches a wave after a
+        stop decided before the crash, nor succeeds past it. Only between waves (the next wave not started,
+        or none left): the rows of a wave in progress are not final.
+        """
+        index = progress.current()
+        if index is not None and progress.waves[index].phase != "planned":
+            return
+        reason = progress.stopped or next(
+            (
+                found
+                for wave in progress.waves
+                if wave.phase == "done" and (found := self._stop_reason(progress, wave)) is not None
+            ),
+            None,
+        )
+        if reason is None or (progress.stopped and index is None):
+            return
+        self.log.warning("The rollout was stopped by an earlier try (%s); not patching any further wave", reason)
+        progress.stop(reason, time.time())
+        progress_store.save(progress)
+
     @staticmethod
     def _stop_reason(progress: fleet.FleetProgress, wave: fleet.WaveRecord) -> str | None:
         """Why this wave stops the rollout (a canary deployment failed, or more failed than the budget
-        allows), or ``None``. Only failures count: a deployment rolled back with its wave is not one."""
+        allows), or ``None``. Only failures count, and the rollbacks an earlier try made without a record of
+        why (conservatively, named apart): a deployment rolled back with its wave is not one."""
         if wave.name == fleet.CANARY and progress.canary_failed:
             failed = sum(row.outcome in fleet.FAILURE_OUTCOMES for row in wave.rows)
-            return (
-                f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s)); a failed canary "
-                "stops the rollout whatever max_failures allows"
+            unknown = sum(row.outcome in fleet.REASON_UNKNOWN_OUTCOMES for row in wave.rows)
+            what = (
+                f"the canary failed or was rolled back by an earlier try for a reason not recorded ({failed} "
+                f"failed and {unknown} rolled back for a reason not recorded, of {len(wave.rows)} canary "
+                "deployment(s))"
+                if unknown
+                else f"the canary failed ({failed} of {len(wave.rows)} canary deployment(s))"
             )
+            return f"{what}; a failed canary stops the rollout whatever max_failures allows"
         if progress.budget_exceeded:
-            failed = len(progress.failures)
-            return f"{failed} deployment(s) failed, more than max_failures allows ({progress.allowed_failures})"
+            failed, unknown = len(progress.failures), len(progress.reason_unknown)
+            counted = (
+                f"{failed} deployment(s) failed and {unknown} were rolled back by an earlier try for a reason not "
+                "recorded (counted against the budget)"
+                if unknown
+                else f"{failed} deployment(s) failed"
+            )
+            return f"{counted}, more than max_failures allows ({progress.allowed_failures})"
         return None
+
+    def _completed_for(self, request: PatchDeploymentRequest, deployment: Deployment) -> PatchDeploymentRequest:
+        """The patch to send to ``deployment`` (see :func:`~airflow_provider.tasks.fleet.complete_request`); what
+        completing it did is logged."""
+        completed = fleet_tasks.complete_request(
+            request,
+            deployment,
+            resource_spec_mode=self.resource_spec_mode,
+            check_source_rules=self.check_source_rules,
+        )
+        if completed.unchanged_fixed:
+            self.log.info(
+                "%s: not sending source_config.%s: unchanged, and it cannot change after creation",
+                deployment.name,
+                ", source_config.".join(completed.unchanged_fixed),
+            )
+        if completed.kept:
+            self.log.info(
+                "%s: sending the whole source_config.resource_spec (production replaces it): kept %s from its "
+                "current one (resource_spec_mode='replace' sends only what you gave)",
+                deployment.name,
+                ", ".join(completed.kept),
+            )
+        if completed.dropped:
+            self.log.warning(
+                "%s: not keeping %s from its current resource_spec: a limit below its new request (production set "
+                "it to twice the old request); left out, so the service sets it to twice the new request",
+                deployment.name,
+                ", ".join(completed.dropped),
+            )
+        if completed.left_out:
+            self.log.warning(
+                "%s: its current resource_spec has fields this provider cannot send, left out of the patch "
+                "(production drops them): %s",
+                deployment.name,
+                ", ".join(completed.left_out),
+            )
+        if completed.discouraged:
+            self.log.warning(
+                "%s: %s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+                deployment.name,
+                ", ".join(completed.discouraged),
+            )
+        return completed.request
 
     def _record_outcomes(self, wave: fleet.WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
         """Record what the watch decided; show the build log's tail of each failed build."""
@@ -539,11 +646,13 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         counts: dict[str, int] = {}
         for row in wave.rows:
             counts[row.outcome] = counts.get(row.outcome, 0) + 1
+        unknown = len(progress.reason_unknown)
         self.log.info(
-            "%s finished: %s; %d failure(s) so far of %d allowed",
+            "%s finished: %s; %d failure(s)%s so far of %d allowed",
             wave.name,
             ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items())),
             len(progress.failures),
+            f" and {unknown} rollback(s) of an earlier try whose reason was not recorded" if unknown else "",
             progress.allowed_failures,
         )
 
@@ -561,10 +670,18 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             "stopped": progress.stopped,
         }
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
+        unknown = progress.reason_unknown
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             named = "; ".join(f"{row.name} ({row.message})" for row in failures[:20])
             more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+            failed = f" Failed: {named}{more}." if failures else " Failed: none."
+            unexplained = (
+                f" {len(unknown)} deployment(s) were {fleet.REASON_UNKNOWN} (counted against the budget, not as "
+                f"failures): {', '.join(row.name for row in unknown[:20])}{' ...' if len(unknown) > 20 else ''}."
+                if unknown
+                else ""
+            )
             withdrawn = [row.name for row in progress.rolled_back_with_wave]
             with_wave = (
                 f" {len(withdrawn)} deployment(s) that landed were rolled back with their wave (not failures): "
@@ -574,7 +691,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             )
             skipped = counts.get(fleet.Outcome.NOT_PATCHED, 0)
             raise AirflowFailException(
-                f"fleet rollout stopped: {progress.stopped}. Failed: {named}{more}.{with_wave} "
+                f"fleet rollout stopped: {progress.stopped}.{failed}{unexplained}{with_wave} "
                 f"{skipped} deployment(s) in later waves were not patched."
             )
         if failures:
@@ -583,6 +700,14 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 len(failures),
                 progress.allowed_failures,
                 ", ".join(row.name for row in failures),
+            )
+        if unknown:
+            self.log.warning(
+                "%d deployment(s) were %s, counted against the budget of %d (within it): %s",
+                len(unknown),
+                fleet.REASON_UNKNOWN,
+                progress.allowed_failures,
+                ", ".join(row.name for row in unknown),
             )
         self._emit_events(context, progress)
         return table
@@ -622,7 +747,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     partial = row.outcome in (
                         fleet.Outcome.ROLLED_BACK_PARTIALLY,
                         fleet.Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY,
-                    )
+                    ) or (row.outcome in fleet.REASON_UNKNOWN_OUTCOMES and fleet_tasks.is_partial(row))
                     emit_revision_event(
                         context,
                         deployment,

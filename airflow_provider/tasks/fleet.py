@@ -24,7 +24,16 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.fleet import SUCCESS_OUTCOMES, FleetProgress, FleetRow, Outcome, WaveRecord, WaveTracker
+from airflow_provider.fleet import (
+    REASON_UNKNOWN,
+    REASON_UNKNOWN_OUTCOMES,
+    SUCCESS_OUTCOMES,
+    FleetProgress,
+    FleetRow,
+    Outcome,
+    WaveRecord,
+    WaveTracker,
+)
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
@@ -35,11 +44,21 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
+from airflow_provider.patch_rules import (
+    MergedSpec,
+    describe_refusals,
+    discouraged_fields,
+    merge_resource_spec,
+    refusals,
+    unchanged_fixed_fields,
+    without_unchanged_fixed_fields,
+)
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
     RESOURCE_SPEC_NOT_SHOWN,
+    RESOURCE_SPEC_UNKNOWN,
     RESOURCE_SPEC_VERDICTS,
     RollbackStarted,
     find_earlier_rollback,
@@ -192,6 +211,63 @@ def request_fingerprint(deployment_id: str, request: PatchDeploymentRequest) -> 
     """Digest of what one patch sets; secret values are left out (names only)."""
     shown = json.dumps(request.model_dump(mode="json", exclude_none=True), sort_keys=True)
     return hashlib.sha256(f"{deployment_id}:{shown}".encode()).hexdigest()
+
+
+class CompletedPatch(NamedTuple):
+    """The patch to send to one deployment, and what completing it did (see :func:`complete_request`).
+
+    :param request: the patch to send.
+    :param unchanged_fixed: create-time-only ``source_config`` fields given with the value the deployment has
+        (left out).
+    :param kept: ``resource_spec`` fields taken from the deployment's current one.
+    :param dropped: limits of the current ``resource_spec`` not kept, being below the new request.
+    :param left_out: fields of the current ``resource_spec`` a request cannot carry.
+    :param discouraged: fields production's reference marks "do not use".
+    """
+
+    request: PatchDeploymentRequest
+    unchanged_fixed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    discouraged: tuple[str, ...] = ()
+
+
+def complete_request(
+    request: PatchDeploymentRequest, deployment: Deployment, *, resource_spec_mode: str, check_source_rules: bool
+) -> CompletedPatch:
+    """The patch to send to ``deployment``, as the patch operator sends one (``airflow_provider.patch_rules``):
+    production's PATCH rules checked against the deployment (unless ``check_source_rules`` is off), create-time
+    fields that would not change left out, and with ``resource_spec_mode="merge"`` a partial
+    ``source_config.resource_spec`` completed from the deployment's current one (production replaces it
+    whole), a kept limit below its new request left out (the service sets it to twice the request).
+
+    :param request: the patch as the fleet's change gives it for this deployment.
+    :param deployment: the deployment as read just before.
+    :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
+    :param check_source_rules: whether to refuse locally what production refuses.
+    :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
+    """
+    if check_source_rules:
+        found = refusals(request, deployment)
+        if found:
+            raise AirflowFailException(
+                f"{describe_refusals(found, deployment)}; pass check_source_rules=False to send it anyway"
+            )
+    try:
+        unchanged = tuple(unchanged_fixed_fields(request, deployment))
+        to_send = without_unchanged_fixed_fields(request, deployment)
+        merged = merge_resource_spec(to_send, deployment) if resource_spec_mode == "merge" else MergedSpec(to_send)
+    except ValueError as err:
+        raise AirflowFailException(f"deployment {deployment.name!r} ({deployment.id}): {err}") from None
+    return CompletedPatch(
+        merged.request,
+        unchanged,
+        merged.kept,
+        merged.dropped,
+        merged.left_out,
+        tuple(discouraged_fields(merged.request)),
+    )
 
 
 # ------------------------------------------------------------------------------------ progress
@@ -348,9 +424,15 @@ def patch_wave(
     earlier_try_since: datetime | None,
     log: logging.Logger | Any,
     max_parallel: int = 1,
+    complete: Callable[[PatchDeploymentRequest, Deployment], PatchDeploymentRequest] | None = None,
 ) -> None:
     """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
     soon as it is answered.
+
+    What is sent to a deployment is its patch completed against it (``complete``: the source rules, a partial
+    ``resource_spec`` completed; see :func:`complete_request`); a patch that cannot be completed fails that
+    row, nothing sent. A retry recognises an earlier try's patch by the change as given (which the completed
+    patch always shows).
 
     Before any PATCH, one save records for each row what served before it (revision, config, the whole
     ``resource_spec``, the names of the secrets the patch sets): what a rollback restores.
@@ -383,6 +465,8 @@ def patch_wave(
     :param earlier_try_since: the run's start when this is a retry, else ``None``.
     :param log: the task's logger.
     :param max_parallel: most PATCH requests in flight at once (1: one after the other).
+    :param complete: ``(request, deployment) -> the patch to send`` (may raise ``AirflowFailException`` for that
+        deployment); ``None`` sends the request as given.
     """
     todo = [row for row in wave.rows if row.outcome == Outcome.PENDING and not row.patched]
     current = read_deployments(hook, [row.deployment_id for row in todo]) if todo else {}
@@ -406,6 +490,10 @@ def patch_wave(
             continue
         fingerprint = request_fingerprint(row.deployment_id, request)
         secrets = sorted(secret.name for secret in request.secrets or [])
+        if row.previous_resource_spec is None and not sets_resource_spec(request):
+            # A change that does not set resource_spec leaves it as it was: a rollback has none to restore,
+            # even on a retry that lost the record of what served before.
+            row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
         applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
         if earlier_try_since is not None and not applied:
             earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
@@ -416,10 +504,17 @@ def patch_wave(
                 continue
         if applied:
             row.secrets_changed = secrets
-            # A resource_spec patch creates a revision in production but not under every reading: the
-            # latest revision is this patch's only while it is still rolling out (as the patch operator judges).
-            created = request.creates_revision or (request.may_create_revision and deployment.is_rolling_out)
-            row.to_revision = deployment.latest_revision_id if created else None
+            assert earlier_try_since is not None
+            try:
+                row.to_revision = _earlier_patch_revision(
+                    hook, request, deployment, row.previous_latest, earlier_try_since
+                )
+            except AirflowFailException as err:
+                row.started_at, row.fingerprint = now, fingerprint
+                row.decide(Outcome.FAILED, f"{err}; not patching it again. Check the deployment", now)
+                log.warning("%s: %s: %s", wave.name, row.name, row.message)
+                save()
+                continue
             row.fingerprint, row.started_at, row.outcome = fingerprint, now, Outcome.ROLLING_OUT
             log.info(
                 "%s: %s already shows this patch (an earlier try); reattaching, not patching again", wave.name, row.name
@@ -428,11 +523,19 @@ def patch_wave(
                 _find_what_served_before(hook, row, log)
             save()
             continue
+        try:
+            to_send = complete(request, deployment) if complete is not None else request
+        except AirflowFailException as err:
+            row.started_at = now
+            row.decide(Outcome.FAILED, f"not patched: {err}", now)
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            save()
+            continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
         row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
         row.secrets_changed = secrets
-        ready.append(_Patch(len(ready), row, request, fingerprint))
+        ready.append(_Patch(len(ready), row, to_send, fingerprint))
     if ready:
         save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
         _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
@@ -520,12 +623,75 @@ def _record_patch(wave: WaveRecord, item: _Patch, patched: Deployment, log: logg
     )
 
 
+def sets_resource_spec(request: PatchDeploymentRequest) -> bool:
+    """Whether a patch sets ``source_config.resource_spec`` (else it leaves the deployment's as it was).
+
+    :param request: the patch.
+    """
+    return request.source_config is not None and request.source_config.resource_spec is not None
+
+
 def _applied_earlier(request: PatchDeploymentRequest, deployment: Deployment, since: datetime) -> bool:
     if not request.is_reflected_in(deployment):
         return False
     if request.creates_revision and deployment.latest_revision_id is None:
         return False
     return deployment.updated_at >= since
+
+
+def _earlier_patch_revision(
+    hook: DeploymentServiceHook,
+    request: PatchDeploymentRequest,
+    deployment: Deployment,
+    recorded_latest: str | None,
+    since: datetime,
+) -> str | None:
+    """The revision an earlier try's patch made, on a deployment that shows the patch (``None``: it made none).
+
+    A patch that sets a revision field or secrets makes the latest revision. A ``resource_spec``-only patch
+    makes one in production and none under another reading of the spec: it made the latest one when that is
+    not the latest recorded just before the PATCH (``recorded_latest``), or, with nothing recorded, while it
+    still rolls out, else when it is the one revision made since the DAG run started (the revision list). A
+    revision already live is never taken for "no revision": the task would call the deployment
+    ``unchanged`` and never verify it.
+
+    :param hook: the hook.
+    :param request: the patch (as the change gives it).
+    :param deployment: the deployment as just read (it shows the patch, changed since the run started).
+    :param recorded_latest: the latest revision recorded just before the PATCH (``None``: not recorded).
+    :param since: when the DAG run started.
+    :raises AirflowFailException: when which revision is the patch's cannot be told.
+    """
+    latest = deployment.latest_revision_id
+    if request.creates_revision or not request.may_create_revision:
+        return latest if request.creates_revision else None
+    if recorded_latest is not None:
+        return latest if latest != recorded_latest else None
+    if deployment.is_rolling_out:
+        return latest
+    try:
+        listed = list(hook.iter_revisions(deployment.id, max_results=EARLIER_REVISIONS_READ))
+    except DeploymentServiceError as err:
+        if err.transient:
+            raise
+        raise AirflowFailException(
+            f"shows this resource_spec patch, but whether an earlier try's patch made its latest revision "
+            f"{latest} cannot be told: its revisions cannot be read ({err})"
+        ) from None
+    if any(revision.created_at is None for revision in listed):
+        raise AirflowFailException(
+            "shows this resource_spec patch, but the service does not say when its revisions were made, so "
+            f"whether an earlier try's patch made its latest revision {latest} cannot be told"
+        )
+    made = [revision.id for revision in _newest_first(listed) if revision.created_at and revision.created_at >= since]
+    if not made:
+        return None
+    if made == [latest]:
+        return latest
+    raise AirflowFailException(
+        f"shows this resource_spec patch, but {len(made)} revisions were made since the run started "
+        f"({', '.join(made)}; latest {latest}): which one is an earlier try's patch cannot be told"
+    )
 
 
 def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: logging.Logger | Any) -> None:
@@ -588,6 +754,8 @@ class _EarlierPatch(NamedTuple):
     :param rolled_back: whether ``latest`` copies ``before`` (the earlier try's rollback); else someone
         else's revision superseded the patch.
     :param cannot_tell: why nothing can be said (then the other fields are ``None``/``False``).
+    :param in_place: whether the rollback deployed ``before`` itself again (a service whose redeploy makes no
+        revision): ``latest`` is then ``before``, and ``patched`` stays the deployment's latest revision.
     """
 
     patched: str | None
@@ -595,6 +763,7 @@ class _EarlierPatch(NamedTuple):
     latest: str | None
     rolled_back: bool
     cannot_tell: str = ""
+    in_place: bool = False
 
 
 def _earlier_patch_undone(
@@ -671,9 +840,25 @@ def _earlier_patch_undone(
     if not ours:
         return None
     patched, newest_listed = ours[-1], revisions[0]  # newest first: the oldest of them is the earlier try's patch
-    if newest_listed.id == patched.id:
-        return None  # it still shows as the latest: reattach as usual
     before = revisions[revisions.index(patched) + 1] if revisions.index(patched) + 1 < len(revisions) else None
+    if newest_listed.id == patched.id:
+        # Still the latest revision, yet the deployment does not show the patch: the revision before it was
+        # deployed again in place (a redeploy that makes no revision: the earlier try's rollback).
+        config = before.source_revision_config if before is not None else None
+        if (
+            before is not None
+            and config is not None
+            and same_revision_config(deployment.source_revision_config, config)
+        ):
+            return _EarlierPatch(patched.id, before.id, before.id, True, in_place=True)
+        return _EarlierPatch(
+            None,
+            None,
+            None,
+            False,
+            f"revision {patched.id}, made since the run started, carries this patch and is still the latest, but "
+            "the deployment does not show it, nor the build of the revision before it",
+        )
     if before is None or before.source_revision_config is None or newest_listed.source_revision_config is None:
         return _EarlierPatch(
             None,
@@ -703,11 +888,16 @@ def _record_earlier_patch(
     elif earlier.rolled_back:
         row.from_revision, row.to_revision = earlier.before, earlier.patched
         row.went_live, row.rollback_revision = True, earlier.latest
+        row.rollback_allowed_latest = earlier.patched if earlier.in_place else None
+        how = "deployed again in place" if earlier.in_place else f"a copy of revision {earlier.before}"
+        # What the rollback could not undo, as a rollback this try sent would say.
+        unknown_spec = [RESOURCE_SPEC_UNKNOWN] if row.previous_resource_spec is None else []
+        row.not_restored = [*unknown_spec, *([secrets_clause(row.secrets_changed)] if row.secrets_changed else [])]
         row.decide(
-            Outcome.FAILED,
-            f"an earlier try of this task patched it (revision {earlier.patched}) and rolled it back (revision "
-            f"{earlier.latest}, a copy of revision {earlier.before}) without leaving a record; why is not known "
-            "(verify, the bake, or its wave stopping the rollout), so it counts as failed",
+            Outcome.ROLLED_BACK_REASON_UNKNOWN,
+            f"{REASON_UNKNOWN}: it patched it (revision {earlier.patched}) and rolled it back (revision "
+            f"{earlier.latest}, {how}); it may have failed verify or the bake, or "
+            "been rolled back with its wave, so it counts against the failure budget (not as a failure)",
             now,
         )
     else:
@@ -743,12 +933,31 @@ def apply_outcomes(wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]], log:
         row.timed_out = row.outcome == Outcome.FAILED and row.message.startswith("timed out")
         if row.timed_out:
             row.message += "; still rolling out when the task stopped watching it: its revision may yet go live"
+        if failed_build(row):
+            row.message += f"; {BUILD_NOT_RETRIED}"
         if row.outcome == Outcome.FAILED:
             log.warning("%s: %s failed: %s", wave.name, row.name, row.message)
 
 
 BUILD_FAILURES = ("BUILD_FAILED", "CREATE_FAILED")
 """Revision statuses of a failed build (the rows whose build log is worth showing)."""
+BUILD_NOT_RETRIED = "a retry of this task does not build it again: a new DAG run, or a changed patch, does"
+"""What a row whose build failed says of retries: a retry finds the failed revision and reports it again,
+never patching the deployment a second time for the same change."""
+
+
+def failed_build(row: FleetRow) -> bool:
+    """Whether the row failed because its revision's build failed.
+
+    :param row: a row.
+    """
+    return (
+        row.outcome == Outcome.FAILED
+        and bool(row.to_revision)
+        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
+    )
+
+
 BUILD_LOGS_PER_WAVE = 5
 """At most this many failed builds of one wave get their build log's tail in the task log."""
 
@@ -774,13 +983,7 @@ def explain_failed_builds(
     :param limit: most build logs shown for the wave.
     :returns: names of the deployments whose build log was asked for.
     """
-    failed = [
-        row
-        for row in wave.rows
-        if row.outcome == Outcome.FAILED
-        and row.to_revision
-        and any(f"status {status}" in row.message for status in BUILD_FAILURES)
-    ]
+    failed = [row for row in wave.rows if failed_build(row)]
     known = tuple(secrets)
     for row in failed[:limit]:
         log.error("%s: the build of %s's revision %s failed", wave.name, row.name, row.to_revision)
@@ -1136,8 +1339,9 @@ def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: log
     log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
 
-ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED})
-"""Outcomes a row keeps while its rollback is awaited: ``failed``, or ``landed`` (rolled back with its wave)."""
+ROLLBACK_OUTCOMES = frozenset({Outcome.FAILED, Outcome.LANDED, Outcome.ROLLED_BACK_REASON_UNKNOWN})
+"""Outcomes a row keeps while its rollback is awaited: ``failed``, ``landed`` (rolled back with its wave), or
+``rolled_back_reason_unknown`` (an earlier try's rollback, found on the deployment)."""
 
 
 def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
@@ -1207,32 +1411,53 @@ def apply_rollbacks(
     for row in decided:
         outcome, message, at = outcomes[row.deployment_id]
         row.rollback_decided = True
-        had_failed = row.outcome == Outcome.FAILED
         if outcome in SUCCESS_OUTCOMES:
             _judge_resource_spec(row, live.get(row.deployment_id))
-            restored = _restored_outcome(had_failed, is_partial(row))
-            serves = f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            how = _ROLLED_BACK_HOW[row.outcome]
+            serves = (
+                f"revision {row.from_revision} serves again (deployed again in place)"
+                if row.rollback_revision == row.from_revision
+                else f"revision {row.rollback_revision} serves revision {row.from_revision}'s build again"
+            )
             except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
-            row.decide(restored, f"{row.message}; rolled back ({serves}){except_clause}", float(at))
+            row.decide(
+                _restored_outcome(row.outcome, is_partial(row)),
+                f"{row.message}; rolled back ({serves}){except_clause}",
+                float(at),
+            )
             log.warning(
                 "%s: %s rolled back%s to %s (revision %s)%s",
                 wave.name,
                 row.name,
-                "" if had_failed else " with its wave",
+                how,
                 row.from_revision,
                 row.rollback_revision,
                 except_clause,
             )
-        elif had_failed:
+        elif row.outcome == Outcome.FAILED:
             row.decide(Outcome.FAILED, f"{row.message}; the rollback failed too: {message}", float(at))
+            log.error("%s: %s: %s", wave.name, row.name, row.message)
+        elif row.outcome in REASON_UNKNOWN_OUTCOMES:  # the earlier try's rollback did not go live
+            row.decide(Outcome.FAILED, f"{row.message}; but that rollback did not go live: {message}", float(at))
             log.error("%s: %s: %s", wave.name, row.name, row.message)
         else:  # it had landed: its revision still serves unless the rollback's may yet go live
             row.message = f"{row.message}, but the rollback failed: {message}"
             log.error("%s: %s: %s", wave.name, row.name, row.message)
 
 
-def _restored_outcome(had_failed: bool, partial: bool) -> str:
-    if had_failed:
+_ROLLED_BACK_HOW = {
+    Outcome.FAILED: "",
+    Outcome.LANDED: " with its wave",
+    Outcome.ROLLED_BACK_REASON_UNKNOWN: " (by an earlier try, why not recorded)",
+}
+"""How the log says a rollback went live, by the row's outcome while it was awaited."""
+
+
+def _restored_outcome(before: str, partial: bool) -> str:
+    """The outcome of a row whose rollback went live, from its outcome while the rollback was awaited."""
+    if before in REASON_UNKNOWN_OUTCOMES:
+        return before  # partial or not, the message says what was not undone
+    if before == Outcome.FAILED:
         return Outcome.ROLLED_BACK_PARTIALLY if partial else Outcome.ROLLED_BACK
     return Outcome.ROLLED_BACK_WITH_WAVE_PARTIALLY if partial else Outcome.ROLLED_BACK_WITH_WAVE
 

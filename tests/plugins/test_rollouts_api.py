@@ -191,7 +191,7 @@ def test_the_fleet_tab_shows_waves_outcomes_the_budget_and_the_approval(
             row["from_revision"] == served["active_revision_id"] and row["to_revision"] == served["latest_revision_id"]
         )
     assert {row["name"]: row["outcome"] for row in fleet["waves"][1]["rows"]} == dict.fromkeys(WAVE_2, "not_patched")
-    assert fleet["budget"] == {"allowed_failures": 1, "failures": 2, "exceeded": True}
+    assert fleet["budget"] == {"allowed_failures": 1, "failures": 2, "reason_unknown": 0, "exceeded": True}
     assert fleet["counts"] == {"failed": 2, "not_patched": 2}
     assert fleet["stopped"] == "2 deployment(s) failed, more than max_failures allows (1)"
     [approval] = fleet["approvals"]

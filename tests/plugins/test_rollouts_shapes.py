@@ -5,11 +5,14 @@ references."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.plugins import rollouts as rollouts_package
 from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
 from airflow_provider.plugins.rollouts.shapes import fleet_view, revision_marks
 
@@ -67,7 +70,7 @@ def test_a_progress_known_only_from_xcom_is_shown_from_the_result_table() -> Non
         ("wave 1", "done"),
         ("wave 2", "not started: the rollout stopped"),
     ]
-    assert view["budget"] == {"allowed_failures": None, "failures": 1, "exceeded": True}
+    assert view["budget"] == {"allowed_failures": None, "failures": 1, "reason_unknown": 0, "exceeded": True}
     assert view["task"]["running"] is False
 
 
@@ -92,3 +95,22 @@ def test_a_rollback_marks_the_revision_it_restored_and_the_one_it_replaced() -> 
     rolled_back.update(dag_id="d", run_id="r", task_id="t", map_index=-1)
     assert [mark["role"] for mark in revision_marks("old", [rolled_back])] == ["rolled back to"]
     assert [mark["role"] for mark in revision_marks("bad", [rolled_back])] == ["rolled back from"]
+
+
+def test_every_fleet_outcome_has_a_tone_in_the_view() -> None:
+    """A new outcome shown without a tone would look like an unknown status: each has its colour."""
+    script = (Path(rollouts_package.__file__).parent / "static" / "rollouts.js").read_text()
+    tones = script[script.index("const STATUS_TONE = {") : script.index("};", script.index("const STATUS_TONE"))]
+    outcomes = [value for name, value in vars(Outcome).items() if name.isupper()]
+    missing = [outcome for outcome in outcomes if not re.search(rf"\b{outcome}\s*:", tones)]
+    assert not missing, f"outcomes with no STATUS_TONE in rollouts.js: {missing}"
+
+
+def test_a_rollback_whose_reason_is_unknown_counts_against_the_budget_apart_from_the_failures() -> None:
+    rows = [
+        FleetRow("id-a", "a", "wave 1", "r0", "r1", Outcome.ROLLED_BACK),
+        FleetRow("id-b", "b", "wave 1", "r2", "r3", Outcome.ROLLED_BACK_REASON_UNKNOWN),
+    ]
+    stopped = FleetProgress(waves=[WaveRecord("wave 1", rows, phase="done")], allowed_failures=1, change="x")
+    view = fleet_view(record(state="running", progress=stopped, source="task_state_store"))
+    assert view["budget"] == {"allowed_failures": 1, "failures": 1, "reason_unknown": 1, "exceeded": True}

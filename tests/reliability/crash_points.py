@@ -108,6 +108,10 @@ has read it (and, when that look decided the wait, left: the look is then never 
 many looks a trigger makes after its decision would depend on real timing, and so would the clock."""
 ROLLED_BACK_CLAIM = re.compile(r"\brolled back\b", re.IGNORECASE)
 """How a failure message claims a rollback."""
+REASON_UNKNOWN_OUTCOME = "rolled_back_reason_unknown"
+"""The fleet row of a deployment a retry found rolled back by an earlier try that left no record of why."""
+REASON_UNKNOWN_SAYS = "rolled back by an earlier try; why was not recorded"
+"""What such a row must say (TRUST-FOLLOWUP item 6)."""
 LIST_PATH = "/v2/deployments"
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -1013,6 +1017,11 @@ def _check_fleet(run: RunResult) -> list[Violation]:
             continue
         outcome, said = row["outcome"], f"{name}: row {row['outcome']!r} ({_short(row['message'], 260)})"
         accepted = scenario.fleet_outcomes.get(name, ())
+        if outcome == REASON_UNKNOWN_OUTCOME:
+            problem = _reason_unknown_problem(run, row, accepted)
+            if problem:
+                found.append(Violation("the expected verdict", f"{said}: {problem}; deployment: {describe(view)}"))
+            accepted = ()
         if accepted and outcome not in accepted:
             invariant = "no success on a failed check" if outcome == "landed" else "the expected verdict"
             found.append(
@@ -1041,13 +1050,72 @@ def _check_fleet(run: RunResult) -> list[Violation]:
     if summary != counts:
         disagreements.append(f"fleet_summary counts {summary}, the table {counts}")
     if last.succeeded:
-        landed = sorted((row["deployment_id"], row["to_revision"]) for row in table if row["outcome"] == "landed")
-        events = sorted((event.get("deployment_id"), event.get("revision_id")) for event in last.asset_events)
-        if events != landed:
-            disagreements.append(f"{len(events)} asset event(s) for {len(landed)} landed row(s)")
+        disagreements += _fleet_event_problems(run, table)
     if disagreements:
         found.append(Violation("outputs agree", "; ".join(disagreements)))
     return found
+
+
+def _reason_unknown_problem(run: RunResult, row: dict[str, Any], accepted: tuple[str, ...]) -> str:
+    """Why a ``rolled_back_reason_unknown`` row is not acceptable (``""``: it is). Only a retry without a
+    ``task_state_store`` may not know why an earlier try rolled a deployment back; it must say so, and only of
+    a deployment the scenario may roll back (a bad one, or a healthy one rolled back with its wave)."""
+    if STORE_MODES[run.store_mode]:
+        return "with a task_state_store, why a deployment was rolled back is recorded"
+    if REASON_UNKNOWN_SAYS not in row["message"]:
+        return f"its message does not say {REASON_UNKNOWN_SAYS!r}"
+    if accepted and not any(outcome.startswith("rolled_back") for outcome in accepted):
+        return f"expected {' or '.join(accepted)}: it should not have been rolled back"
+    return ""
+
+
+FLEET_EVENT_OUTCOMES: dict[str, tuple[str, ...]] = {
+    "landed": ("rolled_out",),
+    "rolled_back": ("rolled_back",),
+    "rolled_back_with_wave": ("rolled_back",),
+    "rolled_back_partially": ("rolled_back_partially",),
+    "rolled_back_with_wave_partially": ("rolled_back_partially",),
+    REASON_UNKNOWN_OUTCOME: ("rolled_back", "rolled_back_partially"),
+}
+"""The asset event a successful fleet task may emit for a row, by the row's outcome: ``rolled_out`` for a
+deployment it landed, ``rolled_back`` or ``rolled_back_partially`` for one it rolled back (none for the
+others). A rollback whose reason is not known may be either: the event's content is checked instead."""
+
+
+def _fleet_event_problems(run: RunResult, table: list[dict[str, Any]]) -> list[str]:
+    """A successful fleet task's asset events against its rows and the deployments: one event per row that
+    landed (of its ``to_revision``) or was rolled back (of the revision serving now, ``rolled_back`` or
+    ``rolled_back_partially`` as the row's outcome says), and none for the others. A ``rolled_back`` event
+    claims the deployment is back where it was (besides what its ``not_restored`` names); a
+    ``rolled_back_partially`` one names what was not undone."""
+    expected: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    for row in table:
+        outcomes = FLEET_EVENT_OUTCOMES.get(row["outcome"])
+        if outcomes is not None:
+            serving = run.final[row["name"]]["active_revision_id"]
+            expected[row["deployment_id"]] = (row["to_revision"] if outcomes == ("rolled_out",) else serving, outcomes)
+    names = {row["deployment_id"]: row["name"] for row in table}
+    problems = []
+    seen: list[str] = []
+    for event in run.last.asset_events:
+        deployment_id, revision, outcome = event.get("deployment_id"), event.get("revision_id"), event.get("outcome")
+        seen.append(str(deployment_id))
+        wanted = expected.get(str(deployment_id))
+        if wanted is None or (revision, outcome) not in [(wanted[0], allowed) for allowed in wanted[1]]:
+            called = f"{' or '.join(wanted[1])} of {wanted[0]}" if wanted else "none"
+            problems.append(f"asset event {outcome} of {revision} for {deployment_id}, its row calls for {called}")
+        elif outcome == "rolled_back_partially" and not event.get("not_restored"):
+            problems.append(f"a rolled_back_partially event of {deployment_id} names nothing not undone")
+        elif outcome == "rolled_back":
+            name = names[str(deployment_id)]
+            not_restored = json.dumps(event.get("not_restored") or [])
+            wrong = _restored_problems(run, name, run.baseline[name].active, not_restored)
+            if wrong:
+                problems.append(f"a rolled_back event of {name}, but {'; '.join(wrong)}")
+    for deployment_id in expected:
+        if seen.count(deployment_id) != 1:
+            problems.append(f"{seen.count(deployment_id)} asset event(s) for {deployment_id}, its row calls for one")
+    return problems
 
 
 # -------------------------------------------------------------------------------- a whole sweep

@@ -283,6 +283,17 @@ FLEET_SCENARIOS = [
     ),
     Scenario(
         "fleet",
+        "one fails verify, rolled back by a redeploy in place",
+        fleet_task(3, max_failures=1),
+        "landed",
+        THREE,  # the rollback makes no revision: the failed one's previous revision is deployed again
+        refused=("fleet-2",),
+        redeploy_mode="in_place",
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": LANDED},
+    ),
+    Scenario(
+        "fleet",
         "one fails the bake, within the budget",
         fleet_task(3, max_failures=1, image=NEW_IMAGE + FLAKY),
         "landed",

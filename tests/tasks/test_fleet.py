@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.emulator import FaultRule
-from airflow_provider.fleet import Outcome
+from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks.fleet import STATE_KEY
@@ -160,6 +160,21 @@ def test_a_failed_canary_stops_the_rollout_whatever_the_budget(fleet: Any) -> No
     table = {row["name"]: row for row in ti.xcoms["return_value"]}
     assert [table[f"app-000{index}"]["outcome"] for index in range(1, 5)] == [Outcome.NOT_PATCHED] * 4
     assert ti.xcoms["fleet_summary"]["stopped"].startswith("the canary failed")
+
+
+def test_a_canary_rolled_back_for_a_reason_not_recorded_stops_the_rollout_without_being_called_failed() -> None:
+    """Conservative: a canary deployment an earlier try rolled back (why not recorded) stops the rollout as a
+    failed canary would, and the reason says what is known."""
+    canary = WaveRecord("canary", [FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.ROLLED_BACK_REASON_UNKNOWN)])
+    rest = WaveRecord("wave 1", [FleetRow("id-b", "b", "wave 1", "r2")])
+    progress = FleetProgress(waves=[canary, rest], allowed_failures=5, change="x")
+    assert progress.canary_failed and not progress.failures and len(progress.counted) == 1
+    reason = FleetRolloutOperator._stop_reason(progress, canary)
+    assert reason == (
+        "the canary failed or was rolled back by an earlier try for a reason not recorded (0 failed and 1 rolled "
+        "back for a reason not recorded, of 1 canary deployment(s)); a failed canary stops the rollout whatever "
+        "max_failures allows"
+    )
 
 
 def test_a_failed_canary_rolls_back_the_whole_canary_with_rollback_on_failure(fleet: Any) -> None:
@@ -494,6 +509,7 @@ def test_a_transient_failure_mid_wave_records_the_patches_in_flight_and_a_retry_
         ({"deployment_names": ["a"], "max_parallel_patches": 2.5}, "max_parallel_patches"),
         ({"deployment_names": ["a"], "max_parallel_patches": True}, "max_parallel_patches"),
         ({"deployment_names": ["a"], "repo_ref": None}, "no change"),
+        ({"deployment_names": ["a"], "resource_spec_mode": "patch"}, "resource_spec_mode must be 'merge' or"),
     ],
 )
 def test_bad_arguments_are_refused_at_parse_time(arguments: dict[str, Any], message: str) -> None:
@@ -679,7 +695,7 @@ def test_a_rollback_redeployed_without_a_new_revision_is_waited_for_until_the_ol
     assert deployment["latest_revision_id"] == bad["to_revision"]  # the bad one stays the latest...
     assert deployment["active_revision_id"] == before["app-0001"]  # ...and the old one serves again
     assert deployment["status"] == "READY"
-    assert f"revision {before['app-0001']} serves revision {before['app-0001']}'s build again" in bad["message"]
+    assert f"rolled back (revision {before['app-0001']} serves again (deployed again in place))" in bad["message"]
     assert table["app-0000"]["outcome"] == Outcome.LANDED
 
 
@@ -838,6 +854,133 @@ def test_a_resource_spec_the_service_does_not_restore_is_rolled_back_partially(
         "allowed_failures": 1,
         "stopped": "",
     }
+
+
+# ------------------------------------------------------------------------------------------ resource_spec_mode
+def sized_fleet(service: Callable[..., Any]) -> Any:
+    """Three external_docker deployments, each with its own resource_spec (production echoes the limits)."""
+    specs = {
+        "img-0000": {"cpu": 1.0, "cpu_limit": 2.0, "memory_mb": 512, "memory_limit_mb": 1024, "min_scale": 1},
+        "img-0001": {"cpu": 4.0, "cpu_limit": 8.0, "memory_mb": 1024, "memory_limit_mb": 2048, "max_scale": 6},
+        "img-0002": {"cpu": 0.5, "cpu_limit": 1.0, "memory_mb": 256, "memory_limit_mb": 4096},
+    }
+    deployments = [
+        {
+            "name": name,
+            "source": "external_docker",
+            "source_revision_config": {"image_uri": IMAGE},
+            "source_config": {"resource_spec": spec},
+        }
+        for name, spec in specs.items()
+    ]
+    return service(data={"deployments": deployments}, **FAST)
+
+
+def test_a_partial_resource_spec_is_completed_per_deployment_from_its_own(
+    service: Callable[..., Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Production replaces the whole resource_spec: ``{"memory_mb": 2048}`` sent as given would drop every
+    deployment's cpu and scale settings. Merged per deployment (the default), each keeps its own; a kept
+    memory limit below the new request is left out, so the service sets it to twice the request; one at or
+    above it is kept."""
+    emulator = sized_fleet(service)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    table = fleet_op(
+        repo_ref=None, deployment_names=sorted(ids), source_config={"resource_spec": {"memory_mb": 2048}}
+    ).execute(make_context())
+    assert {row["outcome"] for row in table} == {Outcome.LANDED}
+    for name in ids:
+        spec = {
+            key: value for key, value in before[name]["source_config"]["resource_spec"].items() if value is not None
+        }
+        after = emulator.state.deployment(ids[name])
+        shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+        kept_limit = spec["memory_limit_mb"] if spec["memory_limit_mb"] >= 2048 else 4096  # twice the request
+        assert shown == {**spec, "memory_mb": 2048, "memory_limit_mb": kept_limit}, name
+        assert len(after["revisions"]) == 2 and emulator.state.count(PATCH_ROUTE) == 3
+    logged = capfd.readouterr().out
+    assert "img-0001: sending the whole source_config.resource_spec (production replaces it): kept cpu" in logged
+    assert "img-0000: not keeping memory_limit_mb=1024 (below the new memory_mb=2048)" in logged
+
+
+def test_resource_spec_mode_replace_sends_the_resource_spec_as_given(service: Callable[..., Any]) -> None:
+    emulator = sized_fleet(service)
+    ids = ids_by_name(emulator)
+    fleet_op(
+        repo_ref=None,
+        deployment_names=["img-0001"],
+        source_config={"resource_spec": {"memory_mb": 2048}},
+        resource_spec_mode="replace",
+    ).execute(make_context())
+    shown = emulator.state.deployment(ids["img-0001"])["source_config"]["resource_spec"]
+    assert {key: value for key, value in shown.items() if value is not None} == {
+        "memory_mb": 2048,
+        "memory_limit_mb": 4096,
+    }
+
+
+def test_a_partial_resource_spec_change_rolled_back_restores_each_whole_previous_one(
+    service: Callable[..., Any],
+) -> None:
+    emulator = sized_fleet(service)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name]) for name in ids}
+    table = fleet_op(
+        repo_ref=None,
+        deployment_names=sorted(ids),
+        source_config={"resource_spec": {"cpu": 2.0}},
+        verify=lambda deployment: deployment.name != "img-0001",
+        rollback_on_failure=True,
+        max_failures=1,
+    ).execute(make_context())
+    rows = {row["name"]: row for row in table}
+    assert rows["img-0001"]["outcome"] == Outcome.ROLLED_BACK, rows["img-0001"]
+    after = emulator.state.deployment(ids["img-0001"])
+    assert after["source_config"]["resource_spec"] == before["img-0001"]["source_config"]["resource_spec"]
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    landed = emulator.state.deployment(ids["img-0002"])["source_config"]["resource_spec"]
+    assert (landed["cpu"], landed["memory_mb"], landed["memory_limit_mb"]) == (2.0, 256, 4096)
+
+
+def test_a_patch_production_refuses_for_one_deployment_fails_it_alone_and_sends_it_nothing(fleet: Any) -> None:
+    """A resource_spec for a codehost deployment (external_docker only) is refused before any request, naming
+    the field and the rule; the other deployments, whose patch production accepts, go on."""
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+
+    def patch_for(deployment: Deployment) -> dict[str, Any]:
+        if deployment.name == "app-0001":
+            return {"source_config": {"resource_spec": {"cpu": 2.0}}}
+        return {}
+
+    table = {
+        row["name"]: row
+        for row in fleet_op(deployment_names=sorted(ids), patch_for=patch_for, max_failures=1).execute(make_context())
+    }
+    refused = table["app-0001"]
+    assert refused["outcome"] == Outcome.FAILED, refused
+    assert "production refuses this (nothing was sent): source_config.resource_spec" in refused["message"]
+    assert "external_docker deployments only" in refused["message"]
+    assert patched_order(emulator) == [ids["app-0000"]], "a refused patch was sent"
+    assert table["app-0000"]["outcome"] == Outcome.LANDED
+
+
+def test_a_kept_resource_spec_value_a_request_cannot_carry_fails_that_deployment_naming_the_field(
+    service: Callable[..., Any],
+) -> None:
+    """Given a limit below the request it keeps from the deployment, the patch is refused naming both fields."""
+    emulator = sized_fleet(service)
+    [row] = fleet_op(
+        repo_ref=None,
+        deployment_names=["img-0001"],
+        source_config={"resource_spec": {"cpu_limit": 2.0}},
+        max_failures=1,
+    ).execute(make_context())
+    assert row["outcome"] == Outcome.FAILED, row
+    assert "source_config.resource_spec.cpu_limit=2 is below source_config.resource_spec.cpu=4" in row["message"]
+    assert "(cpu kept from the deployment's current resource_spec)" in row["message"]
+    assert emulator.state.count(PATCH_ROUTE) == 0
 
 
 # ------------------------------------------------------------------------------------------ build logs

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import Outcome
+from airflow_provider.fleet import REASON_UNKNOWN, Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks import rollback as rollback_module
@@ -164,13 +164,17 @@ def test_a_worker_dying_after_a_rollback_was_sent_is_reattached_to_never_sent_ag
     context = context_for(2, store, run_started)
     table, _ = run_deferred(lambda: operator(ids, deferrable=deferrable), context)
     rows = {row["name"]: row for row in table}
+    # Without a store, the retry finds the rollbacks try 1 sent but cannot know why they were sent: it says so.
+    found_rolled_back = set() if with_store else {"app-0000", "app-0001"}
     for name in sorted(ids):
-        assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
+        outcome = Outcome.ROLLED_BACK_REASON_UNKNOWN if name in found_rolled_back else Outcome.ROLLED_BACK
+        assert rows[name]["outcome"] == outcome, rows[name]
         assert "refused" not in rows[name]["message"] and "cannot" not in rows[name]["message"]
         assert_restored(emulator, ids[name], before[name])
         assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1, f"{name} was patched again"
         assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1, f"{name} was rolled back twice"
-    assert context["ti"].xcoms["fleet_summary"]["counts"] == {"rolled_back": 3}
+    counts = {"rolled_back": 3} if with_store else {"rolled_back": 1, "rolled_back_reason_unknown": 2}
+    assert context["ti"].xcoms["fleet_summary"]["counts"] == counts
 
 
 def test_a_worker_dying_just_before_a_rollback_request_sends_it_on_retry(
@@ -267,9 +271,9 @@ def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled
             deployment = emulator.state.deployment(ids[name])
             assert len(deployment["revisions"]) == 3
             assert deployment["revisions"][-1]["redeploy_of"] == before[name]
-        else:
-            assert rows[name]["outcome"] == Outcome.ROLLED_BACK, rows[name]
-            assert "an earlier try of this task patched it" in rows[name]["message"]
+        else:  # found rolled back; why (verify, the bake, its wave) was not recorded: said so, not "failed"
+            assert rows[name]["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, rows[name]
+            assert rows[name]["message"].startswith(REASON_UNKNOWN), rows[name]["message"]
             assert rows[name]["from_revision"] == before[name]
             assert_restored(emulator, ids[name], before[name])
     # Untouched during the run: patched (once) by the retry whatever the service can say, then rolled back.
@@ -473,3 +477,311 @@ def run_trigger_payload(deferred: Any) -> dict[str, Any]:
     """The event of the deferral's trigger, rebuilt from its serialized form as the triggerer does."""
     trigger = deferred.trigger
     return run_trigger(type(trigger)(**trigger.serialize()[1]))
+
+
+# ------------------------------------------------------------------------------------------ item 5: the stop
+class DiesAfterWriting(FakeStore):
+    """A task state store whose first write of ``key`` in phase ``done`` kills the worker just after it
+    landed: the store holds that key's new value and the older values of the keys written after it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key, self.died = key, False
+
+    def set(self, key: str, value: Any) -> None:
+        super().set(key, value)
+        if key == self.key and value.get("phase") == "done" and not self.died:
+            self.died = True
+            raise WorkerDied(f"after writing {key}")
+
+
+@pytest.mark.parametrize("key", ["wave/1", "wave/2"], ids=["after-the-stopping-wave", "after-the-later-wave"])
+def test_a_retry_never_goes_on_past_a_stop_decided_before_the_worker_died(fleet: Any, key: str) -> None:
+    """The wave that exceeds the budget is recorded done, then the later wave as not patched, then the header
+    with the stop: a worker dying between those writes leaves a store whose header says nothing of the stop.
+    The retry still stops there: it patches nothing more and fails (it does not patch app-0003, nor succeed)."""
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    store, run_started = DiesAfterWriting(f"{STATE_KEY}/{key}"), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids, canary=1, wave_size=2, max_failures=0, verify=lambda deployment: deployment.name != "app-0001"
+        )
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    assert store.data[STATE_KEY]["stopped"] == "", "the header was written before the kill: nothing to test"
+    context = context_for(2, store, run_started)
+    with pytest.raises(AirflowFailException, match=r"fleet rollout stopped: 1 deployment\(s\) failed"):
+        make().execute(context)
+    rows = {row["name"]: row for row in context["ti"].xcoms["return_value"]}
+    assert rows["app-0003"]["outcome"] == Outcome.NOT_PATCHED, rows["app-0003"]
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0003"]) == 0, "the retry went on past the stop"
+    assert len(emulator.state.deployment(ids["app-0003"])["revisions"]) == 1
+    assert rows["app-0001"]["outcome"] == Outcome.ROLLED_BACK and rows["app-0002"]["outcome"] == (
+        Outcome.ROLLED_BACK_WITH_WAVE
+    )
+    assert context["ti"].xcoms["fleet_summary"]["stopped"].startswith("1 deployment(s) failed")
+
+
+# ------------------------------------------------------------------------------------------ item 3: not undone
+def docker_fleet(service: Callable[..., Any], count: int) -> Any:
+    """``count`` external_docker deployments img-0000... serving image 1.0 with a resource_spec."""
+    deployments = [
+        {
+            "name": f"img-{index:04d}",
+            "source": "external_docker",
+            "source_revision_config": {"image_uri": "registry.example.com/acme/app:1.0"},
+            "source_config": {"resource_spec": {"cpu": 1.0, "memory_mb": 512}},
+        }
+        for index in range(count)
+    ]
+    return service(data={"deployments": deployments}, **FAST)
+
+
+@pytest.fixture
+def die_after_the_first_patch_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill the worker once, just after the service answered the first PATCH, before the task recorded it."""
+    real = fleet_tasks._record_patch
+    armed = {"left": 1}
+
+    def record_patch(*args: Any, **kwargs: Any) -> None:
+        if armed["left"]:
+            armed["left"] = 0
+            raise WorkerDied("between the PATCH's answer and its record")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_tasks, "_record_patch", record_patch)
+
+
+@pytest.mark.parametrize("change", ["image-only", "image-and-resource_spec"])
+def test_a_retry_without_a_record_rolls_an_image_change_back_whole_and_names_only_what_the_change_set(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, change: str
+) -> None:
+    """No task state store, the PATCH answered but not recorded: the retry reattaches, verify refuses, the
+    rollback restores the build. An image-only change never touched resource_spec, so nothing of it is left
+    undone: ``rolled_back``, with no resource_spec clause. A change that set resource_spec, whose previous
+    value the retry cannot know, stays honestly ``rolled_back_partially``."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    run_started = datetime.now(timezone.utc)
+    extra = {"source_config": {"resource_spec": {"cpu": 2.0}}} if change != "image-only" else {}
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, image_uri="registry.example.com/acme/app:2.0", **extra)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, None, run_started))
+    context = context_for(2, None, run_started)
+    [row] = make().execute(context)
+    after = emulator.state.deployment(ids["img-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1  # the rollback redeploys
+    assert len(after["revisions"]) == len(before["revisions"]) + 2  # the patch and its rollback
+    assert after["active_revision_id"] == after["latest_revision_id"] and after["status"] == "READY"
+    assert after["revisions"][-1]["source_revision_config"]["image_uri"] == "registry.example.com/acme/app:1.0"
+    if change == "image-only":
+        assert row["outcome"] == Outcome.ROLLED_BACK, row
+        assert "resource_spec" not in row["message"] and "except" not in row["message"]
+        assert after["source_config"]["resource_spec"] == before["source_config"]["resource_spec"]
+    else:
+        assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+        assert "except: resource_spec (unknown: not recorded before the patch" in row["message"]
+
+
+# ------------------------------------------------------------------------------------------ item 6: why unknown
+@pytest.mark.parametrize("max_failures", [0, 1], ids=["over-the-budget", "within-the-budget"])
+def test_a_retry_without_a_record_never_calls_a_deployment_rolled_back_by_an_earlier_try_failed(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]], max_failures: int
+) -> None:
+    """No task state store. Wave 1 (app-0000, app-0001): verify refuses app-0001. Over the budget the whole
+    wave is rolled back (app-0000 with its wave: healthy); within it, app-0001 alone. The worker dies once
+    the rollbacks were sent. The retry finds them rolled back and cannot know why: it says so
+    (``rolled_back_reason_unknown``), never ``failed``/``rolled_back`` for the healthy one, and counts them
+    against the budget (conservatively) apart from the failures."""
+    emulator = fleet(4)
+    ids = ids_by_name(emulator)
+    before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
+    run_started = datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(
+            ids, wave_size=2, max_failures=max_failures, verify=lambda deployment: deployment.name != "app-0001"
+        )
+
+    die_at_rollback("after", "app-0001")
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, None, run_started))
+    context = context_for(2, None, run_started)
+    rolled_back = ["app-0000", "app-0001"] if max_failures == 0 else ["app-0001"]
+    if max_failures == 0:
+        with pytest.raises(AirflowFailException) as raised:
+            make().execute(context)
+        message = str(raised.value)
+        assert "0 deployment(s) failed and 2 were rolled back by an earlier try for a reason not recorded" in message
+        assert "Failed: none." in message
+        assert f"2 deployment(s) were {REASON_UNKNOWN} (counted against the budget, not as failures)" in message
+        table = context["ti"].xcoms["return_value"]
+    else:
+        table = make().execute(context)
+    rows = {row["name"]: row for row in table}
+    for name in rolled_back:
+        assert rows[name]["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, rows[name]
+        assert rows[name]["message"].startswith(REASON_UNKNOWN), rows[name]["message"]
+        assert "counts as failed" not in rows[name]["message"] and "(not as a failure)" in rows[name]["message"]
+        assert "rolled back (revision" in rows[name]["message"] and "except" not in rows[name]["message"]
+        assert_restored(emulator, ids[name], before[name])
+        assert requests_to(emulator, PATCH_ROUTE, ids[name]) == 1
+        assert requests_to(emulator, REDEPLOY_ROUTE, ids[name]) == 1
+    summary = context["ti"].xcoms["fleet_summary"]
+    assert summary["failures"] == 0
+    if max_failures == 0:
+        assert summary["counts"] == {"rolled_back_reason_unknown": 2, "not_patched": 2}
+        assert all(requests_to(emulator, PATCH_ROUTE, ids[name]) == 0 for name in ("app-0002", "app-0003"))
+    else:  # one counted against a budget of one: the rollout went on
+        assert summary["counts"] == {"landed": 3, "rolled_back_reason_unknown": 1}
+        assert summary["stopped"] == ""
+
+
+# ------------------------------------------------------------------------------------------ item 1: failed builds
+@pytest.fixture
+def die_after_the_first_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill the worker once, just after the watch decided the wave's rollouts, before the task recorded them."""
+    real = fleet_tasks.explain_failed_builds
+    armed = {"left": 1}
+
+    def explain_failed_builds(*args: Any, **kwargs: Any) -> list[str]:
+        if armed["left"]:
+            armed["left"] = 0
+            raise WorkerDied("between the watch's verdict and its record")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_tasks, "explain_failed_builds", explain_failed_builds)
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+@pytest.mark.parametrize("died", ["after-the-patch", "after-the-watch"])
+def test_a_retry_after_a_failed_build_reports_it_again_and_never_builds_again(
+    fleet: Any, request: pytest.FixtureRequest, capfd: pytest.CaptureFixture[str], with_store: bool, died: str
+) -> None:
+    """The earlier try's revision failed its build; the worker died before that was recorded (or before the
+    patch itself was). The retry recognises the revision, reports the failed build again (its row and its
+    build log) and never patches the deployment a second time: one BUILD_FAILED revision for one change, the
+    old revision serving. The row says a retry does not build again, and what does."""
+    emulator = fleet(1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["app-0000"])
+    emulator.state.fail_next_build(ids["app-0000"], "BUILD_FAILED", "compile error in agent.py line 12")
+    request.getfixturevalue(
+        "die_after_the_first_patch_answer" if died == "after-the-patch" else "die_after_the_first_watch"
+    )
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, verify=None, max_failures=1)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    capfd.readouterr()
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["app-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1, "the retry built again"
+    assert [revision["status"] for revision in after["revisions"]] == ["DEPLOYED", "BUILD_FAILED"]
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert row["outcome"] == Outcome.FAILED and row["to_revision"] == after["revisions"][-1]["id"], row
+    assert "status BUILD_FAILED" in row["message"]
+    assert "a retry of this task does not build it again: a new DAG run, or a changed patch, does" in row["message"]
+    out = capfd.readouterr().out
+    assert "ERROR: compile error in agent.py line 12" in out  # the build log's tail, shown again
+
+
+# ------------------------------------------------------------------------------------------ item 8b: merged
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+def test_a_merged_resource_spec_patch_whose_answer_was_lost_is_recognised_never_sent_again(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, with_store: bool
+) -> None:
+    """What is sent is the resource_spec completed from the deployment's; the retry recognises it by the change
+    as given (which the deployment then shows), so it reattaches instead of merging and sending again."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, source_config={"resource_spec": {"memory_mb": 1024}}, verify=None)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["img-0000"])
+    assert row["outcome"] == Outcome.LANDED, row
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == 1 and len(after["revisions"]) == 2
+    shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+    assert (shown["cpu"], shown["memory_mb"]) == (1.0, 1024)  # the cpu was kept, not dropped
+
+
+# ------------------------------------------------------------------------------------------ item 8c: in place
+def test_a_retry_without_a_record_never_patches_again_what_an_earlier_try_rolled_back_in_place(
+    fleet: Any, die_at_rollback: Callable[[str, str], list[str]]
+) -> None:
+    """A service whose redeploy makes no revision deploys the old revision again: the patch's revision stays
+    the latest, but no longer serves and the deployment shows the old build. A retry without a record must
+    read that as the earlier try's rollback (never patch again), not as a patch still to be watched."""
+    emulator = fleet(1, redeploy_mode="in_place")
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["app-0000"])
+    run_started = datetime.now(timezone.utc)
+    die_at_rollback("after", "app-0000")
+    with pytest.raises(WorkerDied):
+        operator(ids, max_failures=1).execute(context_for(1, None, run_started))
+    [row] = operator(ids, max_failures=1).execute(context_for(2, None, run_started))
+    after = emulator.state.deployment(ids["app-0000"])
+    assert requests_to(emulator, PATCH_ROUTE, ids["app-0000"]) == 1, "the retry patched again"
+    assert requests_to(emulator, REDEPLOY_ROUTE, ids["app-0000"]) == 1, "the retry rolled back again"
+    assert len(after["revisions"]) == 2 and after["latest_revision_id"] == after["revisions"][-1]["id"]
+    assert after["active_revision_id"] == before["active_revision_id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["repo_ref"] == "refs/tags/v1"
+    assert row["outcome"] == Outcome.ROLLED_BACK_REASON_UNKNOWN, row
+    assert row["from_revision"] == before["active_revision_id"] and row["to_revision"] == after["latest_revision_id"]
+    assert f"revision {before['active_revision_id']} serves again (deployed again in place)" in row["message"]
+
+
+# ------------------------------------------------------------------------------------------ resource_spec only
+@pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])
+def test_a_resource_spec_only_patch_live_before_the_retry_is_verified_not_taken_as_unchanged(
+    service: Callable[..., Any], die_after_the_first_patch_answer: None, with_store: bool
+) -> None:
+    """A resource_spec-only patch makes a revision in production. Its answer was lost, and the revision went
+    live before the retry looked. The retry must reattach to that revision (the one revision made since the
+    run started, or the one after the latest recorded before the PATCH), verify it and roll it back when
+    verify refuses; it used to call the deployment 'unchanged' and succeed, verify never run."""
+    emulator = docker_fleet(service, 1)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["img-0000"])
+    store, run_started = (FakeStore() if with_store else None), datetime.now(timezone.utc)
+    verified: list[str] = []
+
+    def refuse(deployment: Any) -> bool:
+        verified.append(deployment.active_revision_id)
+        return False
+
+    def make() -> FleetRolloutOperator:
+        return operator(ids, repo_ref=None, source_config={"resource_spec": {"cpu": 2.0}}, verify=refuse)
+
+    with pytest.raises(WorkerDied):
+        make().execute(context_for(1, store, run_started))
+    wait_settled(emulator, ids["img-0000"])  # the patch's revision is live before the retry looks
+    patched = emulator.state.deployment(ids["img-0000"])["latest_revision_id"]
+    [row] = make().execute(context_for(2, store, run_started))
+    after = emulator.state.deployment(ids["img-0000"])
+    assert verified == [patched], "verify did not judge the patch's revision"
+    assert row["to_revision"] == patched and row["from_revision"] == before["active_revision_id"], row
+    assert requests_to(emulator, PATCH_ROUTE, ids["img-0000"]) == (2 if with_store else 1)  # + the spec rollback
+    assert len(after["revisions"]) == 3 and after["active_revision_id"] == after["revisions"][-1]["id"]
+    if with_store:  # the previous resource_spec was recorded before the PATCH: restored whole
+        assert row["outcome"] == Outcome.ROLLED_BACK, row
+        shown = {key: value for key, value in after["source_config"]["resource_spec"].items() if value is not None}
+        assert {key: value for key, value in shown.items() if "limit" not in key} == {"cpu": 1.0, "memory_mb": 512}
+    else:  # not recorded: the build is back, and the row says the resource_spec is not known
+        assert row["outcome"] == Outcome.ROLLED_BACK_PARTIALLY, row
+        assert "except: resource_spec (unknown: not recorded before the patch" in row["message"]

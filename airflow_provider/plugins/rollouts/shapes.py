@@ -15,7 +15,15 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_provider.fleet import CANARY, FAILURE_OUTCOMES, FleetProgress, FleetRow, WaveRecord
+from airflow_provider.fleet import (
+    BUDGET_OUTCOMES,
+    CANARY,
+    FAILURE_OUTCOMES,
+    REASON_UNKNOWN_OUTCOMES,
+    FleetProgress,
+    FleetRow,
+    WaveRecord,
+)
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
 from airflow_provider.plugins.rollouts.plugin import airflow_root_path, task_instance_tab_path
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
@@ -375,6 +383,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         view["budget"] = {
             "allowed_failures": progress.allowed_failures,
             "failures": len(progress.failures),
+            "reason_unknown": len(progress.reason_unknown),
             "exceeded": progress.budget_exceeded,
         }
         canary = next((wave for wave in progress.waves if wave.name == CANARY), None)
@@ -385,11 +394,17 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         view["waves"] = _waves_from_table(record.table)
         view["counts"] = dict(Counter(str(row.get("outcome")) for row in record.table))
         failures = sum(row.get("outcome") in FAILURE_OUTCOMES for row in record.table)
-        view["budget"] = {"allowed_failures": None, "failures": failures, "exceeded": bool(view["stopped"])}
+        unknown = sum(row.get("outcome") in REASON_UNKNOWN_OUTCOMES for row in record.table)
+        view["budget"] = {
+            "allowed_failures": None,
+            "failures": failures,
+            "reason_unknown": unknown,
+            "exceeded": bool(view["stopped"]),
+        }
         canary_rows = [row for row in record.table if row.get("wave") == CANARY]
         if canary_rows:
             view["canary"] = {
-                "failed": any(row.get("outcome") in FAILURE_OUTCOMES for row in canary_rows),
+                "failed": any(row.get("outcome") in BUDGET_OUTCOMES for row in canary_rows),
                 "deployments": [row.get("name") for row in canary_rows],
             }
     return view

@@ -18,6 +18,7 @@ const STATUS_TONE = {
   queued: "run", scheduled: "run", "rolling out": "run", verifying: "run", "rolling back": "warn", paused: "warn",
   UNUSED: "warn", AWAITING_DELETE: "warn", rolled_back: "warn", up_for_retry: "warn", status_changed: "warn",
   rolled_back_with_wave: "warn", rolled_back_partially: "bad", rolled_back_with_wave_partially: "bad",
+  rolled_back_reason_unknown: "warn",
   not_patched: "off", pending: "off",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
@@ -346,11 +347,14 @@ function renderFleet(target, data) {
   const budget = data.budget || {};
   const card = (label, value, extra) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), extra || null);
   const allowed = budget.allowed_failures;
-  const used = allowed === null || allowed === undefined ? null : Math.min(100, Math.round(100 * budget.failures / Math.max(1, allowed + 1)));
+  // What counts against the budget: the failures, and the rollbacks an earlier try made without a record of why.
+  const counted = budget.failures + (budget.reason_unknown || 0);
+  const unknownText = budget.reason_unknown ? ` + ${budget.reason_unknown} rolled back, reason unknown` : "";
+  const used = allowed === null || allowed === undefined ? null : Math.min(100, Math.round(100 * counted / Math.max(1, allowed + 1)));
   pieces.push(h("div", { class: "cards", id: "fleet-summary" },
     card("Deployments", `${total} in ${data.waves.length} wave${data.waves.length === 1 ? "" : "s"}`,
       h("div", { class: "small muted" }, countsText(counts))),
-    card("Failures", allowed === null || allowed === undefined ? `${budget.failures}` : `${budget.failures} of ${allowed} allowed`,
+    card("Failures", allowed === null || allowed === undefined ? `${budget.failures}${unknownText}` : `${budget.failures}${unknownText} of ${allowed} allowed`,
       used === null ? null : h("div", { class: `meter ${budget.exceeded ? "bad" : ""}` }, h("span", { style: null, "data-width": used }))),
     card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
     card("Now", nowText(data))));
