@@ -336,6 +336,6 @@ def test_targets_must_be_distinct_and_count_resolved(analysis_env: Any) -> None:
     (target,) = live_targets(analysis_env, 1)
     with pytest.raises(ValueError, match="distinct deployments"):
         _run(Analysis(checks=[HttpCheck()], count=1), [target, target])
-    with pytest.raises(ValueError, match="analysis.count is None"):
+    with pytest.raises(ValueError, match=r"analysis\.count is None"):
         _run(Analysis(checks=[HttpCheck()]), [target])
     assert math.isfinite(Analysis(checks=[HttpCheck()]).interval_seconds)
