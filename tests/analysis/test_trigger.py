@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -76,7 +77,7 @@ def test_the_trigger_reports_an_analysis_that_cannot_run(analysis_env: Any, fake
         "could not be found (AirflowNotFoundException)",
         "carry": {"n": 2},
     }
-    with pytest.raises(AirflowException, match="^the analysis could not run: TracingProjectCheck"):
+    with pytest.raises(AirflowException, match=r"^the analysis could not run: TracingProjectCheck"):
         analysis_event_results(event)
 
 
@@ -179,7 +180,7 @@ def test_defer_analysis_hands_the_analysis_and_the_carry_to_the_trigger() -> Non
     ],
 )
 def test_a_bad_event_names_what_is_wrong(event: Any, words: str) -> None:
-    with pytest.raises(AirflowException, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(AirflowException, match=re.escape(words)):
         analysis_event_results(event)
 
 
