@@ -173,5 +173,5 @@ async def runs_stats(request: Request, query: RunStatsQuery, tenant: Tenant) -> 
     unsupported = query.not_emulated()
     if unsupported:
         detail = f"the emulator does not apply these filters: {', '.join(unsupported)}"
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, detail)
+        raise HTTPException(422, detail)
     return JSONResponse(_state(request).run_stats(query, tenant=tenant))
