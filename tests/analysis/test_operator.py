@@ -119,7 +119,7 @@ def test_bad_arguments_fail_at_parse_time_naming_the_field() -> None:
         DeploymentAnalysisOperator(task_id="gate", analysis=Analysis(checks=[HttpCheck()]), deployment_ids="x")
     with pytest.raises(ValueError, match="exactly one of deployment_ids and deployment_names"):
         DeploymentAnalysisOperator(task_id="gate", analysis=Analysis(checks=[HttpCheck()], count=1))
-    with pytest.raises(TypeError, match="analysis must be an airflow_provider.analysis.Analysis, got dict"):
+    with pytest.raises(TypeError, match=r"analysis must be an airflow_provider\.analysis\.Analysis, got dict"):
         DeploymentAnalysisOperator(task_id="gate", analysis={"checks": []}, deployment_ids="x")  # type: ignore[arg-type]
 
 
