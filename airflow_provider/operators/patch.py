@@ -143,10 +143,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
     :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
-        once the new revision is live (before the analysis); raising, or returning a false value other than ``None`` (``False``,
-        ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check) or a true value
-        passes. Runs on the worker (also with ``deferrable=True``: after the task resumes). Needs
-        ``wait_for_rollout``.
+        once the new revision is live (before the analysis); raising, or returning a false value other than
+        ``None`` (``False``, ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check)
+        or a true value passes. Runs on the worker (also with ``deferrable=True``: after the task resumes).
+        Needs ``wait_for_rollout``.
     :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
         it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
         With an ``analysis`` without ``count``, the analysis measures for this long instead (see ``analysis``).
