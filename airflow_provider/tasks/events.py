@@ -112,7 +112,8 @@ ANALYSIS_EXTRA_MEASUREMENTS = 20
 def analysis_extra(result: Mapping[str, Any]) -> dict[str, Any]:
     """What an asset event's extra says of the analysis that judged its revision: ``verdict``,
     ``failing_check``, ``reason``, the latest :data:`ANALYSIS_EXTRA_MEASUREMENTS` measurements and
-    ``measurements_total`` (an extra stays small: Airflow stores it with every event).
+    ``measurements_total`` (an extra stays small: Airflow stores it with every event). Shortening a shortened
+    one changes nothing.
 
     :param result: an ``AnalysisResult`` (JSON; see :mod:`airflow_provider.analysis`).
     """
@@ -122,7 +123,7 @@ def analysis_extra(result: Mapping[str, Any]) -> dict[str, Any]:
         "failing_check": result.get("failing_check"),
         "reason": result.get("reason"),
         "measurements": measurements[-ANALYSIS_EXTRA_MEASUREMENTS:],
-        "measurements_total": len(measurements),
+        "measurements_total": result.get("measurements_total", len(measurements)),
     }
 
 
