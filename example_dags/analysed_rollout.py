@@ -42,7 +42,7 @@ ANALYSIS = Analysis(
         # The deployment's own tracing project (named like the deployment): runs since the revision went live.
         TracingProjectCheck(metric="error_rate", condition="< 0.05", min_run_count=20),
         # The app's health endpoint, at the URL the service shows for the deployment.
-        HttpCheck(url="{custom_url}/health", status_range=(200, 299), max_latency_seconds=2.0),
+        HttpCheck(url="{custom_url}/health", status_range=(200, 299), max_latency_seconds=2.0, name="health"),
     ],
     interval_seconds=ANALYSIS_INTERVAL,
     count=None,  # as many rounds as fit in bake_seconds: the analysis is the bake

@@ -390,5 +390,5 @@ def test_an_analysis_needs_wait_for_rollout_and_an_analysis_object(emulator: Any
             wait_for_rollout=False,
             rollback_on_failure=False,
         )
-    with pytest.raises(ValueError, match="analysis must be an airflow_provider.analysis.Analysis, got dict"):
+    with pytest.raises(ValueError, match=r"analysis must be an airflow_provider\.analysis\.Analysis, got dict"):
         patch_op(emulator, deferrable=False, analysis={"checks": []})
