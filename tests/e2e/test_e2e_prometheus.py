@@ -110,6 +110,9 @@ def test_a_real_prometheus_error_rate_rolls_back_a_revision_that_degrades_after_
     state = api.wait_for_runs([run.key], timeout=RUN_TIMEOUT)[run.key]
     record_timing(stack.name, **{"degrading rollout run": time.monotonic() - started})
     check_run(stack, run, state, "failed")
+    log = api.task_log(run.dag_id, run.run_id, "roll_out")
+    errors = log.exception_values()
+    task_failure = "\n".join(errors) or "\n".join(log.messages()[-30:])
 
     # The emulator's real state: the bad revision went live and is no longer active; the build that served
     # before serves again; nothing else was created.
@@ -120,7 +123,9 @@ def test_a_real_prometheus_error_rate_rolls_back_a_revision_that_degrades_after_
     bad_revision = bad[0]
     assert bad_revision["behaviour"]["then"]["error_rate"] == BAD_ERROR_RATE, bad_revision
     assert bad_revision["status"] == "DEPLOYED", f"the bad revision never went live: {bad_revision}"
-    assert after["active_revision_id"] != bad_revision["id"], f"the bad revision is still active: {after}"
+    assert after["active_revision_id"] != bad_revision["id"], (
+        f"the bad revision is still active; the task failed with:\n{task_failure}"
+    )
     assert len(new) <= 2, f"expected the bad revision and at most one rollback revision, got {new}"
     active = next(revision for revision in after["revisions"] if revision["id"] == after["active_revision_id"])
     assert active["id"] == previous or active["redeploy_of"] == previous, (
@@ -133,10 +138,8 @@ def test_a_real_prometheus_error_rate_rolls_back_a_revision_that_degrades_after_
     # verdict and the measurements: passing ones while the revision was good, then the failing one.
     task_states = {ti["task_id"]: ti["state"] for ti in api.task_instances(*run.key)}
     assert task_states == {"roll_out": "failed"}, task_states
-    log = api.task_log(run.dag_id, run.run_id, "roll_out")
-    errors = log.exception_values()
-    assert any(CHECK_NAME in error and "< 0.05" in error for error in errors), (
-        "the task did not fail naming the check and its condition:\n" + "\n".join(errors or log.messages()[-30:])
+    assert any(CHECK_NAME in error and "< 0.05" in error and "rolled back" in error for error in errors), (
+        f"the task did not fail naming the check, its condition and the rollback:\n{task_failure}"
     )
     assert log.count(DEFERRED) >= 2, f"expected the rollout wait and the analysis to defer: {log.count(DEFERRED)}"
     assert log.triggerer_job_ids(), "no triggerer ran the task's triggers"
