@@ -41,8 +41,8 @@ API_KEY = "demo-api-key-not-a-real-secret"
 PAYMENT_TOKEN = "demo-payment-token-masked-in-logs"
 BUILD_SECONDS = 4.0
 POLL_INTERVAL = 1.0
-ANALYSIS_INTERVAL = 5.0
-BAKE_SECONDS = 15.0
+ANALYSIS_INTERVAL = 3.0
+BAKE_SECONDS = 9.0
 STEP_TIMEOUT = 300
 
 
@@ -55,6 +55,7 @@ class DemoRun:
     :param label: name of the run's log file (default: the DAG id).
     :param behaviour: an emulator behaviour rule (``image_uri`` glob and the app's behaviour) set before the run.
     :param story: how the summary tells a rolled-back run.
+    :param failure: what made a rolled-back run fail, as the step's outcome says it.
     """
 
     dag_id: str
@@ -65,6 +66,7 @@ class DemoRun:
     label: str | None = None
     behaviour: dict[str, Any] | None = None
     story: str = "went live unhealthy, failed its smoke test and was rolled back"
+    failure: str = "smoke test failed"
 
 
 RUNS = [
@@ -83,10 +85,11 @@ RUNS = [
         "analysed_rollout",
         {"deployment_name": "checkout-api-staging", "version": "2.2.0"},
         ["checkout-api-staging"],
-        behaviour={"image_uri": "*:2.2.0", "error_rate": 0.2, "latency_ms": 120},
+        behaviour={"image_uri": "*:2.2.0", "error_rate": 0.2, "latency_ms": 120, "requests_per_second": 10},
         rolled_back=True,
         story="went live READY but failed 20% of its runs: its tracing project failed the analysis and it was "
         "rolled back",
+        failure="its tracing project's error rate failed the analysis",
     ),
     DemoRun(
         "deploy_fleet_after_build",
@@ -238,7 +241,7 @@ def main() -> int:
         "AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN": PAYMENT_TOKEN,
         "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
         "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": "120",
-        # analysed_rollout: a measurement every 5 s (the first 5 s after going live: 25 runs) for 15 s.
+        # analysed_rollout: a measurement every 3 s (the first one 3 s after going live: 30 runs at 10/s) for 9 s.
         "DEPLOYMENT_SERVICE_EXAMPLE_ANALYSIS_INTERVAL": str(ANALYSIS_INTERVAL),
         "DEPLOYMENT_SERVICE_EXAMPLE_BAKE_SECONDS": str(BAKE_SECONDS),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -263,6 +266,7 @@ def main() -> int:
         if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
             raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
         snapshots: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        notes: dict[int, list[str]] = {}
         watcher = InlineWatcher(env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"], RUNS[0].deployments[0], POLL_INTERVAL)
         say(f"   watching {watcher.deployment_name} for new revisions (smoke_test_on_new_revision's AssetWatcher)")
         watcher.start()
@@ -284,12 +288,16 @@ def main() -> int:
             took = time.monotonic() - run_started
             outcome = "succeeded" if code == 0 else "FAILED"
             if run.rolled_back:
-                expected = "failed as expected (smoke test failed, rolled back)"
+                expected = f"failed as expected ({run.failure}, rolled back)"
                 outcome = expected if code != 0 else "SUCCEEDED unexpectedly"
             say(f"   -> {outcome} in {took:.1f} s (full log: {log_path})")
             if (code != 0) != run.rolled_back:
                 failures.append(run.label or run.dag_id)
             snapshots.append((before, {d["name"]: d for d in admin.state()["deployments"]}))
+            if run.behaviour:  # what the tracing project recorded, read while the emulator still runs
+                notes[len(snapshots) - 1] = [
+                    served_while_live(base_url, before[name], snapshots[-1][1][name]) for name in run.deployments
+                ]
         event = watcher.wait(timeout=10 * POLL_INTERVAL)
         if event is None:
             failures.append("the deployment watcher (no revision_live event)")
@@ -311,9 +319,9 @@ def main() -> int:
     say()
     say("== Summary ==")
     landed = True
-    for run, (before, after) in zip(runs, snapshots, strict=True):
+    for index, (run, (before, after)) in enumerate(zip(runs, snapshots, strict=True)):
         if run.rolled_back:
-            for name in run.deployments:
+            for position, name in enumerate(run.deployments):
                 old, new = before[name], after[name]
                 created = len(new["revisions"]) - len(old["revisions"])
                 active = new["active_revision_id"]
@@ -322,10 +330,11 @@ def main() -> int:
                 back = restored and active == new["latest_revision_id"] and created == 2
                 landed = landed and back
                 say(
-                    f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} went live unhealthy, failed its "
-                    f"smoke test and was rolled back; {created} new revisions; at the end it serves {image} "
-                    f"(revision {active[:8]}, status {new['status']})"
+                    f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} {run.story}; {created} new "
+                    f"revisions; at the end it serves {image} (revision {active[:8]}, status {new['status']})"
                 )
+                if index in notes:
+                    say(f"    {notes[index][position]}")
             continue
         for name in run.deployments:
             old, new = before[name], after[name]
