@@ -98,8 +98,7 @@ def defer_analysis(
     :param analysis: the analysis, ``count`` resolved; no :class:`CallableCheck` (those run on the worker).
     :param targets: the revisions to judge.
     :param method_name: the task method to resume in.
-    :param carry: plain JSON (never a secret) echoed in the event and also given, key by key, as the resume
-        ``kwargs`` (the project's convention, read back with ``resumed_value(name, given, event)``).
+    :param carry: plain JSON (never a secret) echoed in the event and also given as ``kwargs``.
     """
     trigger = DeploymentAnalysisTrigger(
         analysis=analysis.to_json(),
@@ -110,7 +109,7 @@ def defer_analysis(
     task.defer(
         trigger=trigger,
         method_name=method_name,
-        kwargs=dict(carry),
+        kwargs={"carry": carry},
         timeout=timedelta(seconds=analysis_seconds(analysis) + DEFERRAL_GRACE),
     )
 

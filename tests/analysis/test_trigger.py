@@ -145,7 +145,7 @@ def test_defer_analysis_hands_the_analysis_and_the_carry_to_the_trigger() -> Non
     trigger = deferred.value.trigger
     assert isinstance(trigger, DeploymentAnalysisTrigger)
     assert trigger.hook_params == HOOK_PARAMS
-    assert trigger.carry == {"a": 1} and deferred.value.kwargs == {"a": 1}
+    assert trigger.carry == {"a": 1} and deferred.value.kwargs == {"carry": {"a": 1}}
     assert deferred.value.method_name == "resume"
     assert analysis_seconds(analysis) == 10 + 3 * (30 + 60)
     assert deferred.value.timeout == timedelta(seconds=analysis_seconds(analysis) + 60)
