@@ -575,7 +575,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
         if analysis_failure_reason(result) is not None:
             if result.get("verdict") == "inconclusive":
-                why = "the analysis was inconclusive (a revision not shown to be good counts as failed)"
+                why = "the analysis was inconclusive (counted as failed)"
             else:
                 why = "the analysis failed"
             return self._roll_back(context, landing, f"{why}: {result['reason']}")
