@@ -100,6 +100,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider.operators.patch",
                     "airflow_provider.operators.rollback",
                     "airflow_provider.operators.fleet",
+                    "airflow_provider.operators.analysis",
                 ],
             }
         ],

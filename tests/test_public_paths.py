@@ -50,6 +50,7 @@ OPERATOR_NAMES = {
     "ROLLBACK_STATE_KEY": "airflow_provider.operators.rollback",
     "ROLLBACK_CARRY_KEY": "airflow_provider.operators.rollback",
     "FleetRolloutOperator": "airflow_provider.operators.fleet",
+    "DeploymentAnalysisOperator": "airflow_provider.operators.analysis",
     "PATCH_FIELDS": "airflow_provider.operators.fleet",
     "SecretValue": "airflow_provider.tasks.patch_request",
     "build_patch_request": "airflow_provider.tasks.patch_request",

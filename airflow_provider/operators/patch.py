@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider.analysis import Analysis, AnalysisTarget
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.error_text import scrub
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
@@ -530,17 +530,18 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         )
 
     def execute_analysis_complete(
-        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+        self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Resume after the analysis trigger fired: land (after the bake when it is its own step), or roll back
-        (or fail) on a failed or inconclusive verdict. ``landing`` comes from the resume kwargs, else from the
-        trigger's event (``dag.test()`` drops the kwargs), else from ``task_state_store``; without it the task
-        fails to retry (a retry reattaches and analyses again), never lands. A trigger that could not analyse
-        fails the try the same way."""
+        (or fail) on a failed or inconclusive verdict. The landing comes from the resume kwargs' ``carry``,
+        else from the trigger's event (``dag.test()`` drops the kwargs), else from ``task_state_store``;
+        without it the task fails to retry (a retry reattaches and analyses again), never lands. A trigger
+        that could not analyse fails the try the same way."""
         try:
             subject = self._analysis_subject(event)
+            given = carry.get("landing") if isinstance(carry, dict) else None
             landing = self._checked_landing(
-                resumed_value("landing", landing, event) or self._recorded_landing(context, subject),
+                resumed_value("landing", given, event) or self._recorded_landing(context, subject),
                 subject,
                 "execute_analysis_complete",
             )
@@ -558,28 +559,32 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         revision_id = result.get("revision_id") if isinstance(result, dict) else None
         return {"deployment_id": deployment_id, "revision_id": revision_id}
 
-    def _judge_analysis(self, context: Context, landing: dict[str, Any], results: Mapping[str, Any]) -> dict[str, Any]:
+    def _judge_analysis(
+        self, context: Context, landing: dict[str, Any], results: Mapping[str, AnalysisResult]
+    ) -> dict[str, Any]:
         """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
         else bake (when that is its own step) and land, the deployment read again: the revision must still
         serve."""
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         result = results.get(deployment_id)
-        if not isinstance(result, dict):
+        if result is None:
             raise AirflowException(
                 f"deployment {deployment_id}: the analysis of revision {revision_id} returned no result for it "
                 f"(results for: {', '.join(map(str, results)) or 'none'}); a retry reattaches and analyses again"
             )
         context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
-        failure = analysis_failure_reason(result)
-        if failure is not None:
-            verdict = "was inconclusive" if result.get("verdict") == "inconclusive" else "failed"
-            return self._roll_back(context, landing, f"the analysis {verdict}: {failure}")
-        self.log.info("The analysis passed revision %s: %s", revision_id, result.get("reason") or "every check passed")
+        if analysis_failure_reason(result) is not None:
+            if result.get("verdict") == "inconclusive":
+                why = "the analysis was inconclusive (counted as failed)"
+            else:
+                why = "the analysis failed"
+            return self._roll_back(context, landing, f"{why}: {result['reason']}")
+        self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
         current = self._read(deployment_id)
         left = bake_verdict(current, revision_id) if revision_id else None
         if left is not None:
             return self._roll_back(context, landing, left)
-        return self._bake_and_land(context, current.model_dump(mode="json"), landing, result)
+        return self._bake_and_land(context, current.model_dump(mode="json"), landing, dict(result))
 
     def execute_bake_complete(
         self,

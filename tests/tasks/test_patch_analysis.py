@@ -260,7 +260,7 @@ def test_an_inconclusive_analysis_rolls_back_saying_inconclusive(emulator: Any, 
     )
 
     assert isinstance(outcome, AirflowFailException), outcome
-    assert "went live but the analysis was inconclusive: " in str(outcome)
+    assert "went live but the analysis was inconclusive (counted as failed): " in str(outcome)
     assert "tracing error_rate" in str(outcome)
     assert f"rolled back to revision {before['active_revision_id']}" in str(outcome)
     assert ti.xcoms["analysis"]["verdict"] == "inconclusive"
