@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider.analysis import Analysis, HttpCheck
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import (
     FleetRolloutOperator,
@@ -85,6 +86,19 @@ def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchD
     return make
 
 
+def analysed_patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchDeploymentOperator]:
+    """:func:`patch_task` with an analysis: one ``HttpCheck`` on the deployment's emulated app (``GET
+    /apps/{id}/health``; 500 while an unhealthy revision serves), two rounds a millisecond apart, then the
+    bake."""
+
+    def make(world: World, verify: Verifier | None, deferrable: bool) -> PatchDeploymentOperator:
+        app = f"{world.state.public_url}/apps/{{deployment_id}}/health"
+        analysis = Analysis(checks=[HttpCheck(url=app, name="app health")], interval_seconds=0.001, count=2)
+        return patch_task(analysis=analysis, **change)(world, verify, deferrable)
+
+    return make
+
+
 PATCH_SCENARIOS = [
     Scenario(
         "patch",
@@ -138,6 +152,23 @@ PATCH_SCENARIOS = [
         "rolled back",
         {"svc": 2},
         refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "an analysed revision lands",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 1},
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "the analysis fails: rolled back",
+        analysed_patch_task(source_config={"resource_spec": BIGGER_SPEC}, image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        unhealthy=("svc",),
         bake_seconds=BAKE_SECONDS,
     ),
     Scenario(
