@@ -172,6 +172,11 @@ class HttpCheck(_CheckBase):
             raise ValueError(
                 f"url must start with http://, https:// or {{custom_url}}, got {without_userinfo(value)!r}"
             )
+        if without_userinfo(value) != value:
+            raise ValueError(
+                "url must not hold credentials (user:password@): the analysis travels to the triggerer in the "
+                "trigger's stored arguments; check an authenticated endpoint with a CallableCheck"
+            )
         return value
 
     @field_validator("status_range")
