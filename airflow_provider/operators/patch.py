@@ -38,6 +38,7 @@ from airflow_provider.tasks.analysis import (
     analyse_on_worker,
     analysis_event_results,
     analysis_failure_reason,
+    check_analysis_sources,
     defer_analysis,
 )
 from airflow_provider.tasks.base import (
@@ -267,6 +268,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti = context["ti"]
         # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=None)
+        if self.analysis is not None:  # a connection the analysis needs is missing: fail before patching
+            check_analysis_sources(self.hook, self.analysis)
         if self.deployment_name is not None:
             name = checked_name(self.deployment_name)
             request = self.build_request()

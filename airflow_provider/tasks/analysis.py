@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, NoReturn, Protocol
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.analysis import (
     Analysis,
@@ -21,7 +21,9 @@ from airflow_provider.analysis import (
     AnalysisTarget,
     run_analysis,
 )
-from airflow_provider.analysis.definitions import VERDICTS
+from airflow_provider.analysis.definitions import VERDICTS, MetricQueryCheck, TracingProjectCheck
+from airflow_provider.analysis.endpoints import prometheus_endpoint, tracing_endpoint
+from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.tasks.base import DEFERRAL_GRACE
@@ -34,6 +36,7 @@ __all__ = [
     "analysis_event_results",
     "analysis_failure_reason",
     "analysis_seconds",
+    "check_analysis_sources",
     "defer_analysis",
 ]
 
@@ -159,3 +162,28 @@ def analysis_failure_reason(result: AnalysisResult) -> str | None:
     if result["verdict"] == "inconclusive":
         return f"analysis inconclusive (treated as failed): {result['reason']}"
     return f"analysis failed: {result['reason']}"
+
+
+def check_analysis_sources(hook: DeploymentServiceHook, analysis: Analysis) -> None:
+    """Resolve every connection the analysis measures through (a tracing project's, a Prometheus query's)
+    before anything is patched: one that is missing or incomplete fails the task naming the check kind, the
+    connection and what to set, instead of a revision going live that the analysis then cannot judge. No
+    request is sent.
+
+    :param hook: the task's hook (its connection is the tracing project's by default).
+    :param analysis: the analysis.
+    :raises AirflowFailException: naming what is missing (never a secret).
+    """
+
+    async def resolve() -> None:
+        scrubber = Scrubber()
+        for check in analysis.checks:
+            if isinstance(check, TracingProjectCheck):
+                await tracing_endpoint(check.connection_id, hook, scrubber)
+            elif isinstance(check, MetricQueryCheck):
+                await prometheus_endpoint(check.connection_id, scrubber)
+
+    try:
+        asyncio.run(resolve())
+    except AnalysisSetupError as err:
+        raise AirflowFailException(f"the analysis cannot run, nothing was patched: {err}") from None

@@ -19,7 +19,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_provider.analysis import Analysis, CallableCheck, HttpCheck, TracingProjectCheck
+from airflow_provider.analysis import Analysis, CallableCheck, HttpCheck, MetricQueryCheck, TracingProjectCheck
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
 from airflow_provider.triggers.deployment_service import DeploymentAnalysisTrigger
 from tests.tasks.conftest import CONN_ENV, SECRET, FakeStore, FakeTI, connection_json, run_trigger, scan_for_secret
@@ -51,17 +51,11 @@ PATHS = pytest.mark.parametrize(
 
 @pytest.fixture
 def emulator(deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A real-time emulator holding ``svc`` behind the default connection, its tracing base URL in the extra."""
+    """A real-time emulator holding ``svc`` behind the default connection (its tracing base URL in the extra)."""
     server = deployment_service_emulator_factory(data=SEED, frozen_clock=False, build_seconds=0.3, ready_seconds=0.1)
     monkeypatch.setenv(
         CONN_ENV,
-        connection_json(
-            server.base_url,
-            server.api_key,
-            backoff_initial=0.01,
-            backoff_max=0.02,
-            tracing_base_url=f"{server.root_url}/tracing",
-        ),
+        connection_json(server.base_url, server.api_key, backoff_initial=0.01, backoff_max=0.02),
     )
     return server
 
@@ -392,3 +386,31 @@ def test_an_analysis_needs_wait_for_rollout_and_an_analysis_object(emulator: Any
         )
     with pytest.raises(ValueError, match=r"analysis must be an airflow_provider\.analysis\.Analysis, got dict"):
         patch_op(emulator, deferrable=False, analysis={"checks": []})
+
+
+@pytest.mark.parametrize(
+    ("check", "named"),
+    [
+        (TracingProjectCheck(), "tracing_base_url"),
+        (MetricQueryCheck(query="sum(up)", condition="> 0", connection_id="prometheus_nowhere"), "prometheus_nowhere"),
+    ],
+    ids=["tracing base URL missing", "Prometheus connection missing"],
+)
+def test_a_source_the_analysis_cannot_reach_fails_before_anything_is_patched(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch, check: Any, named: str
+) -> None:
+    bare = {"conn_type": "deployment_service", "host": emulator.base_url, "password": emulator.api_key}
+    monkeypatch.setenv(CONN_ENV, json.dumps(bare))  # no extra tracing_base_url
+    before = svc(emulator)
+
+    outcome, _ = run(
+        lambda: patch_op(emulator, deferrable=True, analysis=analysis_of(check)),
+        context_with_events(FakeTI()),
+        "worker",
+    )
+
+    assert isinstance(outcome, AirflowFailException), outcome
+    assert "the analysis cannot run, nothing was patched" in str(outcome) and named in str(outcome)
+    assert emulator.api_key not in str(outcome)
+    assert svc(emulator)["revisions"] == before["revisions"]
+    assert emulator.admin.count("PATCH /v2/deployments/{deployment_id}") == 0
