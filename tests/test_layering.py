@@ -37,6 +37,9 @@ LAYERS = {
     "airflow_provider.fleet": 3,
     "airflow_provider.client": 4,
     "airflow_provider.hooks": 5,
+    # Analysis gates: pure definitions over models, measured through the hook's client and connections; the
+    # analysis trigger and the tasks use it.
+    "airflow_provider.analysis": 5.5,
     "airflow_provider.triggers": 6,
     "airflow_provider.tasks": 7,
     "airflow_provider.operators": 8,

@@ -1,0 +1,464 @@
+"""What an analysis is: its checks, how often they are measured and how their measurements are judged.
+
+Pure definitions (pydantic, no I/O, no Airflow): every bad input fails at construction, that is when the DAG
+is parsed, naming the field and what was expected. An :class:`Analysis` without a
+:class:`CallableCheck` is plain JSON (:meth:`Analysis.to_json`), so it travels to the triggerer in a
+trigger's kwargs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal, TypedDict
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields
+from airflow_provider.analysis.scrubbing import without_userinfo
+from airflow_provider.models import Deployment, Timestamp, UuidStr
+
+__all__ = [
+    "TARGET_FIELDS",
+    "TRACING_METRICS",
+    "VERDICTS",
+    "Analysis",
+    "AnalysisResult",
+    "AnalysisTarget",
+    "CallableCheck",
+    "Check",
+    "HttpCheck",
+    "Measurement",
+    "MetricQueryCheck",
+    "TracingProjectCheck",
+    "Verdict",
+]
+
+Verdict = Literal["passed", "failed", "inconclusive"]
+VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
+
+TracingMetric = Literal["error_rate", "latency_p50", "latency_p99", "run_count"]
+TRACING_METRICS: tuple[str, ...] = ("error_rate", "latency_p50", "latency_p99", "run_count")
+
+TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
+"""The template fields naming one deployment: a query using one is sent once per deployment."""
+
+
+class _CheckBase(BaseModel):
+    """What every check has: a name for logs and XCom, and a kind for JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str | None = None
+
+    def label(self) -> str:
+        """The check's name in logs, XCom and messages: ``name``, or one derived from the check."""
+        return self.name or self._default_label()
+
+    def _default_label(self) -> str:  # pragma: no cover - every kind overrides it
+        raise NotImplementedError
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("name must not be blank (leave it out for a name derived from the check)")
+        return value
+
+
+def _condition_field(value: object, field: str) -> str:
+    return str(parse_condition(value, field))
+
+
+class TracingProjectCheck(_CheckBase):
+    """Judge a deployment by the run statistics of its tracing project since the revision went live.
+
+    The tracing service's ``GET /sessions?name=<project>`` gives the project's id (once per project) and
+    ``POST /runs/stats`` its statistics since the revision went live (whole traces, ``is_root``).
+
+    :param metric: the statistic compared with ``condition``: ``error_rate`` (0..1), ``latency_p50`` or
+        ``latency_p99`` (seconds), ``run_count``.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
+    :param min_run_count: fewer runs than this since the revision went live make the measurement
+        inconclusive (too little traffic to judge).
+    :param project: the project's name, a template over ``{name}``, ``{deployment_id}``, ``{revision_id}``;
+        by default the deployment's name (the service creates a project named like each deployment).
+    :param connection_id: the connection holding the tracing service's base URL (host) and API key
+        (password); ``None``: the deployment-service connection, its API key and its extra
+        ``tracing_base_url``.
+    :param name: the check's name in logs and XCom; default ``"tracing <metric>"``.
+    """
+
+    kind: Literal["tracing_project"] = "tracing_project"
+    metric: TracingMetric = "error_rate"
+    condition: str = "< 0.05"
+    min_run_count: int = Field(default=20, ge=0)
+    project: str = "{name}"
+    connection_id: str | None = None
+
+    PROJECT_FIELDS: ClassVar[tuple[str, ...]] = TARGET_FIELDS
+
+    @field_validator("condition", mode="before")
+    @classmethod
+    def _condition(cls, value: object) -> str:
+        return _condition_field(value, "condition")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("project must name the tracing project, e.g. '{name}'")
+        template_fields(value, cls.PROJECT_FIELDS, "project")
+        return value
+
+    @field_validator("connection_id")
+    @classmethod
+    def _connection_id(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("connection_id must name an Airflow connection, or be left out (None)")
+        return value
+
+    @property
+    def parsed_condition(self) -> Condition:
+        """The condition, parsed."""
+        return parse_condition(self.condition)
+
+    def _default_label(self) -> str:
+        return f"tracing {self.metric}"
+
+
+class HttpCheck(_CheckBase):
+    """GET a URL of the deployment and judge its answer: a status range, an optional JSON field, a latency bound.
+
+    A status outside ``status_range``, a JSON field not equal to ``json_equals`` or an answer slower than
+    ``max_latency_seconds`` fails the measurement; a timeout or connection error makes it inconclusive.
+
+    :param url: a template over ``{custom_url}``, ``{name}``, ``{deployment_id}``, ``{revision_id}``;
+        by default the deployment's ``custom_url`` + ``/health``.
+    :param status_range: the inclusive range of statuses that pass, e.g. ``(200, 299)``.
+    :param json_field: a dotted path into the JSON body (``"status"``, ``"checks.db"``); requires
+        ``json_equals``.
+    :param json_equals: the value ``json_field`` must have.
+    :param max_latency_seconds: an answer slower than this fails the measurement.
+    :param timeout_seconds: how long to wait for an answer (then the measurement is inconclusive).
+    :param name: the check's name in logs and XCom; default ``"http <url>"``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)  # a URL may hold userinfo
+
+    kind: Literal["http"] = "http"
+    url: str = "{custom_url}/health"
+    status_range: tuple[int, int] = (200, 299)
+    json_field: str | None = None
+    json_equals: str | int | float | bool | None = None
+    max_latency_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: float = Field(default=10.0, gt=0)
+
+    URL_FIELDS: ClassVar[tuple[str, ...]] = ("custom_url", *TARGET_FIELDS)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        template_fields(value, cls.URL_FIELDS, "url")
+        if not value.startswith(("http://", "https://", "{custom_url}")):
+            raise ValueError(
+                f"url must start with http://, https:// or {{custom_url}}, got {without_userinfo(value)!r}"
+            )
+        return value
+
+    @field_validator("status_range")
+    @classmethod
+    def _status_range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        low, high = value
+        if not (100 <= low <= high <= 599):
+            raise ValueError(f"status_range must be (low, high) with 100 <= low <= high <= 599, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _json_condition(self) -> HttpCheck:
+        if self.json_field is not None and self.json_equals is None:
+            raise ValueError("json_equals: give the value json_field must have (json_field is set)")
+        if self.json_equals is not None and self.json_field is None:
+            raise ValueError("json_field: give the dotted path json_equals applies to (json_equals is set)")
+        if self.json_field is not None and (not self.json_field.strip() or "" in self.json_field.split(".")):
+            raise ValueError(f"json_field must be a dotted path such as 'checks.db', got {self.json_field!r}")
+        return self
+
+    def describe_condition(self) -> str:
+        """What passes, in words: ``status 200..299, status == 'ok', latency <= 1s``."""
+        parts = [f"status {self.status_range[0]}..{self.status_range[1]}"]
+        if self.json_field is not None:
+            parts.append(f"{self.json_field} == {self.json_equals!r}")
+        if self.max_latency_seconds is not None:
+            parts.append(f"latency <= {self.max_latency_seconds:g}s")
+        return ", ".join(parts)
+
+    def _default_label(self) -> str:
+        return f"http {without_userinfo(self.url)}"
+
+
+class MetricQueryCheck(_CheckBase):
+    """Compare the value of a Prometheus instant query (``GET /api/v1/query``) with a threshold.
+
+    A query with no per-deployment field (``{name}``, ``{deployment_id}``, ``{revision_id}``) is sent once
+    per round for every deployment analysed together: it should return a vector labelled by deployment
+    (``sum by (name) (...)``), each deployment reading the sample whose ``deployment_label`` names it. A
+    query with such a field is sent once per deployment. An empty result, or ``NaN``, is inconclusive.
+
+    :param query: PromQL; may use ``{name}``, ``{deployment_id}``, ``{revision_id}`` and ``{since_seconds}``
+        (whole seconds since the revision went live, at least 1). PromQL's own braces stay as written.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
+    :param connection_id: the Airflow connection of the Prometheus-compatible API: host (with scheme),
+        port and schema (a path prefix) make the base URL; login/password are basic auth; extra
+        ``{"headers": {...}}`` or ``{"bearer_token": "..."}``.
+    :param deployment_label: the label of a vector sample naming the deployment; its value is matched
+        against the deployment's name and id.
+    :param name: the check's name in logs and XCom; default ``"metric <query>"``.
+    """
+
+    kind: Literal["metric_query"] = "metric_query"
+    query: str
+    condition: str
+    connection_id: str = "prometheus_default"
+    deployment_label: str = "name"
+
+    QUERY_FIELDS: ClassVar[tuple[str, ...]] = (*TARGET_FIELDS, "since_seconds")
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query must be a PromQL expression, got an empty string")
+        template_fields(value, cls.QUERY_FIELDS, "query")
+        return value
+
+    @field_validator("condition", mode="before")
+    @classmethod
+    def _condition(cls, value: object) -> str:
+        return _condition_field(value, "condition")
+
+    @field_validator("connection_id", "deployment_label")
+    @classmethod
+    def _not_blank(cls, value: str, info: ValidationInfo) -> str:
+        if not value.strip():
+            raise ValueError(f"{info.field_name} must not be blank")
+        return value
+
+    @property
+    def parsed_condition(self) -> Condition:
+        """The condition, parsed."""
+        return parse_condition(self.condition)
+
+    @property
+    def per_target(self) -> bool:
+        """Whether the query names one deployment (sent once per deployment), else one vector for all."""
+        return any(name in TARGET_FIELDS for name in template_fields(self.query, self.QUERY_FIELDS, "query"))
+
+    def _default_label(self) -> str:
+        query = " ".join(self.query.split())
+        return f"metric {query if len(query) <= 60 else query[:57] + '...'}"
+
+
+class CallableCheck(_CheckBase):
+    """A Python callable judging the deployment, run on the worker (it cannot travel to the triggerer).
+
+    ``func(deployment)`` returns ``False`` (failed), ``True`` or ``None`` (passed) or a number (the measured
+    value: passed, or compared with ``condition`` when one is given); raising fails the measurement.
+
+    :param func: called with the :class:`~airflow_provider.models.Deployment` as the service shows it this
+        round; blocking calls are fine (it runs in a worker thread).
+    :param condition: optional threshold for a numeric result, e.g. ``"< 0.05"``.
+    :param name: the check's name in logs and XCom; default the callable's name.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    kind: Literal["callable"] = "callable"
+    func: Callable[[Deployment], bool | float | None]
+    condition: str | None = None
+
+    @field_validator("condition", mode="before")
+    @classmethod
+    def _condition(cls, value: object) -> str | None:
+        return None if value is None else _condition_field(value, "condition")
+
+    @property
+    def parsed_condition(self) -> Condition | None:
+        """The condition, parsed (``None`` when not given)."""
+        return None if self.condition is None else parse_condition(self.condition)
+
+    def _default_label(self) -> str:
+        return f"callable {getattr(self.func, '__name__', type(self.func).__name__)}"
+
+
+Check = Annotated[
+    TracingProjectCheck | HttpCheck | MetricQueryCheck | CallableCheck,
+    Field(discriminator="kind"),
+]
+
+
+class Analysis(BaseModel):
+    """Measure checks every ``interval_seconds`` for ``count`` rounds and judge the revision by them.
+
+    One measurement per check per round. A check whose failed measurements reach ``failure_limit`` fails
+    the revision at once; a check inconclusive more than ``inconclusive_limit`` times makes the analysis
+    inconclusive at once; after ``count`` rounds the analysis passed when every check passed at least once,
+    else it is inconclusive. A task treats inconclusive like failed. Round ``k`` is measured
+    ``initial_delay_seconds + k * interval_seconds`` after the analysis starts (each round sees an
+    interval of traffic).
+
+    :param checks: one or more of :class:`TracingProjectCheck`, :class:`HttpCheck`,
+        :class:`MetricQueryCheck`, :class:`CallableCheck` (their names must differ).
+    :param interval_seconds: seconds between rounds (> 0).
+    :param count: number of rounds (>= 1); ``None``: as many as fit in the task's bake window.
+    :param failure_limit: failed measurements of one check that fail the revision (1..count).
+    :param inconclusive_limit: inconclusive measurements of one check tolerated (>= 0).
+    :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    checks: list[Check] = Field(min_length=1)
+    interval_seconds: float = Field(default=60.0, gt=0)
+    count: int | None = Field(default=None, ge=1)
+    failure_limit: int = Field(default=1, ge=1)
+    inconclusive_limit: int = Field(default=1, ge=0)
+    initial_delay_seconds: float = Field(default=0.0, ge=0)
+
+    @field_validator("interval_seconds", "initial_delay_seconds")
+    @classmethod
+    def _finite(cls, value: float, info: ValidationInfo) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be a finite number of seconds, got {value}")
+        return value
+
+    @field_validator("checks")
+    @classmethod
+    def _distinct_names(cls, value: list[Any]) -> list[Any]:
+        labels = [check.label() for check in value]
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:
+            raise ValueError(f"checks must have distinct names; give each a name=, repeated: {repeated}")
+        return value
+
+    @field_validator("failure_limit")
+    @classmethod
+    def _failure_limit(cls, value: int, info: ValidationInfo) -> int:
+        count = info.data.get("count")
+        if count is not None and value > count:
+            raise ValueError(
+                f"failure_limit must be at most count ({count}), got {value}: the analysis could never fail"
+            )
+        return value
+
+    @property
+    def runs_on_worker(self) -> bool:
+        """Whether it holds a :class:`CallableCheck` (measured on the worker, never in the triggerer)."""
+        return any(isinstance(check, CallableCheck) for check in self.checks)
+
+    def with_count_for(self, bake_seconds: float | None) -> Analysis:
+        """This analysis with ``count`` resolved: as many rounds as fit in ``bake_seconds`` (at least one).
+
+        :param bake_seconds: the task's bake window, ``None`` when it has none.
+        :raises ValueError: naming ``analysis.count`` when ``count`` is ``None`` and there is no bake window,
+            or ``analysis.failure_limit`` when the rounds that fit are fewer than it.
+        """
+        if self.count is not None:
+            return self
+        if bake_seconds is None or bake_seconds <= 0:
+            raise ValueError(
+                "analysis.count is None (as many rounds as fit in the bake window) but the task has no "
+                "bake_seconds: give analysis.count, or bake_seconds"
+            )
+        count = max(1, math.floor((bake_seconds - self.initial_delay_seconds) / self.interval_seconds))
+        if self.failure_limit > count:
+            raise ValueError(
+                f"analysis.failure_limit ({self.failure_limit}) is above the {count} round(s) of "
+                f"{self.interval_seconds:g}s that fit in bake_seconds={bake_seconds:g}: the analysis could never fail"
+            )
+        return self.model_copy(update={"count": count})
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for a trigger's kwargs; ``ValueError`` when it holds a :class:`CallableCheck`."""
+        if self.runs_on_worker:
+            raise ValueError("an analysis with a CallableCheck runs on the worker only: it cannot be serialized")
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Analysis:
+        """The analysis :meth:`to_json` gave.
+
+        :param data: the JSON form.
+        """
+        return cls.model_validate(data)
+
+    def rounds(self) -> int:
+        """The number of rounds; ``ValueError`` when ``count`` is not resolved (see :meth:`with_count_for`)."""
+        if self.count is None:
+            raise ValueError("analysis.count is None: resolve it with with_count_for(bake_seconds) first")
+        return self.count
+
+
+class AnalysisTarget(BaseModel):
+    """One deployment's revision under analysis (JSON-serializable).
+
+    :param deployment_id: the deployment's id.
+    :param name: the deployment's name (the tracing project's name by default).
+    :param revision_id: the revision being judged.
+    :param live_since: when the revision went live (statistics are read from then); UTC.
+    :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment_id: UuidStr
+    name: str = Field(min_length=1)
+    revision_id: UuidStr
+    live_since: Timestamp
+    custom_url: str | None = None
+
+    def template_values(self, now: datetime) -> dict[str, object]:
+        """The values of the template fields for this target at ``now``.
+
+        :param now: the time of the measurement (aware).
+        """
+        since = max(1, math.ceil((now - self.live_since).total_seconds()))
+        return {
+            "name": self.name,
+            "deployment_id": self.deployment_id,
+            "revision_id": self.revision_id,
+            "custom_url": (self.custom_url or "").rstrip("/"),
+            "since_seconds": since,
+        }
+
+
+class Measurement(TypedDict):
+    """One measurement of one check for one deployment (JSON, in XCom and events)."""
+
+    round: int
+    check: str
+    deployment_id: str
+    name: str
+    at: str
+    value: float | None
+    condition: str
+    verdict: Verdict
+    detail: str
+
+
+class AnalysisResult(TypedDict):
+    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras)."""
+
+    verdict: Verdict
+    failing_check: str | None
+    reason: str
+    revision_id: str
+    measurements: list[Measurement]

@@ -1,0 +1,126 @@
+"""The verdict rules: failure_limit, inconclusive_limit, and passed/inconclusive after count."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider.analysis import Analysis, HttpCheck, Measurement, TracingProjectCheck
+from airflow_provider.analysis.definitions import Verdict
+from airflow_provider.analysis.judge import STILL_SERVING, Judgement
+
+REVISION = "00000000-0000-4000-8000-00000000000b"
+TRACING = "tracing error_rate"
+HTTP = "http {custom_url}/health"
+
+
+def _measurement(round_number: int, check: str, verdict: Verdict, value: float | None = 0.1) -> Measurement:
+    return Measurement(
+        round=round_number,
+        check=check,
+        deployment_id="d",
+        name="shop",
+        at="2026-01-01T00:00:00+00:00",
+        value=value,
+        condition="< 0.05",
+        verdict=verdict,
+        detail=f"{check} detail {round_number}",
+    )
+
+
+def _judgement(**analysis: int) -> Judgement:
+    full = Analysis(checks=[TracingProjectCheck(), HttpCheck()], **analysis)  # type: ignore[arg-type]
+    return Judgement(full, REVISION, [check.label() for check in full.checks])
+
+
+def _play(judgement: Judgement, rounds: list[dict[str, Verdict]]) -> None:
+    for number, verdicts in enumerate(rounds, start=1):
+        for check, verdict in verdicts.items():
+            judgement.record(_measurement(number, check, verdict))
+
+
+def test_a_check_failing_failure_limit_times_fails_the_revision_at_once() -> None:
+    judgement = _judgement(count=5, failure_limit=2)
+    judgement.record(_measurement(1, TRACING, "failed"))
+    judgement.record(_measurement(1, HTTP, "passed"))
+    judgement.record(_measurement(2, HTTP, "passed"))
+    assert not judgement.decided
+    judgement.record(_measurement(2, TRACING, "failed"))
+    assert judgement.decided
+    result = judgement.result
+    assert result is not None
+    assert result["verdict"] == "failed"
+    assert result["failing_check"] == TRACING
+    assert result["reason"] == (f"check {TRACING!r} failed 2 of 2 allowed: 0.100, needs < 0.05 ({TRACING} detail 2)")
+    assert result["revision_id"] == REVISION
+    assert [m["round"] for m in result["measurements"]] == [1, 1, 2, 2]
+
+
+def test_the_rest_of_the_deciding_round_is_recorded_and_later_rounds_are_not() -> None:
+    judgement = _judgement(count=3)
+    judgement.record(_measurement(1, TRACING, "failed"))
+    judgement.record(_measurement(1, HTTP, "passed"))
+    judgement.record(_measurement(2, HTTP, "passed"))
+    result = judgement.finish(3)
+    assert result["verdict"] == "failed"
+    assert [(m["round"], m["check"]) for m in result["measurements"]] == [(1, TRACING), (1, HTTP)]
+
+
+def test_inconclusive_beyond_the_limit_makes_the_analysis_inconclusive() -> None:
+    judgement = _judgement(count=5, inconclusive_limit=1)
+    _play(judgement, [{TRACING: "inconclusive", HTTP: "passed"}])
+    assert not judgement.decided
+    judgement.record(_measurement(2, TRACING, "inconclusive"))
+    result = judgement.result
+    assert result is not None
+    assert result["verdict"] == "inconclusive"
+    assert result["failing_check"] == TRACING
+    assert "could not be measured 2 times, more than the 1 allowed" in result["reason"]
+
+
+def test_inconclusive_limit_zero_allows_none() -> None:
+    judgement = _judgement(count=5, inconclusive_limit=0)
+    judgement.record(_measurement(1, HTTP, "inconclusive"))
+    assert judgement.result is not None and judgement.result["verdict"] == "inconclusive"
+
+
+def test_after_count_rounds_every_check_passing_once_passes() -> None:
+    judgement = _judgement(count=3, inconclusive_limit=2)
+    _play(
+        judgement,
+        [
+            {TRACING: "inconclusive", HTTP: "passed"},
+            {TRACING: "inconclusive", HTTP: "passed"},
+            {TRACING: "passed", HTTP: "passed"},
+        ],
+    )
+    result = judgement.finish(3)
+    assert (result["verdict"], result["failing_check"]) == ("passed", None)
+    assert result["reason"] == "all 2 check(s) passed over 3 round(s)"
+    assert len(result["measurements"]) == 6
+
+
+def test_after_count_rounds_a_check_that_never_passed_is_inconclusive() -> None:
+    judgement = _judgement(count=2, inconclusive_limit=2)
+    _play(judgement, [{TRACING: "inconclusive", HTTP: "passed"}, {TRACING: "inconclusive", HTTP: "passed"}])
+    result = judgement.finish(2)
+    assert (result["verdict"], result["failing_check"]) == ("inconclusive", TRACING)
+    assert result["reason"] == f"check {TRACING!r} never passed in 2 round(s): last inconclusive, {TRACING} detail 2"
+
+
+def test_a_failure_below_the_limit_does_not_stop_a_pass() -> None:
+    judgement = _judgement(count=3, failure_limit=2)
+    _play(
+        judgement,
+        [{TRACING: "failed", HTTP: "passed"}, {TRACING: "passed", HTTP: "passed"}, {TRACING: "passed", HTTP: "passed"}],
+    )
+    assert judgement.finish(3)["verdict"] == "passed"
+
+
+@pytest.mark.parametrize("before", [0, 1])
+def test_a_revision_that_stops_serving_fails_with_still_serving(before: int) -> None:
+    judgement = _judgement(count=3)
+    _play(judgement, [{TRACING: "passed", HTTP: "passed"}] * before)
+    judgement.stop_serving(before + 1, "revision r is no longer active (active: s, status READY)")
+    result = judgement.finish(3)
+    assert (result["verdict"], result["failing_check"]) == ("failed", STILL_SERVING)
+    assert result["reason"].startswith("revision r is no longer active")
