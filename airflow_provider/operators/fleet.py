@@ -574,7 +574,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
     @staticmethod
     def _check_names(analysis: Analysis) -> list[str]:
-        return [check.name or type(check).__name__ for check in analysis.checks]
+        return [check.label() for check in analysis.checks]
 
     def _watch_bake_seconds(self) -> float:
         """The bake a wave's watch waits: none when the analysis's rounds fill ``bake_seconds`` (``count=None``:
