@@ -4,9 +4,11 @@ It serves the four endpoints of the spec (plus the production-only endpoints: ge
 get revisions, redeploy a revision, revision logs; and an emulator-only ``POST /v2/deployments``) from
 an in-memory store, with the production PATCH contract (:mod:`.contract`, :mod:`.rules`), a revision
 state machine driven by a clock the tests control, emulated apps whose health a test can break
-(:mod:`.health`), fault injection and a request log under ``/_emulator``. It depends only on
-:mod:`airflow_provider.models`, never on the provider's client, so tests run one against the other over
-the wire.
+(:mod:`.health`) whose behaviour a test sets (:mod:`.behaviour`: error rate, latency, health status, changing
+after N seconds), the tracing service's endpoints answering from that behaviour (:mod:`.tracing`), the
+apps' traffic as Prometheus metrics (:mod:`.metrics`), fault injection and a request log under
+``/_emulator``. It depends only on :mod:`airflow_provider.models`, never on the provider's client, so tests
+run one against the other over the wire.
 
 Typical use (see also the pytest fixtures in :mod:`airflow_provider.emulator.pytest_plugin`)::
 
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .admin_client import EmulatorAdmin, EmulatorAdminError
     from .app import create_app
+    from .behaviour import Behaviour, BehaviourPlan, BehaviourRule
     from .clock import Clock
     from .contract import PatchBody
     from .faults import CHAOS_KINDS, ChaosSettings, FaultKind, FaultRule, RequestRecord
@@ -40,6 +43,9 @@ if TYPE_CHECKING:
 
 # Exports load on first use, so importing a light submodule (state, clock) does not load the web stack.
 _EXPORTS = {
+    "Behaviour": "behaviour",
+    "BehaviourPlan": "behaviour",
+    "BehaviourRule": "behaviour",
     "CHAOS_KINDS": "faults",
     "DEFAULT_TENANT_ID": "state",
     "ChaosSettings": "faults",
@@ -66,6 +72,9 @@ __all__ = [
     "CHAOS_KINDS",
     "DEFAULT_TENANT_ID",
     "OPTIONAL_ENDPOINTS",
+    "Behaviour",
+    "BehaviourPlan",
+    "BehaviourRule",
     "ChaosSettings",
     "Clock",
     "DeploymentFilters",

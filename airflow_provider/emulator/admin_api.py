@@ -22,6 +22,14 @@ Route                                                        Body / answer
 ``POST /_emulator/deployments/{id}/unhealthy-next-revision``  ``{}`` -> ``{"revision_id": ... | null}``
 ``POST /_emulator/deployments/{id}/revisions/{rid}/health``  ``{"healthy": false}`` -> revision
 ``GET|POST|DELETE /_emulator/unhealthy-rules``               list / add ``{"image_uri": "*:bad*"}`` / clear
+``PUT /_emulator/deployments/{id}/behaviour``                ``{"revision_id": null | "next" | id,
+                                                             "error_rate": 0.2, "latency_ms": 80,
+                                                             "health_status": 200, "requests_per_second": 5,
+                                                             "after_seconds": 30, "then": {...}}``
+``GET /_emulator/deployments/{id}/behaviour``                the plan in force (``?revision_id=``; default
+                                                             the active revision)
+``GET|POST|DELETE /_emulator/behaviour-rules``               list / add ``{"image_uri": "*:bad*",
+                                                             "error_rate": 0.2}`` / clear
 ==========================================================  ===========================================
 
 Switches (``/settings``): ``resource_spec_mode`` is ``replace`` (production: a PATCH with a
@@ -30,6 +38,10 @@ field, no revision); ``redeploy_mode`` is ``new_revision`` (default: a redeploy 
 ``in_place`` (it creates none: the old revision is deployed again); ``disabled_endpoints`` names
 production-only endpoints to answer 404/405 (``get_deployment``, ``list_revisions``, ``get_revision``,
 ``redeploy``, ``revision_logs``).
+
+Behaviour (see :mod:`airflow_provider.emulator.behaviour`): what a revision's app does while live (error
+rate, latency, health status, requests per second, optionally changing ``after_seconds`` after it went
+live); it drives the app's health check, the tracing endpoints and ``/metrics``.
 
 Unhealthy revisions build and go live (``DEPLOYED``) but the deployment's app, at
 ``{root}/apps/{deployment_id}`` (its ``custom_url``), answers 500 while one is active.
@@ -44,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider.models import DeploymentType
 
+from .behaviour import BehaviourPlan, BehaviourRule
 from .faults import ChaosSettings, FaultRule
 from .health import UnhealthyRule
 from .state import EmulatorState, OptionalEndpoint, RedeployMode, ResourceSpecMode, StatusName
@@ -117,6 +130,13 @@ class HealthBody(_Body):
     """Whether a revision's app is healthy (``false``: it answers 500 while the revision is active)."""
 
     healthy: bool = False
+
+
+class BehaviourBody(BehaviourPlan):
+    """A revision's behaviour: ``revision_id`` null (the latest revision), ``"next"`` (the next one created)
+    or an id, then the :class:`~airflow_provider.emulator.behaviour.BehaviourPlan` fields."""
+
+    revision_id: str | None = None
 
 
 def _clock(state: EmulatorState) -> dict[str, Any]:
@@ -272,4 +292,45 @@ async def add_unhealthy_rule(rule: UnhealthyRule, state: State) -> dict[str, Any
 @admin_router.delete("/unhealthy-rules", status_code=204, description="Remove every unhealthy rule.")
 async def clear_unhealthy_rules(state: State) -> Response:
     state.clear_unhealthy_rules()
+    return Response(status_code=204)
+
+
+@admin_router.put(
+    "/deployments/{deployment_id}/behaviour",
+    description="Set what a revision's app does while live (revision_id null: the latest revision; 'next': the "
+    "next revision created). Answers {'revision_id': id | null, 'behaviour': plan}.",
+)
+async def set_behaviour(deployment_id: str, body: BehaviourBody, state: State) -> dict[str, Any]:
+    plan = BehaviourPlan.model_validate(body.model_dump(exclude={"revision_id"}))
+    return state.set_behaviour(deployment_id, plan, revision_id=body.revision_id)
+
+
+@admin_router.get(
+    "/deployments/{deployment_id}/behaviour",
+    description="The plan a revision follows now (default: the active revision): its own, a rule's or the default.",
+)
+async def get_behaviour(deployment_id: str, state: State, revision_id: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = state.behaviour(deployment_id, revision_id).model_dump(mode="json")
+    return result
+
+
+@admin_router.get("/behaviour-rules", description="The behaviour rules in force, oldest first.")
+async def get_behaviour_rules(state: State) -> list[dict[str, Any]]:
+    return [rule.model_dump(mode="json") for rule in state.behaviour_rules()]
+
+
+@admin_router.post(
+    "/behaviour-rules",
+    status_code=201,
+    description="Every revision (existing ones included, from now on) whose image_uri or repo_ref matches the glob "
+    "follows this plan unless one was set for it; deployment_id limits the rule to one deployment.",
+)
+async def add_behaviour_rule(rule: BehaviourRule, state: State) -> dict[str, Any]:
+    result: dict[str, Any] = state.add_behaviour_rule(rule).model_dump(mode="json")
+    return result
+
+
+@admin_router.delete("/behaviour-rules", status_code=204, description="Remove every behaviour rule from now on.")
+async def clear_behaviour_rules(state: State) -> Response:
+    state.clear_behaviour_rules()
     return Response(status_code=204)

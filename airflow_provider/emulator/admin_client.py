@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -25,7 +25,7 @@ class EmulatorAdminError(RuntimeError):
 
 class EmulatorAdmin:
     """Drive a running emulator through ``/_emulator``: clock, faults, builds, statuses, request log,
-    switches (``resource_spec_mode``, disabled endpoints) and unhealthy revisions.
+    switches (``resource_spec_mode``, disabled endpoints), unhealthy revisions and app behaviour.
 
     :param root_url: the emulator's root URL (without the service path prefix), e.g.
         ``http://127.0.0.1:8765``.
@@ -274,6 +274,74 @@ class EmulatorAdmin:
     def clear_unhealthy_rules(self) -> None:
         """Remove every unhealthy rule (marks on revisions stay)."""
         self._call("DELETE", "/unhealthy-rules")
+
+    # ------------------------------------------------------------------------------ app behaviour
+    def set_behaviour(
+        self,
+        deployment_id: str,
+        *,
+        revision_id: str | None = None,
+        error_rate: float = 0.0,
+        latency_ms: float = 0.0,
+        health_status: int = 200,
+        requests_per_second: float = 5.0,
+        after_seconds: float | None = None,
+        then: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Set what a revision's app does while live; return ``{"revision_id", "behaviour"}``.
+
+        :param deployment_id: the deployment.
+        :param revision_id: the revision; ``None``: the latest one; ``"next"``: the next revision created.
+        :param error_rate: share of requests that fail, 0..1.
+        :param latency_ms: time per request (the health check sleeps it, at most 2 s).
+        :param health_status: status of the app's health check.
+        :param requests_per_second: requests served per second of emulated time.
+        :param after_seconds: seconds after going live at which ``then`` takes over.
+        :param then: the behaviour from then on (``error_rate``, ``latency_ms``, ``health_status``,
+            ``requests_per_second``).
+        """
+        body = {
+            "revision_id": revision_id,
+            "error_rate": error_rate,
+            "latency_ms": latency_ms,
+            "health_status": health_status,
+            "requests_per_second": requests_per_second,
+            "after_seconds": after_seconds,
+            "then": dict(then) if then is not None else None,
+        }
+        result: dict[str, Any] = self._call("PUT", f"/deployments/{deployment_id}/behaviour", body)
+        return result
+
+    def behaviour(self, deployment_id: str, revision_id: str | None = None) -> dict[str, Any]:
+        """The plan a revision follows now (default: the active revision)."""
+        path = f"/deployments/{deployment_id}/behaviour"
+        if revision_id is not None:
+            path += f"?revision_id={revision_id}"
+        result: dict[str, Any] = self._call("GET", path)
+        return result
+
+    def add_behaviour_rule(
+        self,
+        *,
+        image_uri: str | None = None,
+        repo_ref: str | None = None,
+        deployment_id: str | None = None,
+        **behaviour: Any,
+    ) -> dict[str, Any]:
+        """Give every revision whose ``image_uri`` or ``repo_ref`` matches a glob a behaviour (the
+        :meth:`set_behaviour` fields as keywords, e.g. ``error_rate=0.2``); return the rule."""
+        body = {"image_uri": image_uri, "repo_ref": repo_ref, "deployment_id": deployment_id, **behaviour}
+        result: dict[str, Any] = self._call("POST", "/behaviour-rules", body)
+        return result
+
+    def behaviour_rules(self) -> list[dict[str, Any]]:
+        """The behaviour rules in force."""
+        result: list[dict[str, Any]] = self._call("GET", "/behaviour-rules")
+        return result
+
+    def clear_behaviour_rules(self) -> None:
+        """Remove every behaviour rule from now on (plans set on revisions stay)."""
+        self._call("DELETE", "/behaviour-rules")
 
 
 def _retry_after(value: str | float | None) -> str | None:

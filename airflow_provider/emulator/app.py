@@ -20,7 +20,11 @@ Service endpoints (under the state's ``path_prefix``):
     ``{"logs": [{"timestamp", "level", "message"}], "next_offset": cursor | null}``;
 * ``POST /v2/deployments``: emulator-only contract (tag ``emulator-only``);
 * ``GET /apps/{deployment_id}[/any/path]`` (no prefix, no key; tag ``emulated-apps``): the deployment's
-  app, 200 healthy / 500 unhealthy / 503 nothing live (see :mod:`airflow_provider.emulator.health`).
+  app, 200 healthy / 500 unhealthy / 503 nothing live (see :mod:`airflow_provider.emulator.health`);
+* ``GET /tracing/sessions``, ``POST /tracing/runs/stats`` (no prefix, the service's key; tag
+  ``tracing-service``): the tracing service's endpoints (see :mod:`airflow_provider.emulator.tracing`);
+* ``GET /metrics`` (no prefix, no key; tag ``emulated-metrics``): the apps' traffic in the Prometheus text
+  format (see :mod:`airflow_provider.emulator.metrics`).
 
 PATCH follows the production contract: 422 schema errors (:mod:`airflow_provider.emulator.contract`),
 400 rule refusals (:mod:`airflow_provider.emulator.rules`), nothing applied when refused.
@@ -29,6 +33,7 @@ Deployments are answered with secret values in clear, as production may: clients
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import uuid
 from typing import Annotated, Any
@@ -56,6 +61,7 @@ from airflow_provider.models import (
 from .admin_api import admin_router
 from .contract import PatchBody
 from .health import APPS_PREFIX
+from .metrics import METRICS_PATH, metrics_router
 from .middleware import FaultMiddleware, install_log_filter
 from .revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogOrder, LogType
 from .state import (
@@ -67,6 +73,7 @@ from .state import (
     OptionalEndpoint,
     StatusName,
 )
+from .tracing import tracing_router
 
 SPEC_TAG = "service"
 PRODUCTION_ONLY_TAG = "production-only"
@@ -316,20 +323,22 @@ async def revision_logs(
 
 @apps_router.get("/{deployment_id}", summary="The deployment's emulated app: its health")
 async def app_root(deployment_id: str, state: State) -> JSONResponse:
-    return _app(deployment_id, state)
+    return await _app(deployment_id, state)
 
 
 @apps_router.get("/{deployment_id}/{path:path}", summary="Any path of the deployment's emulated app: its health")
 async def app_path(deployment_id: str, path: str, state: State) -> JSONResponse:
-    return _app(deployment_id, state)
+    return await _app(deployment_id, state)
 
 
-def _app(deployment_id: str, state: EmulatorState) -> JSONResponse:
+async def _app(deployment_id: str, state: EmulatorState) -> JSONResponse:
     try:
-        status_code, body = state.app_health(deployment_id)
+        answer = state.app_answer(deployment_id)
     except NotFound:
         return _json({"status": "not_found", "detail": f"No app for deployment {deployment_id}."}, 404)
-    return _json(body, status_code)
+    if answer.latency_seconds > 0:
+        await asyncio.sleep(answer.latency_seconds)
+    return _json(answer.body, answer.status_code)
 
 
 @emulator_router.post(
@@ -360,10 +369,14 @@ def create_app(state: EmulatorState) -> FastAPI:
         app.include_router(optional_router, prefix=state.path_prefix)
     app.include_router(emulator_router, prefix=state.path_prefix)
     app.include_router(apps_router)
+    app.include_router(tracing_router)
+    app.include_router(metrics_router)
     app.include_router(admin_router)
     app.add_exception_handler(EmulatorError, _emulator_error)
     passthrough = frozenset(
-        path for path in (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if path
+        path
+        for path in (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url, METRICS_PATH)
+        if path
     )
     app.add_middleware(FaultMiddleware, state=state, router=app.router, passthrough=passthrough)
     install_log_filter()

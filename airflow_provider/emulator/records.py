@@ -39,6 +39,7 @@ from airflow_provider.models import (
     SourceRevisionConfig,
 )
 
+from .behaviour import BehaviourPlan
 from .contract import render_resource_spec
 
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
@@ -90,6 +91,8 @@ class RevisionRecord:
     :param unhealthy: emulator-only: the app answers 500 while this revision is active.
     :param remote_reconciled: the ``remote_reconciled`` filter flag (the deployment's at creation).
     :param deployed_again: emulator-only: the revision was redeployed in place (``redeploy_mode="in_place"``).
+    :param behaviour_changes: emulator-only: ``(when, plan)`` each time its app's behaviour was set, oldest
+        first (none: a rule's or the default; see :mod:`airflow_provider.emulator.behaviour`).
     """
 
     id: str
@@ -107,10 +110,16 @@ class RevisionRecord:
     unhealthy: bool = False
     remote_reconciled: bool = False
     deployed_again: bool = False
+    behaviour_changes: list[tuple[datetime, BehaviourPlan]] = field(default_factory=list)
     updated_at: datetime = field(init=False)
 
     def __post_init__(self) -> None:
         self.updated_at = self.created_at
+
+    @property
+    def behaviour(self) -> BehaviourPlan | None:
+        """The behaviour last set for this revision (``None``: never set)."""
+        return self.behaviour_changes[-1][1] if self.behaviour_changes else None
 
     @property
     def finished(self) -> bool:
@@ -183,6 +192,7 @@ class RevisionRecord:
             "redeploy_of": self.redeploy_of,
             "deployed_again": self.deployed_again,
             "unhealthy": self.unhealthy,
+            "behaviour": self.behaviour.model_dump(mode="json") if self.behaviour is not None else None,
             "fail_with": self.fail_with.value if self.fail_with else None,
             "started_at": self.started_at.isoformat() if self.started_at else None,
         }
@@ -214,6 +224,11 @@ class DeploymentRecord:
     """A failure for the next revision to be created (see :meth:`fail_next_build`)."""
     pending_unhealthy: bool = False
     """The next revision created will be unhealthy (see :meth:`mark_next_unhealthy`)."""
+    pending_behaviour: BehaviourPlan | None = None
+    """The behaviour of the next revision created (see :meth:`EmulatorState.set_behaviour`)."""
+    serving_history: list[tuple[str, datetime]] = field(default_factory=list)
+    """``(revision id, when it went live)`` each time a revision went live, oldest first: the revision serves
+    until the next entry (see :func:`airflow_provider.emulator.behaviour.serving_spans`)."""
 
     @property
     def id(self) -> str:
@@ -279,6 +294,10 @@ class DeploymentRecord:
         if touch or status is RevisionStatus.DEPLOYED:
             self.touch(at)
         if status is RevisionStatus.DEPLOYED:
+            previous = self.resource.active_revision_id
+            if not self.serving_history and previous is not None and self.active_since is not None:
+                self.serving_history.append((previous, self.active_since))  # seeded as live: it served until now
+            self.serving_history.append((revision.id, at))
             self.resource.active_revision_id = revision.id
             self.active_since = at
         if revision.finished:
@@ -299,6 +318,9 @@ class DeploymentRecord:
         if self.pending_unhealthy:
             revision.unhealthy = True
             self.pending_unhealthy = False
+        if self.pending_behaviour is not None:
+            revision.behaviour_changes.append((now, self.pending_behaviour))
+            self.pending_behaviour = None
         idle = self.current_build() is None
         self.revisions.append(revision)
         self.resource.latest_revision_id = revision.id
@@ -391,6 +413,7 @@ class DeploymentRecord:
             "status_pinned": self.status_pinned,
             "pending_failure": self.pending_failure[0].value if self.pending_failure else None,
             "pending_unhealthy": self.pending_unhealthy,
+            "pending_behaviour": self.pending_behaviour.model_dump(mode="json") if self.pending_behaviour else None,
             "revisions": [revision.admin_json() for revision in self.revisions],
         }
 

@@ -25,8 +25,10 @@ from fastapi import FastAPI
 
 from .admin_client import EmulatorAdmin
 from .app import create_app
+from .metrics import METRICS_PATH
 from .seed import DataSource
 from .state import EmulatorState, RedeployMode, ResourceSpecMode
+from .tracing import tracing_base_url
 
 LISTENING_LINE = "Deployment service emulator listening on {url}"
 API_KEY_ENV = "DEPLOYMENT_SERVICE_EMULATOR_API_KEY"
@@ -221,6 +223,16 @@ class EmulatorServer:
         """Base URL without the path prefix (where ``/_emulator`` lives)."""
         prefix = self.path_prefix
         return self.base_url[: -len(prefix)] if prefix else self.base_url
+
+    @property
+    def tracing_base_url(self) -> str:
+        """Base URL of the tracing endpoints (``{root}/tracing``): a connection's ``tracing_base_url`` extra."""
+        return tracing_base_url(self.root_url)
+
+    @property
+    def metrics_url(self) -> str:
+        """URL of the Prometheus exposition (``{root}/metrics``)."""
+        return f"{self.root_url}{METRICS_PATH}"
 
     @property
     def headers(self) -> dict[str, str]:

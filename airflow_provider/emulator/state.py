@@ -48,16 +48,19 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 
+from .behaviour import EPOCH, BehaviourPlan, BehaviourRule, RuleHistory, Timeline, plan_at, plan_timeline
 from .clock import Clock
 from .contract import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
 from .faults import ChaosSettings, FaultBook, FaultRule, RequestRecord
-from .health import APPS_PREFIX, UnhealthyRule, app_answer
+from .health import APPS_PREFIX, AppAnswer, UnhealthyRule, app_answer, is_unhealthy
 from .merge import known_dump, merge_model
+from .metrics import metrics_text
 from .records import FAILURE_STATUSES, REDEPLOYABLE, DeploymentRecord, RevisionRecord
 from .revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogOrder, LogType, revision_log
 from .revision_logs import page as log_page
 from .rules import Current, refusals
 from .seed import DataSource, SeedData, load_data
+from .tracing import RunStatsQuery, project_id, project_json, project_stats
 
 DEFAULT_TENANT_ID = "00000000-0000-4000-8000-000000000001"
 """Tenant of seeded deployments that name none, when no ``tenant_id`` is configured."""
@@ -232,6 +235,7 @@ class EmulatorState:
         self.public_url: str | None = None
         """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
         self._unhealthy_rules: list[UnhealthyRule] = []
+        self._rule_history: RuleHistory = [(EPOCH, ())]
         self._data_source = data
         self._lock = threading.RLock()
         self._faults = FaultBook()
@@ -589,6 +593,7 @@ class EmulatorState:
             source=source,
             redeploy_of=redeploy_of.id if redeploy_of is not None else None,
             unhealthy=redeploy_of.unhealthy if redeploy_of is not None else False,
+            behaviour_changes=[(now, redeploy_of.behaviour)] if redeploy_of and redeploy_of.behaviour else [],
             remote_reconciled=record.remote_reconciled,
         )
         record.add_revision(revision, now)
@@ -748,16 +753,18 @@ class EmulatorState:
             "faults": [rule.model_dump(mode="json") for rule in self._faults.rules],
             "chaos": self._faults.chaos.model_dump(mode="json") if self._faults.chaos else None,
             "unhealthy_rules": [rule.model_dump(mode="json") for rule in self._unhealthy_rules],
+            "behaviour_rules": [rule.model_dump(mode="json") for rule in self._rule_history[-1][1]],
             "settings": self._settings(),
         }
 
     def reset(self) -> None:
-        """Reload the seed data and clear faults, chaos, unhealthy rules, the request log and counters
-        (clock and settings kept)."""
+        """Reload the seed data and clear faults, chaos, unhealthy and behaviour rules, the request log and
+        counters (clock and settings kept)."""
         seed = self._load()
         with self._lock:
             self._seed(seed)
             self._unhealthy_rules.clear()
+            self._rule_history = [(EPOCH, ())]
             self._faults.clear()
             self._log.clear()
             self._counters.clear()
@@ -859,7 +866,125 @@ class EmulatorState:
 
         :raises NotFound: unknown deployment.
         """
-        return app_answer(self._record(deployment_id, None), self._unhealthy_rules)
+        answer = self.app_answer(deployment_id)
+        return answer.status_code, answer.body
+
+    @_locked
+    def app_answer(self, deployment_id: str) -> AppAnswer:
+        """What the deployment's app answers now, and how long it takes (its live behaviour's latency).
+
+        :raises NotFound: unknown deployment.
+        """
+        return app_answer(self._record(deployment_id, None), self._unhealthy_rules, self._timeline, self.clock.now())
+
+    # ------------------------------------------------------------------------------ app behaviour
+    def _timeline(self, revision: RevisionRecord) -> Timeline:
+        unhealthy = is_unhealthy(revision, self._unhealthy_rules)
+        return plan_timeline(revision, self._rule_history, unhealthy=unhealthy)
+
+    @_locked
+    def set_behaviour(
+        self, deployment_id: str, plan: BehaviourPlan | None = None, /, *, revision_id: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Set what a revision's app does (see :mod:`airflow_provider.emulator.behaviour`); return
+        ``{"revision_id": id | None, "behaviour": plan}``.
+
+        :param deployment_id: the deployment.
+        :param plan: the :class:`~airflow_provider.emulator.behaviour.BehaviourPlan` (or its fields as keywords).
+        :param revision_id: the revision; ``None``: the latest one; ``"next"``: the next revision created
+            (answered with ``revision_id`` null).
+        :raises NotFound: unknown deployment or revision, or no revision yet.
+        """
+        plan = plan if plan is not None else BehaviourPlan(**fields)
+        record = self._record(deployment_id, None)
+        if revision_id == "next":
+            record.pending_behaviour = plan
+            return {"revision_id": None, "behaviour": plan.model_dump(mode="json")}
+        if revision_id is None:
+            if not record.revisions:
+                raise NotFound(f"Deployment ID {record.id} has no revision yet.")
+            revision = record.revisions[-1]
+        else:
+            revision = self._revision(record, revision_id)
+        revision.behaviour_changes.append((self.clock.now(), plan))
+        return {"revision_id": revision.id, "behaviour": plan.model_dump(mode="json")}
+
+    @_locked
+    def behaviour(self, deployment_id: str, revision_id: str | None = None) -> BehaviourPlan:
+        """The plan a revision follows (its own, a rule's, the default; failing when marked unhealthy).
+
+        :param deployment_id: the deployment.
+        :param revision_id: the revision (``None``: the active one).
+        :raises NotFound: unknown deployment or revision, or nothing live.
+        """
+        record = self._record(deployment_id, None)
+        chosen = revision_id or record.resource.active_revision_id
+        if chosen is None:
+            raise NotFound(f"Deployment ID {record.id} has no live revision.")
+        return plan_at(self._timeline(self._revision(record, chosen)), self.clock.now())
+
+    def add_behaviour_rule(self, rule: BehaviourRule | None = None, /, **fields: Any) -> BehaviourRule:
+        """Give every revision whose ``image_uri`` or ``repo_ref`` matches a glob a plan, existing ones included
+        (a :class:`~airflow_provider.emulator.behaviour.BehaviourRule`, or its fields as keywords); a plan set
+        for a revision itself wins, and the newest matching rule wins over older ones.
+
+        Example: ``state.add_behaviour_rule(image_uri="*:bad*", error_rate=0.2)``.
+        """
+        rule = rule if rule is not None else BehaviourRule(**fields)
+        if rule.deployment_id is not None:
+            rule = rule.model_copy(update={"deployment_id": canonical_uuid(rule.deployment_id, "deployment_id")})
+        with self._lock:
+            self._rule_history.append((self.clock.now(), (*self._rule_history[-1][1], rule)))
+        return rule
+
+    def behaviour_rules(self) -> list[BehaviourRule]:
+        """The behaviour rules in force, oldest first."""
+        with self._lock:
+            return list(self._rule_history[-1][1])
+
+    def clear_behaviour_rules(self) -> None:
+        """Remove every behaviour rule from now on (plans set on revisions stay)."""
+        with self._lock:
+            self._rule_history.append((self.clock.now(), ()))
+
+    # ------------------------------------------------------------------------------ tracing, metrics
+    @_locked
+    def tracing_projects(
+        self, *, name: str | None = None, tenant: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """``GET /tracing/sessions``: the deployments' tracing projects named ``name`` (any when ``None``)."""
+        records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))
+        matching = [
+            record
+            for record in records
+            if (name is None or record.resource.name == name)
+            and (tenant is None or record.resource.tenant_id == tenant)
+        ]
+        return [project_json(record) for record in matching[offset : offset + limit]]
+
+    @_locked
+    def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:
+        """``POST /tracing/runs/stats``: statistics of the projects' runs in the query's window.
+
+        :raises NotFound: a project id that is not one of the (tenant's) deployments' projects.
+        """
+        by_project = {
+            project_id(record.id): record
+            for record in self._deployments.values()
+            if tenant is None or record.resource.tenant_id == tenant
+        }
+        records = []
+        for session in query.session:
+            record = by_project.get(str(session))
+            if record is None:
+                raise NotFound(f"Tracing project {session} not found.")
+            records.append(record)
+        return project_stats(records, self._timeline, query, self.clock.now())
+
+    @_locked
+    def metrics_text(self) -> str:
+        """``GET /metrics``: every revision's traffic so far, in the Prometheus text format."""
+        return metrics_text(self._deployments.values(), self._timeline, self.clock.now())
 
     # ------------------------------------------------------------------------------ faults
     def add_fault(self, rule: FaultRule | None = None, /, **fields: Any) -> FaultRule:

@@ -1,0 +1,292 @@
+"""Emulated application behaviour: how each revision's app answers, and the traffic it serves.
+
+A revision's :class:`BehaviourPlan` says what its app does while it is live: the share of requests that
+fail (``error_rate``), how long a request takes (``latency_ms``), what its health check answers
+(``health_status``), how many requests it serves per second of emulated time (``requests_per_second``),
+and optionally another :class:`Behaviour` (``then``) from ``after_seconds`` after it went live. A plan is
+set per revision (:meth:`EmulatorState.set_behaviour`), for the next revision created, or by a
+:class:`BehaviourRule` (a glob over ``image_uri`` / ``repo_ref``); a revision with none behaves like
+:data:`DEFAULT_BEHAVIOUR` (no errors, instant answers, healthy), and a revision marked unhealthy (see
+:mod:`airflow_provider.emulator.health`) fails every request. A change applies from when it is made (traffic
+already served stays as it was, so counters only grow); a redeploy copies the plan of the revision it
+redeploys (same build, same behaviour).
+
+Traffic is computed lazily from the emulator clock, like everything else: a revision serves during its
+serving spans (from going live until another revision goes live), ``requests_per_second`` requests per
+second, numbered from the start of the span; the first ``k`` requests of a phase hold
+``floor(k * error_rate)`` errors, so counts only grow and the same window always gives the same numbers.
+Every request of a phase takes exactly that phase's ``latency_ms``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from .records import DeploymentRecord, RevisionRecord
+
+
+class Behaviour(BaseModel):
+    """What a live revision's app does.
+
+    :param error_rate: share of requests that fail, 0..1.
+    :param latency_ms: time each request takes, in milliseconds (the health check sleeps it, up to
+        :data:`MAX_HEALTH_SLEEP_SECONDS`).
+    :param health_status: HTTP status of the app's health check (2xx: healthy).
+    :param requests_per_second: requests served per second of emulated time.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    latency_ms: float = Field(default=0.0, ge=0.0)
+    health_status: int = Field(default=200, ge=100, le=599)
+    requests_per_second: float = Field(default=5.0, ge=0.0)
+
+
+class BehaviourPlan(Behaviour):
+    """A :class:`Behaviour`, and optionally the one that follows ``after_seconds`` after the revision went live.
+
+    :param after_seconds: seconds after going live at which ``then`` takes over (``None``: never).
+    :param then: the behaviour from then on.
+    """
+
+    after_seconds: float | None = Field(default=None, ge=0.0)
+    then: Behaviour | None = None
+
+    @model_validator(mode="after")
+    def _after_and_then_together(self) -> BehaviourPlan:
+        if (self.after_seconds is None) != (self.then is None):
+            raise ValueError("after_seconds and then go together: give both or neither")
+        return self
+
+    @property
+    def first(self) -> Behaviour:
+        """The behaviour from going live until ``after_seconds``."""
+        return Behaviour(
+            error_rate=self.error_rate,
+            latency_ms=self.latency_ms,
+            health_status=self.health_status,
+            requests_per_second=self.requests_per_second,
+        )
+
+    def at(self, seconds_live: float) -> Behaviour:
+        """The behaviour ``seconds_live`` seconds after the revision went live."""
+        if self.then is not None and self.after_seconds is not None and seconds_live >= self.after_seconds:
+            return self.then
+        return self.first
+
+
+DEFAULT_BEHAVIOUR = BehaviourPlan()
+"""What a revision does when nothing was set for it: no errors, instant answers, healthy, 5 requests/s."""
+
+MAX_HEALTH_SLEEP_SECONDS = 2.0
+"""The health check sleeps a behaviour's ``latency_ms``, at most this long."""
+
+
+class BehaviourRule(BehaviourPlan):
+    """Every revision whose ``image_uri`` or ``repo_ref`` matches a glob gets this plan (unless one was set
+    for the revision itself).
+
+    :param image_uri: glob over the revision's ``image_uri`` (e.g. ``*:bad*``).
+    :param repo_ref: glob over the revision's ``repo_ref``.
+    :param deployment_id: only this deployment's revisions (``None``: any deployment).
+    """
+
+    image_uri: str | None = None
+    repo_ref: str | None = None
+    deployment_id: str | None = None
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @model_validator(mode="after")
+    def _needs_a_pattern(self) -> BehaviourRule:
+        if self.image_uri is None and self.repo_ref is None:
+            raise ValueError("a behaviour rule needs image_uri or repo_ref (a glob)")
+        return self
+
+    def matches(self, revision: RevisionRecord) -> bool:
+        """Whether this rule applies to ``revision``."""
+        if self.deployment_id is not None and self.deployment_id != revision.deployment_id:
+            return False
+        config = revision.source_revision_config
+        return any(
+            pattern is not None and value is not None and fnmatch.fnmatchcase(value, pattern)
+            for pattern, value in ((self.image_uri, config.image_uri), (self.repo_ref, config.repo_ref))
+        )
+
+    def plan(self) -> BehaviourPlan:
+        """The plan this rule gives."""
+        return BehaviourPlan.model_validate(self.model_dump(exclude={"image_uri", "repo_ref", "deployment_id", "id"}))
+
+
+FAILING = BehaviourPlan(error_rate=1.0, health_status=500)
+"""What a revision marked unhealthy does: its app fails every request."""
+
+EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+RuleHistory = list[tuple[datetime, tuple[BehaviourRule, ...]]]
+"""The behaviour rules in force from each time on, oldest first (starting at :data:`EPOCH`)."""
+
+Timeline = list[tuple[datetime, BehaviourPlan]]
+"""The plan a revision follows from each time on, oldest first (starting at :data:`EPOCH`)."""
+
+
+def plan_timeline(revision: RevisionRecord, rule_history: RuleHistory, *, unhealthy: bool = False) -> Timeline:
+    """The plans ``revision`` follows over time: from each time on, the last plan set for it, else the newest
+    matching rule's, else :data:`DEFAULT_BEHAVIOUR`. A change applies from when it was made, never to
+    traffic already served.
+
+    :param revision: the revision.
+    :param rule_history: the behaviour rules in force over time.
+    :param unhealthy: the revision is marked unhealthy (a mark has no time): :data:`FAILING` throughout.
+    """
+    if unhealthy:
+        return [(EPOCH, FAILING)]
+    own = revision.behaviour_changes
+    times = sorted({EPOCH, *(at for at, _ in own), *(at for at, _ in rule_history)})
+    timeline: Timeline = []
+    for at in times:
+        chosen = next((plan for changed, plan in reversed(own) if changed <= at), None)
+        if chosen is None:
+            rules = next((rules for changed, rules in reversed(rule_history) if changed <= at), ())
+            matching = [rule for rule in rules if rule.matches(revision)]
+            chosen = matching[-1].plan() if matching else DEFAULT_BEHAVIOUR
+        if not timeline or timeline[-1][1] != chosen:
+            timeline.append((at, chosen))
+    return timeline
+
+
+def plan_at(timeline: Timeline, at: datetime) -> BehaviourPlan:
+    """The plan of ``timeline`` in force at ``at``."""
+    return next((plan for start, plan in reversed(timeline) if start <= at), timeline[0][1])
+
+
+@dataclass(frozen=True)
+class ServingSpan:
+    """A time a revision was the live one.
+
+    :param revision_id: the revision.
+    :param start: when it went live.
+    :param end: when another revision went live (``None``: still live).
+    """
+
+    revision_id: str
+    start: datetime
+    end: datetime | None
+
+
+def serving_spans(record: DeploymentRecord) -> list[ServingSpan]:
+    """Every span during which one of ``record``'s revisions was live, oldest first."""
+    history = record.serving_history
+    if not history and record.resource.active_revision_id is not None and record.active_since is not None:
+        history = [(record.resource.active_revision_id, record.active_since)]  # seeded live, never replaced
+    return [
+        ServingSpan(revision_id, start, history[index + 1][1] if index + 1 < len(history) else None)
+        for index, (revision_id, start) in enumerate(history)
+    ]
+
+
+@dataclass(frozen=True)
+class TrafficGroup:
+    """Requests of one phase of one span inside a window: all take the same time.
+
+    :param requests: how many.
+    :param errors: how many of them failed.
+    :param latency_ms: the time each took.
+    """
+
+    requests: int
+    errors: int
+    latency_ms: float
+
+
+def _served(behaviour: Behaviour, seconds: float) -> tuple[int, int]:
+    """Requests and errors of the first ``seconds`` of a phase."""
+    if seconds <= 0:
+        return 0, 0
+    # A tiny tolerance: float time arithmetic must not lose the request due exactly at a whole second.
+    requests = math.floor(behaviour.requests_per_second * seconds + 1e-9)
+    return requests, math.floor(requests * behaviour.error_rate + 1e-9)
+
+
+def span_traffic(timeline: Timeline, span: ServingSpan, since: datetime, until: datetime) -> list[TrafficGroup]:
+    """The requests ``span`` served between ``since`` and ``until``, per plan in force and phase.
+
+    :param timeline: the revision's plans over time (see :func:`plan_timeline`).
+    :param span: when the revision was live.
+    :param since: start of the window.
+    :param until: end of the window (the emulated now, at most).
+    """
+    end = until if span.end is None else min(span.end, until)
+    start = max(span.start, since)
+    groups: list[TrafficGroup] = []
+    for index, (plan_start, plan) in enumerate(timeline):
+        plan_end = timeline[index + 1][0] if index + 1 < len(timeline) else None
+        low = max(start, plan_start)
+        high = end if plan_end is None else min(end, plan_end)
+        if high > low:
+            groups += _plan_traffic(plan, (low - span.start).total_seconds(), (high - span.start).total_seconds())
+    return groups
+
+
+def _plan_traffic(plan: BehaviourPlan, offset_from: float, offset_to: float) -> list[TrafficGroup]:
+    """Requests served under ``plan`` from ``offset_from`` to ``offset_to`` seconds after going live."""
+    switch = plan.after_seconds if plan.then is not None and plan.after_seconds is not None else math.inf
+    phases = [(plan.first, 0.0, switch)]
+    if plan.then is not None:
+        phases.append((plan.then, switch, math.inf))
+    groups = []
+    for behaviour, phase_start, phase_end in phases:
+        low = min(max(offset_from, phase_start), phase_end) - phase_start
+        high = min(max(offset_to, phase_start), phase_end) - phase_start
+        before, errors_before = _served(behaviour, low)
+        after, errors_after = _served(behaviour, high)
+        if after > before:
+            groups.append(TrafficGroup(after - before, errors_after - errors_before, behaviour.latency_ms))
+    return groups
+
+
+def percentile_seconds(groups: list[TrafficGroup], quantile: float) -> float | None:
+    """The latency (seconds) at ``quantile`` (0..1) of the requests in ``groups``; ``None`` without any."""
+    total = sum(group.requests for group in groups)
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(quantile * total))
+    seen = 0
+    for group in sorted(groups, key=lambda group: group.latency_ms):
+        seen += group.requests
+        if seen >= rank:
+            return group.latency_ms / 1000.0
+    return max(group.latency_ms for group in groups) / 1000.0
+
+
+def run_stats(groups: list[TrafficGroup], last_request_at: datetime | None) -> dict[str, Any]:
+    """The tracing service's run statistics of the requests in ``groups`` (nulls when there are none)."""
+    runs = sum(group.requests for group in groups)
+    errors = sum(group.errors for group in groups)
+    return {
+        "run_count": runs,
+        "error_count": errors,
+        "error_rate": errors / runs if runs else None,
+        "latency_p50": percentile_seconds(groups, 0.5),
+        "latency_p99": percentile_seconds(groups, 0.99),
+        "first_token_p50": None,
+        "first_token_p99": None,
+        "total_tokens": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "median_tokens": 0,
+        "total_cost": None,
+        "prompt_cost": None,
+        "completion_cost": None,
+        "last_run_start_time": last_request_at.isoformat() if runs and last_request_at is not None else None,
+        "feedback_stats": None,
+        "run_facets": [],
+    }
