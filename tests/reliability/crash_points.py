@@ -65,13 +65,15 @@ INVARIANTS: dict[str, str] = {
     ),
     "landed is true": (
         "a success ('landed') only when the change's revision serves (active, status READY), passed verify "
-        "and stayed live for the whole bake"
+        "and its analysis, and stayed live for the whole bake"
     ),
     "rolled back is true": (
         "'rolled back' only when the previous build serves again (active, status READY) with its previous "
         "resource_spec and secrets, or the message names what was not undone"
     ),
-    "no success on a failed check": "never success when the revision failed verify, the bake or its build",
+    "no success on a failed check": (
+        "never success when the revision failed verify, the bake, its build or its analysis"
+    ),
     "the expected verdict": (
         "the verdict is the one the scenario calls for (landed, rolled back or failed), with or without a crash"
     ),
@@ -639,6 +641,10 @@ class Scenario:
         must name what was not restored (its extra ``not_restored``).
     :param redeploy_mode: the emulator's ``redeploy_mode`` for the scenario's runs: ``new_revision`` (a
         redeploy makes a revision) or ``in_place`` (it makes none: the old revision is deployed again).
+    :param analysed: whether the task judges its revisions with an analysis (a landed row must then show a
+        passed one, and ``fleet_analysis`` must agree with the table).
+    :param failing_analysis: deployments whose new revision serves but fails its analysis (its error rate is
+        high: the setup gives the next revision that behaviour).
     """
 
     task: TaskKind
@@ -656,6 +662,8 @@ class Scenario:
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     outcome: str | None = None
     redeploy_mode: str = "new_revision"
+    analysed: bool = False
+    failing_analysis: tuple[str, ...] = ()
 
     @property
     def deployments(self) -> list[str]:
@@ -664,8 +672,8 @@ class Scenario:
 
     @property
     def bad(self) -> frozenset[str]:
-        """The deployments whose change fails a check (verify, the bake or the build)."""
-        return frozenset((*self.refused, *self.flapping, *self.failing_builds))
+        """The deployments whose change fails a check (verify, the bake, the build or the analysis)."""
+        return frozenset((*self.refused, *self.flapping, *self.failing_builds, *self.failing_analysis))
 
 
 # ----------------------------------------------------------------------------------------- one run
@@ -1029,6 +1037,9 @@ def _check_fleet(run: RunResult) -> list[Violation]:
             )
         if outcome == "landed":
             problems = _landed_problems(run, view, row["to_revision"])
+            verdict = (row.get("analysis") or {}).get("verdict")
+            if scenario.analysed and verdict != "passed":
+                problems.append(f"its analysis was {verdict or 'never made'}, not passed")
             if problems:
                 found.append(
                     Violation("landed is true", f"{said}: {'; '.join(problems)}; deployment: {describe(view)}")
@@ -1049,11 +1060,38 @@ def _check_fleet(run: RunResult) -> list[Violation]:
     summary = (last.xcoms.get("fleet_summary") or {}).get("counts")
     if summary != counts:
         disagreements.append(f"fleet_summary counts {summary}, the table {counts}")
+    if scenario.analysed:
+        disagreements += _fleet_analysis_problems(run, table)
     if last.succeeded:
         disagreements += _fleet_event_problems(run, table)
     if disagreements:
         found.append(Violation("outputs agree", "; ".join(disagreements)))
     return found
+
+
+def _fleet_analysis_problems(run: RunResult, table: list[dict[str, Any]]) -> list[str]:
+    """The XCom ``fleet_analysis`` and the summary's analysis counts against the table's ``analysis`` column:
+    the same verdict, failing check and reason per deployment, and a row judged ``failed`` or
+    ``inconclusive`` never landed."""
+    last = run.last
+    analysed = last.xcoms.get("fleet_analysis") or {}
+    problems = []
+    for row in table:
+        shown, result = row.get("analysis"), analysed.get(row["name"])
+        if shown is None and result is None:
+            continue
+        if shown is None or result is None:
+            problems.append(f"{row['name']}: the table's analysis {shown}, fleet_analysis {result}")
+            continue
+        if any(shown.get(key) != result.get(key) for key in ("verdict", "failing_check", "reason")):
+            problems.append(f"{row['name']}: the table's analysis {shown} disagrees with fleet_analysis {result}")
+        if shown.get("verdict") != "passed" and row["outcome"] == "landed":
+            problems.append(f"{row['name']}: landed with an analysis {shown.get('verdict')}")
+    failed = sum(1 for result in analysed.values() if result.get("verdict") in ("failed", "inconclusive"))
+    summary = last.xcoms.get("fleet_summary") or {}
+    if summary.get("analysis_failures") != failed:
+        problems.append(f"fleet_summary analysis_failures {summary.get('analysis_failures')}, fleet_analysis {failed}")
+    return problems
 
 
 def _reason_unknown_problem(run: RunResult, row: dict[str, Any], accepted: tuple[str, ...]) -> str:
