@@ -368,3 +368,116 @@ def test_bad_analysis_arguments_fail_when_the_dag_is_parsed() -> None:
         FleetRolloutOperator(task_id="f", deployment_names=["a"], repo_ref="v2", analysis=tracing_analysis(count=None))
     with pytest.raises(ValueError, match="analysis must be an airflow_provider.analysis.Analysis"):
         FleetRolloutOperator(task_id="f", deployment_names=["a"], repo_ref="v2", analysis={"checks": []})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ dag.test()
+DAG_FILE = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.operators.deployment_service import FleetRolloutOperator
+
+with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    FleetRolloutOperator(
+        task_id="fleet",
+        deployment_names={names!r},
+        image_uri="registry.example.com/acme/app:2.0",
+        canary=1,
+        wave_size=2,
+        max_failures=1,
+        pause_seconds=0.2,
+        analysis=Analysis(
+            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)], interval_seconds=0.3, count=2
+        ),
+        rollback_on_failure=True,
+        deferrable=True,
+        poll_interval=0.1,
+        timeout=30,
+        retries=0,
+    )
+"""
+DAG_NAMES = ["fleet-0000", "fleet-0001", "fleet-0002", "fleet-0003"]
+"""The canary fleet-0000, wave 1 fleet-0001 and fleet-0002 (its new revision fails half its requests), wave 2
+fleet-0003."""
+DAG_BAD = "fleet-0002"
+OLD_IMAGE = "registry.example.com/acme/app:1.0"
+
+
+def test_dag_test_resumes_every_analysis_from_the_event_alone_and_rolls_the_bad_one_back(
+    airflow_db: str,
+    deployment_service_emulator_factory: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    task_logs: Callable[[], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``dag.test()`` in Airflow 3.3 resumes a deferred task with the event only: each wave's analysis is
+    recorded from the trigger's event and the task state store, the bad deployment is rolled back, the rest
+    land, and the outputs agree with the emulator."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.test_dag_test_fleet import asset_events, xcom
+
+    deployments = [
+        {"name": name, "source": "external_docker", "source_revision_config": {"image_uri": OLD_IMAGE}}
+        for name in DAG_NAMES
+    ]
+    emulator = deployment_service_emulator_factory(data={"deployments": deployments}, **FAST)
+    monkeypatch.setenv(
+        CONN_ENV,
+        connection_json(
+            emulator.base_url,
+            emulator.api_key,
+            backoff_initial=0.05,
+            backoff_max=0.2,
+            tracing_base_url=emulator.tracing_base_url,
+        ),
+    )
+    emulator.state.add_behaviour_rule(image_uri="*", requests_per_second=TRAFFIC)
+    ids = {name: emulator.state.find_deployment(name)["id"] for name in DAG_NAMES}
+    emulator.state.set_behaviour(
+        ids[DAG_BAD], revision_id="next", error_rate=BAD_ERROR_RATE, requests_per_second=TRAFFIC
+    )
+    dag_id = "fleet_dag_test_analysis"
+    dag_file = tmp_path / f"{dag_id}.py"
+    dag_file.write_text(DAG_FILE.format(dag_id=dag_id, names=DAG_NAMES))
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag(dag_id).test()
+
+    assert str(run.state) == "success", [(ti.task_id, ti.state) for ti in run.get_task_instances()]
+    logs = task_logs()
+    # Every wait went through the triggerer and back with the event only: per wave its watch and its analysis,
+    # wave 1's rollback, and the two pauses.
+    in_caplog = caplog.text.count("[DAG TEST] running trigger in line")
+    in_streams = logs.count("[DAG TEST] running trigger in line") - in_caplog
+    assert max(in_caplog, in_streams) == 9, (in_caplog, in_streams)
+    table = {row["name"]: row for row in xcom(run, "return_value")}
+    bad = table[DAG_BAD]
+    after = {name: emulator.state.deployment(ids[name]) for name in DAG_NAMES}
+    assert bad["outcome"] == "rolled_back", bad
+    assert bad["analysis"]["verdict"] == "failed" and bad["analysis"]["failing_check"] == "tracing error_rate"
+    assert after[DAG_BAD]["revisions"][1]["id"] == bad["to_revision"]
+    assert after[DAG_BAD]["active_revision_id"] == after[DAG_BAD]["revisions"][-1]["id"] != bad["to_revision"]
+    assert after[DAG_BAD]["source_revision_config"]["image_uri"] == OLD_IMAGE
+    for name in ("fleet-0000", "fleet-0001", "fleet-0003"):
+        row = table[name]
+        assert row["outcome"] == "landed" and row["analysis"]["verdict"] == "passed", row
+        assert after[name]["active_revision_id"] == row["to_revision"]
+        assert after[name]["source_revision_config"]["image_uri"] == "registry.example.com/acme/app:2.0"
+    analysed = xcom(run, "fleet_analysis")
+    assert {name: result["verdict"] for name, result in analysed.items()} == {
+        "fleet-0000": "passed",
+        "fleet-0001": "passed",
+        "fleet-0002": "failed",
+        "fleet-0003": "passed",
+    }
+    summary = xcom(run, "fleet_summary")
+    assert summary["counts"] == {"landed": 3, "rolled_back": 1} and summary["analysis_failures"] == 1
+    events = asset_events(run)
+    assert {events[ids[name]]["outcome"] for name in DAG_NAMES if name != DAG_BAD} == {"rolled_out"}
+    assert events[ids[DAG_BAD]]["outcome"] == "rolled_back"
