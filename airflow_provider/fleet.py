@@ -447,7 +447,9 @@ class FleetProgress:
     def analysis_failures(self) -> list[FleetRow]:
         """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`)."""
         return [
-            row for row in self.rows if row.analysis is not None and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+            row
+            for row in self.rows
+            if row.analysis is not None and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
         ]
 
     def analysis_verdicts(self) -> dict[str, int]:

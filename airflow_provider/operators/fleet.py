@@ -149,17 +149,18 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     :param analysis: an :class:`~airflow_provider.analysis.Analysis` judging each wave's landed deployments by
         what the application does (their tracing projects, an HTTP check, a Prometheus query, a callable), all
         of a wave together, after ``verify`` and before the wave is counted, its rollbacks sent and the next
-        wave started (so before ``pause_seconds``): one :class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger`
-        per wave when deferrable (on the worker when the analysis holds a ``CallableCheck``), sharing its
-        requests (one vector query per ``MetricQueryCheck`` and round for the whole wave). A ``failed`` or
-        ``inconclusive`` verdict fails the deployment as a failed ``verify`` does: rolled back with
-        ``rollback_on_failure``, counted against ``max_failures``, and a canary failing it stops the rollout.
-        ``count=None`` makes the analysis's rounds fill ``bake_seconds`` (each round checks that the revision
-        still serves: the analysis is the bake, and the watch does not bake first); with a ``count`` the wave
-        bakes, then is analysed. Each row's ``analysis`` column gives the verdict, the failing check and the
-        reason; ``fleet_analysis`` holds ``{name: AnalysisResult}`` (at most
-        :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements each). Checked when the DAG is parsed
-        (``count=None`` without ``bake_seconds`` names ``analysis.count``).
+        wave started (so before ``pause_seconds``): one
+        :class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger` per wave when deferrable (on
+        the worker when the analysis holds a ``CallableCheck``), sharing its requests (one vector query per
+        ``MetricQueryCheck`` and round for the whole wave). A ``failed`` or ``inconclusive`` verdict fails the
+        deployment as a failed ``verify`` does: rolled back with ``rollback_on_failure``, counted against
+        ``max_failures``, and a canary failing it stops the rollout. ``count=None`` makes the analysis's
+        rounds fill ``bake_seconds`` (each round checks that the revision still serves: the analysis is the
+        bake, and the watch does not bake first); with a ``count`` the wave bakes, then is analysed. Each
+        row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
+        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
+        measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
+        ``analysis.count``), and its connections when the task starts, before anything is patched.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).

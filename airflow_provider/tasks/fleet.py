@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.analysis import AnalysisTarget
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.analysis import AnalysisTarget
 from airflow_provider.fleet import (
     ANALYSIS_FAILED_VERDICTS,
     REASON_UNKNOWN,
     REASON_UNKNOWN_OUTCOMES,
+    ROW_MEASUREMENTS,
     SUCCESS_OUTCOMES,
     FleetProgress,
     FleetRow,
-    ROW_MEASUREMENTS,
     Outcome,
     WaveRecord,
     WaveTracker,

@@ -15,12 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 
 from airflow_provider.analysis import Analysis, MetricQueryCheck, TracingProjectCheck
 from airflow_provider.emulator.tracing import tracing_base_url
 from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from airflow_provider.triggers.fleet import FleetWaveTrigger
 from tests.tasks.conftest import (
     CONN_ENV,
@@ -60,7 +60,7 @@ class FakePrometheus:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 if parts.path != "/api/v1/query":
                     self.send_error(404)
@@ -87,10 +87,12 @@ class FakePrometheus:
     def answer(self) -> dict[str, Any]:
         text = self.emulator.state.metrics_text()
         counters: dict[tuple[str, str], dict[str, float]] = {}
-        for family, labels, value in re.findall(r"^(deployment_request(?:s|_errors)_total)\{([^}]*)\} (\S+)$", text, re.M):
+        for family, labels, value in re.findall(
+            r"^(deployment_request(?:s|_errors)_total)\{([^}]*)\} (\S+)$", text, re.M
+        ):
             found = dict(re.findall(r'(\w+)="([^"]*)"', labels))
-            counters.setdefault((found["deployment_id"], found["revision_id"]), {"name": found["name"]})[family] = float(
-                value
+            counters.setdefault((found["deployment_id"], found["revision_id"]), {"name": found["name"]})[family] = (
+                float(value)
             )
         result = []
         for deployment in self.emulator.state.snapshot()["deployments"]:
@@ -245,16 +247,16 @@ def test_a_canary_failing_its_analysis_stops_the_rollout_and_is_rolled_back(flee
     before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
     ti = FakeTI()
     failed, triggers = run(
-        fleet_op(deferrable, deployment_names=sorted(ids), canary=1, wave_size=3, max_failures=3,
-                 analysis=tracing_analysis()),
+        fleet_op(
+            deferrable, deployment_names=sorted(ids), canary=1, wave_size=3, max_failures=3, analysis=tracing_analysis()
+        ),
         ti,
     )
     assert isinstance(failed, AirflowFailException), failed
     assert "the canary failed" in str(failed) and "app-0000" in str(failed) and "analysis failed" in str(failed)
     # Nothing but the canary was patched; the canary serves its previous build again.
-    assert [record.path.rsplit("/", 1)[1] for record in emulator.state.request_log if record.route == PATCH_ROUTE][
-        0
-    ] == ids["app-0000"]
+    patched = [record.path.rsplit("/", 1)[1] for record in emulator.state.request_log if record.route == PATCH_ROUTE]
+    assert patched == [ids["app-0000"]]
     for name in ("app-0001", "app-0002", "app-0003"):
         assert len(revisions(emulator, ids[name])) == 1, f"{name} was patched after the canary failed its analysis"
     table = {row["name"]: row for row in ti.xcoms["return_value"]}
@@ -274,7 +276,11 @@ def test_a_canary_failing_its_analysis_stops_the_rollout_and_is_rolled_back(flee
     assert summary["analysis_failures"] == 1 and summary["analysis_verdicts"] == {"failed": 1}
     assert summary["counts"] == {"rolled_back": 1, "not_patched": 3} and summary["failures"] == 1
     if deferrable:  # the canary's watch, its analysis, its rollback's watch; nothing for the other waves
-        assert [type(trigger) for trigger in triggers] == [FleetWaveTrigger, DeploymentAnalysisTrigger, FleetWaveTrigger]
+        assert [type(trigger) for trigger in triggers] == [
+            FleetWaveTrigger,
+            DeploymentAnalysisTrigger,
+            FleetWaveTrigger,
+        ]
     scan_for_secret(ti.xcoms, str(failed))
 
 
@@ -289,8 +295,9 @@ def test_one_bad_deployment_of_a_wave_is_rolled_back_and_the_rest_land_one_query
     before = {name: emulator.state.deployment(ids[name])["active_revision_id"] for name in ids}
     ti = FakeTI()
     table, triggers = run(
-        fleet_op(deferrable, deployment_names=sorted(ids), canary=1, wave_size=4, max_failures=1,
-                 analysis=metric_analysis()),
+        fleet_op(
+            deferrable, deployment_names=sorted(ids), canary=1, wave_size=4, max_failures=1, analysis=metric_analysis()
+        ),
         ti,
     )
     assert isinstance(table, list), table
@@ -358,9 +365,9 @@ def test_count_none_makes_the_analysis_the_bake(fleet: Any) -> None:
 
 # ------------------------------------------------------------------------------------------ bad input
 def test_bad_analysis_arguments_fail_when_the_dag_is_parsed() -> None:
-    with pytest.raises(ValueError, match="analysis.count"):
+    with pytest.raises(ValueError, match=r"analysis\.count"):
         FleetRolloutOperator(task_id="f", deployment_names=["a"], repo_ref="v2", analysis=tracing_analysis(count=None))
-    with pytest.raises(ValueError, match="analysis must be an airflow_provider.analysis.Analysis"):
+    with pytest.raises(ValueError, match=r"analysis must be an airflow_provider\.analysis\.Analysis"):
         FleetRolloutOperator(task_id="f", deployment_names=["a"], repo_ref="v2", analysis={"checks": []})  # type: ignore[arg-type]
 
 

@@ -342,9 +342,7 @@ def _measurement_line(item: Any) -> str:
         return str(_json_safe(item))
     value = item.get("value")
     shown = "no value" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
-    return (
-        f"round {item.get('round')} · {item.get('check')} · {shown} ({item.get('condition')}): {item.get('verdict')}"
-    )
+    return f"round {item.get('round')} · {item.get('check')} · {shown} ({item.get('condition')}): {item.get('verdict')}"
 
 
 def _waves_from_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
