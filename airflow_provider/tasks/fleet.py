@@ -26,7 +26,6 @@ from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import (
-    ANALYSIS_FAILED_VERDICTS,
     REASON_UNKNOWN,
     REASON_UNKNOWN_OUTCOMES,
     ROW_MEASUREMENTS,
@@ -58,7 +57,6 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
-from airflow_provider.tasks.analysis import analysis_failure_reason
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -1240,8 +1238,10 @@ def apply_analysis(wave: WaveRecord, results: Mapping[str, Mapping[str, Any]], l
                 len(result.get("measurements") or []),
             )
             continue
-        reason = analysis_failure_reason(dict(result)) or str(result.get("reason") or verdict)
-        shown = verdict if verdict in ANALYSIS_FAILED_VERDICTS else f"verdict {verdict!r} (not passed)"
+        reason = str(result.get("reason") or "no reason given")
+        shown = {"failed": "failed", "inconclusive": "inconclusive (treated as failed)"}.get(
+            verdict, f"verdict {verdict!r} (not passed)"
+        )
         row.decide(Outcome.FAILED, f"analysis {shown} on revision {row.to_revision}: {reason}", now)
         log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
