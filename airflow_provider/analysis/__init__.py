@@ -19,10 +19,15 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
+from airflow_provider.analysis.endpoints import AnalysisSetupError
+from airflow_provider.analysis.judge import STILL_SERVING
+from airflow_provider.analysis.run import run_analysis
 
 __all__ = [
+    "STILL_SERVING",
     "Analysis",
     "AnalysisResult",
+    "AnalysisSetupError",
     "AnalysisTarget",
     "CallableCheck",
     "Condition",
@@ -31,4 +36,5 @@ __all__ = [
     "MetricQueryCheck",
     "TracingProjectCheck",
     "parse_condition",
+    "run_analysis",
 ]

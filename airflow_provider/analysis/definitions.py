@@ -430,7 +430,7 @@ class AnalysisTarget(BaseModel):
 
         :param now: the time of the measurement (aware).
         """
-        since = max(1, math.ceil((now - self.live_since).total_seconds()))
+        since = max(1, math.floor((now - self.live_since).total_seconds()))
         return {
             "name": self.name,
             "deployment_id": self.deployment_id,

@@ -199,10 +199,10 @@ def test_templates_fill_only_their_fields_and_keep_promql_braces() -> None:
     assert target.deployment_id == DEPLOYMENT
     assert target.live_since.tzinfo is not None
     values = target.template_values(datetime(2026, 1, 1, 12, 1, 0, 500000, tzinfo=timezone.utc))
-    assert values["since_seconds"] == 61
+    assert values["since_seconds"] == 60
     query = 'sum(rate(e{name="{name}",rev="{revision_id}"}[{since_seconds}s])) / sum(rate(r{name="{name}"}[5m]))'
     assert render_template(query, values) == (
-        f'sum(rate(e{{name="shop",rev="{REVISION}"}}[61s])) / sum(rate(r{{name="shop"}}[5m]))'
+        f'sum(rate(e{{name="shop",rev="{REVISION}"}}[60s])) / sum(rate(r{{name="shop"}}[5m]))'
     )
     assert render_template("{custom_url}/health", values) == "https://shop.example.com/health"
 

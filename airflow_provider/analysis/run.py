@@ -1,0 +1,253 @@
+"""The rounds of an analysis: :func:`run_analysis`, the same code in the triggerer and on the worker.
+
+Each round: one batched list request (through the deployment-service hook's asyncio client) checks that every
+deployment still serves the revision judged; then every check is measured for every deployment still under
+analysis, the sources sharing their requests (one vector query per :class:`MetricQueryCheck` per round;
+the tracing project ids looked up once). Each measurement is logged once, scrubbed of secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider.analysis.definitions import (
+    Analysis,
+    AnalysisResult,
+    AnalysisTarget,
+    CallableCheck,
+    HttpCheck,
+    Measurement,
+    MetricQueryCheck,
+    TracingProjectCheck,
+)
+from airflow_provider.analysis.endpoints import prometheus_endpoint, resolve_connection, tracing_endpoint
+from airflow_provider.analysis.judge import Judgement
+from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.analysis.sources import CallableRunner, HttpProbe, PrometheusSource, Reading, TracingSource
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
+
+__all__ = ["run_analysis", "still_serving"]
+
+
+class _Sources:
+    """The measurement sources of one analysis, created from its connections, closed at its end."""
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        self.scrubber = scrubber
+        self.tracing: dict[str | None, TracingSource] = {}
+        self.prometheus: dict[str, PrometheusSource] = {}
+        self.http = HttpProbe(scrubber)
+        self.callables = CallableRunner(scrubber)
+
+    @classmethod
+    async def open(cls, analysis: Analysis, hook: DeploymentServiceHook, scrubber: Scrubber) -> _Sources:
+        sources = cls(scrubber)
+        try:
+            # The service's own API key is masked too (a callable's exception text may hold it).
+            conn = await resolve_connection(hook.deployment_service_conn_id, "the analysis")
+            scrubber.add(conn.password)
+            for check in analysis.checks:  # one connection after the other (the worker's secrets comms)
+                if isinstance(check, TracingProjectCheck) and check.connection_id not in sources.tracing:
+                    endpoint = await tracing_endpoint(check.connection_id, hook, scrubber)
+                    sources.tracing[check.connection_id] = TracingSource(endpoint, scrubber)
+                elif isinstance(check, MetricQueryCheck) and check.connection_id not in sources.prometheus:
+                    endpoint = await prometheus_endpoint(check.connection_id, scrubber)
+                    sources.prometheus[check.connection_id] = PrometheusSource(endpoint, scrubber)
+        except BaseException:
+            await sources.aclose()
+            raise
+        return sources
+
+    async def aclose(self) -> None:
+        closing: list[TracingSource | PrometheusSource | HttpProbe | CallableRunner] = [
+            *self.tracing.values(),
+            *self.prometheus.values(),
+            self.http,
+            self.callables,
+        ]
+        for source in closing:
+            with contextlib.suppress(Exception):
+                await source.aclose()
+
+    async def measure(
+        self,
+        check: Any,
+        targets: Sequence[AnalysisTarget],
+        now: datetime,
+        deployments: dict[str, Deployment],
+    ) -> dict[str, Reading]:
+        if isinstance(check, TracingProjectCheck):
+            return await self.tracing[check.connection_id].measure(check, targets, now)
+        if isinstance(check, MetricQueryCheck):
+            return await self.prometheus[check.connection_id].measure(check, targets, now)
+        if isinstance(check, HttpCheck):
+            return await self.http.measure(check, targets, now)
+        if isinstance(check, CallableCheck):
+            return await self.callables.measure(check, targets, deployments)
+        raise TypeError(f"unknown check {type(check).__name__}")  # pragma: no cover - the union is closed
+
+
+def _condition_text(check: Any) -> str:
+    if isinstance(check, HttpCheck):
+        return check.describe_condition()
+    condition = getattr(check, "condition", None)
+    return condition if condition else "True or None"
+
+
+async def still_serving(hook: DeploymentServiceHook, targets: Sequence[AnalysisTarget]) -> dict[str, Deployment | None]:
+    """Each target's deployment as the service shows it now (``None``: not found), in one list request per
+    100 deployments.
+
+    :param hook: the deployment-service hook.
+    :param targets: the deployments to look at.
+    :raises DeploymentServiceError: when the list cannot be read (after the client's retries).
+    """
+    client = await hook.get_async_client()
+    found: dict[str, Deployment | None] = {target.deployment_id: None for target in targets}
+    ids = list(found)
+    for start in range(0, len(ids), MAX_PAGE_SIZE):
+        chunk = ids[start : start + MAX_PAGE_SIZE]
+        page = await client.list_deployments(deployment_ids=chunk, limit=len(chunk))
+        for deployment in page.resources:
+            if deployment.id in found:
+                found[deployment.id] = deployment
+    return found
+
+
+def _not_serving(target: AnalysisTarget, deployment: Deployment | None) -> str | None:
+    if deployment is None:
+        return f"deployment {target.name!r} ({target.deployment_id}) was not found: it no longer serves"
+    if deployment.active_revision_id != target.revision_id or deployment.status != DeploymentStatus.READY:
+        return (
+            f"revision {target.revision_id} of {target.name!r} no longer serves: active revision "
+            f"{deployment.active_revision_id}, status {deployment.status.value}"
+        )
+    return None
+
+
+async def run_analysis(
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    *,
+    hook_params: dict[str, Any],
+    log: logging.Logger | logging.LoggerAdapter[Any] | Any,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, AnalysisResult]:
+    """Measure every check of ``analysis`` for every target, round after round, and judge each target.
+
+    Round ``k`` starts ``initial_delay_seconds + k * interval_seconds`` after the call. A target whose
+    verdict is known (failed, inconclusive, no longer serving) is not measured again.
+
+    :param analysis: the analysis, its ``count`` resolved (:meth:`Analysis.with_count_for`).
+    :param targets: the revisions to judge (distinct deployments).
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and overrides).
+    :param log: where each measurement is logged (the task's or the trigger's logger).
+    :param sleep: awaits a number of seconds (tests pass a fake one).
+    :param clock: wall-clock seconds since the epoch (tests pass a fake one).
+    :return: each target's :class:`~airflow_provider.analysis.AnalysisResult`, by deployment id.
+    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+        incomplete (before any measurement).
+    """
+    count = analysis.rounds()
+    if len({target.deployment_id for target in targets}) != len(targets):
+        raise ValueError("targets must name distinct deployments")
+    labels = [check.label() for check in analysis.checks]
+    judgements = {target.deployment_id: Judgement(analysis, target.revision_id, labels) for target in targets}
+    scrubber = Scrubber()
+    hook = DeploymentServiceHook(**hook_params)
+    sources = await _Sources.open(analysis, hook, scrubber)
+    start = clock()
+    rounds = 0
+    try:
+        for round_number in range(1, count + 1):
+            active = [target for target in targets if not judgements[target.deployment_id].decided]
+            if not active:
+                break
+            due = start + analysis.initial_delay_seconds + round_number * analysis.interval_seconds
+            await sleep(max(0.0, due - clock()))
+            rounds = round_number
+            deployments = await _check_still_serving(hook, active, judgements, round_number, count, log, scrubber)
+            active = [target for target in active if not judgements[target.deployment_id].decided]
+            if not active:
+                continue
+            now = datetime.fromtimestamp(clock(), tz=timezone.utc)
+            readings = await asyncio.gather(
+                *(sources.measure(check, active, now, deployments) for check in analysis.checks)
+            )
+            for target in active:
+                for check, label, by_target in zip(analysis.checks, labels, readings, strict=True):
+                    reading = by_target[target.deployment_id]
+                    measurement = Measurement(
+                        round=round_number,
+                        check=label,
+                        deployment_id=target.deployment_id,
+                        name=target.name,
+                        at=now.isoformat(),
+                        value=reading.value,
+                        condition=_condition_text(check),
+                        verdict=reading.verdict,
+                        detail=scrubber(reading.detail),
+                    )
+                    _log_measurement(log, measurement, count)
+                    judgements[target.deployment_id].record(measurement)
+    finally:
+        await sources.aclose()
+        await hook.aclose()
+    results = {deployment_id: judgement.finish(rounds) for deployment_id, judgement in judgements.items()}
+    for target in targets:
+        result = results[target.deployment_id]
+        log.info(
+            "Analysis of %r revision %s: %s (%s)", target.name, target.revision_id, result["verdict"], result["reason"]
+        )
+    return results
+
+
+async def _check_still_serving(
+    hook: DeploymentServiceHook,
+    active: Sequence[AnalysisTarget],
+    judgements: dict[str, Judgement],
+    round_number: int,
+    count: int,
+    log: Any,
+    scrubber: Scrubber,
+) -> dict[str, Deployment]:
+    try:
+        shown = await still_serving(hook, active)
+    except DeploymentServiceError as err:
+        log.warning(
+            "Analysis round %d/%d: could not check that the revisions still serve (%s); measuring anyway",
+            round_number,
+            count,
+            scrubber(str(err)),
+        )
+        return {}
+    for target in active:
+        reason = _not_serving(target, shown[target.deployment_id])
+        if reason is not None:
+            log.warning("Analysis round %d/%d: %s", round_number, count, reason)
+            judgements[target.deployment_id].stop_serving(round_number, reason)
+    return {deployment_id: deployment for deployment_id, deployment in shown.items() if deployment is not None}
+
+
+def _log_measurement(log: Any, measurement: Measurement, count: int) -> None:
+    value = measurement["value"]
+    log.info(
+        "Analysis round %d/%d: %s on %r = %s, needs %s -> %s (%s)",
+        measurement["round"],
+        count,
+        measurement["check"],
+        measurement["name"],
+        "n/a" if value is None else f"{value:.3f}",
+        measurement["condition"],
+        measurement["verdict"],
+        measurement["detail"],
+    )

@@ -1,0 +1,449 @@
+"""How each check kind is measured, asynchronously, sharing requests across the deployments of a round.
+
+* :class:`TracingSource`: ``GET /sessions?name=<project>&limit=1`` once per project (the id is cached for
+  the analysis), then one ``POST /runs/stats`` per deployment per round.
+* :class:`PrometheusSource`: ``GET /api/v1/query`` (an instant query); a query naming no deployment is sent
+  once per round for all of them and each reads its sample of the vector.
+* :class:`HttpProbe`: one ``GET`` per deployment per round.
+* :class:`CallableRunner`: the callable in a worker thread, with the deployment as this round's batched
+  list showed it.
+
+A measurement that cannot be taken (timeout, connection error, 5xx or 429 from a source, no data, too few
+runs) is ``inconclusive``; every text produced here is scrubbed of secrets and URL userinfo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from airflow_provider.analysis.conditions import Condition, render_template
+from airflow_provider.analysis.definitions import (
+    AnalysisTarget,
+    CallableCheck,
+    HttpCheck,
+    MetricQueryCheck,
+    TracingProjectCheck,
+    Verdict,
+)
+from airflow_provider.analysis.endpoints import SourceEndpoint
+from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.models import Deployment
+
+__all__ = [
+    "SOURCE_CONCURRENCY",
+    "CallableRunner",
+    "HttpProbe",
+    "PrometheusSource",
+    "Reading",
+    "TracingSource",
+]
+
+SOURCE_CONCURRENCY = 20
+"""Requests one source has in flight at once (a wave of 100 deployments is measured 20 at a time)."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one measurement found.
+
+    :param verdict: ``passed``, ``failed`` or ``inconclusive``.
+    :param value: the measured number, if any.
+    :param detail: one line for people (scrubbed).
+    """
+
+    verdict: Verdict
+    value: float | None
+    detail: str
+
+
+def _judged(condition: Condition, value: float, detail: str) -> Reading:
+    if math.isnan(value):
+        return Reading("inconclusive", None, f"{detail}: NaN (no data to divide)")
+    return Reading("passed" if condition.holds(value) else "failed", value, detail)
+
+
+def _snippet(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+class _SourceFailure(Exception):
+    """A request to a source did not give a usable answer: the measurement is inconclusive."""
+
+
+async def _request(
+    client: httpx.AsyncClient, method: str, path: str, *, what: str, auth_hint: str, **kwargs: Any
+) -> Any:
+    """Send one request to a source and return its JSON, or raise :class:`_SourceFailure` saying why."""
+    label = f"{method} {path}"
+    try:
+        response = await client.request(method, path, **kwargs)
+    except httpx.TimeoutException:
+        raise _SourceFailure(f"{what}: {label} timed out") from None
+    except httpx.HTTPError as err:
+        raise _SourceFailure(f"{what}: {label} failed ({type(err).__name__}: {err})") from None
+    if response.status_code in (401, 403):
+        raise _SourceFailure(f"{what}: {label} answered {response.status_code}; {auth_hint}")
+    if response.status_code == 429 or response.status_code >= 500:
+        raise _SourceFailure(f"{what}: {label} answered {response.status_code} (try again later)")
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code >= 300:
+        said = ""
+        if isinstance(body, dict):
+            said = str(body.get("error") or body.get("detail") or "")
+        raise _SourceFailure(f"{what}: {label} answered {response.status_code} {_snippet(said or response.text)}")
+    if body is None:
+        raise _SourceFailure(f"{what}: {label} answered {response.status_code} without JSON")
+    return body
+
+
+class TracingSource:
+    """Run statistics of each deployment's tracing project, since its revision went live.
+
+    :param endpoint: the tracing service.
+    :param scrubber: masks the API key in texts.
+    """
+
+    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber) -> None:
+        self.endpoint = endpoint
+        self._scrub = scrubber
+        self._client = endpoint.client()
+        self._project_ids: dict[str, str] = {}
+        self._lookups: dict[str, asyncio.Lock] = {}
+        self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
+        self._auth_hint = f"check the API key of connection {endpoint.connection_id!r} (sent as X-Api-Key)"
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+    async def measure(
+        self, check: TracingProjectCheck, targets: Sequence[AnalysisTarget], now: datetime
+    ) -> dict[str, Reading]:
+        """One reading per target.
+
+        :param check: the check.
+        :param targets: the deployments measured this round.
+        :param now: the time of the round.
+        """
+        readings = await asyncio.gather(*(self._measure_one(check, target, now) for target in targets))
+        return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
+
+    async def _project_id(self, project: str) -> str:
+        lock = self._lookups.setdefault(project, asyncio.Lock())
+        async with lock:  # concurrent targets of one project share one lookup
+            if project not in self._project_ids:
+                body = await _request(
+                    self._client,
+                    "GET",
+                    "/sessions",
+                    params={"name": project, "limit": 1},
+                    what="tracing service",
+                    auth_hint=self._auth_hint,
+                )
+                found = [item for item in body if isinstance(item, dict)] if isinstance(body, list) else []
+                match = next((item for item in found if item.get("name") == project), None)
+                if match is None or not match.get("id"):
+                    raise _SourceFailure(f"tracing service: no tracing project named {project!r}")
+                self._project_ids[project] = str(match["id"])
+            return self._project_ids[project]
+
+    async def _measure_one(self, check: TracingProjectCheck, target: AnalysisTarget, now: datetime) -> Reading:
+        project = render_template(check.project, target.template_values(now))
+        since = target.live_since.strftime("%H:%M:%S")
+        try:
+            async with self._limit:
+                project_id = await self._project_id(project)
+                stats = await _request(
+                    self._client,
+                    "POST",
+                    "/runs/stats",
+                    json={
+                        "session": [project_id],
+                        "start_time": target.live_since.isoformat(),
+                        "end_time": now.isoformat(),
+                        "is_root": True,
+                    },
+                    what="tracing service",
+                    auth_hint=self._auth_hint,
+                )
+        except _SourceFailure as failure:
+            return Reading("inconclusive", None, self._scrub(str(failure)))
+        if not isinstance(stats, dict):
+            return Reading("inconclusive", None, "tracing service: POST /runs/stats answered no statistics object")
+        run_count = stats.get("run_count")
+        if not isinstance(run_count, int | float) or isinstance(run_count, bool):
+            run_count = 0
+        runs = f"{int(run_count)} runs since {since}"
+        if run_count < check.min_run_count:
+            return Reading(
+                "inconclusive",
+                float(run_count) if check.metric == "run_count" else None,
+                f"{runs} in project {project!r}, fewer than min_run_count {check.min_run_count}",
+            )
+        value = stats.get(check.metric)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
+        detail = f"{check.metric} {float(value):.3f} over {runs}"
+        return _judged(check.parsed_condition, float(value), detail)
+
+
+class PrometheusSource:
+    """Instant queries against a Prometheus-compatible API (``GET /api/v1/query``).
+
+    :param endpoint: the query API.
+    :param scrubber: masks credentials in texts.
+    """
+
+    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber) -> None:
+        self.endpoint = endpoint
+        self._scrub = scrubber
+        self._client = endpoint.client()
+        self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
+        self._auth_hint = (
+            f"check the credentials of connection {endpoint.connection_id!r} (login/password, or the extra "
+            "headers or bearer_token)"
+        )
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+    async def measure(
+        self, check: MetricQueryCheck, targets: Sequence[AnalysisTarget], now: datetime
+    ) -> dict[str, Reading]:
+        """One reading per target: one query for all (a vector by deployment), or one per target.
+
+        A shared query's ``{since_seconds}`` is the shortest time any of the targets has been live (the
+        window in which all of their revisions served).
+
+        :param check: the check.
+        :param targets: the deployments measured this round.
+        :param now: the time of the round.
+        """
+        if not targets:
+            return {}
+        if check.per_target:
+            readings = await asyncio.gather(
+                *(self._query_for(check, [target], target.template_values(now)) for target in targets)
+            )
+            return {key: value for reading in readings for key, value in reading.items()}
+        shortest = min(target.template_values(now)["since_seconds"] for target in targets)  # type: ignore[type-var]
+        return await self._query_for(check, targets, {"since_seconds": shortest})
+
+    async def _query_for(
+        self, check: MetricQueryCheck, targets: Sequence[AnalysisTarget], values: Mapping[str, object]
+    ) -> dict[str, Reading]:
+        query = render_template(check.query, values)
+        try:
+            async with self._limit:
+                body = await _request(
+                    self._client,
+                    "GET",
+                    "/api/v1/query",
+                    params={"query": query},
+                    what="Prometheus",
+                    auth_hint=self._auth_hint,
+                )
+            samples = _samples(body)
+        except _SourceFailure as failure:
+            reading = Reading("inconclusive", None, self._scrub(str(failure)))
+            return {target.deployment_id: reading for target in targets}
+        return {
+            target.deployment_id: self._reading(check, samples, target, alone=len(targets) == 1) for target in targets
+        }
+
+    def _reading(
+        self,
+        check: MetricQueryCheck,
+        samples: list[tuple[dict[str, str], str]] | str,
+        target: AnalysisTarget,
+        *,
+        alone: bool,
+    ) -> Reading:
+        label = check.deployment_label
+        if isinstance(samples, str):  # a scalar: the same value for every target
+            raw = samples
+        else:
+            mine = [value for labels, value in samples if labels.get(label) in (target.name, target.deployment_id)]
+            if not mine and alone and len(samples) == 1:
+                mine = [samples[0][1]]
+            if not mine:
+                seen = (
+                    "an empty vector" if not samples else f"{len(samples)} sample(s), none with {label}={target.name!r}"
+                )
+                return Reading("inconclusive", None, f"no data: the query returned {seen}")
+            if len(mine) > 1:
+                return Reading(
+                    "inconclusive",
+                    None,
+                    f"the query returned {len(mine)} samples with {label}={target.name!r}: aggregate it, "
+                    f"e.g. sum by ({label}) (...)",
+                )
+            raw = mine[0]
+        try:
+            value = float(raw)
+        except ValueError:
+            return Reading("inconclusive", None, f"the query returned a value that is not a number: {raw!r}")
+        return _judged(check.parsed_condition, value, f"value {value:.3f}")
+
+
+def _samples(body: Any) -> list[tuple[dict[str, str], str]] | str:
+    """The samples of a query answer (labels, value) of a vector, or the value of a scalar."""
+    if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), dict):
+        said = body.get("error") if isinstance(body, dict) else None
+        raise _SourceFailure(f"Prometheus: the query failed{': ' + _snippet(str(said)) if said else ''}")
+    data = body["data"]
+    kind, result = data.get("resultType"), data.get("result")
+    if kind == "scalar" and isinstance(result, list) and len(result) == 2:
+        return str(result[1])
+    if kind != "vector" or not isinstance(result, list):
+        raise _SourceFailure(f"Prometheus: the query returned a {kind}; it must return an instant vector or a scalar")
+    samples = []
+    for item in result:
+        if isinstance(item, dict) and isinstance(item.get("value"), list) and len(item["value"]) == 2:
+            metric = item.get("metric")
+            labels = metric if isinstance(metric, dict) else {}
+            samples.append(({str(k): str(v) for k, v in labels.items()}, str(item["value"][1])))
+    return samples
+
+
+class HttpProbe:
+    """``GET`` a URL of each deployment and judge the answer (status, JSON field, latency).
+
+    :param scrubber: masks secrets (and URL userinfo) in texts.
+    """
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        self._scrub = scrubber
+        self._client = httpx.AsyncClient(follow_redirects=False)
+        self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+    async def measure(self, check: HttpCheck, targets: Sequence[AnalysisTarget], now: datetime) -> dict[str, Reading]:
+        """One reading per target.
+
+        :param check: the check.
+        :param targets: the deployments measured this round.
+        :param now: the time of the round.
+        """
+        readings = await asyncio.gather(*(self._measure_one(check, target, now) for target in targets))
+        return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
+
+    async def _measure_one(self, check: HttpCheck, target: AnalysisTarget, now: datetime) -> Reading:
+        if "{custom_url}" in check.url and not target.custom_url:
+            return Reading("inconclusive", None, f"deployment {target.name!r} has no custom_url to check")
+        url = render_template(check.url, target.template_values(now))
+        shown = self._scrub(url)
+        started = time.perf_counter()
+        try:
+            async with self._limit:
+                response = await self._client.get(url, timeout=check.timeout_seconds)
+        except httpx.TimeoutException:
+            return Reading("inconclusive", None, f"GET {shown} timed out after {check.timeout_seconds:g}s")
+        except httpx.HTTPError as err:
+            return Reading("inconclusive", None, self._scrub(f"GET {shown} failed ({type(err).__name__}: {err})"))
+        latency = time.perf_counter() - started
+        said = f"GET {shown} -> {response.status_code} in {latency:.3f}s"
+        low, high = check.status_range
+        if not low <= response.status_code <= high:
+            return Reading("failed", latency, f"{said}, outside {low}..{high}")
+        if check.json_field is not None:
+            found, value = _json_field(response, check.json_field)
+            if not found:
+                return Reading("failed", latency, f"{said}, no JSON field {check.json_field!r}")
+            if not _same(value, check.json_equals):
+                return Reading(
+                    "failed",
+                    latency,
+                    self._scrub(
+                        f"{said}, {check.json_field} = {_snippet(repr(value), 60)}, needs {check.json_equals!r}"
+                    ),
+                )
+        if check.max_latency_seconds is not None and latency > check.max_latency_seconds:
+            return Reading("failed", latency, f"{said}, slower than {check.max_latency_seconds:g}s")
+        return Reading("passed", latency, said)
+
+
+def _json_field(response: httpx.Response, path: str) -> tuple[bool, Any]:
+    try:
+        value: Any = response.json()
+    except ValueError:
+        return False, None
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return False, None
+    return True, value
+
+
+def _same(value: Any, expected: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(value, bool):
+        return type(value) is type(expected) and value == expected
+    return bool(value == expected)
+
+
+class CallableRunner:
+    """Run each :class:`~airflow_provider.analysis.CallableCheck` in a worker thread.
+
+    :param scrubber: masks secrets in the texts of exceptions.
+    """
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        self._scrub = scrubber
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+    async def measure(
+        self,
+        check: CallableCheck,
+        targets: Sequence[AnalysisTarget],
+        deployments: Mapping[str, Deployment],
+    ) -> dict[str, Reading]:
+        """One reading per target.
+
+        :param check: the check.
+        :param targets: the deployments measured this round.
+        :param deployments: each target's deployment as this round's list showed it.
+        """
+        readings = await asyncio.gather(*(self._measure_one(check, target, deployments) for target in targets))
+        return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
+
+    async def _measure_one(
+        self, check: CallableCheck, target: AnalysisTarget, deployments: Mapping[str, Deployment]
+    ) -> Reading:
+        deployment = deployments.get(target.deployment_id)
+        if deployment is None:
+            return Reading("inconclusive", None, "the deployment could not be read this round")
+        try:
+            outcome = await asyncio.to_thread(check.func, deployment)
+        except Exception as err:
+            return Reading("failed", None, self._scrub(f"raised {type(err).__name__}: {_snippet(str(err))}"))
+        if outcome is False:
+            return Reading("failed", None, "returned False")
+        if outcome is None or outcome is True:
+            return Reading("passed", None, f"returned {outcome}")
+        if isinstance(outcome, int | float):
+            condition = check.parsed_condition
+            if condition is None:
+                return Reading("passed", float(outcome), f"returned {float(outcome):.3f}")
+            return _judged(condition, float(outcome), f"returned {float(outcome):.3f}")
+        return Reading("failed", None, f"returned {type(outcome).__name__}, expected a bool, a number or None")

@@ -1,0 +1,77 @@
+"""Fixtures of the analysis tests: the emulator as the deployment service, fake tracing/Prometheus sources."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from tests.analysis.fake_sources import PROMETHEUS_PASSWORD, TRACING_KEY, FakeSources, FakeSourcesServer
+from tests.conftest import CONN_ENV, connection_json
+
+PROMETHEUS_CONN_ENV = "AIRFLOW_CONN_PROMETHEUS_DEFAULT"
+TRACING_CONN_ENV = "AIRFLOW_CONN_TRACING"
+
+
+@pytest.fixture
+def fake_sources() -> Iterator[FakeSources]:
+    server = FakeSourcesServer(FakeSources())
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture
+def analysis_env(deployment_service_emulator: Any, fake_sources: FakeSources, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The deployment-service connection at the emulator (its tracing_base_url at the fake, same key as the
+    fake's), a ``tracing`` connection and ``prometheus_default`` at the fake. Yields the emulator."""
+    monkeypatch.setenv(
+        CONN_ENV,
+        connection_json(
+            deployment_service_emulator.base_url,
+            deployment_service_emulator.api_key,
+            backoff_initial=0.01,
+            backoff_max=0.05,
+            max_attempts=2,
+            tracing_base_url=f"{fake_sources.base_url}/tracing",
+        ),
+    )
+    monkeypatch.setenv(
+        TRACING_CONN_ENV,
+        json.dumps({"conn_type": "http", "host": f"{fake_sources.base_url}/tracing", "password": TRACING_KEY}),
+    )
+    monkeypatch.setenv(
+        PROMETHEUS_CONN_ENV,
+        json.dumps(
+            {
+                "conn_type": "http",
+                "host": fake_sources.base_url.removeprefix("http://"),
+                "schema": "prometheus",
+                "login": "reader",
+                "password": PROMETHEUS_PASSWORD,
+            }
+        ),
+    )
+    return deployment_service_emulator
+
+
+def live_targets(emulator: Any, count: int = 3, *, since_minutes: float = 5) -> list[Any]:
+    """The first ``count`` deployments with a custom_url, as analysis targets of their active revision."""
+    from airflow_provider.analysis import AnalysisTarget
+
+    state = emulator.admin.state()
+    deployments = [d for d in state["deployments"] if d["status"] == "READY" and d["active_revision_id"]]
+    deployments = [d for d in deployments if d["source_config"].get("custom_url")][:count]
+    live_since = datetime.now(timezone.utc) - timedelta(minutes=since_minutes)
+    return [
+        AnalysisTarget(
+            deployment_id=d["id"],
+            name=d["name"],
+            revision_id=d["active_revision_id"],
+            live_since=live_since,
+            custom_url=d["source_config"]["custom_url"],
+        )
+        for d in deployments
+    ]
