@@ -584,16 +584,23 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             return 0.0
         return self.bake_seconds
 
-    def execute_complete_analysis(self, context: Context, event: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def execute_complete_analysis(
+        self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
         """Resume after a wave's analysis in the triggerer: record each verdict, go on with the rollout.
 
         As for :meth:`execute_complete`, everything comes from the event (its ``carry`` names the wave, and holds
         the progress when the task has no store or its last save failed) and ``task_state_store``, never from
         ``defer()`` kwargs. An ``error`` event (the analysis could not run) fails the try: a retry analyses the
         wave again, its deployments still serving their new revisions unjudged.
+
+        :param context: the task context.
+        :param event: the trigger's event.
+        :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
+            event's is used: ``dag.test()`` passes none).
         """
         try:
-            carry = event.get("carry") if isinstance(event, dict) else None
+            carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
             if not isinstance(carry, dict) or not isinstance(carry.get("fleet_wave"), int):
                 raise AirflowException(f"unexpected event from DeploymentAnalysisTrigger: {event!r}")
             request_for, change = self._change()

@@ -218,12 +218,19 @@ class VirtualClock:
     the real ``time`` module's. A sleep bound as a default argument (``sleep=time.sleep``) stays real and
     short: the tasks poll every millisecond of real time.
 
-    :param state: the emulator's state (its frozen clock moves with this one).
+    It *is* the emulator's frozen clock: what the task stamps (a tracing query's ``end_time``) is on the
+    clock the service reads, however the harness moves the emulator between runs.
+
+    :param state: the emulator's state (its frozen clock is this one).
     """
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.now = time.time()
+
+    @property
+    def now(self) -> float:
+        """The emulator's frozen clock, in seconds since the epoch."""
+        return float(self.state.now().timestamp())
 
     def time(self) -> float:
         return self.now
@@ -235,9 +242,8 @@ class VirtualClock:
         self.advance(max(0.0, float(seconds)))
 
     def advance(self, seconds: float) -> None:
-        """Move this clock and the emulator's by ``seconds``."""
+        """Move the clock (the emulator's) by ``seconds``."""
         if seconds:
-            self.now += seconds
             self.state.advance(seconds)
 
     def __getattr__(self, name: str) -> Any:
@@ -246,7 +252,11 @@ class VirtualClock:
 
 @contextmanager
 def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
-    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names."""
+    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names.
+
+    A clock bound as a keyword default (``clock=time.time``: the analysis's rounds) follows ``clock`` too, so
+    that what it stamps (a tracing query's ``end_time``) is on the emulator's clock; sleeps stay real.
+    """
     patched: list[types.ModuleType] = [
         module
         for name, module in list(sys.modules.items())
@@ -254,13 +264,23 @@ def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
         and not name.startswith("airflow_provider.emulator")
         and getattr(module, "time", None) is time
     ]
+    readers = {time.time: clock.time, time.monotonic: clock.monotonic}
+    defaults: list[tuple[Any, dict[str, Any]]] = []
     for module in patched:
         module.time = clock  # type: ignore[attr-defined]
+        for function in list(vars(module).values()):
+            kwdefaults = getattr(function, "__kwdefaults__", None)
+            if getattr(function, "__module__", None) == module.__name__ and kwdefaults:
+                if any(value in readers for value in kwdefaults.values()):
+                    defaults.append((function, dict(kwdefaults)))
+                    function.__kwdefaults__ = {name: readers.get(value, value) for name, value in kwdefaults.items()}
     try:
         yield [module.__name__ for module in patched]
     finally:
         for module in patched:
             module.time = time  # type: ignore[attr-defined]
+        for function, kwdefaults in defaults:
+            function.__kwdefaults__ = kwdefaults
 
 
 # ---------------------------------------------------------------------------------- the transport
