@@ -270,10 +270,10 @@ def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
         module.time = clock  # type: ignore[attr-defined]
         for function in list(vars(module).values()):
             kwdefaults = getattr(function, "__kwdefaults__", None)
-            if getattr(function, "__module__", None) == module.__name__ and kwdefaults:
-                if any(value in readers for value in kwdefaults.values()):
-                    defaults.append((function, dict(kwdefaults)))
-                    function.__kwdefaults__ = {name: readers.get(value, value) for name, value in kwdefaults.items()}
+            ours = getattr(function, "__module__", None) == module.__name__
+            if ours and kwdefaults and any(value in readers for value in kwdefaults.values()):
+                defaults.append((function, dict(kwdefaults)))
+                function.__kwdefaults__ = {name: readers.get(value, value) for name, value in kwdefaults.items()}
     try:
         yield [module.__name__ for module in patched]
     finally:
