@@ -100,6 +100,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider.operators.patch",
                     "airflow_provider.operators.rollback",
                     "airflow_provider.operators.fleet",
+                    "airflow_provider.operators.analysis",
                 ],
             }
         ],
@@ -118,6 +119,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider.triggers.rollout",
                     "airflow_provider.triggers.fleet",
                     "airflow_provider.triggers.watcher",
+                    "airflow_provider.triggers.analysis",
                 ],
             }
         ],

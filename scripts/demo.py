@@ -214,7 +214,12 @@ def main() -> int:
     try:
         say(f"1. emulator listening on {base_url} (builds take {BUILD_SECONDS:.0f} s)")
         env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"] = json.dumps(
-            {"conn_type": "deployment_service", "host": base_url, "password": API_KEY}
+            {
+                "conn_type": "deployment_service",
+                "host": base_url,
+                "password": API_KEY,
+                "extra": {"tracing_base_url": f"{base_url}/tracing"},
+            }
         )
         say(f"2. throwaway Airflow home {home} (SQLite); migrating the database")
         if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:

@@ -50,6 +50,7 @@ OPERATOR_NAMES = {
     "ROLLBACK_STATE_KEY": "airflow_provider.operators.rollback",
     "ROLLBACK_CARRY_KEY": "airflow_provider.operators.rollback",
     "FleetRolloutOperator": "airflow_provider.operators.fleet",
+    "DeploymentAnalysisOperator": "airflow_provider.operators.analysis",
     "PATCH_FIELDS": "airflow_provider.operators.fleet",
     "SecretValue": "airflow_provider.tasks.patch_request",
     "build_patch_request": "airflow_provider.tasks.patch_request",
@@ -85,6 +86,8 @@ TRIGGER_NAMES = {
     "DeploymentRolloutTrigger": "airflow_provider.triggers.rollout",
     "DeploymentBakeTrigger": "airflow_provider.triggers.rollout",
     "FleetWaveTrigger": "airflow_provider.triggers.fleet",
+    "DeploymentAnalysisTrigger": "airflow_provider.triggers.analysis",
+    "ANALYSIS_EVENT_STATUSES": "airflow_provider.triggers.analysis",
     "DeploymentEventTrigger": "airflow_provider.triggers.watcher",
     "CURSOR_KEY_PREFIX": "airflow_provider.triggers.watcher",
     "CURSOR_COMMIT_DELAY": "airflow_provider.triggers.watcher",
@@ -127,6 +130,19 @@ TRIGGER_ARGUMENTS: dict[str, dict[str, Any]] = {
         "deadline": 1.0e9,
     },
     "FleetWaveTrigger": {"wave": 0, "rollouts": [[DEPLOYMENT, REVISION]], "hook_params": HOOK_PARAMS},
+    "DeploymentAnalysisTrigger": {
+        "analysis": {"checks": [{"kind": "tracing_project"}], "count": 1},
+        "targets": [
+            {
+                "deployment_id": DEPLOYMENT,
+                "name": "shop",
+                "revision_id": REVISION,
+                "live_since": "2026-01-01T00:00:00+00:00",
+            }
+        ],
+        "hook_params": HOOK_PARAMS,
+        "carry": {"landing": 1},
+    },
     "DeploymentEventTrigger": {"deployment_ids": [DEPLOYMENT]},
 }
 

@@ -171,8 +171,7 @@ class TracingSource:
                     "/runs/stats",
                     json={
                         "session": [project_id],
-                        "start_time": target.live_since.isoformat(),
-                        "end_time": now.isoformat(),
+                        "start_time": target.live_since.isoformat(),  # until the tracing service's now
                         "is_root": True,
                     },
                     what="tracing service",

@@ -4,7 +4,7 @@ A revision's :class:`BehaviourPlan` says what its app does while it is live: the
 fail (``error_rate``), how long a request takes (``latency_ms``), what its health check answers
 (``health_status``), how many requests it serves per second of emulated time (``requests_per_second``),
 and optionally another :class:`Behaviour` (``then``) from ``after_seconds`` after it went live. A plan is
-set per revision (:meth:`EmulatorState.set_behaviour`), for the next revision created, or by a
+set per revision (:meth:`~airflow_provider.emulator.state.EmulatorState.set_behaviour`), for the next revision created, or by a
 :class:`BehaviourRule` (a glob over ``image_uri`` / ``repo_ref``); a revision with none behaves like
 :data:`DEFAULT_BEHAVIOUR` (no errors, instant answers, healthy), and a revision marked unhealthy (see
 :mod:`airflow_provider.emulator.health`) fails every request. A change applies from when it is made (traffic
@@ -130,6 +130,7 @@ FAILING = BehaviourPlan(error_rate=1.0, health_status=500)
 """What a revision marked unhealthy does: its app fails every request."""
 
 EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+"""The start of every timeline: before anything was set."""
 
 RuleHistory = list[tuple[datetime, tuple[BehaviourRule, ...]]]
 """The behaviour rules in force from each time on, oldest first (starting at :data:`EPOCH`)."""

@@ -73,7 +73,8 @@ def project_json(record: DeploymentRecord) -> dict[str, Any]:
 
 class RunStatsQuery(BaseModel):
     """``POST /tracing/runs/stats`` body (other fields the real service knows are accepted and ignored,
-    except those that would change the answer, see :data:`_NOT_EMULATED`).
+    except the filters that would change the answer: ``filter``, ``trace_filter``, ``tree_filter``,
+    ``run_type``, ``trace``, ``parent_run``, ``reference_example``, answered 422).
 
     :param session: ids of the projects to count.
     :param start_time: count runs from then (default: since the project exists); naive times are UTC.
@@ -173,5 +174,5 @@ async def runs_stats(request: Request, query: RunStatsQuery, tenant: Tenant) -> 
     unsupported = query.not_emulated()
     if unsupported:
         detail = f"the emulator does not apply these filters: {', '.join(unsupported)}"
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, detail)
+        raise HTTPException(422, detail)
     return JSONResponse(_state(request).run_stats(query, tenant=tenant))

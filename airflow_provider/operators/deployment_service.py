@@ -3,13 +3,15 @@ PatchDeploymentOperator``. Re-exports only.
 
 Each family stands in its own module: :mod:`~airflow_provider.operators.lists` (the list operators),
 :mod:`~airflow_provider.operators.patch`, :mod:`~airflow_provider.operators.rollback`,
-:mod:`~airflow_provider.operators.fleet`, and :mod:`~airflow_provider.operators.base` (the XCom keys and
+:mod:`~airflow_provider.operators.fleet`, :mod:`~airflow_provider.operators.analysis` (the standalone
+analysis gate), and :mod:`~airflow_provider.operators.base` (the XCom keys and
 the ``Deployment`` extra link every operator shares). The names below are the same objects as there, under
 the path DAGs have always imported; either path works.
 """
 
 from __future__ import annotations
 
+from airflow_provider.operators.analysis import DeploymentAnalysisOperator
 from airflow_provider.operators.base import (
     XCOM_DEPLOYMENT_ID,
     XCOM_DEPLOYMENT_URL,
@@ -51,6 +53,7 @@ __all__ = [
     "XCOM_REVISION_ID",
     "XCOM_ROLLBACK_PATH",
     "XCOM_ROLLED_BACK_FROM",
+    "DeploymentAnalysisOperator",
     "DeploymentLink",
     "FleetRolloutOperator",
     "ListDeploymentsOperator",

@@ -3,14 +3,16 @@
 Each family stands in its own module: :mod:`~airflow_provider.triggers.rollout` (a revision going live, a
 bake), :mod:`~airflow_provider.triggers.fleet` (a fleet rollout's wave),
 :mod:`~airflow_provider.triggers.watcher` (the ``AssetWatcher`` trigger), all over the shared batched poller
-of :mod:`~airflow_provider.triggers.poller`. The names below are the same objects as there. A trigger's
-``serialize()`` returns its path in this module (``airflow_provider.triggers.deployment_service.<class>``):
-triggers in the metadata database and ``AssetWatcher`` triggers keep loading, and stay the same triggers,
-across upgrades.
+of :mod:`~airflow_provider.triggers.poller`; and :mod:`~airflow_provider.triggers.analysis` (an analysis's
+measurement rounds, on :func:`~airflow_provider.analysis.run_analysis`). The names below are the same
+objects as there. A trigger's ``serialize()`` returns its path in this module
+(``airflow_provider.triggers.deployment_service.<class>``): triggers in the metadata database and
+``AssetWatcher`` triggers keep loading, and stay the same triggers, across upgrades.
 """
 
 from __future__ import annotations
 
+from airflow_provider.triggers.analysis import ANALYSIS_EVENT_STATUSES, DeploymentAnalysisTrigger
 from airflow_provider.triggers.fleet import FleetWaveTrigger
 from airflow_provider.triggers.poller import REVISION_CHECK_CONCURRENCY, active_pollers
 from airflow_provider.triggers.rollout import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
@@ -25,6 +27,7 @@ from airflow_provider.triggers.watcher import (
 )
 
 __all__ = [
+    "ANALYSIS_EVENT_STATUSES",
     "CURSOR_COMMIT_DELAY",
     "CURSOR_KEY_PREFIX",
     "CURSOR_LOAD_ATTEMPTS",
@@ -33,6 +36,7 @@ __all__ = [
     "FILTER_NAMES",
     "GONE",
     "REVISION_CHECK_CONCURRENCY",
+    "DeploymentAnalysisTrigger",
     "DeploymentBakeTrigger",
     "DeploymentEventTrigger",
     "DeploymentRolloutTrigger",

@@ -57,14 +57,18 @@ def analysis_env(deployment_service_emulator: Any, fake_sources: FakeSources, mo
     return deployment_service_emulator
 
 
-def live_targets(emulator: Any, count: int = 3, *, since_minutes: float = 5) -> list[Any]:
-    """The first ``count`` deployments with a custom_url, as analysis targets of their active revision."""
+def live_targets(
+    emulator: Any, count: int = 3, *, since_minutes: float = 5, live_since: datetime | None = None
+) -> list[Any]:
+    """The first ``count`` deployments with a custom_url, as analysis targets of their active revision, live
+    since ``live_since`` (default: ``since_minutes`` ago)."""
     from airflow_provider.analysis import AnalysisTarget
 
     state = emulator.admin.state()
     deployments = [d for d in state["deployments"] if d["status"] == "READY" and d["active_revision_id"]]
     deployments = [d for d in deployments if d["source_config"].get("custom_url")][:count]
-    live_since = datetime.now(timezone.utc) - timedelta(minutes=since_minutes)
+    if live_since is None:
+        live_since = datetime.now(timezone.utc) - timedelta(minutes=since_minutes)
     return [
         AnalysisTarget(
             deployment_id=d["id"],

@@ -142,7 +142,7 @@ def test_tracing_without_a_base_url_fails_before_any_request(
 ) -> None:
     from tests.conftest import CONN_ENV, connection_json
 
-    monkeypatch.setenv(CONN_ENV, connection_json(analysis_env.base_url, analysis_env.api_key))
+    monkeypatch.setenv(CONN_ENV, connection_json(analysis_env.base_url, analysis_env.api_key, tracing_base_url=None))
     (target,) = live_targets(analysis_env, 1)
     analysis_env.admin.reset_requests()
     with pytest.raises(

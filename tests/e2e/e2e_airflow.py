@@ -243,8 +243,22 @@ class Emulator:
         self.process.stop()
 
     def connection_json(self) -> str:
-        """``deployment_service_default`` as an ``AIRFLOW_CONN_*`` value."""
-        return json.dumps({"conn_type": "deployment_service", "host": self.url, "password": self.api_key})
+        """``deployment_service_default`` as an ``AIRFLOW_CONN_*`` value (with the emulator's tracing endpoints)."""
+        extra = {"tracing_base_url": f"{self.url}/tracing"}
+        return json.dumps(
+            {"conn_type": "deployment_service", "host": self.url, "password": self.api_key, "extra": extra}
+        )
+
+    @property
+    def metrics_url(self) -> str:
+        """The emulator's Prometheus exposition."""
+        return f"{self.url}/metrics"
+
+    def set_behaviour(self, deployment_id: str, **behaviour: Any) -> dict[str, Any]:
+        """Set what a revision's app does (``revision_id``: ``None`` the latest, ``"next"`` the next one
+        created; then ``error_rate``, ``latency_ms``, ``health_status``, ``requests_per_second``,
+        ``after_seconds``, ``then``)."""
+        return dict(self._call("PUT", f"/deployments/{deployment_id}/behaviour", behaviour))
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         assert self._http is not None, "the emulator is not running"

@@ -7,7 +7,9 @@ from typing import Any, get_args
 import pytest
 
 from airflow_provider.emulator.app import APPS_TAG, EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, create_app
+from airflow_provider.emulator.metrics import METRICS_TAG
 from airflow_provider.emulator.state import EmulatorState, StatusName
+from airflow_provider.emulator.tracing import TRACING_TAG
 from airflow_provider.models import DeploymentStatus, DeploymentType
 
 SPEC_OPERATIONS = {
@@ -27,7 +29,7 @@ LIST_PARAMS = {
     "deployment_type",
     "deployment_ids",
 }
-EXTRA_TAGS = {EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, APPS_TAG}
+EXTRA_TAGS = {EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, APPS_TAG, TRACING_TAG, METRICS_TAG}
 
 
 def openapi(**options: Any) -> dict[str, Any]:
@@ -64,6 +66,9 @@ def test_exactly_the_spec_operations_outside_the_flagged_extras() -> None:
         ("GET", "/v2/deployments/{deployment_id}/revisions/{revision_id}/logs"),
         ("GET", "/apps/{deployment_id}"),
         ("GET", "/apps/{deployment_id}/{path}"),
+        ("GET", "/tracing/sessions"),
+        ("POST", "/tracing/runs/stats"),
+        ("GET", "/metrics"),
     }
 
 

@@ -95,6 +95,10 @@ def run_deferred(
 
 
 def connection_json(base_url: str, api_key: str, **extra: Any) -> str:
+    """The JSON form of a ``deployment_service`` connection to an emulator, as users put it in an env var."""
+    from airflow_provider.emulator.tracing import tracing_base_url
+
+    extra = {"tracing_base_url": tracing_base_url(base_url), **extra}  # the emulator's tracing endpoints
     return json.dumps({"conn_type": "deployment_service", "host": base_url, "password": api_key, "extra": extra})
 
 

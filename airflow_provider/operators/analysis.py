@@ -1,0 +1,191 @@
+"""A gate between tasks: judge the revisions deployments serve now by an analysis
+(:class:`DeploymentAnalysisOperator`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import conf
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
+from airflow_provider.models import Deployment, DeploymentStatus, canonical_uuid
+from airflow_provider.operators.base import _DeploymentServiceOperator
+from airflow_provider.tasks.analysis import (
+    analyse_on_worker,
+    analysis_event_results,
+    analysis_failure_reason,
+    defer_analysis,
+)
+from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["XCOM_ANALYSIS", "DeploymentAnalysisOperator"]
+
+XCOM_ANALYSIS = "analysis"
+"""The XCom key of the analysis results (``{deployment name: AnalysisResult}`` for this operator)."""
+
+
+def _as_list(value: Any, field: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise AirflowFailException(f"{field} must be a string or a list of strings, got {type(value).__name__}")
+
+
+class DeploymentAnalysisOperator(_DeploymentServiceOperator):
+    """Judge the revision each deployment serves now by an analysis; fail unless every verdict is "passed".
+
+    The active revision of each deployment is measured ``analysis.count`` times, every
+    ``analysis.interval_seconds`` (in the triggerer when ``deferrable`` and the analysis has no
+    :class:`~airflow_provider.analysis.CallableCheck`, else on the worker). Returns and pushes (XCom key
+    ``"analysis"``) ``{deployment name: AnalysisResult}``; a failed or inconclusive verdict fails the task
+    (``AirflowFailException``, no retry) naming the deployments and their failing checks.
+
+    :param analysis: the :class:`~airflow_provider.analysis.Analysis`; its ``count`` must be set (this task
+        has no bake window).
+    :param deployment_ids: deployment id(s) to analyse. Templated.
+    :param deployment_names: deployment name(s) to analyse (exact names), instead of ids. Templated.
+    :param live_since: when the revisions went live (tracing statistics count from then; a datetime or an
+        ISO 8601 string, UTC when naive); ``None``: when the task starts. Templated.
+    :param deferrable: measure in the triggerer instead of a worker slot.
+    :param kwargs: the connection arguments of
+        :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask` and ``BaseOperator``'s.
+    """
+
+    template_fields: Sequence[str] = ("deployment_ids", "deployment_names", "live_since", "deployment_service_conn_id")
+    ui_color = "#e8daef"
+
+    def __init__(
+        self,
+        *,
+        analysis: Analysis,
+        deployment_ids: str | list[str] | None = None,
+        deployment_names: str | list[str] | None = None,
+        live_since: datetime | str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(analysis, Analysis):
+            raise TypeError(f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}")
+        analysis.with_count_for(None)  # ValueError naming analysis.count when it is None
+        if (deployment_ids is None) == (deployment_names is None):
+            raise ValueError("give exactly one of deployment_ids and deployment_names")
+        self.analysis = analysis
+        self.deployment_ids = deployment_ids
+        self.deployment_names = deployment_names
+        self.live_since = live_since
+        self.deferrable = deferrable
+
+    # ------------------------------------------------------------------------------------------ run
+    def _run(self, context: Context) -> dict[str, AnalysisResult]:
+        deployments = self._deployments()
+        live_since = self._live_since()
+        targets = [self._target(deployment, live_since) for deployment in deployments]
+        names = {deployment.id: deployment.name for deployment in deployments}
+        self.log.info(
+            "Analysing %d deployment(s) (%s): %d check(s), %d round(s) every %gs",
+            len(targets),
+            ", ".join(sorted(names.values())),
+            len(self.analysis.checks),
+            self.analysis.rounds(),
+            self.analysis.interval_seconds,
+        )
+        if self.deferrable and not self.analysis.runs_on_worker:
+            defer_analysis(self, self.analysis, targets, method_name="execute_complete", carry={"names": names})
+        if self.deferrable:
+            self.log.info("The analysis holds a CallableCheck: measured on the worker, not in the triggerer")
+        return self._judged(context, analyse_on_worker(self, self.analysis, targets), names)
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
+    ) -> dict[str, AnalysisResult]:
+        """Resume after the trigger's event: push and return the results, or fail naming what did not pass."""
+        try:
+            results = analysis_event_results(event)
+            carried = carry if carry is not None else (event or {}).get("carry")
+            names = carried.get("names") if isinstance(carried, dict) else None
+            if not isinstance(names, dict):
+                names = {}
+            return self._judged(context, results, names)
+        finally:
+            self.close_hook()
+
+    def _judged(
+        self, context: Context, results: dict[str, AnalysisResult], names: dict[str, str]
+    ) -> dict[str, AnalysisResult]:
+        by_name = {names.get(deployment_id, deployment_id): result for deployment_id, result in results.items()}
+        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=by_name)
+        failures = []
+        for name, result in sorted(by_name.items()):
+            reason = analysis_failure_reason(result)
+            if reason is not None:
+                failures.append(f"{name!r} ({result['failing_check']}): {reason}")
+        if failures:
+            raise AirflowFailException(
+                f"the analysis did not pass for {len(failures)} of {len(by_name)} deployment(s): " + "; ".join(failures)
+            )
+        self.log.info("The analysis passed for %s", ", ".join(repr(name) for name in sorted(by_name)))
+        return by_name
+
+    # --------------------------------------------------------------------------------- arguments
+    def _deployments(self) -> list[Deployment]:
+        if self.deployment_names is not None:
+            names = _as_list(self.deployment_names, "deployment_names")
+            for name in names:
+                check_rendered_value("deployment_names", name, segments=False)
+            if not names:
+                raise AirflowFailException("deployment_names is empty: name at least one deployment")
+            return [deployment_by_name(self.hook, name) for name in dict.fromkeys(names)]
+        raw = _as_list(self.deployment_ids, "deployment_ids")
+        if not raw:
+            raise AirflowFailException("deployment_ids is empty: give at least one deployment id")
+        try:
+            ids = list(dict.fromkeys(canonical_uuid(value, "deployment_ids") for value in raw))
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        found: dict[str, Deployment] = {}
+        for start in range(0, len(ids), 100):
+            chunk = ids[start : start + 100]
+            for deployment in self.hook.list_deployments(deployment_ids=chunk, limit=len(chunk)).resources:
+                found[deployment.id] = deployment
+        missing = [deployment_id for deployment_id in ids if deployment_id not in found]
+        if missing:
+            raise AirflowFailException(f"deployment_ids: no deployment with id {', '.join(missing)}")
+        return [found[deployment_id] for deployment_id in ids]
+
+    def _live_since(self) -> datetime:
+        value = self.live_since
+        if value is None or value == "":
+            return datetime.now(timezone.utc)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise AirflowFailException(f"live_since must be an ISO 8601 time, got {value!r}") from None
+        if not isinstance(value, datetime):
+            raise AirflowFailException(
+                f"live_since must be a datetime or an ISO 8601 string, got {type(value).__name__}"
+            )
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+    @staticmethod
+    def _target(deployment: Deployment, live_since: datetime) -> AnalysisTarget:
+        if deployment.active_revision_id is None or deployment.status != DeploymentStatus.READY:
+            raise AirflowFailException(
+                f"deployment {deployment.name!r} serves no revision to analyse (status {deployment.status.value}, "
+                f"active revision {deployment.active_revision_id})"
+            )
+        return AnalysisTarget(
+            deployment_id=deployment.id,
+            name=deployment.name,
+            revision_id=deployment.active_revision_id,
+            live_since=live_since,
+            custom_url=deployment.source_config.custom_url,
+        )

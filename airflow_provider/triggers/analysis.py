@@ -1,0 +1,88 @@
+"""Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): every round of
+:func:`~airflow_provider.analysis.run_analysis` for the deployments of one task, then one event."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pydantic
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider.analysis import Analysis, AnalysisSetupError, AnalysisTarget, run_analysis
+from airflow_provider.error_text import describe_validation_error
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.triggers import serialized_classpath
+
+__all__ = ["ANALYSIS_EVENT_STATUSES", "DeploymentAnalysisTrigger"]
+
+ANALYSIS_EVENT_STATUSES = ("done", "error")
+"""The ``status`` values of a :class:`DeploymentAnalysisTrigger` event."""
+
+
+class DeploymentAnalysisTrigger(BaseTrigger):
+    """Run an analysis's rounds for a set of live revisions and yield their verdicts.
+
+    Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
+    carry}``, or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad
+    arguments, a missing or incomplete connection, the service refusing the key). The sources' requests are
+    shared across the targets (one vector query per round, one stats request per deployment, the tracing
+    project ids looked up once). A trigger resumed on another triggerer starts its rounds again.
+
+    :param analysis: :meth:`Analysis.to_json` (``count`` resolved; no :class:`CallableCheck`).
+    :param targets: each :class:`~airflow_provider.analysis.AnalysisTarget` as JSON.
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
+    :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
+        Airflow 3.3 drops the ``kwargs`` given to ``defer()``). Never a secret.
+    """
+
+    def __init__(
+        self,
+        analysis: dict[str, Any],
+        targets: list[dict[str, Any]],
+        hook_params: dict[str, Any],
+        carry: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.targets = list(targets)
+        self.hook_params = dict(hook_params)
+        self.carry = carry
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and JSON-only keyword arguments (connection ids, never a key or password)."""
+        return (
+            serialized_classpath(self, DeploymentAnalysisTrigger),
+            {
+                "analysis": self.analysis,
+                "targets": self.targets,
+                "hook_params": dict(self.hook_params),
+                "carry": self.carry,
+            },
+        )
+
+    def _event(self, payload: dict[str, Any]) -> TriggerEvent:
+        return TriggerEvent({**payload, "carry": self.carry})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Measure every round, then yield the one event."""
+        try:
+            analysis = Analysis.from_json(self.analysis)
+            targets = [AnalysisTarget.model_validate(target) for target in self.targets]
+            analysis.rounds()
+        except pydantic.ValidationError as err:
+            yield self._event(
+                {"status": "error", "message": f"invalid trigger arguments: {describe_validation_error(err)}"}
+            )
+            return
+        except ValueError as err:
+            yield self._event({"status": "error", "message": f"invalid trigger arguments: {err}"})
+            return
+        try:
+            results = await run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log)
+        except (AnalysisSetupError, DeploymentServiceError, ValueError) as err:
+            message = f"the analysis could not run: {err}"
+            self.log.error("%s", message)
+            yield self._event({"status": "error", "message": message})
+            return
+        yield self._event({"status": "done", "results": results})
