@@ -320,6 +320,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
+        if self.analysis is not None:
+            fleet_tasks.check_analysis_sources(self.hook, self.analysis)
         progress_store = fleet_tasks.ProgressStore(
             context.get("task_state_store"), self.log, secrets=self._secret_values()
         )

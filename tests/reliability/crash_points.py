@@ -252,11 +252,7 @@ class VirtualClock:
 
 @contextmanager
 def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
-    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names.
-
-    A clock bound as a keyword default (``clock=time.time``: the analysis's rounds) follows ``clock`` too, so
-    that what it stamps (a tracing query's ``end_time``) is on the emulator's clock; sleeps stay real.
-    """
+    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names."""
     patched: list[types.ModuleType] = [
         module
         for name, module in list(sys.modules.items())
@@ -264,23 +260,13 @@ def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
         and not name.startswith("airflow_provider.emulator")
         and getattr(module, "time", None) is time
     ]
-    readers = {time.time: clock.time, time.monotonic: clock.monotonic}
-    defaults: list[tuple[Any, dict[str, Any]]] = []
     for module in patched:
         module.time = clock  # type: ignore[attr-defined]
-        for function in list(vars(module).values()):
-            kwdefaults = getattr(function, "__kwdefaults__", None)
-            ours = getattr(function, "__module__", None) == module.__name__
-            if ours and kwdefaults and any(value in readers for value in kwdefaults.values()):
-                defaults.append((function, dict(kwdefaults)))
-                function.__kwdefaults__ = {name: readers.get(value, value) for name, value in kwdefaults.items()}
     try:
         yield [module.__name__ for module in patched]
     finally:
         for module in patched:
             module.time = time  # type: ignore[attr-defined]
-        for function, kwdefaults in defaults:
-            function.__kwdefaults__ = kwdefaults
 
 
 # ---------------------------------------------------------------------------------- the transport

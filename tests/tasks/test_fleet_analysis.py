@@ -15,12 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 
 from airflow_provider.analysis import Analysis, MetricQueryCheck, TracingProjectCheck
 from airflow_provider.emulator.tracing import tracing_base_url
 from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
+from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from airflow_provider.triggers.fleet import FleetWaveTrigger
 from tests.tasks.conftest import (
     CONN_ENV,
@@ -482,3 +482,15 @@ def test_dag_test_resumes_every_analysis_from_the_event_alone_and_rolls_the_bad_
     events = asset_events(run)
     assert {events[ids[name]]["outcome"] for name in DAG_NAMES if name != DAG_BAD} == {"rolled_out"}
     assert events[ids[DAG_BAD]]["outcome"] == "rolled_back"
+
+
+def test_a_missing_metrics_connection_fails_the_task_before_anything_is_patched(fleet: Any) -> None:
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    check = MetricQueryCheck(query=ERROR_RATE_QUERY, condition="< 0.05", connection_id="no_such_prometheus")
+    task = fleet_op(False, deployment_names=sorted(ids), analysis=Analysis(checks=[check], count=1))()
+    with pytest.raises(AirflowFailException) as raised:
+        task.execute(make_context())
+    assert "nothing was patched" in str(raised.value) and "'no_such_prometheus'" in str(raised.value)
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    assert all(len(revisions(emulator, deployment_id)) == 1 for deployment_id in ids.values())
