@@ -459,6 +459,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 __all__ = [
     "BUILD_FIELDS",
+    "ROW_MEASUREMENTS_SHOWN",
     "build_of",
     "deployment_summary",
     "event_rollout",
