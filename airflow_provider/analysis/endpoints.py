@@ -8,18 +8,15 @@ handed to the analysis's :class:`~airflow_provider.analysis.scrubbing.Scrubber` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 
 from airflow_provider.analysis.scrubbing import Scrubber, without_userinfo
 from airflow_provider.client_settings import is_loopback_host
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-
-if TYPE_CHECKING:
-    from airflow.sdk import Connection
 
 __all__ = [
     "TRACING_BASE_URL_EXTRA",
