@@ -13,7 +13,8 @@ DAGS = REPO_ROOT / "example_dags"
 
 
 def example_emulator(factory: Callable[..., Any], monkeypatch: Any) -> Any:
-    """A real-time emulator (builds take 1 s) behind the default connection, as the example DAGs use it.
+    """A real-time emulator (builds take 1 s) behind the default connection (its tracing endpoints in the
+    extra ``tracing_base_url``), as the example DAGs use it.
 
     :param factory: the ``deployment_service_emulator_factory`` fixture.
     :param monkeypatch: the test's ``monkeypatch`` (the connection is an environment variable).
@@ -21,7 +22,13 @@ def example_emulator(factory: Callable[..., Any], monkeypatch: Any) -> Any:
     server = factory(frozen_clock=False, build_seconds=1.0, ready_seconds=0.5)
     monkeypatch.setenv(
         "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
-        connection_json(server.base_url, server.api_key, backoff_initial=0.05, backoff_max=0.2),
+        connection_json(
+            server.base_url,
+            server.api_key,
+            backoff_initial=0.05,
+            backoff_max=0.2,
+            tracing_base_url=server.tracing_base_url,
+        ),
     )
     return server
 

@@ -94,7 +94,79 @@ def test_dag_test_runs_verify_and_rolls_back_a_deferred_patch(
     assert after["active_revision_id"] == after["latest_revision_id"] == restored["id"]
     assert after["status"] == "READY"
     assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
-    assert [extra for extra in asset_events_of(before["id"]) if extra.get("outcome") == "rolled_out"] == []
+    # No event of this run (the database outlives a test: other tests' runs may have emitted theirs).
+    assert [
+        extra for extra in asset_events_of(before["id"]) if extra.get("revision_id") in (bad["id"], restored["id"])
+    ] == []
     logs = task_logs()
     assert f"revision {bad['id']} went live but verify returned False" in logs
+    assert f"rolled back to revision {before['active_revision_id']}" in logs
+
+
+DEFERRED_ANALYSIS_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+
+with DAG("deferred_analysis_rollback", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    PatchDeploymentOperator(
+        task_id="patch",
+        deployment_id="{deployment_id}",
+        image_uri="registry.example.com/acme/checkout-api:9.9.8",
+        wait_for_rollout=True,
+        deferrable=True,
+        analysis=Analysis(
+            checks=[TracingProjectCheck(metric="error_rate", condition="< 0.05", min_run_count=20)],
+            interval_seconds=0.3,
+            count=6,
+        ),
+        rollback_on_failure=True,
+        poll_interval=0.2,
+        timeout=60,
+        retries=0,
+    )
+"""
+
+
+def test_dag_test_analyses_a_deferred_patch_after_the_resume_and_rolls_back(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_logs: Callable[[], str]
+) -> None:
+    """The analysis trigger's resume gets only ``event=`` under ``dag.test()``: the landing it carries is
+    what lets the task roll back a revision whose error rate rose after it went live."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    before = emulator.admin.find_deployment("checkout-api-staging")
+    emulator.admin.set_behaviour(
+        before["id"],
+        revision_id="next",
+        requests_per_second=200,
+        after_seconds=0.3,
+        then={"error_rate": 0.5, "requests_per_second": 200},
+    )
+    dag_file = tmp_path / "deferred_analysis_rollback.py"
+    dag_file.write_text(DEFERRED_ANALYSIS_DAG.replace("{deployment_id}", before["id"]))
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+
+    run = bag.get_dag("deferred_analysis_rollback").test()
+
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert (str(run.state), states) == ("failed", {"patch": "failed"})
+    after = emulator.admin.find_deployment("checkout-api-staging")
+    bad, restored = after["revisions"][-2], after["revisions"][-1]
+    assert len(after["revisions"]) == len(before["revisions"]) + 2
+    assert bad["source_revision_config"]["image_uri"].endswith(":9.9.8")
+    assert after["active_revision_id"] == restored["id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert [
+        extra for extra in asset_events_of(before["id"]) if extra.get("revision_id") in (bad["id"], restored["id"])
+    ] == []
+    logs = task_logs()
+    assert f"revision {bad['id']} went live but the analysis failed: " in logs
+    assert "tracing error_rate" in logs
     assert f"rolled back to revision {before['active_revision_id']}" in logs

@@ -352,6 +352,7 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
     bag = DagBag(dag_folder=str(DAGS))
     assert not bag.import_errors
     assert set(bag.dag_ids) == {
+        "analysed_rollout",
         "rollout_after_build",
         "deploy_fleet_after_build",
         "onboard_repository",

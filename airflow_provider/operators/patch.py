@@ -1,5 +1,5 @@
-"""Patch a deployment and, optionally, wait until its new revision is live, verify and bake it, and roll
-it back when either fails; a retry reattaches to what an earlier try did instead of patching (or rolling
+"""Patch a deployment and, optionally, wait until its new revision is live, verify, analyse and bake it, and
+roll it back when any fails; a retry reattaches to what an earlier try did instead of patching (or rolling
 back) twice (the record and what a retry finds: :mod:`airflow_provider.tasks.patch_retry`)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.error_text import scrub
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
@@ -32,6 +33,13 @@ from airflow_provider.patch_rules import (
     unchanged_fixed_fields,
     without_unchanged_fixed_fields,
 )
+from airflow_provider.rollout import bake_verdict
+from airflow_provider.tasks.analysis import (
+    analyse_on_worker,
+    analysis_event_results,
+    analysis_failure_reason,
+    defer_analysis,
+)
 from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
@@ -39,7 +47,7 @@ from airflow_provider.tasks.base import (
     exactly_one_target,
     non_negative_seconds,
 )
-from airflow_provider.tasks.events import emit_revision_event
+from airflow_provider.tasks.events import analysis_extra, emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, describe_patch, resolve_secrets
 from airflow_provider.tasks.patch_retry import (
     HISTORY_LOOKBACK,
@@ -70,8 +78,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HISTORY_LOOKBACK",
     "TASK_STATE_KEY",
+    "XCOM_ANALYSIS",
     "PatchDeploymentOperator",
 ]
+
+XCOM_ANALYSIS = "analysis"
+"""The XCom key of the analysis result (an ``AnalysisResult``: verdict, failing check, reason, measurements)."""
 
 
 def _own_xcom(context: Context, key: str, log: Any) -> str | None:
@@ -131,14 +143,28 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
     :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
-        once the new revision is live; raising, or returning a false value other than ``None`` (``False``,
-        ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check) or a true value
-        passes. Runs on the worker (also with ``deferrable=True``: after the task resumes). Needs
-        ``wait_for_rollout``.
+        once the new revision is live (before the analysis); raising, or returning a false value other than
+        ``None`` (``False``, ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check)
+        or a true value passes. Runs on the worker (also with ``deferrable=True``: after the task resumes).
+        Needs ``wait_for_rollout``.
     :param bake_seconds: seconds the new revision must then stay active with the deployment ``READY`` before
         it counts as landed (looked at every ``poll_interval``; deferred to a trigger when ``deferrable``).
+        With an ``analysis`` without ``count``, the analysis measures for this long instead (see ``analysis``).
         Needs ``wait_for_rollout``.
-    :param rollback_on_failure: when ``verify`` or the bake fails, roll back to the revision active before
+    :param analysis: an :class:`~airflow_provider.analysis.Analysis` that judges the live revision by what the
+        application does (its tracing project, an HTTP endpoint, a Prometheus query, a callable), measured
+        every ``analysis.interval_seconds``, after ``verify`` passed. A ``failed`` or ``inconclusive`` verdict
+        is a failed revision, like a failed ``verify``: rolled back with ``rollback_on_failure`` (the message
+        names the check, its value and condition, and says "inconclusive" when a measurement could not be
+        taken), else the task fails. With ``deferrable`` the measurements run in the triggerer, unless the
+        analysis holds a ``CallableCheck`` (then on the worker, as ``verify``). ``analysis.count=None`` makes
+        its rounds fill ``bake_seconds``: each round also checks that the revision still serves (active,
+        ``READY``), so the analysis *is* the bake and there is no separate one; with a ``count`` the bake (if
+        any) follows the analysis. Pushes the XCom ``analysis`` (the result) and, once landed, the asset
+        event's extra ``analysis`` (verdict, failing check, reason, the latest measurements). Checked when the
+        task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``). Needs
+        ``wait_for_rollout``.
+    :param rollback_on_failure: when ``verify``, the analysis or the bake fails, roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
         in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
         revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
@@ -177,6 +203,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         wait_for_rollout: bool = False,
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
+        analysis: Analysis | None = None,
         rollback_on_failure: bool = False,
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
@@ -193,8 +220,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
-        if (verify is not None or self.bake_seconds or self.rollback_on_failure) and not wait_for_rollout:
-            raise ValueError("verify, bake_seconds and rollback_on_failure need wait_for_rollout=True")
+        if analysis is not None:
+            if not isinstance(analysis, Analysis):
+                raise ValueError(
+                    f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}"
+                )
+            analysis.with_count_for(self.bake_seconds or None)  # count=None needs a bake: names analysis.count
+        self.analysis = analysis
+        judging = verify is not None or self.bake_seconds or analysis is not None or self.rollback_on_failure
+        if judging and not wait_for_rollout:
+            raise ValueError("verify, bake_seconds, analysis and rollback_on_failure need wait_for_rollout=True")
         self.deployment_id = deployment_id
         self.deployment_name = deployment_name
         self.revision_source = revision_source
@@ -333,7 +368,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         not_restorable: Sequence[str] = (),
     ) -> dict[str, Any] | None:
         """What judging the live revision and rolling it back need after a deferral or on a retry (JSON, no
-        secret); ``None`` when there is nothing to judge (no ``verify``, no bake).
+        secret); ``None`` when there is nothing to judge (no ``verify``, no analysis, no bake).
 
         ``previous_resource_spec`` is the whole resource_spec before the patch (``None``: unknown);
         ``not_restorable`` names the parts of the patch no rollback undoes (secrets by name).
@@ -352,11 +387,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Resume after the rollout trigger fired; then verify and bake the live revision (on the worker).
+        """Resume after the rollout trigger fired; then verify, analyse and bake the live revision.
 
         ``landing`` comes from the resume kwargs, else from the trigger's event (``dag.test()`` drops the
-        kwargs); a task with ``verify`` or a bake that gets neither fails instead of declaring the revision
-        landed unjudged.
+        kwargs); a task with ``verify``, an analysis or a bake that gets neither fails instead of declaring
+        the revision landed unjudged.
         """
         landing = resumed_value("landing", landing, event) or self._recorded_landing(context, event)
         live = super().execute_complete(context, event)
@@ -387,8 +422,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         return self._landing_of(record)
 
     def _judges_live(self) -> bool:
-        """Whether a live revision is judged (``verify`` or a bake) before it counts as landed."""
-        return self.verify is not None or bool(self.bake_seconds)
+        """Whether a live revision is judged (``verify``, an analysis or a bake) before it counts as landed."""
+        return self.verify is not None or bool(self.bake_seconds) or self.analysis is not None
 
     @staticmethod
     def _checked_landing(landing: Any, event: Any, method: str) -> dict[str, Any]:
@@ -402,18 +437,38 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         raise AirflowException(
             f"deployment {seen.get('deployment_id')}: revision {seen.get('revision_id')} is live, but {method} "
             f"resumed without {', '.join(missing)} of 'landing' (neither in the resume kwargs nor in the "
-            "trigger's event): without them verify, the bake and the rollback cannot run, so the revision is "
-            "not declared landed. A retry reattaches to it and judges it again"
+            "trigger's event): without them verify, the analysis, the bake and the rollback cannot run, so the "
+            "revision is not declared landed. A retry reattaches to it and judges it again"
         )
 
     def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
-        """Run ``verify`` on the live deployment, then the bake; roll back (or fail) when either fails."""
+        """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
+        any fails."""
         if landing is None:
             return self._landed(context, live)
         reason = self._verify_failure(live)
+        if reason is None and self.analysis is not None:
+            return self._analyse(context, live, landing)
+        if reason is None:
+            return self._bake_and_land(context, live, landing)
+        return self._roll_back(context, landing, reason)
+
+    def _bake_and_land(
+        self,
+        context: Context,
+        live: dict[str, Any],
+        landing: dict[str, Any],
+        analysis: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Bake the live revision when asked (deferred to a trigger when ``deferrable``), then land it; roll
+        back (or fail) when it left. ``analysis``: the result that passed it, for the asset event."""
         revision_id = landing["revision_id"]
-        if reason is None and self.bake_seconds and revision_id:
+        reason = None
+        if self._bakes_separately() and revision_id:
             if self.deferrable:
+                kwargs: dict[str, Any] = {"landing": landing}
+                if analysis is not None:
+                    kwargs["analysis"] = analysis_extra(analysis)
                 defer_bake(
                     self,
                     self.hook,
@@ -421,20 +476,126 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     revision_id,
                     self.bake_seconds,
                     method_name="execute_bake_complete",
-                    kwargs={"landing": landing},
+                    kwargs=kwargs,
                 )
             reason = bake(
                 self.hook, landing["deployment_id"], revision_id, self.bake_seconds, self.poll_interval, self.log
             )
         if reason is None:
-            return self._landed(context, live)
+            return self._landed(context, live, analysis)
         return self._roll_back(context, landing, reason)
 
+    def _bakes_separately(self) -> bool:
+        """Whether the bake is its own step: there is one, and no analysis whose rounds fill it (an analysis
+        without ``count`` measures for ``bake_seconds`` and checks each round that the revision still
+        serves: that is the bake)."""
+        return bool(self.bake_seconds) and (self.analysis is None or self.analysis.count is not None)
+
+    # ---- the analysis
+    def _analyse(self, context: Context, live: dict[str, Any], landing: dict[str, Any]) -> dict[str, Any]:
+        """Judge the live revision by its analysis: in the triggerer when ``deferrable`` (the landing carried in
+        the trigger's event, which every resume gets), else (or with a ``CallableCheck``) on the worker."""
+        assert self.analysis is not None
+        analysis = self.analysis.with_count_for(self.bake_seconds or None)
+        target = self._analysis_target(live, landing)
+        self.log.info(
+            "Analysing revision %s of %r (live since %s): %d round(s) every %g s",
+            target.revision_id,
+            target.name,
+            target.live_since.isoformat(),
+            analysis.count or 0,
+            analysis.interval_seconds,
+        )
+        if self.deferrable:
+            if not analysis.runs_on_worker:
+                defer_analysis(
+                    self, analysis, [target], method_name="execute_analysis_complete", carry={"landing": landing}
+                )
+            self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
+        results = analyse_on_worker(self, analysis, [target])
+        return self._judge_analysis(context, landing, results)
+
+    @staticmethod
+    def _analysis_target(live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
+        """The live revision to analyse. ``live_since`` is the deployment's ``updated_at`` as the service
+        reports it with the revision live: never before the revision went live (each change moves it), and
+        on the service's clock, as the tracing service's run times are."""
+        deployment = Deployment.model_validate(live)
+        return AnalysisTarget(
+            deployment_id=deployment.id,
+            name=deployment.name,
+            revision_id=landing.get("revision_id") or deployment.active_revision_id or "",
+            live_since=deployment.updated_at,
+            custom_url=deployment.source_config.custom_url,
+        )
+
+    def execute_analysis_complete(
+        self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resume after the analysis trigger fired: land (after the bake when it is its own step), or roll back
+        (or fail) on a failed or inconclusive verdict. The landing comes from the resume kwargs' ``carry``,
+        else from the trigger's event (``dag.test()`` drops the kwargs), else from ``task_state_store``;
+        without it the task fails to retry (a retry reattaches and analyses again), never lands. A trigger
+        that could not analyse fails the try the same way."""
+        try:
+            subject = self._analysis_subject(event)
+            given = carry.get("landing") if isinstance(carry, dict) else None
+            landing = self._checked_landing(
+                resumed_value("landing", given, event) or self._recorded_landing(context, subject),
+                subject,
+                "execute_analysis_complete",
+            )
+            return self._judge_analysis(context, landing, analysis_event_results(event))
+        finally:
+            self.close_hook()
+
+    @staticmethod
+    def _analysis_subject(event: Any) -> dict[str, Any]:
+        """The deployment and revision an analysis event is about (``{}`` when it does not say)."""
+        results = event.get("results") if isinstance(event, dict) else None
+        if not isinstance(results, dict) or len(results) != 1:
+            return {}
+        deployment_id, result = next(iter(results.items()))
+        revision_id = result.get("revision_id") if isinstance(result, dict) else None
+        return {"deployment_id": deployment_id, "revision_id": revision_id}
+
+    def _judge_analysis(
+        self, context: Context, landing: dict[str, Any], results: Mapping[str, AnalysisResult]
+    ) -> dict[str, Any]:
+        """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
+        else bake (when that is its own step) and land, the deployment read again: the revision must still
+        serve."""
+        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
+        result = results.get(deployment_id)
+        if result is None:
+            raise AirflowException(
+                f"deployment {deployment_id}: the analysis of revision {revision_id} returned no result for it "
+                f"(results for: {', '.join(map(str, results)) or 'none'}); a retry reattaches and analyses again"
+            )
+        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
+        if analysis_failure_reason(result) is not None:
+            if result.get("verdict") == "inconclusive":
+                why = "the analysis was inconclusive (counted as failed)"
+            else:
+                why = "the analysis failed"
+            return self._roll_back(context, landing, f"{why}: {result['reason']}")
+        self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
+        current = self._read(deployment_id)
+        left = bake_verdict(current, revision_id) if revision_id else None
+        if left is not None:
+            return self._roll_back(context, landing, left)
+        return self._bake_and_land(context, current.model_dump(mode="json"), landing, dict(result))
+
     def execute_bake_complete(
-        self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        landing: dict[str, Any] | None = None,
+        analysis: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Resume after the bake trigger fired: landed, or roll back when the revision left (``landing`` from
-        the resume kwargs, else from the trigger's event)."""
+        the resume kwargs, else from the trigger's event; ``analysis``: the analysis that passed the revision
+        before its bake, for the asset event)."""
         try:
             if not isinstance(event, dict):
                 raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
@@ -446,7 +607,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             message = str(event.get("message", ""))
             if event.get("status") == "baked":
                 self.log.info("%s", message)
-                return self._landed(context, event.get("deployment") or {})
+                return self._landed(context, event.get("deployment") or {}, resumed_value("analysis", analysis, event))
             if event.get("status") == "left":
                 return self._roll_back(context, landing, message)
             raise AirflowException(f"could not watch the bake: {message}")
@@ -599,7 +760,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             landing["previous_source_revision_config"],
             landing["previous_resource_spec"],
         )
-        reason = str(rollback.get("reason") or "verify or the bake failed in an earlier try")
+        reason = str(rollback.get("reason") or "verify, the analysis or the bake failed in an earlier try")
         started = reattach_recorded_rollback(self.hook, current, rollback, log=self.log)
         if started is None:
             self.log.warning(
@@ -660,14 +821,22 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "not_restorable": list(record.get("not_restorable") or []),
         }
 
-    def _landed(self, context: Context, live: dict[str, Any]) -> dict[str, Any]:
-        """The one place where the patch's revision is known to be live (verified and baked when asked):
-        emit the deployment's asset event when the patch changed the revision serving."""
+    def _landed(self, context: Context, live: dict[str, Any], analysis: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The one place where the patch's revision is known to be live (verified, analysed and baked when
+        asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
+        changed the revision serving."""
         previous = getattr(self, "_previous_active_id", None) or _own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )
         if live.get("active_revision_id") and live.get("active_revision_id") != previous:
-            emit_revision_event(context, live, previous_revision_id=previous, outlets=self.outlets, log=self.log)
+            emit_revision_event(
+                context,
+                live,
+                previous_revision_id=previous,
+                outlets=self.outlets,
+                log=self.log,
+                analysis=analysis,
+            )
         return live
 
     def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:

@@ -48,6 +48,7 @@ def emit_revision_event(
     outlets: Iterable[Any] = (),
     log: logging.Logger | Any = None,
     not_restored: Sequence[str] | None = None,
+    analysis: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Emit the ``revision_live`` asset event of a deployment whose revision a task just landed.
 
@@ -64,6 +65,8 @@ def emit_revision_event(
     :param log: where to say what was emitted.
     :param not_restored: for a rollback, the parts of the change it did not undo (extra ``not_restored``, a
         list; never a secret value).
+    :param analysis: the analysis result that judged the revision (an ``AnalysisResult``; see
+        :mod:`airflow_provider.analysis`): extra ``analysis``, as :func:`analysis_extra` shortens it.
     """
     model = deployment if isinstance(deployment, Deployment) else Deployment.model_validate(dict(deployment))
     payload = event_payload(
@@ -76,6 +79,8 @@ def emit_revision_event(
     )
     if not_restored is not None:
         payload["not_restored"] = list(not_restored)
+    if analysis is not None:
+        payload["analysis"] = analysis_extra(analysis)
     outlet_events = context.get("outlet_events")
     asset = deployment_asset(model.id)
     listed = list(outlets)
@@ -100,4 +105,26 @@ def emit_revision_event(
     return payload
 
 
-__all__ = ["emit_revision_event", "with_revision_outlets"]
+ANALYSIS_EXTRA_MEASUREMENTS = 20
+"""Measurements an asset event's extra ``analysis`` keeps (the latest ones); the XCom ``analysis`` has them all."""
+
+
+def analysis_extra(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What an asset event's extra says of the analysis that judged its revision: ``verdict``,
+    ``failing_check``, ``reason``, the latest :data:`ANALYSIS_EXTRA_MEASUREMENTS` measurements and
+    ``measurements_total`` (an extra stays small: Airflow stores it with every event). Shortening a shortened
+    one changes nothing.
+
+    :param result: an ``AnalysisResult`` (JSON; see :mod:`airflow_provider.analysis`).
+    """
+    measurements = list(result.get("measurements") or [])
+    return {
+        "verdict": result.get("verdict"),
+        "failing_check": result.get("failing_check"),
+        "reason": result.get("reason"),
+        "measurements": measurements[-ANALYSIS_EXTRA_MEASUREMENTS:],
+        "measurements_total": result.get("measurements_total", len(measurements)),
+    }
+
+
+__all__ = ["ANALYSIS_EXTRA_MEASUREMENTS", "analysis_extra", "emit_revision_event", "with_revision_outlets"]

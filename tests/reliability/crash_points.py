@@ -72,7 +72,7 @@ INVARIANTS: dict[str, str] = {
         "resource_spec and secrets, or the message names what was not undone"
     ),
     "no success on a failed check": (
-        "never success when the revision failed verify, the bake, its build or its analysis"
+        "never success when the revision failed verify, its analysis, the bake or its build"
     ),
     "the expected verdict": (
         "the verdict is the one the scenario calls for (landed, rolled back or failed), with or without a crash"
@@ -637,6 +637,9 @@ class Scenario:
     :param flapping: deployments whose new revision leaves READY during its bake (its image ends in
         :data:`FLAKY`).
     :param failing_builds: deployments whose every build fails.
+    :param unhealthy: deployments whose new revision's app answers its health check with 500 once live (the
+        emulator's mark on the next revision to go live; a rollback's revision is healthy): an analysis
+        with an ``HttpCheck`` on it fails.
     :param bake_seconds: the bake the task asks for (a landed revision must have served that long).
     :param rollback_to: the setup's name of the revision a rollback must restore (``None``: the one serving
         when the task started).
@@ -663,6 +666,7 @@ class Scenario:
     refused: tuple[str, ...] = ()
     flapping: tuple[str, ...] = ()
     failing_builds: tuple[str, ...] = ()
+    unhealthy: tuple[str, ...] = ()
     bake_seconds: float = 0.0
     rollback_to: str | None = None
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -678,8 +682,8 @@ class Scenario:
 
     @property
     def bad(self) -> frozenset[str]:
-        """The deployments whose change fails a check (verify, the bake, the build or the analysis)."""
-        return frozenset((*self.refused, *self.flapping, *self.failing_builds, *self.failing_analysis))
+        """The deployments whose change fails a check (verify, the analysis, the bake or the build)."""
+        return frozenset((*self.refused, *self.flapping, *self.failing_builds, *self.unhealthy, *self.failing_analysis))
 
 
 # ----------------------------------------------------------------------------------------- one run
@@ -772,6 +776,8 @@ class Harness:
             before[name] = {view["active_revision_id"]: _serving_facts(view)}
         world.revisions["R0"] = next(iter(before[scenario.deployments[0]]))
         scenario.setup(world)
+        for name in scenario.unhealthy:
+            state.mark_next_revision_unhealthy(world.ids[name])
         baseline = {}
         for name in scenario.deployments:
             view = state.deployment(world.ids[name])

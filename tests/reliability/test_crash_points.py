@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.analysis import Analysis, HttpCheck, TracingProjectCheck
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import (
     FleetRolloutOperator,
@@ -86,6 +86,19 @@ def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchD
     return make
 
 
+def analysed_patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchDeploymentOperator]:
+    """:func:`patch_task` with an analysis: one ``HttpCheck`` on the deployment's emulated app (``GET
+    /apps/{id}/health``; 500 while an unhealthy revision serves), two rounds a millisecond apart, then the
+    bake."""
+
+    def make(world: World, verify: Verifier | None, deferrable: bool) -> PatchDeploymentOperator:
+        app = f"{world.state.public_url}/apps/{{deployment_id}}/health"
+        analysis = Analysis(checks=[HttpCheck(url=app, name="app health")], interval_seconds=0.001, count=2)
+        return patch_task(analysis=analysis, **change)(world, verify, deferrable)
+
+    return make
+
+
 PATCH_SCENARIOS = [
     Scenario(
         "patch",
@@ -139,6 +152,23 @@ PATCH_SCENARIOS = [
         "rolled back",
         {"svc": 2},
         refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "an analysed revision lands",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 1},
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "the analysis fails: rolled back",
+        analysed_patch_task(source_config={"resource_spec": BIGGER_SPEC}, image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        unhealthy=("svc",),
         bake_seconds=BAKE_SECONDS,
     ),
     Scenario(
@@ -384,13 +414,7 @@ def harness() -> Iterator[Harness]:
     )
     server.start()
     saved = os.environ.get(CONN_ENV)
-    os.environ[CONN_ENV] = connection_json(
-        server.base_url,
-        server.api_key,
-        backoff_initial=0.01,
-        backoff_max=0.02,
-        tracing_base_url=server.tracing_base_url,  # the analysis scenarios read each deployment's tracing project
-    )
+    os.environ[CONN_ENV] = connection_json(server.base_url, server.api_key, backoff_initial=0.01, backoff_max=0.02)
     harness = Harness(server.state)
     try:
         with harness.active():
