@@ -2,8 +2,10 @@
 
 Starts the emulator on a free loopback port with the shipped example data, sets up a throwaway
 AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` twice with ``airflow dags test``
-(a release that lands, then one that goes live unhealthy and is rolled back; the mapped fleet DAG too
-with ``--with-fleet``), prints what happened, and stops everything it started. It ends by saying where the
+(a release that lands, then one that goes live unhealthy and is rolled back), then ``analysed_rollout``
+with a release that goes live READY but fails 20 % of its requests: its tracing project's error rate fails
+the analysis and it is rolled back, each measurement in the log (the mapped fleet DAG too with
+``--with-fleet``), prints what happened, and stops everything it started. It ends by saying where the
 Rollouts view is: ``python scripts/demo.py --serve`` then keeps the emulator and an Airflow API server up
 (``scripts/demo_serve.py``), with a progressive fleet rollout to look at, until Ctrl-C.
 A deployment watcher (the trigger of ``smoke_test_on_new_revision``) runs inline meanwhile and reports
@@ -27,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from demo_serve import serve
 from demo_watch import InlineWatcher
 
@@ -38,6 +41,8 @@ API_KEY = "demo-api-key-not-a-real-secret"
 PAYMENT_TOKEN = "demo-payment-token-masked-in-logs"
 BUILD_SECONDS = 4.0
 POLL_INTERVAL = 1.0
+ANALYSIS_INTERVAL = 3.0
+BAKE_SECONDS = 9.0
 STEP_TIMEOUT = 300
 
 
@@ -48,6 +53,9 @@ class DemoRun:
     :param unhealthy_image: a glob of images whose app the emulator makes answer 500 (the smoke test fails).
     :param rolled_back: the run is expected to fail its smoke test and roll back (the DAG run fails).
     :param label: name of the run's log file (default: the DAG id).
+    :param behaviour: an emulator behaviour rule (``image_uri`` glob and the app's behaviour) set before the run.
+    :param story: how the summary tells a rolled-back run.
+    :param failure: what made a rolled-back run fail, as the step's outcome says it.
     """
 
     dag_id: str
@@ -56,6 +64,9 @@ class DemoRun:
     unhealthy_image: str | None = None
     rolled_back: bool = False
     label: str | None = None
+    behaviour: dict[str, Any] | None = None
+    story: str = "went live unhealthy, failed its smoke test and was rolled back"
+    failure: str = "smoke test failed"
 
 
 RUNS = [
@@ -69,6 +80,16 @@ RUNS = [
         unhealthy_image="*:2.1.0",
         rolled_back=True,
         label="rollout_after_build-unhealthy",
+    ),
+    DemoRun(
+        "analysed_rollout",
+        {"deployment_name": "checkout-api-staging", "version": "2.2.0"},
+        ["checkout-api-staging"],
+        behaviour={"image_uri": "*:2.2.0", "error_rate": 0.2, "latency_ms": 120, "requests_per_second": 10},
+        rolled_back=True,
+        story="went live READY but failed 20% of its runs: its tracing project failed the analysis and it was "
+        "rolled back",
+        failure="its tracing project's error rate failed the analysis",
     ),
     DemoRun(
         "deploy_fleet_after_build",
@@ -172,6 +193,23 @@ def revision_times(deployment: dict[str, Any], revision_id: str) -> float | None
     return None
 
 
+def served_while_live(base_url: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What the deployment's tracing project recorded while the run's first new revision was live (the
+    tracing service's ``POST /runs/stats``, as the analysis reads it)."""
+    known = {revision["id"] for revision in before["revisions"]}
+    new = [revision for revision in after["revisions"] if revision["id"] not in known]
+    if len(new) < 2 or new[0]["status"] != "DEPLOYED":
+        return "its tracing project: the revision never went live"
+    headers = {"X-Api-Key": API_KEY}
+    project = httpx.get(f"{base_url}/tracing/sessions", params={"name": after["name"]}, headers=headers).json()[0]
+    window = {"session": [project["id"]], "start_time": new[0]["updated_at"], "end_time": new[1]["updated_at"]}
+    stats = httpx.post(f"{base_url}/tracing/runs/stats", json={**window, "is_root": True}, headers=headers).json()
+    return (
+        f"its tracing project while it served: error_rate {stats['error_rate']:.3f} over {stats['run_count']} runs, "
+        f"latency p50 {stats['latency_p50']:.3f} s (the analysis needs < 0.05 over at least 20 runs)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -185,7 +223,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0, help="the API server's port with --serve (default: a free one)")
     parser.add_argument("--serve-seconds", type=float, help="with --serve: stop after this many seconds")
     args = parser.parse_args()
-    runs = RUNS if args.with_fleet else [run for run in RUNS if run.dag_id == "rollout_after_build"]
+    runs = RUNS if args.with_fleet else [run for run in RUNS if run.dag_id != "deploy_fleet_after_build"]
 
     started = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
@@ -203,6 +241,9 @@ def main() -> int:
         "AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN": PAYMENT_TOKEN,
         "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
         "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": "120",
+        # analysed_rollout: a measurement every 3 s (the first one 3 s after going live: 30 runs at 10/s) for 9 s.
+        "DEPLOYMENT_SERVICE_EXAMPLE_ANALYSIS_INTERVAL": str(ANALYSIS_INTERVAL),
+        "DEPLOYMENT_SERVICE_EXAMPLE_BAKE_SECONDS": str(BAKE_SECONDS),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
@@ -225,6 +266,7 @@ def main() -> int:
         if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
             raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
         snapshots: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        notes: dict[int, list[str]] = {}
         watcher = InlineWatcher(env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"], RUNS[0].deployments[0], POLL_INTERVAL)
         say(f"   watching {watcher.deployment_name} for new revisions (smoke_test_on_new_revision's AssetWatcher)")
         watcher.start()
@@ -233,6 +275,12 @@ def main() -> int:
             if run.unhealthy_image:
                 admin.add_unhealthy_rule(image_uri=run.unhealthy_image)
                 say(f"{step}. the emulator will serve images {run.unhealthy_image} unhealthy (their app answers 500)")
+            if run.behaviour:
+                admin.add_behaviour_rule(**run.behaviour)
+                say(
+                    f"{step}. the emulator's apps of images {run.behaviour['image_uri']} will go live READY and "
+                    f"fail {run.behaviour['error_rate']:.0%} of their requests (their tracing project shows it)"
+                )
             say(f"{step}. airflow dags test {run.dag_id} {json.dumps(run.conf)}")
             run_started = time.monotonic()
             log_path = logs / f"{run.label or run.dag_id}.log"
@@ -240,12 +288,16 @@ def main() -> int:
             took = time.monotonic() - run_started
             outcome = "succeeded" if code == 0 else "FAILED"
             if run.rolled_back:
-                expected = "failed as expected (smoke test failed, rolled back)"
+                expected = f"failed as expected ({run.failure}, rolled back)"
                 outcome = expected if code != 0 else "SUCCEEDED unexpectedly"
             say(f"   -> {outcome} in {took:.1f} s (full log: {log_path})")
             if (code != 0) != run.rolled_back:
                 failures.append(run.label or run.dag_id)
             snapshots.append((before, {d["name"]: d for d in admin.state()["deployments"]}))
+            if run.behaviour:  # what the tracing project recorded, read while the emulator still runs
+                notes[len(snapshots) - 1] = [
+                    served_while_live(base_url, before[name], snapshots[-1][1][name]) for name in run.deployments
+                ]
         event = watcher.wait(timeout=10 * POLL_INTERVAL)
         if event is None:
             failures.append("the deployment watcher (no revision_live event)")
@@ -267,9 +319,9 @@ def main() -> int:
     say()
     say("== Summary ==")
     landed = True
-    for run, (before, after) in zip(runs, snapshots, strict=True):
+    for index, (run, (before, after)) in enumerate(zip(runs, snapshots, strict=True)):
         if run.rolled_back:
-            for name in run.deployments:
+            for position, name in enumerate(run.deployments):
                 old, new = before[name], after[name]
                 created = len(new["revisions"]) - len(old["revisions"])
                 active = new["active_revision_id"]
@@ -278,10 +330,11 @@ def main() -> int:
                 back = restored and active == new["latest_revision_id"] and created == 2
                 landed = landed and back
                 say(
-                    f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} went live unhealthy, failed its "
-                    f"smoke test and was rolled back; {created} new revisions; at the end it serves {image} "
-                    f"(revision {active[:8]}, status {new['status']})"
+                    f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} {run.story}; {created} new "
+                    f"revisions; at the end it serves {image} (revision {active[:8]}, status {new['status']})"
                 )
+                if index in notes:
+                    say(f"    {notes[index][position]}")
             continue
         for name in run.deployments:
             old, new = before[name], after[name]
@@ -305,7 +358,8 @@ def main() -> int:
     else:
         say(
             " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
-            "not just READY, and the unhealthy one was rolled back to the build that served before."
+            "not just READY, the unhealthy one was rolled back to the build that served before, and so was the "
+            "READY one its tracing project showed failing."
         )
     if not args.serve:
         say(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,16 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     assert "RESULT: every rollout landed or was rolled back as expected" in out
     assert "2.1.0 went live unhealthy, failed its smoke test and was rolled back; 2 new revisions" in out
     assert "at the end it serves registry.example.com/acme/checkout-api:2.0.0" in out
+    # A release that goes live READY but fails 20% of its runs: its tracing project fails the analysis.
+    analysed = "2.2.0 went live READY but failed 20% of its runs: its tracing project failed the analysis and it was"
+    assert f"ok checkout-api-staging: {analysed} rolled back; 2 new revisions" in out
+    # floor(k * 0.2) errors in the first k runs: 0.200 when k is a multiple of 5, a little less otherwise.
+    assert re.search(r"its tracing project while it served: error_rate 0\.(1[6-9]|20)\d over \d+ runs", out), out
+    measured = r"Analysis round 1/\d: tracing error_rate on 'checkout-api-staging' = 0\.(1[6-9]|20)\d, needs < 0\.05"
+    assert re.search(measured + r" -> failed", out), out[-3000:]
+    analysis_log = (tmp_path / "demo" / "logs" / "analysed_rollout.log").read_text()
+    assert "the analysis failed" in analysis_log and "rolled back" in analysis_log
+    assert "demo-api-key-not-a-real-secret" not in analysis_log
     unhealthy = (tmp_path / "demo" / "logs" / "rollout_after_build-unhealthy.log").read_text()
     assert "failed its smoke test and was rolled back" in unhealthy
     assert "demo-payment-token-masked-in-logs" not in unhealthy

@@ -4,12 +4,12 @@ A revision's :class:`BehaviourPlan` says what its app does while it is live: the
 fail (``error_rate``), how long a request takes (``latency_ms``), what its health check answers
 (``health_status``), how many requests it serves per second of emulated time (``requests_per_second``),
 and optionally another :class:`Behaviour` (``then``) from ``after_seconds`` after it went live. A plan is
-set per revision (:meth:`~airflow_provider.emulator.state.EmulatorState.set_behaviour`), for the next revision created, or by a
-:class:`BehaviourRule` (a glob over ``image_uri`` / ``repo_ref``); a revision with none behaves like
-:data:`DEFAULT_BEHAVIOUR` (no errors, instant answers, healthy), and a revision marked unhealthy (see
-:mod:`airflow_provider.emulator.health`) fails every request. A change applies from when it is made (traffic
-already served stays as it was, so counters only grow); a redeploy copies the plan of the revision it
-redeploys (same build, same behaviour).
+set per revision (:meth:`~airflow_provider.emulator.state.EmulatorState.set_behaviour`), for the next
+revision created, or by a :class:`BehaviourRule` (a glob over ``image_uri`` / ``repo_ref``); a revision
+with none behaves like :data:`DEFAULT_BEHAVIOUR` (no errors, instant answers, healthy), and a revision
+marked unhealthy (see :mod:`airflow_provider.emulator.health`) fails every request. A change applies from
+when it is made (traffic already served stays as it was, so counters only grow); a redeploy copies the plan
+of the revision it redeploys (same build, same behaviour).
 
 Traffic is computed lazily from the emulator clock, like everything else: a revision serves during its
 serving spans (from going live until another revision goes live), ``requests_per_second`` requests per

@@ -7,7 +7,7 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,16 +68,25 @@ def airflow_stack(
     executor: str = "LocalExecutor",
     extra_env: dict[str, str] | None = None,
     celery_queue: str | None = None,
+    sidecar: Callable[[Emulator], contextlib.AbstractContextManager[dict[str, str]]] | None = None,
 ) -> Iterator[Stack]:
-    """Start the emulator and the Airflow services; stop both afterwards (also after a failure)."""
+    """Start the emulator and the Airflow services; stop both afterwards (also after a failure).
+
+    :param sidecar: a service started once the emulator runs and stopped after Airflow (e.g. a Prometheus
+        scraping it): called with the emulator, it gives a context manager whose value is more environment
+        for the Airflow services (e.g. a connection to it).
+    """
     started = time.monotonic()
-    with Emulator(Path(sys.executable), workdir, build_seconds=BUILD_SECONDS) as emulator:
+    with contextlib.ExitStack() as services:
+        emulator = services.enter_context(Emulator(Path(sys.executable), workdir, build_seconds=BUILD_SECONDS))
+        sidecar_env = services.enter_context(sidecar(emulator)) if sidecar is not None else {}
         env = {
             CONN_ENV: emulator.connection_json(),
             PAYMENT_TOKEN_ENV: PAYMENT_TOKEN,
             "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
             "DEPLOYMENT_SERVICE_EXAMPLE_WATCH_INTERVAL": str(WATCH_INTERVAL),
             "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": str(ROLLOUT_TIMEOUT),
+            **sidecar_env,
             **(extra_env or {}),
         }
         home = workdir / "airflow-home"
