@@ -882,7 +882,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         """One asset event per deployment this rollout changed, read back (one list request per 100): a row
         that landed and still serves its revision (``rolled_out``), and a row rolled back whose rollback still
         serves (``rolled_back``, or ``rolled_back_partially`` with the ``not_restored`` clauses in its extra;
-        the secrets the change set are named there too)."""
+        the secrets the change set are named there too). A row's analysis, when it has one, is the extra
+        ``analysis`` (the one that passed the revision, or failed the one rolled back)."""
         landed = {
             row.deployment_id: row
             for row in progress.rows
@@ -906,7 +907,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 row = landed.get(deployment.id)
                 if row is not None and deployment.active_revision_id == row.to_revision:
                     emit_revision_event(
-                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                        context,
+                        deployment,
+                        previous_revision_id=row.from_revision,
+                        outlets=self.outlets,
+                        log=self.log,
+                        analysis=row.analysis,
                     )
                 row = restored.get(deployment.id)
                 if row is not None and deployment.active_revision_id == row.rollback_revision:
@@ -922,4 +928,5 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         outlets=self.outlets,
                         log=self.log,
                         not_restored=row.not_restored,
+                        analysis=row.analysis,  # the analysis that failed the revision rolled back, if any
                     )

@@ -481,7 +481,10 @@ def test_dag_test_resumes_every_analysis_from_the_event_alone_and_rolls_the_bad_
     assert summary["counts"] == {"landed": 3, "rolled_back": 1} and summary["analysis_failures"] == 1
     events = asset_events(run)
     assert {events[ids[name]]["outcome"] for name in DAG_NAMES if name != DAG_BAD} == {"rolled_out"}
+    assert {events[ids[name]]["analysis"]["verdict"] for name in DAG_NAMES if name != DAG_BAD} == {"passed"}
     assert events[ids[DAG_BAD]]["outcome"] == "rolled_back"
+    assert events[ids[DAG_BAD]]["analysis"]["failing_check"] == "tracing error_rate"
+    assert events[ids[DAG_BAD]]["analysis"]["measurements"][-1]["verdict"] == "failed"
 
 
 def test_a_missing_metrics_connection_fails_the_task_before_anything_is_patched(fleet: Any) -> None:
