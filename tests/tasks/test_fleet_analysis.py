@@ -497,3 +497,24 @@ def test_a_missing_metrics_connection_fails_the_task_before_anything_is_patched(
     assert "nothing was patched" in str(raised.value) and "'no_such_prometheus'" in str(raised.value)
     assert emulator.state.count(PATCH_ROUTE) == 0
     assert all(len(revisions(emulator, deployment_id)) == 1 for deployment_id in ids.values())
+
+
+def test_an_inconclusive_analysis_fails_the_deployment_like_a_failed_one(fleet: Any) -> None:
+    """Too few runs to judge (min_run_count out of reach) is inconclusive: the canary is rolled back and the
+    rollout stops, the row and the message saying it was inconclusive, not failed."""
+    emulator = fleet(2)
+    ids = ids_by_name(emulator)
+    before = emulator.state.deployment(ids["app-0000"])["active_revision_id"]
+    unreachable = Analysis(
+        checks=[TracingProjectCheck(condition="< 0.05", min_run_count=10**9)], interval_seconds=0.2, count=2
+    )
+    ti = FakeTI()
+    failed, _ = run(fleet_op(False, deployment_names=sorted(ids), canary=1, analysis=unreachable), ti)
+    assert isinstance(failed, AirflowFailException), failed
+    row = {row["name"]: row for row in ti.xcoms["return_value"]}["app-0000"]
+    assert_rolled_back(emulator, row, before)
+    assert row["analysis"]["verdict"] == "inconclusive"
+    assert row["message"].startswith(f"analysis inconclusive (treated as failed) on revision {row['to_revision']}")
+    assert "fewer than min_run_count" in row["analysis"]["reason"]
+    assert ti.xcoms["fleet_summary"]["analysis_failures"] == 1
+    assert len(revisions(emulator, ids["app-0001"])) == 1
