@@ -477,7 +477,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     wave.phase = "analysing"  # recorded with verify's verdicts: a retry does not verify again
                 if self.verify is not None or self.analysis is not None:
                     save()
-            if wave.phase == "analysing":
+            if wave.phase == "analysing" and self.analysis is not None:  # (a retry of a task that lost it goes on)
                 self._analyse_wave(index, progress, progress_store)
             if wave.phase in ("watched", "analysing"):
                 if self.rollback_on_failure:
@@ -614,7 +614,6 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     "the DeploymentAnalysisTrigger event carries the analysis of another change than this task's: "
                     "not resuming"
                 )
-            assert isinstance(event, dict)
             progress = self._resumed_progress(progress_store, change, {"carry": carry.get("progress")})
             index = carry["fleet_wave"]
             if not 0 <= index < len(progress.waves) or progress.waves[index].phase != "analysing":
