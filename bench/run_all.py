@@ -24,6 +24,7 @@ SCRIPTS = (
     "rollback_time",
     "fleet_rollout",
     "rollouts_view",
+    "analysis_cost",
 )
 
 

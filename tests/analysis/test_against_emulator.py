@@ -138,3 +138,39 @@ def test_http_check_reads_the_emulated_app_behaviour(emulator: Any) -> None:
     assert "slower than 0.15s" in results[slow.deployment_id]["reason"]
     assert results[slow.deployment_id]["measurements"][0]["value"] >= 0.3
     assert results[fine.deployment_id]["verdict"] == "passed"
+
+
+def test_a_faulted_tracing_service_is_inconclusive_and_a_failed_list_is_survived(
+    emulator: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    (target,) = live_targets(emulator, 1, live_since=emulator.admin.now())
+    emulator.admin.advance(60)
+    emulator.admin.add_fault("status", method="POST", path="/tracing/runs/stats", status_code=503, count=1)
+    emulator.admin.add_fault("status", method="GET", path="/v2/deployments", status_code=503, count=2)
+    caplog.set_level(logging.INFO, logger="tests.analysis.emulator")
+    analysis = Analysis(checks=[TracingProjectCheck()], count=2, interval_seconds=0.01)
+    result = _run(analysis, [target])[target.deployment_id]
+
+    # Round 1: the list fails after the client's 2 attempts (logged, measured anyway); the stats answer 503.
+    assert [m["verdict"] for m in result["measurements"]] == ["inconclusive", "passed"]
+    assert result["measurements"][0]["detail"] == "tracing service: POST /runs/stats answered 503 (try again later)"
+    assert result["verdict"] == "passed"
+    assert any("could not check that the revisions still serve" in r.getMessage() for r in caplog.records)
+
+
+def test_analyse_on_worker_says_why_the_analysis_cannot_run(emulator: Any) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+    from airflow_provider.tasks.analysis import analyse_on_worker
+
+    class Task:
+        hook = DeploymentServiceHook()
+        log = LOG
+
+    (target,) = live_targets(emulator, 1)
+    missing = Analysis(checks=[MetricQueryCheck(query="up", condition="> 0", connection_id="nowhere")], count=1)
+    with pytest.raises(AirflowException, match=r"^the analysis could not run: MetricQueryCheck: the Airflow"):
+        analyse_on_worker(Task(), missing, [target])  # type: ignore[arg-type]
+    healthy = Analysis(checks=[HttpCheck()], count=1, interval_seconds=0.01)
+    assert analyse_on_worker(Task(), healthy, [target])[target.deployment_id]["verdict"] == "passed"  # type: ignore[arg-type]
