@@ -320,9 +320,11 @@ async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count
     (poller,) = active_pollers()
     await rounds(2)
     before, rounds_before = emulator.state.count(LIST_ROUTE), poller.rounds_completed
-    await rounds(4)
+    await rounds(8)
     per_round = (emulator.state.count(LIST_ROUTE) - before) / (poller.rounds_completed - rounds_before)
-    assert per_round == math.ceil(count / 100)
+    # Each end of the window may fall inside a round (a loaded machine starts the next one at once), so the
+    # mean is within 1/8 of a round's pages of the true figure: rounded, it is exact.
+    assert round(per_round) == math.ceil(count / 100), per_round
     emulator.state.set_status(ids[0], "READY")
     await asyncio.wait_for(rollout, 10)
     await wait_until(lambda: len(runs[0].payloads) == 1)
