@@ -20,6 +20,7 @@ from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
+    "ANALYSIS_FAILED_VERDICTS",
     "BUDGET_OUTCOMES",
     "CANARY",
     "FAILURE_OUTCOMES",
@@ -27,6 +28,7 @@ __all__ = [
     "REASON_UNKNOWN",
     "REASON_UNKNOWN_OUTCOMES",
     "ROLLED_BACK_OUTCOMES",
+    "ROW_MEASUREMENTS",
     "SUCCESS_OUTCOMES",
     "WITH_WAVE_OUTCOMES",
     "FleetProgress",
@@ -53,12 +55,13 @@ class Outcome:
     ROLLING_OUT = "rolling_out"
     """Patched; waiting for its revision to go live."""
     LANDED = "landed"
-    """The new revision is live (``READY`` and active), stayed so for the bake, and passed ``verify``."""
+    """The new revision is live (``READY`` and active), stayed so for the bake, and passed ``verify`` and the
+    analysis (when the task has one)."""
     UNCHANGED = "unchanged"
     """The patch created no revision (nothing to roll out) and the deployment is ``READY``."""
     FAILED = "failed"
     """The rollout failed: build or deploy failed, superseded, deleted, timed out, left ``READY`` during
-    the bake, or ``verify`` refused it."""
+    the bake, ``verify`` refused it, or its analysis failed or was inconclusive."""
     ROLLED_BACK = "rolled_back"
     """Failed, then restored (``rollback_on_failure``): its previous build serves again with its previous
     ``resource_spec`` (secrets the change set are never restored: the message names them)."""
@@ -109,6 +112,12 @@ SUCCESS_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED})
 """Outcomes of a deployment now serving what the rollout asked for."""
 QUIET_OUTCOMES = frozenset({Outcome.LANDED, Outcome.UNCHANGED, Outcome.NOT_PATCHED})
 """Outcomes whose message the log's table leaves out (nothing went wrong there, or nothing was done)."""
+
+ANALYSIS_FAILED_VERDICTS = frozenset({"failed", "inconclusive"})
+"""Analysis verdicts that fail a deployment (an inconclusive analysis is treated as a failed one)."""
+ROW_MEASUREMENTS = 50
+"""Most measurements a row keeps of its analysis (the latest; the result says how many were left out): the
+rows travel in ``task_state_store``, the trigger's carry and XCom."""
 
 CANARY = "canary"
 """Name of the canary wave (the first, when a canary is given)."""
@@ -275,6 +284,9 @@ class FleetRow:
         goes live (a redeploy that made no revision).
     :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
     :param not_restored: what the rollback did not undo, one clause each (never a secret value).
+    :param analysis: the analysis of its new revision (an ``AnalysisResult``: ``verdict``, ``failing_check``,
+        ``reason``, ``revision_id``, ``measurements``, at most :data:`ROW_MEASUREMENTS` of them), once judged;
+        ``None`` without an analysis, or before it.
     """
 
     deployment_id: str
@@ -299,6 +311,7 @@ class FleetRow:
     rollback_path: str | None = None
     rollback_decided: bool = False
     not_restored: list[str] = field(default_factory=list)
+    analysis: dict[str, Any] | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -314,7 +327,8 @@ class FleetRow:
 
     def table_row(self) -> dict[str, Any]:
         """The public row: ``name``, ``deployment_id``, ``wave``, ``from_revision``, ``to_revision``,
-        ``outcome``, ``seconds``, ``message``."""
+        ``outcome``, ``seconds``, ``message``, ``analysis`` (``{"verdict", "failing_check", "reason"}`` of its
+        analysis, or ``None``: no analysis, or not analysed)."""
         return {
             "name": self.name,
             "deployment_id": self.deployment_id,
@@ -324,7 +338,15 @@ class FleetRow:
             "outcome": self.outcome,
             "seconds": self.seconds,
             "message": self.message,
+            "analysis": self.analysis_summary,
         }
+
+    @property
+    def analysis_summary(self) -> dict[str, Any] | None:
+        """``{"verdict", "failing_check", "reason"}`` of the row's analysis (``None``: not analysed)."""
+        if self.analysis is None:
+            return None
+        return {name: self.analysis.get(name) for name in ("verdict", "failing_check", "reason")}
 
     def decide(self, outcome: str, message: str, at: float) -> None:
         """Record the outcome."""
@@ -354,12 +376,15 @@ _CONTAINER_FIELDS = tuple(item.name for item in fields(FleetRow) if str(item.typ
 
 @dataclass
 class WaveRecord:
-    """One wave: its rows and how far it got (``planned``, ``patched``, ``watched``, ``done``).
+    """One wave: its rows and how far it got (``planned``, ``patched``, ``watched``, ``analysing``,
+    ``rolling_back``, ``done``).
 
     :param name: ``"canary"``, ``"wave 1"``...
     :param rows: its deployments.
     :param phase: ``planned`` (nothing sent), ``patched`` (every patch sent), ``watched`` (every rollout
-        decided), ``rolling_back`` (rollbacks sent, waiting for them), ``done`` (verified and counted).
+        decided), ``analysing`` (verified; the analysis of what landed is under way, each row's verdict
+        recorded as it comes), ``rolling_back`` (rollbacks sent, waiting for them), ``done`` (verified,
+        analysed and counted).
     """
 
     name: str
@@ -417,6 +442,24 @@ class FleetProgress:
     def rolled_back_with_wave(self) -> list[FleetRow]:
         """Rows that landed and were rolled back because their wave stopped the rollout (not failures)."""
         return [row for row in self.rows if row.outcome in WITH_WAVE_OUTCOMES]
+
+    @property
+    def analysis_failures(self) -> list[FleetRow]:
+        """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`)."""
+        return [
+            row
+            for row in self.rows
+            if row.analysis is not None and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+        ]
+
+    def analysis_verdicts(self) -> dict[str, int]:
+        """Rows per analysis verdict (rows not analysed left out)."""
+        counts: dict[str, int] = {}
+        for row in self.rows:
+            if row.analysis is not None:
+                verdict = str(row.analysis.get("verdict"))
+                counts[verdict] = counts.get(verdict, 0) + 1
+        return counts
 
     @property
     def budget_exceeded(self) -> bool:
@@ -497,8 +540,11 @@ def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
         Outcome.ROLLED_BACK_WITH_WAVE: 5,
     }
     shown = sorted(rows, key=lambda row: order.get(row["outcome"], len(order)))[:limit]
-    columns = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
-    cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in shown]
+    columns: tuple[str, ...] = ("name", "wave", "from_revision", "to_revision", "outcome", "seconds")
+    analysed = any(row.get("analysis") for row in shown)
+    if analysed:
+        columns = (*columns, "analysis")
+    cells = [[_cell(row, column) for column in columns] for row in shown]
     widths = [max([len(column), *(len(cell[index]) for cell in cells)]) for index, column in enumerate(columns)]
     lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
     for row, cell in zip(shown, cells, strict=True):
@@ -507,6 +553,18 @@ def format_table(rows: Sequence[dict[str, Any]], limit: int = 200) -> str:
     if len(rows) > limit:
         lines.append(f"... and {len(rows) - limit} more (see the returned table)")
     return "\n".join(lines)
+
+
+def _cell(row: dict[str, Any], column: str) -> str:
+    """One cell of :func:`format_table`: the value, ``-`` when unset; the analysis column shows the verdict and
+    the failing check (``failed: tracing error_rate``)."""
+    value = row.get(column)
+    if value is None:
+        return "-"
+    if column == "analysis" and isinstance(value, dict):
+        failing = value.get("failing_check")
+        return f"{value.get('verdict')}: {failing}" if failing else str(value.get("verdict"))
+    return str(value)
 
 
 # --------------------------------------------------------------------------------- one wave

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider import fleet
+from airflow_provider.analysis import Analysis
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
+from airflow_provider.tasks.analysis import analyse_on_worker, analysis_event_results, defer_analysis
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
@@ -28,8 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATCH_FIELDS",
+    "XCOM_FLEET_ANALYSIS",
     "FleetRolloutOperator",
 ]
+
+XCOM_FLEET_ANALYSIS = "fleet_analysis"
+"""XCom key of ``{deployment name: AnalysisResult}`` of every deployment the analysis judged."""
 
 PATCH_FIELDS = (
     "revision_source",
@@ -58,7 +64,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     budget applies to the waves after it.
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
-    "from_revision", "to_revision", "outcome", "seconds", "message"}`` with ``outcome`` one of
+    "from_revision", "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``:
+    ``{"verdict", "failing_check", "reason"}``, or ``None`` when not analysed) with ``outcome`` one of
     ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
     serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
     its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
@@ -71,6 +78,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per
     deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per
     deployment it rolled back.
+
+    With ``analysis``, each wave's landed deployments are then judged together by what the application does
+    (error rate, latency, health, a metric): a failed or inconclusive analysis fails the deployment, exactly
+    as a failed ``verify``; ``fleet_summary`` then also counts ``analysis_failures`` and
+    ``analysis_verdicts``, and ``fleet_analysis`` holds each deployment's ``AnalysisResult``.
 
     Deferrable: between and during waves the task waits in the triggerer, one
     :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger` per wave on the shared
@@ -134,6 +146,21 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         stops the rollout (it exceeds the budget, or it is the canary and a canary deployment failed), every
         deployment of that wave that landed; a restored one is ``rolled_back`` in the table
         (``rolled_back_with_wave`` for one that had landed; ``..._partially`` when part of the change stays).
+    :param analysis: an :class:`~airflow_provider.analysis.Analysis` judging each wave's landed deployments by
+        what the application does (their tracing projects, an HTTP check, a Prometheus query, a callable), all
+        of a wave together, after ``verify`` and before the wave is counted, its rollbacks sent and the next
+        wave started (so before ``pause_seconds``): one
+        :class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger` per wave when deferrable (on
+        the worker when the analysis holds a ``CallableCheck``), sharing its requests (one vector query per
+        ``MetricQueryCheck`` and round for the whole wave). A ``failed`` or ``inconclusive`` verdict fails the
+        deployment as a failed ``verify`` does: rolled back with ``rollback_on_failure``, counted against
+        ``max_failures``, and a canary failing it stops the rollout. ``count=None`` makes the analysis's
+        rounds fill ``bake_seconds`` (each round checks that the revision still serves: the analysis is the
+        bake, and the watch does not bake first); with a ``count`` the wave bakes, then is analysed. Each
+        row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
+        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
+        measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
+        ``analysis.count``), and its connections when the task starts, before anything is patched.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -181,6 +208,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         rollback_on_failure: bool = False,
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
+        analysis: Analysis | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -218,6 +246,13 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             )
         if verify is not None and not callable(verify):
             raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
+        if analysis is not None:
+            if not isinstance(analysis, Analysis):
+                raise ValueError(
+                    f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}"
+                )
+            # count=None fills the bake window: without one there is nothing to fill (names analysis.count).
+            analysis.with_count_for(non_negative_seconds(bake_seconds, "bake_seconds") or None)
         self.deployment_ids = deployment_ids
         self.deployment_names = deployment_names
         self.filters = filters
@@ -239,6 +274,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.rollback_on_failure = bool(rollback_on_failure)
         self.resource_spec_mode = resource_spec_mode
         self.check_source_rules = bool(check_source_rules)
+        self.analysis = analysis
 
     # ---- the change
     def _fixed_change(self) -> dict[str, Any]:
@@ -284,6 +320,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
+        if self.analysis is not None:
+            fleet_tasks.check_analysis_sources(self.hook, self.analysis)
         progress_store = fleet_tasks.ProgressStore(
             context.get("task_state_store"), self.log, secrets=self._secret_values()
         )
@@ -350,7 +388,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         if isinstance(carry, dict):
             if carry.get("change") != change:
                 raise AirflowException(
-                    "the FleetWaveTrigger event carries the progress of another change than this task's: not resuming"
+                    "the trigger's event carries the progress of another change than this task's: not resuming"
                 )
             progress = fleet.FleetProgress.from_json(carry, carry["wave_records"])
             progress_store.save(progress)  # the store catches up (when it has one)
@@ -424,18 +462,24 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         rollouts,
                         poll_interval=self.poll_interval,
                         deadline=deadline,
-                        bake_seconds=self.bake_seconds,
+                        bake_seconds=self._watch_bake_seconds(),
                         revision_check_interval=self.revision_check_interval,
                         log=self.log,
                     )
                     self._record_outcomes(wave, outcomes)
                 wave.phase = "watched"
                 progress_store.save(progress, index)
+            save = functools.partial(progress_store.save, progress, index)
             if wave.phase == "watched":
-                save = functools.partial(progress_store.save, progress, index)
                 if self.verify is not None:
                     fleet_tasks.verify_wave(self.hook, wave, self.verify, self.log, secrets=self._secret_values())
+                if self.analysis is not None:
+                    wave.phase = "analysing"  # recorded with verify's verdicts: a retry does not verify again
+                if self.verify is not None or self.analysis is not None:
                     save()
+            if wave.phase == "analysing" and self.analysis is not None:  # (a retry of a task that lost it goes on)
+                self._analyse_wave(index, progress, progress_store)
+            if wave.phase in ("watched", "analysing"):
                 if self.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
                     fleet_tasks.start_rollbacks(
@@ -477,6 +521,121 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     progress.stop(stopping, time.time())
                 progress_store.save(progress)
         return self._finish(context, progress)
+
+    def _analyse_wave(
+        self, index: int, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore
+    ) -> None:
+        """Judge the wave's landed deployments with the analysis, all together (in the triggerer when deferrable
+        and the analysis can run there, else on the worker), and record each verdict; a failed or inconclusive
+        one fails its row. Rows already judged (an earlier try, or the resume) are not judged again."""
+        assert self.analysis is not None
+        wave = progress.waves[index]
+        targets = fleet_tasks.analysis_targets(self.hook, wave, self.log)
+        if not targets:
+            return
+        analysis = self._resolved_analysis()
+        where = "in the triggerer" if self.deferrable and not analysis.runs_on_worker else "on the worker"
+        self.log.info(
+            "%s: analysing %d deployment(s) %s: %s every %g s, %d round(s): %s",
+            wave.name,
+            len(targets),
+            where,
+            ", ".join(self._check_names(analysis)),
+            analysis.interval_seconds,
+            analysis.count or 0,
+            ", ".join(target.name for target in targets),
+        )
+        if self.deferrable:
+            if analysis.runs_on_worker:
+                self.log.info("The analysis holds a CallableCheck: it runs on the worker, not in the triggerer")
+            else:
+                fleet_tasks.scrub_messages(progress, self._secret_values())
+                progress_store.save(progress, index)  # the rows the targets left out (no longer served)
+                defer_analysis(
+                    self,
+                    analysis,
+                    targets,
+                    method_name="execute_complete_analysis",
+                    carry={
+                        "fleet_wave": index,
+                        "change": progress.change,
+                        # Without a task state store, or when its last save failed, the progress travels with the
+                        # trigger (JSON, no secrets), as for the waves' watches.
+                        "progress": (
+                            progress.to_json() if progress_store.store is None or progress_store.behind else None
+                        ),
+                    },
+                )
+        results = analyse_on_worker(self, analysis, targets)
+        fleet_tasks.apply_analysis(wave, results, self.log)
+        progress_store.save(progress, index)
+
+    def _resolved_analysis(self) -> Analysis:
+        """The analysis with its ``count`` resolved (``None``: as many rounds as fit in ``bake_seconds``)."""
+        assert self.analysis is not None
+        return self.analysis.with_count_for(self.bake_seconds)
+
+    @staticmethod
+    def _check_names(analysis: Analysis) -> list[str]:
+        return [check.label() for check in analysis.checks]
+
+    def _watch_bake_seconds(self) -> float:
+        """The bake a wave's watch waits: none when the analysis's rounds fill ``bake_seconds`` (``count=None``:
+        each round checks that the revision still serves, so the analysis is the bake)."""
+        if self.analysis is not None and self.analysis.count is None:
+            return 0.0
+        return self.bake_seconds
+
+    def execute_complete_analysis(
+        self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Resume after a wave's analysis in the triggerer: record each verdict, go on with the rollout.
+
+        As for :meth:`execute_complete`, everything comes from the event (its ``carry`` names the wave, and holds
+        the progress when the task has no store or its last save failed) and ``task_state_store``, never from
+        ``defer()`` kwargs. An ``error`` event (the analysis could not run) fails the try: a retry analyses the
+        wave again, its deployments still serving their new revisions unjudged.
+
+        :param context: the task context.
+        :param event: the trigger's event.
+        :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
+            event's is used: ``dag.test()`` passes none).
+        """
+        try:
+            carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
+            if not isinstance(carry, dict) or not isinstance(carry.get("fleet_wave"), int):
+                raise AirflowException(f"unexpected event from DeploymentAnalysisTrigger: {event!r}")
+            request_for, change = self._change()
+            progress_store = fleet_tasks.ProgressStore(
+                context.get("task_state_store"), self.log, secrets=self._secret_values()
+            )
+            if carry.get("change") != change:
+                raise AirflowException(
+                    "the DeploymentAnalysisTrigger event carries the analysis of another change than this task's: "
+                    "not resuming"
+                )
+            progress = self._resumed_progress(progress_store, change, {"carry": carry.get("progress")})
+            index = carry["fleet_wave"]
+            if not 0 <= index < len(progress.waves) or progress.waves[index].phase != "analysing":
+                shown = progress.waves[index].phase if 0 <= index < len(progress.waves) else "not in the plan"
+                raise AirflowException(
+                    f"the DeploymentAnalysisTrigger event reports the analysis of wave {index}, but the progress shows "
+                    f"it {shown} (a save was lost): not resuming from it; a retry analyses the wave again"
+                )
+            wave = progress.waves[index]
+            try:
+                results = analysis_event_results(event)
+            except AirflowException as err:
+                waiting = len(fleet_tasks.awaiting_analysis(wave))
+                raise AirflowException(
+                    f"the analysis of {wave.name} could not run: {err}; its {waiting} deployment(s) serve their new "
+                    "revision, not judged (a retry analyses them again)"
+                ) from None
+            fleet_tasks.apply_analysis(wave, results, self.log)
+            progress_store.save(progress, index)
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
 
     def _stop_as_decided(self, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore) -> None:
         """Stop the rollout here when the waves already done stopped it, whatever the header says.
@@ -609,7 +768,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 hook_params=self.hook.hook_params,
                 poll_interval=self.poll_interval,
                 deadline=deadline,
-                bake_seconds=self.bake_seconds if bake else 0.0,
+                bake_seconds=self._watch_bake_seconds() if bake else 0.0,
                 revision_check_interval=self.revision_check_interval,
                 resume_at=resume_at,
                 # Without a task state store, or when its last save failed, the progress travels with the
@@ -663,12 +822,18 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.log.info("Fleet rollout summary: %s\n%s", counts, fleet.format_table(table))
         ti = context["ti"]
         failures = progress.failures
-        summary = {
+        summary: dict[str, Any] = {
             "counts": counts,
             "failures": len(failures),
             "allowed_failures": progress.allowed_failures,
             "stopped": progress.stopped,
         }
+        if self.analysis is not None:
+            summary["analysis_failures"] = len(progress.analysis_failures)
+            summary["analysis_verdicts"] = progress.analysis_verdicts()
+            ti.xcom_push(
+                key=XCOM_FLEET_ANALYSIS, value={row.name: row.analysis for row in progress.rows if row.analysis}
+            )
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary)
         unknown = progress.reason_unknown
         if progress.stopped:
@@ -716,7 +881,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         """One asset event per deployment this rollout changed, read back (one list request per 100): a row
         that landed and still serves its revision (``rolled_out``), and a row rolled back whose rollback still
         serves (``rolled_back``, or ``rolled_back_partially`` with the ``not_restored`` clauses in its extra;
-        the secrets the change set are named there too)."""
+        the secrets the change set are named there too). A row's analysis, when it has one, is the extra
+        ``analysis`` (the one that passed the revision, or failed the one rolled back)."""
         landed = {
             row.deployment_id: row
             for row in progress.rows
@@ -740,7 +906,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 row = landed.get(deployment.id)
                 if row is not None and deployment.active_revision_id == row.to_revision:
                     emit_revision_event(
-                        context, deployment, previous_revision_id=row.from_revision, outlets=self.outlets, log=self.log
+                        context,
+                        deployment,
+                        previous_revision_id=row.from_revision,
+                        outlets=self.outlets,
+                        log=self.log,
+                        analysis=row.analysis,
                     )
                 row = restored.get(deployment.id)
                 if row is not None and deployment.active_revision_id == row.rollback_revision:
@@ -756,4 +927,5 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         outlets=self.outlets,
                         log=self.log,
                         not_restored=row.not_restored,
+                        analysis=row.analysis,  # the analysis that failed the revision rolled back, if any
                     )

@@ -9,6 +9,7 @@ cannot travel to the triggerer.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -21,12 +22,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.analysis import (
+    Analysis,
+    AnalysisSetupError,
+    AnalysisTarget,
+    MetricQueryCheck,
+    TracingProjectCheck,
+)
+from airflow_provider.analysis.endpoints import prometheus_endpoint, tracing_endpoint
+from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import (
     REASON_UNKNOWN,
     REASON_UNKNOWN_OUTCOMES,
+    ROW_MEASUREMENTS,
     SUCCESS_OUTCOMES,
     FleetProgress,
     FleetRow,
@@ -38,6 +49,7 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     Deployment,
+    DeploymentStatus,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
@@ -1133,6 +1145,152 @@ def verify_wave(
             reason = scrub(reason, known)
             row.decide(Outcome.FAILED, f"verification failed on revision {row.to_revision}: {reason}", now)
             log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+# ------------------------------------------------------------------------------------ analysing
+def check_analysis_sources(hook: DeploymentServiceHook, analysis: Analysis) -> None:
+    """Resolve every connection the analysis measures through (a tracing project's, a Prometheus query's)
+    before anything is patched: one that is missing or incomplete fails the task naming the check kind, the
+    connection and what to set, instead of every wave's deployments being rolled back as inconclusive later.
+
+    :param hook: the task's hook (its connection is the tracing project's by default).
+    :param analysis: the analysis.
+    :raises AirflowFailException: naming what is missing (never a secret).
+    """
+
+    async def resolve() -> None:
+        scrubber = Scrubber()
+        for check in analysis.checks:
+            if isinstance(check, TracingProjectCheck):
+                await tracing_endpoint(check.connection_id, hook, scrubber)
+            elif isinstance(check, MetricQueryCheck):
+                await prometheus_endpoint(check.connection_id, scrubber)
+
+    try:
+        asyncio.run(resolve())
+    except AnalysisSetupError as err:
+        raise AirflowFailException(f"the analysis cannot run, nothing was patched: {err}") from None
+
+
+def awaiting_analysis(wave: WaveRecord) -> list[FleetRow]:
+    """The rows of the wave the analysis is to judge: landed on a new revision, not judged yet, and no rollback
+    asked for (a row whose rollback was asked for was judged by an earlier try: its deployment may already
+    serve the rollback, which is not what the analysis is to judge).
+
+    :param wave: the wave.
+    """
+    return [
+        row
+        for row in wave.rows
+        if row.outcome == Outcome.LANDED
+        and row.to_revision
+        and row.analysis is None
+        and row.rollback_requested_after is None
+    ]
+
+
+def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging.Logger | Any) -> list[AnalysisTarget]:
+    """What the analysis of the wave judges: each row of :func:`awaiting_analysis`, read live (one list request
+    per 100).
+
+    A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
+    fails here, not analysed, as :func:`verify_wave` fails one that no longer serves. The others' ``live_since``
+    is the deployment's ``updated_at`` (the service's clock, at or after the revision went live: the analysis
+    never counts the previous revision's runs) and ``custom_url`` its ``source_config.custom_url``.
+
+    :param hook: the hook.
+    :param wave: the wave (rows that no longer serve are decided ``failed`` in place).
+    :param log: the task's logger.
+    """
+    rows = awaiting_analysis(wave)
+    live = read_deployments(hook, [row.deployment_id for row in rows]) if rows else {}
+    targets: list[AnalysisTarget] = []
+    for row in rows:
+        deployment = live.get(row.deployment_id)
+        now = time.time()
+        if deployment is None:
+            row.decide(Outcome.FAILED, f"deployment {row.name!r} disappeared before its analysis", now)
+            log.warning("%s: %s", wave.name, row.message)
+            continue
+        if deployment.active_revision_id != row.to_revision or deployment.status != DeploymentStatus.READY:
+            row.decide(
+                Outcome.FAILED,
+                f"revision {row.to_revision} no longer served when its analysis was to start (active: "
+                f"{deployment.active_revision_id}; status {deployment.status.value}): not analysed",
+                now,
+            )
+            log.warning("%s: %s: %s", wave.name, row.name, row.message)
+            continue
+        assert row.to_revision is not None
+        targets.append(
+            AnalysisTarget(
+                deployment_id=row.deployment_id,
+                name=row.name,
+                revision_id=row.to_revision,
+                live_since=deployment.updated_at,
+                custom_url=deployment.source_config.custom_url,
+            )
+        )
+    return targets
+
+
+NO_RESULT = "no analysis result came back for it: not judged, so treated as inconclusive"
+"""The reason of a row the analysis was to judge and that got no result (never landed unjudged)."""
+
+
+def apply_analysis(wave: WaveRecord, results: Mapping[str, Mapping[str, Any]], log: logging.Logger | Any) -> None:
+    """Record the analysis of the wave: each row of :func:`awaiting_analysis` keeps its result (its latest
+    :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive`` verdict
+    fails the row, which is then rolled back as a failed ``verify`` is (``rollback_on_failure``) and counts
+    against the budget. A row the results leave out (or judge on another revision) is ``inconclusive``: a
+    revision is never called landed without a verdict.
+
+    :param wave: the wave (its rows are updated in place).
+    :param results: ``{deployment_id: AnalysisResult}``.
+    :param log: the task's logger.
+    """
+    for row in awaiting_analysis(wave):
+        now = time.time()
+        result = results.get(row.deployment_id)
+        if not isinstance(result, Mapping) or result.get("revision_id") not in (None, row.to_revision):
+            result = {
+                "verdict": "inconclusive",
+                "failing_check": None,
+                "reason": NO_RESULT,
+                "revision_id": row.to_revision,
+                "measurements": [],
+            }
+        row.analysis = kept_result(result)
+        verdict = str(result.get("verdict"))
+        if verdict == "passed":
+            log.info(
+                "%s: %s passed its analysis on revision %s (%d measurement(s))",
+                wave.name,
+                row.name,
+                row.to_revision,
+                len(result.get("measurements") or []),
+            )
+            continue
+        reason = str(result.get("reason") or "no reason given")
+        shown = {"failed": "failed", "inconclusive": "inconclusive (treated as failed)"}.get(
+            verdict, f"verdict {verdict!r} (not passed)"
+        )
+        row.decide(Outcome.FAILED, f"analysis {shown} on revision {row.to_revision}: {reason}", now)
+        log.warning("%s: %s: %s", wave.name, row.name, row.message)
+
+
+def kept_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """An analysis result as a row keeps it: plain JSON, its latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
+    measurements (``measurements_left_out`` counts the others).
+
+    :param result: an ``AnalysisResult``.
+    """
+    kept = json.loads(json.dumps(dict(result), default=str))
+    measurements = kept.get("measurements") or []
+    if len(measurements) > ROW_MEASUREMENTS:
+        kept["measurements_left_out"] = len(measurements) - ROW_MEASUREMENTS
+        kept["measurements"] = measurements[-ROW_MEASUREMENTS:]
+    return kept
 
 
 # ------------------------------------------------------------------------------------ rolling back

@@ -114,3 +114,51 @@ def test_a_rollback_whose_reason_is_unknown_counts_against_the_budget_apart_from
     stopped = FleetProgress(waves=[WaveRecord("wave 1", rows, phase="done")], allowed_failures=1, change="x")
     view = fleet_view(record(state="running", progress=stopped, source="task_state_store"))
     assert view["budget"] == {"allowed_failures": 1, "failures": 1, "reason_unknown": 1, "exceeded": True}
+
+
+def test_an_analysed_fleet_shows_each_verdict_its_failing_check_and_the_measurements() -> None:
+    measurement = {
+        "round": 1,
+        "check": "tracing error_rate",
+        "deployment_id": "id-b",
+        "name": "b",
+        "at": "2026-01-01T00:00:00+00:00",
+        "value": 0.25,
+        "condition": "< 0.05",
+        "verdict": "failed",
+        "detail": "error_rate 0.250 over 140 runs",
+    }
+    failed = {
+        "verdict": "failed",
+        "failing_check": "tracing error_rate",
+        "reason": "check 'tracing error_rate' failed 1 of 1 allowed: 0.250, needs < 0.05",
+        "revision_id": "r3",
+        "measurements": [measurement] * 12,
+        "measurements_left_out": 3,
+    }
+    passed = {**failed, "verdict": "passed", "failing_check": None, "reason": "passed", "measurements": []}
+    passed.pop("measurements_left_out")
+    rows = [
+        FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.LANDED, analysis=passed),
+        FleetRow("id-b", "b", "wave 1", "r2", "r3", Outcome.ROLLED_BACK, analysis=failed),
+        FleetRow("id-c", "c", "wave 1", "r4", "r5", Outcome.LANDED),
+    ]
+    waves = [WaveRecord("canary", rows[:1], phase="done"), WaveRecord("wave 1", rows[1:], phase="analysing")]
+    view = fleet_view(record(progress=FleetProgress(waves=waves, allowed_failures=1, change="x"), source="trigger"))
+    assert view["waves"][1]["state"] == "analysing"
+    assert view["analysis"] == {"failures": 1, "verdicts": {"passed": 1, "failed": 1}}
+    shown = view["waves"][1]["rows"][0]["analysis"]
+    assert shown["verdict"] == "failed" and shown["failing_check"] == "tracing error_rate"
+    assert shown["measurements_total"] == 15 and len(shown["measurements"]) == 10
+    assert shown["measurements"][0] == "round 1 · tracing error_rate · 0.25 (< 0.05): failed"
+    assert view["waves"][1]["rows"][1]["analysis"] is None
+    # Known from the result table only (XCom): the summary each row carries.
+    table = [{**row.table_row()} for row in rows]
+    from_table = fleet_view(record(state="success", table=table, source="xcom"))
+    assert from_table["analysis"] == {"failures": 1, "verdicts": {"passed": 1, "failed": 1}}
+    assert from_table["waves"][1]["rows"][0]["analysis"] == {
+        "verdict": "failed",
+        "failing_check": "tracing error_rate",
+        "reason": failed["reason"],
+    }
+    json.dumps(view)

@@ -218,12 +218,19 @@ class VirtualClock:
     the real ``time`` module's. A sleep bound as a default argument (``sleep=time.sleep``) stays real and
     short: the tasks poll every millisecond of real time.
 
-    :param state: the emulator's state (its frozen clock moves with this one).
+    It *is* the emulator's frozen clock: what the task stamps (a tracing query's ``end_time``) is on the
+    clock the service reads, however the harness moves the emulator between runs.
+
+    :param state: the emulator's state (its frozen clock is this one).
     """
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.now = time.time()
+
+    @property
+    def now(self) -> float:
+        """The emulator's frozen clock, in seconds since the epoch."""
+        return float(self.state.now().timestamp())
 
     def time(self) -> float:
         return self.now
@@ -235,9 +242,8 @@ class VirtualClock:
         self.advance(max(0.0, float(seconds)))
 
     def advance(self, seconds: float) -> None:
-        """Move this clock and the emulator's by ``seconds``."""
+        """Move the clock (the emulator's) by ``seconds``."""
         if seconds:
-            self.now += seconds
             self.state.advance(seconds)
 
     def __getattr__(self, name: str) -> Any:
@@ -644,6 +650,10 @@ class Scenario:
         must name what was not restored (its extra ``not_restored``).
     :param redeploy_mode: the emulator's ``redeploy_mode`` for the scenario's runs: ``new_revision`` (a
         redeploy makes a revision) or ``in_place`` (it makes none: the old revision is deployed again).
+    :param analysed: whether the task judges its revisions with an analysis (a landed row must then show a
+        passed one, and ``fleet_analysis`` must agree with the table).
+    :param failing_analysis: deployments whose new revision serves but fails its analysis (its error rate is
+        high: the setup gives the next revision that behaviour).
     """
 
     task: TaskKind
@@ -662,6 +672,8 @@ class Scenario:
     fleet_outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     outcome: str | None = None
     redeploy_mode: str = "new_revision"
+    analysed: bool = False
+    failing_analysis: tuple[str, ...] = ()
 
     @property
     def deployments(self) -> list[str]:
@@ -671,7 +683,7 @@ class Scenario:
     @property
     def bad(self) -> frozenset[str]:
         """The deployments whose change fails a check (verify, the analysis, the bake or the build)."""
-        return frozenset((*self.refused, *self.flapping, *self.failing_builds, *self.unhealthy))
+        return frozenset((*self.refused, *self.flapping, *self.failing_builds, *self.unhealthy, *self.failing_analysis))
 
 
 # ----------------------------------------------------------------------------------------- one run
@@ -1037,6 +1049,9 @@ def _check_fleet(run: RunResult) -> list[Violation]:
             )
         if outcome == "landed":
             problems = _landed_problems(run, view, row["to_revision"])
+            verdict = (row.get("analysis") or {}).get("verdict")
+            if scenario.analysed and verdict != "passed":
+                problems.append(f"its analysis was {verdict or 'never made'}, not passed")
             if problems:
                 found.append(
                     Violation("landed is true", f"{said}: {'; '.join(problems)}; deployment: {describe(view)}")
@@ -1057,11 +1072,38 @@ def _check_fleet(run: RunResult) -> list[Violation]:
     summary = (last.xcoms.get("fleet_summary") or {}).get("counts")
     if summary != counts:
         disagreements.append(f"fleet_summary counts {summary}, the table {counts}")
+    if scenario.analysed:
+        disagreements += _fleet_analysis_problems(run, table)
     if last.succeeded:
         disagreements += _fleet_event_problems(run, table)
     if disagreements:
         found.append(Violation("outputs agree", "; ".join(disagreements)))
     return found
+
+
+def _fleet_analysis_problems(run: RunResult, table: list[dict[str, Any]]) -> list[str]:
+    """The XCom ``fleet_analysis`` and the summary's analysis counts against the table's ``analysis`` column:
+    the same verdict, failing check and reason per deployment, and a row judged ``failed`` or
+    ``inconclusive`` never landed."""
+    last = run.last
+    analysed = last.xcoms.get("fleet_analysis") or {}
+    problems = []
+    for row in table:
+        shown, result = row.get("analysis"), analysed.get(row["name"])
+        if shown is None and result is None:
+            continue
+        if shown is None or result is None:
+            problems.append(f"{row['name']}: the table's analysis {shown}, fleet_analysis {result}")
+            continue
+        if any(shown.get(key) != result.get(key) for key in ("verdict", "failing_check", "reason")):
+            problems.append(f"{row['name']}: the table's analysis {shown} disagrees with fleet_analysis {result}")
+        if shown.get("verdict") != "passed" and row["outcome"] == "landed":
+            problems.append(f"{row['name']}: landed with an analysis {shown.get('verdict')}")
+    failed = sum(1 for result in analysed.values() if result.get("verdict") in ("failed", "inconclusive"))
+    summary = last.xcoms.get("fleet_summary") or {}
+    if summary.get("analysis_failures") != failed:
+        problems.append(f"fleet_summary analysis_failures {summary.get('analysis_failures')}, fleet_analysis {failed}")
+    return problems
 
 
 def _reason_unknown_problem(run: RunResult, row: dict[str, Any], accepted: tuple[str, ...]) -> str:

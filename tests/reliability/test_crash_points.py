@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.analysis import Analysis, HttpCheck
+from airflow_provider.analysis import Analysis, HttpCheck, TracingProjectCheck
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import (
     FleetRolloutOperator,
@@ -264,11 +264,32 @@ ROLLBACK_SCENARIOS = [
 
 
 # ------------------------------------------------------------------------------------------ fleet
+ANALYSIS = Analysis(
+    checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)],
+    interval_seconds=0.001,
+    count=2,
+    inconclusive_limit=1,
+)
+"""Each deployment's tracing error rate, twice: every look at deployments (the round's still-serving check)
+moves the virtual clock 2.5 s, so a round sees about 12 runs at the emulator's default 5 a second."""
+BAD_ERROR_RATE = 0.5
+
+
+def failing_analysis(*names: str) -> Callable[[World], None]:
+    """The next revision of each named deployment (the fleet's patch) fails half its requests."""
+
+    def setup(world: World) -> None:
+        for name in names:
+            world.state.set_behaviour(world.ids[name], revision_id="next", error_rate=BAD_ERROR_RATE)
+
+    return setup
+
+
 def fleet_task(
-    targets: int, max_failures: int, image: str = NEW_IMAGE
+    targets: int, max_failures: int, image: str = NEW_IMAGE, analysis: Analysis | None = None
 ) -> Callable[[World, Verifier | None, bool], FleetRolloutOperator]:
     """``FleetRolloutOperator`` to ``fleet-1``.. ``fleet-<targets>``: a canary of one, then waves of two;
-    verify, a bake and ``rollback_on_failure``."""
+    verify, a bake and ``rollback_on_failure`` (and ``analysis`` when given)."""
 
     def make(world: World, verify: Verifier | None, deferrable: bool) -> FleetRolloutOperator:
         return FleetRolloutOperator(
@@ -283,6 +304,7 @@ def fleet_task(
             rollback_on_failure=True,
             max_parallel_patches=1,  # one PATCH at a time: the events come in the same order on every run
             deferrable=deferrable,
+            analysis=analysis,
             **WAITING,
         )
 
@@ -352,6 +374,30 @@ FLEET_SCENARIOS = [
         refused=("fleet-2",),
         bake_seconds=BAKE_SECONDS,
         fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-4": ("not_patched",)},
+    ),
+    Scenario(
+        "fleet",
+        "the canary fails its analysis: the rollout stops",
+        fleet_task(3, max_failures=2, analysis=ANALYSIS),
+        "failed",
+        {"fleet-1": 2, "fleet-2": 0, "fleet-3": 0},
+        setup=failing_analysis("fleet-1"),
+        failing_analysis=("fleet-1",),
+        analysed=True,
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": ROLLED_BACK, "fleet-2": ("not_patched",), "fleet-3": ("not_patched",)},
+    ),
+    Scenario(
+        "fleet",
+        "one fails its analysis in a wave, within the budget",
+        fleet_task(3, max_failures=1, analysis=ANALYSIS),
+        "landed",
+        {**THREE, "fleet-2": 2},
+        setup=failing_analysis("fleet-2"),
+        failing_analysis=("fleet-2",),
+        analysed=True,
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": LANDED},
     ),
 ]
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_provider.fleet import (
+    ANALYSIS_FAILED_VERDICTS,
     BUDGET_OUTCOMES,
     CANARY,
     FAILURE_OUTCOMES,
@@ -127,7 +128,7 @@ def touch_rollout(touch: FleetTouch, running: bool) -> dict[str, Any]:
         "previous_revision_id": row.get("from_revision"),
         "rollback_revision_id": row.get("rollback_revision"),
         "message": row.get("message") or "",
-        "analysis": _json_safe(row.get("analysis")),
+        "analysis": row_analysis(row.get("analysis")),
         "running": running,
     }
     return {**rollout, **_task_fields(touch.dag_id, touch.run_id, touch.task_id, touch.map_index, tab=True)}
@@ -283,6 +284,7 @@ def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at
     return {
         "patched": "rolling out",
         "watched": "verifying",
+        "analysing": "analysing",
         "rolling_back": "rolling back",
         "done": "done",
     }.get(wave.phase, wave.phase)
@@ -304,8 +306,43 @@ def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
         "message": values.get("message") or "",
         "started_at": _iso(values.get("started_at")),
         "finished_at": _iso(values.get("finished_at")),
-        "analysis": _json_safe(values.get("analysis")),
+        "analysis": row_analysis(values.get("analysis")),
     }
+
+
+ROW_MEASUREMENTS_SHOWN = 10
+"""Measurements the fleet tab shows per row (the latest): each as one line."""
+
+
+def row_analysis(value: Any) -> dict[str, Any] | None:
+    """The analysis column of a fleet row: ``verdict``, ``failing_check``, ``reason``, and when the row keeps
+    its measurements (the progress does; the result table does not) the latest
+    :data:`ROW_MEASUREMENTS_SHOWN` as one line each (``round 2 · tracing error_rate · 0.21 (< 0.05): failed``)
+    and ``measurements_total``. ``None`` when the row was not analysed.
+
+    :param value: the row's ``analysis`` (an ``AnalysisResult`` from the progress, or the table's summary).
+    """
+    if not isinstance(value, Mapping):
+        return None
+    shown: dict[str, Any] = {
+        "verdict": _json_safe(value.get("verdict")),
+        "failing_check": _json_safe(value.get("failing_check")),
+        "reason": _json_safe(value.get("reason")),
+    }
+    measurements = value.get("measurements")
+    if isinstance(measurements, list):
+        total = len(measurements) + int(value.get("measurements_left_out") or 0)
+        shown["measurements"] = [_measurement_line(item) for item in measurements[-ROW_MEASUREMENTS_SHOWN:]]
+        shown["measurements_total"] = total
+    return shown
+
+
+def _measurement_line(item: Any) -> str:
+    if not isinstance(item, Mapping):
+        return str(_json_safe(item))
+    value = item.get("value")
+    shown = "no value" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"round {item.get('round')} · {item.get('check')} · {shown} ({item.get('condition')}): {item.get('verdict')}"
 
 
 def _waves_from_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -364,6 +401,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         "budget": None,
         "current_wave": None,
         "canary": None,
+        "analysis": None,
     }
     progress = record.progress
     if progress is not None:
@@ -390,6 +428,9 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         if canary is not None:
             view["canary"] = {"failed": progress.canary_failed, "deployments": [row.name for row in canary.rows]}
         view["paused_before"] = progress.paused_before
+        verdicts = progress.analysis_verdicts()
+        if verdicts:
+            view["analysis"] = {"failures": len(progress.analysis_failures), "verdicts": verdicts}
     elif record.table is not None:
         view["waves"] = _waves_from_table(record.table)
         view["counts"] = dict(Counter(str(row.get("outcome")) for row in record.table))
@@ -401,6 +442,12 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
             "reason_unknown": unknown,
             "exceeded": bool(view["stopped"]),
         }
+        verdicts = Counter(
+            str(row["analysis"].get("verdict")) for row in record.table if isinstance(row.get("analysis"), Mapping)
+        )
+        if verdicts:
+            failed = sum(count for verdict, count in verdicts.items() if verdict in ANALYSIS_FAILED_VERDICTS)
+            view["analysis"] = {"failures": failed, "verdicts": dict(verdicts)}
         canary_rows = [row for row in record.table if row.get("wave") == CANARY]
         if canary_rows:
             view["canary"] = {
@@ -412,6 +459,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 __all__ = [
     "BUILD_FIELDS",
+    "ROW_MEASUREMENTS_SHOWN",
     "build_of",
     "deployment_summary",
     "event_rollout",
@@ -419,5 +467,6 @@ __all__ = [
     "newest_rollout",
     "revision_entry",
     "revision_marks",
+    "row_analysis",
     "touch_rollout",
 ]

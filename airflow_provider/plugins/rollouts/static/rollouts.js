@@ -18,7 +18,7 @@ const STATUS_TONE = {
   queued: "run", scheduled: "run", "rolling out": "run", verifying: "run", "rolling back": "warn", paused: "warn",
   UNUSED: "warn", AWAITING_DELETE: "warn", rolled_back: "warn", up_for_retry: "warn", status_changed: "warn",
   rolled_back_with_wave: "warn", rolled_back_partially: "bad", rolled_back_with_wave_partially: "bad",
-  rolled_back_reason_unknown: "warn",
+  rolled_back_reason_unknown: "warn", analysing: "run", passed: "ok", inconclusive: "warn",
   not_patched: "off", pending: "off",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
@@ -72,8 +72,10 @@ function buildText(build) {
 function analysisDetails(analysis) {
   if (analysis === null || analysis === undefined) return null;
   const list = h("dl", { class: "kv" });
+  const text = (value) => typeof value === "object" && value !== null ? JSON.stringify(value) : String(value);
   const add = (key, value) => {
-    list.append(h("dt", {}, key), h("dd", {}, typeof value === "object" && value !== null ? JSON.stringify(value) : String(value)));
+    // A list (the measurements, one line each) reads as a list, not as JSON.
+    list.append(h("dt", {}, key), h("dd", {}, Array.isArray(value) ? h("ul", {}, value.map((item) => h("li", {}, text(item)))) : text(value)));
   };
   if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) add(key, value);
   else add("analysis", analysis);
@@ -356,11 +358,13 @@ function renderFleet(target, data) {
       h("div", { class: "small muted" }, countsText(counts))),
     card("Failures", allowed === null || allowed === undefined ? `${budget.failures}${unknownText}` : `${budget.failures}${unknownText} of ${allowed} allowed`,
       used === null ? null : h("div", { class: `meter ${budget.exceeded ? "bad" : ""}` }, h("span", { style: null, "data-width": used }))),
+    data.analysis ? card("Analysis", `${data.analysis.failures} failed or inconclusive`, h("div", { class: "small muted", id: "analysis-verdicts" }, countsText(data.analysis.verdicts))) : null,
     card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
     card("Now", nowText(data))));
   if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
-  for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id));
+  const analysed = data.waves.some((wave) => wave.rows.some((row) => row.analysis));
+  for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id, analysed));
   if (data.approvals && data.approvals.length) {
     pieces.push(h("h2", {}, "Approvals in this DAG run"), h("table", { id: "approvals" },
       h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
@@ -396,18 +400,29 @@ function deploymentLink(row, connId) {
   return h("a", { href: path, target: "_top", title: "This deployment in the Rollouts view" }, row.name);
 }
 
-function waveSection(wave, current, connId) {
+function analysisCell(analysis) {
+  // The analysis column: the verdict, the failing check, and the reason and measurements folded away.
+  if (!analysis) return h("td", { "data-analysis": "" }, h("span", { class: "muted" }, "—"));
+  return h("td", { "data-analysis": analysis.verdict || "" }, badge(analysis.verdict),
+    analysis.failing_check ? h("div", { class: "small" }, analysis.failing_check) : null,
+    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))));
+}
+
+function waveSection(wave, current, connId, analysed) {
   const counts = h("span", { class: "muted small" }, countsText(wave.counts));
+  // The Analysis column comes after the revisions, so the first columns keep their places with or without it.
+  const titles = ["Deployment", "Outcome", "From → to revision", "Rolled back to", ...(analysed ? ["Analysis"] : []), "Seconds", "Message"];
   return h("section", { class: `wave ${current ? "current" : ""}`, "data-wave": wave.name, "data-wave-state": wave.state },
     h("header", {}, h("h3", {}, wave.name), badge(wave.state), h("span", { class: "small" }, counts),
       h("span", { class: "spacer" }), h("span", { class: "muted small" }, `${wave.rows.length} deployment${wave.rows.length === 1 ? "" : "s"}`)),
     h("table", {},
-      h("thead", {}, h("tr", {}, ["Deployment", "Outcome", "From → to revision", "Rolled back to", "Seconds", "Message"].map((title) => h("th", {}, title)))),
+      h("thead", {}, h("tr", {}, titles.map((title) => h("th", {}, title)))),
       h("tbody", {}, wave.rows.map((row) => h("tr", { "data-row": row.name, "data-outcome": row.outcome },
         h("td", {}, deploymentLink(row, connId), h("div", { class: "muted small" }, shortId(row.deployment_id))),
-        h("td", {}, badge(row.outcome), analysisDetails(row.analysis)),
+        h("td", {}, badge(row.outcome)),
         h("td", { class: "nowrap" }, shortId(row.from_revision), " → ", shortId(row.to_revision)),
         h("td", {}, row.rollback_revision ? shortId(row.rollback_revision) : h("span", { class: "muted" }, "—")),
+        analysed ? analysisCell(row.analysis) : null,
         h("td", {}, row.seconds === null || row.seconds === undefined ? "—" : String(row.seconds)),
         h("td", { class: "msg" }, row.message))))));
 }
