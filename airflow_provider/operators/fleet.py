@@ -19,7 +19,12 @@ from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRe
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
-from airflow_provider.tasks.analysis import analyse_on_worker, analysis_event_results, defer_analysis
+from airflow_provider.tasks.analysis import (
+    analyse_on_worker,
+    analysis_event_results,
+    check_analysis_sources,
+    defer_analysis,
+)
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
@@ -321,7 +326,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
         if self.analysis is not None:
-            fleet_tasks.check_analysis_sources(self.hook, self.analysis)
+            check_analysis_sources(self.hook, self.analysis)
         progress_store = fleet_tasks.ProgressStore(
             context.get("task_state_store"), self.log, secrets=self._secret_values()
         )

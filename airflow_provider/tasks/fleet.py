@@ -9,7 +9,6 @@ cannot travel to the triggerer.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -23,14 +22,8 @@ import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.analysis import (
-    Analysis,
-    AnalysisSetupError,
     AnalysisTarget,
-    MetricQueryCheck,
-    TracingProjectCheck,
 )
-from airflow_provider.analysis.endpoints import prometheus_endpoint, tracing_endpoint
-from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
@@ -1148,30 +1141,6 @@ def verify_wave(
 
 
 # ------------------------------------------------------------------------------------ analysing
-def check_analysis_sources(hook: DeploymentServiceHook, analysis: Analysis) -> None:
-    """Resolve every connection the analysis measures through (a tracing project's, a Prometheus query's)
-    before anything is patched: one that is missing or incomplete fails the task naming the check kind, the
-    connection and what to set, instead of every wave's deployments being rolled back as inconclusive later.
-
-    :param hook: the task's hook (its connection is the tracing project's by default).
-    :param analysis: the analysis.
-    :raises AirflowFailException: naming what is missing (never a secret).
-    """
-
-    async def resolve() -> None:
-        scrubber = Scrubber()
-        for check in analysis.checks:
-            if isinstance(check, TracingProjectCheck):
-                await tracing_endpoint(check.connection_id, hook, scrubber)
-            elif isinstance(check, MetricQueryCheck):
-                await prometheus_endpoint(check.connection_id, scrubber)
-
-    try:
-        asyncio.run(resolve())
-    except AnalysisSetupError as err:
-        raise AirflowFailException(f"the analysis cannot run, nothing was patched: {err}") from None
-
-
 def awaiting_analysis(wave: WaveRecord) -> list[FleetRow]:
     """The rows of the wave the analysis is to judge: landed on a new revision, not judged yet, and no rollback
     asked for (a row whose rollback was asked for was judged by an earlier try: its deployment may already
