@@ -5,11 +5,27 @@ Every :class:`~airflow_provider.triggers.rollout.DeploymentRolloutTrigger` (and 
 the same hook settings and poll interval subscribes to one shared :class:`_BatchPoller`. Each interval the
 poller asks the list endpoint for up to 100 deployments at once (``deployment_ids``), so N waiting rollouts
 cost ``ceil(N / 100)`` list requests per interval instead of N. The optional revision endpoint (fail
-fast on a failed build) is asked only for rollouts whose revision is the latest but not yet active:
-whenever the deployment changed (a few times per build), and otherwise (first look, and every
-``revision_check_interval`` as a safety net) for at most ``ceil(N / 100)`` rollouts per round. A quiet
-fleet thus costs at most ``2 * ceil(N / 100)`` requests per interval. A 404/405 from the revision
-endpoint switches it off for that poller.
+fast on a failed build; it has no batch form) is asked only for rollouts whose revision is the latest but
+not yet active, in two ways:
+
+- at once, in the round that sees the deployment's list row change (``updated_at`` moved since it was
+  first seen or last asked about: a revision moving through its statuses touches its deployment), and
+  for a final check at a deadline: a failed build is reported by the first round that starts after the
+  service shows it, within one interval;
+- otherwise (a rollout's first look, and every ``revision_check_interval`` as a safety net for services
+  whose revision statuses do not touch the deployment) out of a
+  :class:`~airflow_provider.rollout.RevisionLookBudget`: one call per ten list requests on average
+  (``ceil(N / 100) / 10`` per round), never-asked rollouts first, then the longest unasked.
+
+A quiet fleet (builds that show no change) thus costs at most ``1.1 x ceil(N / 100)`` requests per
+interval on average. Why this design rather than a look at every rollout every k-th round: a change is
+what the list shows cheaply, so spending the revision endpoint where the list saw something catches a
+failed build as fast as asking every rollout every round would, while the unhurried looks only guard
+against what the list cannot show. Their price: a fleet that arrives at once gets its first looks over
+up to ``10 x N / ceil(N / 100)`` rounds (1000 rounds for 1000 rollouts; the first ``ceil(N / 100)`` at
+once), and the safety net comes that much later than ``revision_check_interval`` when many rollouts are
+due. A 404/405 from the revision endpoint switches it off for that poller.
+
 When the last subscriber leaves, the poller task is cancelled and awaited and its client closed.
 
 :class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger` (an ``AssetWatcher``'s trigger) joins the
@@ -40,7 +56,7 @@ from airflow_provider.errors import DeploymentServiceError, InvalidRequestError,
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, ListDeploymentsQuery, Revision
 from airflow_provider.pagination import DeploymentPaginator
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 
 __all__ = [
     "REVISION_CHECK_CONCURRENCY",
@@ -166,6 +182,7 @@ class _BatchPoller:
         self.revision_endpoint = True
         self._wake = asyncio.Event()
         self._revision_limit = asyncio.Semaphore(REVISION_CHECK_CONCURRENCY)
+        self._look_budget = RevisionLookBudget()
         self._revision_answers: dict[tuple[str, str, int], asyncio.Future[Revision | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._list_failing = False
@@ -366,17 +383,19 @@ class _BatchPoller:
             if deployment is None or not sub.revision_id:
                 continue
             reason = sub.schedule.reason(deployment, sub.revision_id, force=sub.final)
+            sub.schedule.seen(deployment)  # a later change is urgent even before the first look
             if reason in ("first", "timer"):
                 unhurried.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
             elif reason is not None:  # the deployment changed, or a final check
                 wanted.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
-        # First-sight and safety-net calls are spread out: at most one per 100 rollouts per round, never
-        # asked first, then longest unasked, so a quiet fleet costs at most as many revision calls per
-        # interval as list calls, however many rollouts start at once.
-        budget = -(-len(subscribers) // MAX_PAGE_SIZE)
-        by_age = sorted(unhurried.items(), key=lambda item: min(sub.schedule.last_asked for sub in item[1]))
-        for pair, subs in by_age[:budget]:
-            wanted.setdefault(pair, []).extend(subs)
+        # First looks and safety-net calls come out of the budget (one call per ten list requests on
+        # average, see RevisionLookBudget), never asked first, then longest unasked.
+        allowed = self._look_budget.grant(-(-len(subscribers) // MAX_PAGE_SIZE))
+        if unhurried and allowed:
+            by_age = sorted(unhurried.items(), key=lambda item: min(sub.schedule.last_asked for sub in item[1]))
+            for pair, subs in by_age[:allowed]:
+                wanted.setdefault(pair, []).extend(subs)
+            self._look_budget.spend(min(allowed, len(by_age)))
         for subs in wanted.values():
             for sub in subs:
                 sub.schedule.mark(found[sub.deployment_id])
