@@ -11,9 +11,12 @@ This module knows nothing of Airflow or HTTP. Two rules hold throughout:
 Secret values are :class:`pydantic.SecretStr`: every ``repr``, ``str`` and ``model_dump`` shows
 ``**********``. Only :meth:`PatchDeploymentRequest.to_request_body` (and its create twin) reveals
 them, for the wire.
-"""
 
-from __future__ import annotations
+Unlike the other modules this one does not use ``from __future__ import annotations``: pydantic would
+evaluate every string annotation again (about 220 ``compile`` calls, a quarter of this module's import
+time, ``bench/import_cost.py``). The models build their validators on first use (``defer_build``), not
+at import.
+"""
 
 import copy
 import difflib
@@ -25,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -44,9 +47,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class DeploymentStatus(str, Enum):
     UNKNOWN = "UNKNOWN"
 
     @classmethod
-    def _missing_(cls, value: object) -> DeploymentStatus:
+    def _missing_(cls, value: object) -> "DeploymentStatus":
         return cls.UNKNOWN
 
 
@@ -165,7 +166,7 @@ class RevisionStatus(str, Enum):
     UNKNOWN = "UNKNOWN"
 
     @classmethod
-    def _missing_(cls, value: object) -> RevisionStatus:
+    def _missing_(cls, value: object) -> "RevisionStatus":
         return cls.UNKNOWN
 
     @property
@@ -195,7 +196,7 @@ _TERMINAL_REVISION_STATUSES = frozenset(
 class ServiceModel(BaseModel):
     """Base of every model: keeps unknown fields, so newer service responses still parse."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def unknown_fields(self, prefix: str = "") -> Iterator[tuple[str, list[str]]]:
         """Yield ``(dotted path, known field names)`` for every unknown field, nested models included."""
@@ -218,7 +219,7 @@ class RequestModel(ServiceModel):
     """Base of request roots: unknown fields anywhere below are refused with their full path."""
 
     @model_validator(mode="after")
-    def _refuse_unknown_fields(self) -> RequestModel:
+    def _refuse_unknown_fields(self) -> "RequestModel":
         problems = []
         for path, known in self.unknown_fields():
             leaf = path.rsplit(".", 1)[-1]
@@ -905,7 +906,7 @@ class PatchDeploymentRequest(RequestModel):
     secret_references: list[SecretReference] | None = None
 
     @model_validator(mode="after")
-    def _not_empty(self) -> PatchDeploymentRequest:
+    def _not_empty(self) -> "PatchDeploymentRequest":
         if not _prune_empty(_revealed_body(self)):
             raise ValueError(
                 "empty patch: set at least one of revision_source, source_config, "

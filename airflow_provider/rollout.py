@@ -17,6 +17,7 @@ from enum import Enum
 from airflow_provider.models import Deployment, DeploymentStatus, Revision
 
 __all__ = [
+    "EVENT_STATUSES",
     "REVISION_ENDPOINT_MISSING",
     "UNHURRIED_LOOK_SHARE",
     "RevisionCheckSchedule",
@@ -28,6 +29,10 @@ __all__ = [
     "rollout_verdict",
 ]
 
+
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+"""The ``status`` values of a :class:`~airflow_provider.triggers.rollout.DeploymentRolloutTrigger` event
+(defined here so that a task reading one need not import the trigger)."""
 
 REVISION_ENDPOINT_MISSING = frozenset({404, 405})
 """Answers of the optional revision endpoint meaning the service does not have it. The revision asked
