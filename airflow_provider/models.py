@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, ClassVar
@@ -806,6 +806,82 @@ class DeploymentListPage(_TolerantReading):
                     "Leaving out deployment %r (entry %d of the page): %s", shown or "(unnamed)", index, problems
                 )
         return cls._validate_as_is({**obj, "resources": readable}, **options)
+
+
+class DeploymentPageReader:
+    """Read ``GET /v2/deployments`` pages, building a :class:`Deployment` only for rows that changed since
+    this reader last read them (the shared poller reads the same rows every interval).
+
+    A row counts as unchanged when its ``id``, ``updated_at``, ``status``, ``active_revision_id`` and
+    ``latest_revision_id`` are what they were: the service moves ``updated_at`` whenever it changes a
+    deployment, and the fields a rollout's verdict reads are compared themselves, so a verdict never rests
+    on a stale row. An unchanged row gives the very :class:`Deployment` object read before (do not modify
+    it). Rows that changed are read as a page is (tolerantly, see :class:`DeploymentListPage`); a body that
+    is not a JSON object with a ``resources`` list is read by :meth:`DeploymentListPage.model_validate_json`,
+    so it fails as it would without the reader. The reader keeps one small key per deployment, only for the
+    ids of the last :meth:`retain`.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[Any, ...], Deployment]] = {}
+
+    @staticmethod
+    def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return (
+            row.get("updated_at"),
+            row.get("status"),
+            row.get("active_revision_id"),
+            row.get("latest_revision_id"),
+        )
+
+    def read(self, body: bytes | str) -> DeploymentListPage:
+        """One page, from the body of a ``GET /v2/deployments`` answer.
+
+        :param body: the raw JSON body.
+        """
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        rows = data.get("resources") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            return DeploymentListPage.model_validate_json(body)
+        assert isinstance(data, dict)
+        merged: list[Deployment | str] = []
+        changed: list[dict[str, Any]] = []
+        for row in rows:
+            raw_id = row.get("id") if isinstance(row, dict) else None
+            known = self._known.get(raw_id) if isinstance(raw_id, str) else None
+            if known is not None and isinstance(row, dict) and known[0] == self._key(row):
+                merged.append(known[1])
+            else:
+                changed.append(row)
+                merged.append(raw_id if isinstance(raw_id, str) else "")
+        page = DeploymentListPage.model_validate({**data, "resources": changed})
+        fresh = {item.id: item for item in page.resources}
+        resources: list[Deployment] = []
+        for row, item in zip(rows, merged, strict=True):
+            if isinstance(item, Deployment):
+                resources.append(item)
+                continue
+            try:
+                read = fresh.get(canonical_uuid(item, "id"))
+            except ValueError:
+                read = None  # the page's reading left it out, with a warning
+            if read is None:
+                continue
+            resources.append(read)
+            if isinstance(row, dict):
+                self._known[item] = (self._key(row), read)
+        return page.model_copy(update={"resources": resources})
+
+    def retain(self, ids: Iterable[str]) -> None:
+        """Forget every deployment but ``ids`` (the ones still being read).
+
+        :param ids: deployment ids as the service sends them.
+        """
+        keep = set(ids)
+        self._known = {key: value for key, value in self._known.items() if key in keep}
 
 
 class Revision(_TolerantReading):
