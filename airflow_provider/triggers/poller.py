@@ -308,6 +308,12 @@ class _BatchPoller:
             else:
                 found.update({item.id: item for item in outcome if item.id in chunk})
         self._rows.retain(ids)
+        # The watchers first: they need no revision call of the rollouts', which would only delay their events.
+        for watch in watches:
+            if setup_error is not None and not getattr(setup_error, "transient", False):
+                watch.queue.put_nowait(_WatchUpdate(number, started, error=setup_error))
+                continue
+            watch.queue.put_nowait(_WatchUpdate(number, started, found=found, failures=failures, searches=searches))
         await self._check_revisions(subscribers, found)
         for sub in subscribers:
             deployment = found.get(sub.deployment_id)
@@ -322,11 +328,6 @@ class _BatchPoller:
             if error is not None:
                 sub.seen = None  # the round after a failure is news again
             sub.queue.put_nowait(update)
-        for watch in watches:
-            if setup_error is not None and not getattr(setup_error, "transient", False):
-                watch.queue.put_nowait(_WatchUpdate(number, started, error=setup_error))
-                continue
-            watch.queue.put_nowait(_WatchUpdate(number, started, found=found, failures=failures, searches=searches))
         self.rounds_completed = number
 
     async def _search(self, watches: list[_Watch]) -> _Searches:
