@@ -808,6 +808,27 @@ class DeploymentListPage(_TolerantReading):
         return cls._validate_as_is({**obj, "resources": readable}, **options)
 
 
+class _RowKey(BaseModel):
+    """What :class:`DeploymentPageReader` compares of one row; every other field is skipped unread."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Any = None
+    updated_at: Any = None
+    status: Any = None
+    active_revision_id: Any = None
+    latest_revision_id: Any = None
+
+
+class _PageKeys(BaseModel):
+    """The rows' keys of one list page (the nested settings are parsed in pydantic-core, never built)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    resources: list[_RowKey]
+    offset: int
+
+
 class DeploymentPageReader:
     """Read ``GET /v2/deployments`` pages, building a :class:`Deployment` only for rows that changed since
     this reader last read them (the shared poller reads the same rows every interval).
@@ -816,23 +837,15 @@ class DeploymentPageReader:
     ``latest_revision_id`` are what they were: the service moves ``updated_at`` whenever it changes a
     deployment, and the fields a rollout's verdict reads are compared themselves, so a verdict never rests
     on a stale row. An unchanged row gives the very :class:`Deployment` object read before (do not modify
-    it). Rows that changed are read as a page is (tolerantly, see :class:`DeploymentListPage`); a body that
-    is not a JSON object with a ``resources`` list is read by :meth:`DeploymentListPage.model_validate_json`,
-    so it fails as it would without the reader. The reader keeps one small key per deployment, only for the
-    ids of the last :meth:`retain`.
+    it). A page is first read for these keys only (in pydantic-core: no Python object for the rest of a
+    row, so a quiet round allocates little and wakes the garbage collector seldom); only a page with a
+    changed row is read whole, as :meth:`DeploymentListPage.model_validate_json` reads it (tolerantly),
+    and so is a body whose keys cannot be read, so it fails as it would without the reader. The reader
+    keeps one small key per deployment, only for the ids of the last :meth:`retain`.
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[tuple[Any, ...], Deployment]] = {}
-
-    @staticmethod
-    def _key(row: dict[str, Any]) -> tuple[Any, ...]:
-        return (
-            row.get("updated_at"),
-            row.get("status"),
-            row.get("active_revision_id"),
-            row.get("latest_revision_id"),
-        )
+        self._known: dict[str, tuple[_RowKey, Deployment]] = {}
 
     def read(self, body: bytes | str) -> DeploymentListPage:
         """One page, from the body of a ``GET /v2/deployments`` answer.
@@ -840,39 +853,35 @@ class DeploymentPageReader:
         :param body: the raw JSON body.
         """
         try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        rows = data.get("resources") if isinstance(data, dict) else None
-        if not isinstance(rows, list):
-            return DeploymentListPage.model_validate_json(body)
-        assert isinstance(data, dict)
-        merged: list[Deployment | str] = []
-        changed: list[dict[str, Any]] = []
-        for row in rows:
-            raw_id = row.get("id") if isinstance(row, dict) else None
-            known = self._known.get(raw_id) if isinstance(raw_id, str) else None
-            if known is not None and isinstance(row, dict) and known[0] == self._key(row):
-                merged.append(known[1])
-            else:
-                changed.append(row)
-                merged.append(raw_id if isinstance(raw_id, str) else "")
-        page = DeploymentListPage.model_validate({**data, "resources": changed})
-        fresh = {item.id: item for item in page.resources}
+            outline: _PageKeys | None = _PageKeys.model_validate_json(body)
+        except ValidationError:
+            outline = None
+        keys = outline.resources if outline is not None else None
+        if outline is not None and keys is not None:
+            reused = [self._known.get(key.id) if isinstance(key.id, str) else None for key in keys]
+            if all(known is not None and known[0] == key for known, key in zip(reused, keys, strict=True)):
+                return DeploymentListPage.model_construct(
+                    resources=[known[1] for known in reused if known is not None], offset=outline.offset
+                )
+        page = DeploymentListPage.model_validate_json(body)
+        if keys is None:
+            return page
+        by_id = {item.id: item for item in page.resources}
         resources: list[Deployment] = []
-        for row, item in zip(rows, merged, strict=True):
-            if isinstance(item, Deployment):
-                resources.append(item)
-                continue
+        for key in keys:
             try:
-                read = fresh.get(canonical_uuid(item, "id"))
+                wanted = canonical_uuid(key.id, "id")
             except ValueError:
-                read = None  # the page's reading left it out, with a warning
+                continue  # the page's reading left it out, with a warning
+            read = by_id.get(wanted)
             if read is None:
                 continue
+            known = self._known.get(key.id)
+            if known is not None and known[0] == key:
+                read = known[1]  # the same row as before: the same object (a round with no news for it)
+            else:
+                self._known[key.id] = (key, read)
             resources.append(read)
-            if isinstance(row, dict):
-                self._known[item] = (self._key(row), read)
         return page.model_copy(update={"resources": resources})
 
     def retain(self, ids: Iterable[str]) -> None:
