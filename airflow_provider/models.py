@@ -839,7 +839,7 @@ class DeploymentPageReader:
     on a stale row. An unchanged row gives the very :class:`Deployment` object read before (do not modify
     it). A page is first read for these keys only (in pydantic-core: no Python object for the rest of a
     row, so a quiet round allocates little and wakes the garbage collector seldom); only a page with a
-    changed row is read whole, as :meth:`DeploymentListPage.model_validate_json` reads it (tolerantly),
+    changed row is read whole, as ``DeploymentListPage.model_validate_json`` reads it (tolerantly),
     and so is a body whose keys cannot be read, so it fails as it would without the reader. The reader
     keeps one small key per deployment, only for the ids of the last :meth:`retain`.
     """

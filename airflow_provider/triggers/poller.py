@@ -32,7 +32,9 @@ When the last subscriber leaves, the poller task is cancelled and awaited and it
 same poller: the ids of every watched deployment go into the same ``deployment_ids`` batches as the waiting
 rollouts, so W watched deployments cost ``ceil(W / 100)`` list requests per interval however many watchers
 share them. Names are resolved to ids once (and again only while missing); each distinct filter set is
-listed once per round.
+listed once per round. A watcher reads each list answer as it arrives (a partial update), before the
+round's other list requests are answered and before the rollouts' revision calls, so an event waits at
+most one interval plus its own page's answer.
 
 A trigger subscribes with a :class:`_Subscription` (a rollout) or a :class:`_Watch` (a watcher) and reads
 :class:`_Update` or :class:`_WatchUpdate` objects from its queue (one per round, or, for a rollout that
@@ -141,6 +143,10 @@ class _WatchUpdate:
     failures: dict[str, Exception] = field(default_factory=dict)
     searches: _Searches = field(default_factory=_Searches)
     error: Exception | None = None
+    covered: frozenset[str] | None = None
+    """A part of a round: the ids of the list request(s) just answered (``found`` holds what they listed);
+    sent as each answer arrives, so an event never waits for the round's other requests. ``None``: the
+    round's closing update (everything: the watcher skips what it already read from the parts)."""
 
 
 @dataclass(eq=False)
@@ -296,10 +302,21 @@ class _BatchPoller:
         ids = list(dict.fromkeys(ids))
         chunks = [ids[start : start + MAX_PAGE_SIZE] for start in range(0, len(ids), MAX_PAGE_SIZE)]
         outcomes: list[list[Deployment] | Exception]
+
+        async def list_chunk(chunk: list[str]) -> list[Deployment] | Exception:
+            outcome = await self._list(chunk)
+            if watches and not isinstance(outcome, Exception):
+                # Each watcher reads this answer at once: a change in the first page is not held back until
+                # the last page of the round is answered.
+                part = {item.id: item for item in outcome}
+                for watch in watches:
+                    watch.queue.put_nowait(_WatchUpdate(number, started, found=part, covered=frozenset(chunk)))
+            return outcome
+
         if setup_error is not None:
             outcomes = [setup_error] * len(chunks)
         else:
-            outcomes = list(await asyncio.gather(*(self._list(chunk) for chunk in chunks)))
+            outcomes = list(await asyncio.gather(*(list_chunk(chunk) for chunk in chunks)))
         found: dict[str, Deployment] = {}
         failures: dict[str, Exception] = {}
         for chunk, outcome in zip(chunks, outcomes, strict=True):
