@@ -34,6 +34,9 @@ import pytest
 from tests.conftest import PRISTINE_DB, REPO_ROOT
 from tests.e2e.e2e_airflow import Emulator, ManagedProcess, child_env, free_port, wait_until
 
+# A real API server and a browser: make test runs this module after the rest of the suite, alone.
+pytestmark = pytest.mark.alone
+
 CHROMIUM = Path(os.environ.get("ROLLOUTS_VIEW_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--headless",
