@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import Enum
@@ -841,11 +842,18 @@ class DeploymentPageReader:
     row, so a quiet round allocates little and wakes the garbage collector seldom); only a page with a
     changed row is read whole, as ``DeploymentListPage.model_validate_json`` reads it (tolerantly),
     and so is a body whose keys cannot be read, so it fails as it would without the reader. The reader
-    keeps one small key per deployment, only for the ids of the last :meth:`retain`.
+    keeps one small key per deployment, only for the ids of the last :meth:`retain`, and only a weak
+    reference to the model: a model nobody else holds (a watched deployment between two rounds) is not
+    kept alive by the reader, so watching costs no more memory than before; it is read again instead.
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[_RowKey, Deployment]] = {}
+        self._known: dict[str, tuple[_RowKey, weakref.ReferenceType[Deployment]]] = {}
+
+    def _alive(self, raw_id: Any, key: _RowKey) -> Deployment | None:
+        """The model read before for this unchanged row, if something still holds it."""
+        known = self._known.get(raw_id) if isinstance(raw_id, str) else None
+        return known[1]() if known is not None and known[0] == key else None
 
     def read(self, body: bytes | str) -> DeploymentListPage:
         """One page, from the body of a ``GET /v2/deployments`` answer.
@@ -858,10 +866,10 @@ class DeploymentPageReader:
             outline = None
         keys = outline.resources if outline is not None else None
         if outline is not None and keys is not None:
-            reused = [self._known.get(key.id) if isinstance(key.id, str) else None for key in keys]
-            if all(known is not None and known[0] == key for known, key in zip(reused, keys, strict=True)):
+            reused = [self._alive(key.id, key) for key in keys]
+            if all(item is not None for item in reused):
                 return DeploymentListPage.model_construct(
-                    resources=[known[1] for known in reused if known is not None], offset=outline.offset
+                    resources=[item for item in reused if item is not None], offset=outline.offset
                 )
         page = DeploymentListPage.model_validate_json(body)
         if keys is None:
@@ -876,11 +884,11 @@ class DeploymentPageReader:
             read = by_id.get(wanted)
             if read is None:
                 continue
-            known = self._known.get(key.id)
-            if known is not None and known[0] == key:
-                read = known[1]  # the same row as before: the same object (a round with no news for it)
-            else:
-                self._known[key.id] = (key, read)
+            alive = self._alive(key.id, key)
+            if alive is not None:
+                read = alive  # the same row as before: the same object (a round with no news for it)
+            elif isinstance(key.id, str):
+                self._known[key.id] = (key, weakref.ref(read))
             resources.append(read)
         return page.model_copy(update={"resources": resources})
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -640,8 +642,16 @@ def test_page_reader_fails_and_leaves_out_what_a_page_would() -> None:
     assert [item.id for item in page.resources] == [DEPLOYMENT_ID]  # left out, as a page reading does
 
 
-def test_page_reader_forgets_what_is_no_longer_read() -> None:
+def test_page_reader_forgets_what_is_no_longer_read_or_held() -> None:
     reader = DeploymentPageReader()
     first = reader.read(page_body(deployment_json()))
     reader.retain([OTHER_ID])
     assert reader.read(page_body(deployment_json())).resources[0] is not first.resources[0]
+    # A model nobody holds any more is not kept alive by the reader: the row is read again.
+    held = reader.read(page_body(deployment_json())).resources[0]
+    watching = weakref.ref(held)
+    del held, first
+    gc.collect()
+    assert watching() is None
+    again = reader.read(page_body(deployment_json())).resources[0]
+    assert again.id == DEPLOYMENT_ID and reader.read(page_body(deployment_json())).resources[0] is again
