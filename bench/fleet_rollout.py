@@ -331,7 +331,7 @@ def main() -> None:
         ]
     )
     misses = [f"N={count}: {wall:.2f} s > {bound:.2f} s" for count, wall, bound, met in goals_wall if not met]
-    body += "\n\n" + WALL_NOTE
+    body += "\n\n" + WALL_NOTE + "\n\n" + REVISION_NOTE
     if misses:
         body += f" Missed in this run: {'; '.join(misses)}."
     goals = [
@@ -379,6 +379,13 @@ def main() -> None:
     )
 
 
+REVISION_NOTE = """**Revision requests.** Every rollout's builds move its deployment's row (to ``BUILDING``, to
+``DEPLOYING``), and each such change is looked at in the round that sees it, so a failed build is reported
+within one interval: about two revision calls per rollout per build, the figure above. Until 2026-11-24 a
+rollout whose first look was still waiting in the budget had no record of its row to compare with, so its
+changes went unnoticed (N=100: 16 revision calls in all): the calls were fewer, but a failed build in a large
+wave could go unreported for up to N/100 rounds. First looks and the safety net now cost a tenth of the
+list requests; the change looks are the price of reporting every failed build within one interval."""
 WALL_NOTE = """**The worker's share of a wave.** A wave's revisions build in parallel; its PATCH requests go
 out ``max_parallel_patches`` at a time (the default, 10, here), each recorded in the task state store as
 it is answered (the wave is written after each batch that finishes together, a key only when its value
