@@ -384,8 +384,9 @@ REVISION_NOTE = """**Revision requests.** Every rollout's builds move its deploy
 within one interval: about two revision calls per rollout per build, the figure above. Until 2026-11-24 a
 rollout whose first look was still waiting in the budget had no record of its row to compare with, so its
 changes waited for that turn (N=100: 16 revision calls in all): the calls were fewer, but a failed build in a
-wave of 100 could go unreported for up to about 100 rounds (N / ceil(N/100)). First looks and the safety net now cost a tenth of the
-list requests; the change looks are the price of reporting every failed build within one interval."""
+wave of 100 could go unreported for up to about 100 rounds (N / ceil(N/100)). First looks and the safety net
+now cost a tenth of the list requests; the change looks are the price of reporting every failed build within
+one interval."""
 WALL_NOTE = """**The worker's share of a wave.** A wave's revisions build in parallel; its PATCH requests go
 out ``max_parallel_patches`` at a time (the default, 10, here), each recorded in the task state store as
 it is answered (the wave is written after each batch that finishes together, a key only when its value
