@@ -61,6 +61,7 @@ from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
+    DeploymentPageReader,
     ListDeploymentsQuery,
     OAuthProvider,
     PatchDeploymentRequest,
@@ -430,8 +431,11 @@ class _ClientCore:
         integration = _path_id(integration_id, "integration_id")
         return Call("GET", f"/v1/integrations/forge/codehost/{integration}/repos", _parse_list(Repository))
 
-    def _list_deployments(self, query: ListDeploymentsQuery) -> Call[DeploymentListPage]:
-        return Call("GET", "/v2/deployments", _parse_model(DeploymentListPage), params=query.to_query_params())
+    def _list_deployments(
+        self, query: ListDeploymentsQuery, reader: DeploymentPageReader | None = None
+    ) -> Call[DeploymentListPage]:
+        parse = reader.read if reader is not None else _parse_model(DeploymentListPage)
+        return Call("GET", "/v2/deployments", parse, params=query.to_query_params())
 
     def _get_deployment_via_list(self, deployment_id: str) -> Call[DeploymentListPage]:
         query = ListDeploymentsQuery(deployment_ids=[_path_id(deployment_id, "deployment_id")], limit=1)
@@ -905,9 +909,21 @@ class DeploymentServiceClient(_ClientCore):
         """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
         return self.execute(self._list_repositories(integration_id))
 
-    def list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
-        """One page of ``GET /v2/deployments``; filters as in :class:`ListDeploymentsQuery`."""
-        return self.execute(self._list_deployments(self._query(query, filters)))
+    def list_deployments(
+        self,
+        query: ListDeploymentsQuery | None = None,
+        *,
+        reader: DeploymentPageReader | None = None,
+        **filters: Any,
+    ) -> DeploymentListPage:
+        """One page of ``GET /v2/deployments``; filters as in :class:`ListDeploymentsQuery`.
+
+        :param query: the query (or pass its fields as ``filters``).
+        :param reader: reads the page reusing the rows it read before (see
+            :class:`~airflow_provider.models.DeploymentPageReader`): for callers that list the same
+            deployments again and again.
+        """
+        return self.execute(self._list_deployments(self._query(query, filters), reader))
 
     def iter_deployments(
         self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any
@@ -1152,9 +1168,15 @@ class AsyncDeploymentServiceClient(_ClientCore):
         """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
         return await self.execute(self._list_repositories(integration_id))
 
-    async def list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
-        """One page of ``GET /v2/deployments``."""
-        return await self.execute(self._list_deployments(self._query(query, filters)))
+    async def list_deployments(
+        self,
+        query: ListDeploymentsQuery | None = None,
+        *,
+        reader: DeploymentPageReader | None = None,
+        **filters: Any,
+    ) -> DeploymentListPage:
+        """One page of ``GET /v2/deployments`` (see the sync twin for ``reader``)."""
+        return await self.execute(self._list_deployments(self._query(query, filters), reader))
 
     async def iter_deployments(
         self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any

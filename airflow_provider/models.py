@@ -11,9 +11,12 @@ This module knows nothing of Airflow or HTTP. Two rules hold throughout:
 Secret values are :class:`pydantic.SecretStr`: every ``repr``, ``str`` and ``model_dump`` shows
 ``**********``. Only :meth:`PatchDeploymentRequest.to_request_body` (and its create twin) reveals
 them, for the wire.
-"""
 
-from __future__ import annotations
+Unlike the other modules this one does not use ``from __future__ import annotations``: pydantic would
+evaluate every string annotation again (about 220 ``compile`` calls, a quarter of this module's import
+time, ``bench/import_cost.py``). The models build their validators on first use (``defer_build``), not
+at import.
+"""
 
 import copy
 import difflib
@@ -22,10 +25,11 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -44,9 +48,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +137,7 @@ class DeploymentStatus(str, Enum):
     UNKNOWN = "UNKNOWN"
 
     @classmethod
-    def _missing_(cls, value: object) -> DeploymentStatus:
+    def _missing_(cls, value: object) -> "DeploymentStatus":
         return cls.UNKNOWN
 
 
@@ -165,7 +167,7 @@ class RevisionStatus(str, Enum):
     UNKNOWN = "UNKNOWN"
 
     @classmethod
-    def _missing_(cls, value: object) -> RevisionStatus:
+    def _missing_(cls, value: object) -> "RevisionStatus":
         return cls.UNKNOWN
 
     @property
@@ -195,7 +197,7 @@ _TERMINAL_REVISION_STATUSES = frozenset(
 class ServiceModel(BaseModel):
     """Base of every model: keeps unknown fields, so newer service responses still parse."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def unknown_fields(self, prefix: str = "") -> Iterator[tuple[str, list[str]]]:
         """Yield ``(dotted path, known field names)`` for every unknown field, nested models included."""
@@ -218,7 +220,7 @@ class RequestModel(ServiceModel):
     """Base of request roots: unknown fields anywhere below are refused with their full path."""
 
     @model_validator(mode="after")
-    def _refuse_unknown_fields(self) -> RequestModel:
+    def _refuse_unknown_fields(self) -> "RequestModel":
         problems = []
         for path, known in self.unknown_fields():
             leaf = path.rsplit(".", 1)[-1]
@@ -807,6 +809,98 @@ class DeploymentListPage(_TolerantReading):
         return cls._validate_as_is({**obj, "resources": readable}, **options)
 
 
+class _RowKey(BaseModel):
+    """What :class:`DeploymentPageReader` compares of one row; every other field is skipped unread."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Any = None
+    updated_at: Any = None
+    status: Any = None
+    active_revision_id: Any = None
+    latest_revision_id: Any = None
+
+
+class _PageKeys(BaseModel):
+    """The rows' keys of one list page (the nested settings are parsed in pydantic-core, never built)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    resources: list[_RowKey]
+    offset: int
+
+
+class DeploymentPageReader:
+    """Read ``GET /v2/deployments`` pages, building a :class:`Deployment` only for rows that changed since
+    this reader last read them (the shared poller reads the same rows every interval).
+
+    A row counts as unchanged when its ``id``, ``updated_at``, ``status``, ``active_revision_id`` and
+    ``latest_revision_id`` are what they were: the service moves ``updated_at`` whenever it changes a
+    deployment, and the fields a rollout's verdict reads are compared themselves, so a verdict never rests
+    on a stale row. An unchanged row gives the very :class:`Deployment` object read before (do not modify
+    it). A page is first read for these keys only (in pydantic-core: no Python object for the rest of a
+    row, so a quiet round allocates little and wakes the garbage collector seldom); only a page with a
+    changed row is read whole, as ``DeploymentListPage.model_validate_json`` reads it (tolerantly),
+    and so is a body whose keys cannot be read, so it fails as it would without the reader. The reader
+    keeps one small key per deployment, only for the ids of the last :meth:`retain`, and only a weak
+    reference to the model: a model nobody else holds (a watched deployment between two rounds) is not
+    kept alive by the reader, so watching costs no more memory than before; it is read again instead.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[_RowKey, weakref.ReferenceType[Deployment]]] = {}
+
+    def _alive(self, raw_id: Any, key: _RowKey) -> Deployment | None:
+        """The model read before for this unchanged row, if something still holds it."""
+        known = self._known.get(raw_id) if isinstance(raw_id, str) else None
+        return known[1]() if known is not None and known[0] == key else None
+
+    def read(self, body: bytes | str) -> DeploymentListPage:
+        """One page, from the body of a ``GET /v2/deployments`` answer.
+
+        :param body: the raw JSON body.
+        """
+        try:
+            outline: _PageKeys | None = _PageKeys.model_validate_json(body)
+        except ValidationError:
+            outline = None
+        keys = outline.resources if outline is not None else None
+        if outline is not None and keys is not None:
+            reused = [self._alive(key.id, key) for key in keys]
+            if all(item is not None for item in reused):
+                return DeploymentListPage.model_construct(
+                    resources=[item for item in reused if item is not None], offset=outline.offset
+                )
+        page = DeploymentListPage.model_validate_json(body)
+        if keys is None:
+            return page
+        by_id = {item.id: item for item in page.resources}
+        resources: list[Deployment] = []
+        for key in keys:
+            try:
+                wanted = canonical_uuid(key.id, "id")
+            except ValueError:
+                continue  # the page's reading left it out, with a warning
+            read = by_id.get(wanted)
+            if read is None:
+                continue
+            alive = self._alive(key.id, key)
+            if alive is not None:
+                read = alive  # the same row as before: the same object (a round with no news for it)
+            elif isinstance(key.id, str):
+                self._known[key.id] = (key, weakref.ref(read))
+            resources.append(read)
+        return page.model_copy(update={"resources": resources})
+
+    def retain(self, ids: Iterable[str]) -> None:
+        """Forget every deployment but ``ids`` (the ones still being read).
+
+        :param ids: deployment ids as the service sends them.
+        """
+        keep = set(ids)
+        self._known = {key: value for key, value in self._known.items() if key in keep}
+
+
 class Revision(_TolerantReading):
     """One revision of a deployment (production-only endpoint; only ``id`` and ``status`` are relied on)."""
 
@@ -905,7 +999,7 @@ class PatchDeploymentRequest(RequestModel):
     secret_references: list[SecretReference] | None = None
 
     @model_validator(mode="after")
-    def _not_empty(self) -> PatchDeploymentRequest:
+    def _not_empty(self) -> "PatchDeploymentRequest":
         if not _prune_empty(_revealed_body(self)):
             raise ValueError(
                 "empty patch: set at least one of revision_source, source_config, "

@@ -17,8 +17,11 @@ from enum import Enum
 from airflow_provider.models import Deployment, DeploymentStatus, Revision
 
 __all__ = [
+    "EVENT_STATUSES",
     "REVISION_ENDPOINT_MISSING",
+    "UNHURRIED_LOOK_SHARE",
     "RevisionCheckSchedule",
+    "RevisionLookBudget",
     "RolloutState",
     "RolloutVerdict",
     "awaits_revision_build",
@@ -26,6 +29,10 @@ __all__ = [
     "rollout_verdict",
 ]
 
+
+EVENT_STATUSES = ("success", "failed", "timeout", "error")
+"""The ``status`` values of a :class:`~airflow_provider.triggers.rollout.DeploymentRolloutTrigger` event
+(defined here so that a task reading one need not import the trigger)."""
 
 REVISION_ENDPOINT_MISSING = frozenset({404, 405})
 """Answers of the optional revision endpoint meaning the service does not have it. The revision asked
@@ -193,11 +200,13 @@ def bake_verdict(deployment: Deployment, revision_id: str) -> str | None:
 class RevisionCheckSchedule:
     """Decide when the optional revision endpoint is worth a call for one awaited rollout.
 
-    A call is due only while the awaited revision is the latest but not yet active, and then only when
-    the deployment's ``updated_at`` changed since the last look (a revision moving through its statuses
-    touches its deployment), or ``interval`` seconds passed without a call (a safety net), or for a
-    final check. So a rollout costs a few revision calls over its whole build, not one per interval.
-    After the endpoint answered 404 or 405 (or another non-transient error) it is :attr:`disabled`.
+    A call is due only while the awaited revision is the latest but not yet active, and then: when the
+    deployment's ``updated_at`` changed since it was first seen or last asked about (a revision moving
+    through its statuses touches its deployment: ``"changed"``, urgent), for a final check (``"final"``,
+    urgent), before the first call (``"first"``) or when ``interval`` seconds passed without a call (a
+    safety net, ``"timer"``); the last two are unhurried, spent from a :class:`RevisionLookBudget` by a
+    poller that watches many rollouts. So a rollout costs a few revision calls over its whole build, not
+    one per interval. After the endpoint answered 404 or 405 it is :attr:`disabled`.
 
     :param interval: longest time in seconds between two calls while nothing visibly changes.
     :param clock: monotonic time source (tests may pass their own).
@@ -214,7 +223,7 @@ class RevisionCheckSchedule:
         self._last_updated_at: datetime | None = None
 
     def reason(self, deployment: Deployment | None, revision_id: str | None, *, force: bool = False) -> str | None:
-        """Why to ask the revision endpoint now (``"final"``, ``"first"``, ``"changed"``, ``"timer"``),
+        """Why to ask the revision endpoint now (``"final"``, ``"changed"``, ``"first"``, ``"timer"``),
         or ``None`` not to.
 
         :param deployment: the deployment as just seen.
@@ -225,10 +234,10 @@ class RevisionCheckSchedule:
             return None
         if force:
             return "final"
+        if self._last_updated_at is not None and deployment.updated_at != self._last_updated_at:
+            return "changed"
         if self._last_at is None:
             return "first"
-        if deployment.updated_at != self._last_updated_at:
-            return "changed"
         return "timer" if self._clock() - self._last_at >= self.interval else None
 
     def due(self, deployment: Deployment | None, revision_id: str | None, *, force: bool = False) -> bool:
@@ -240,7 +249,59 @@ class RevisionCheckSchedule:
         """Monotonic time of the last call; ``-inf`` before the first."""
         return float("-inf") if self._last_at is None else self._last_at
 
+    def seen(self, deployment: Deployment) -> None:
+        """Record the deployment as first seen, before any call: a later change to it is ``"changed"``
+        (urgent) even while the unhurried first call still waits for its turn in the budget."""
+        if self._last_updated_at is None:
+            self._last_updated_at = deployment.updated_at
+
     def mark(self, deployment: Deployment) -> None:
         """Record that the endpoint was asked about ``deployment`` just now."""
         self._last_at = self._clock()
         self._last_updated_at = deployment.updated_at
+
+
+UNHURRIED_LOOK_SHARE = 10
+"""A poller's unhurried revision-endpoint calls (first looks, safety-net timer) cost at most one per
+``UNHURRIED_LOOK_SHARE`` list requests: ``ceil(N / 100) / 10`` per round for N waiting rollouts."""
+
+
+class RevisionLookBudget:
+    """How many unhurried revision-endpoint calls (first looks and the safety-net timer) a poll round may make.
+
+    A token bucket counted in tenths of a call: each round earns ``ceil(N / 100)`` tenths (one tenth of
+    the round's list requests, :data:`UNHURRIED_LOOK_SHARE`) and the bucket holds at most one round's
+    list requests' worth of calls, ``ceil(N / 100)``. It starts full, so a lone rollout (or the first
+    ``ceil(N / 100)`` of a fleet) gets its first look in its first round; after that a quiet fleet costs at
+    most ``1.1 x ceil(N / 100)`` requests per round on average, and over any R rounds the unhurried calls
+    number at most ``ceil(N / 100) x (1 + R / 10)``. The calls a change or a final check needs are not
+    drawn from it: they are what the service showed (a failed build is looked at in the round that sees
+    its deployment change).
+
+    Why a bucket rather than the whole budget every tenth round: the same calls per round on average, but
+    spread evenly (one call per round for 1000 rollouts instead of ten calls in one round out of ten), and a
+    rollout arriving alone to a quiet poller is looked at at once.
+    """
+
+    def __init__(self) -> None:
+        self._tenths: int | None = None
+
+    def grant(self, list_requests: int) -> int:
+        """Earn this round's share for a round of ``list_requests`` list requests; return how many calls
+        the round may make now (spend them with :meth:`spend`).
+
+        :param list_requests: ``ceil(N / 100)`` for N waiting rollouts.
+        """
+        cap = list_requests * UNHURRIED_LOOK_SHARE
+        if self._tenths is None:
+            self._tenths = cap
+        else:
+            self._tenths = min(cap, self._tenths + list_requests)
+        return self._tenths // UNHURRIED_LOOK_SHARE
+
+    def spend(self, calls: int) -> None:
+        """Take ``calls`` calls (at most what :meth:`grant` returned) out of the bucket.
+
+        :param calls: the unhurried calls this round makes.
+        """
+        self._tenths = max(0, (self._tenths or 0) - calls * UNHURRIED_LOOK_SHARE)

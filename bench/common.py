@@ -43,10 +43,17 @@ _NAMESPACE = uuid.UUID("0b7f3c52-4c1e-4d8a-9a51-6d2f0e8b9c10")
 
 
 # ------------------------------------------------------------------------------------ options
-def parse_options(description: str) -> argparse.Namespace:
-    """Command-line options every script takes: ``--quick`` for a small development run."""
+def parse_options(description: str, *, only: bool = False) -> argparse.Namespace:
+    """Command-line options every script takes: ``--quick`` for a small development run (and, for
+    ``run_all.py``, ``--only``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (development)")
+    if only:
+        parser.add_argument(
+            "--only",
+            default="",
+            help="comma-separated scripts to run; the other sections and their goals stay as last measured",
+        )
     return parser.parse_args()
 
 

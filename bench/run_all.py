@@ -1,7 +1,9 @@
 """Run every benchmark script (each in its own process) and assemble ``bench/RESULTS.md``.
 
-``python bench/run_all.py [--quick]``; ``make bench`` runs it without ``--quick``. A script that fails
-is reported and makes the exit status non-zero; a missed goal does not (it is a result).
+``python bench/run_all.py [--quick] [--only NAME,NAME]``; ``make bench`` runs it without options. A script
+that fails is reported and makes the exit status non-zero; a missed goal does not (it is a result). With
+``--only`` just those scripts run; the Goals table takes every other script's goals from its section as
+last measured (each section carries its own date), and the header says which sections this run re-measured.
 """
 
 from __future__ import annotations
@@ -34,11 +36,20 @@ def section_block(text: str, name: str) -> str | None:
     return found.group(0) if found else None
 
 
-def summary(quick: bool) -> str:
-    """A table of every goal: question, goal, measured figure, met or missed."""
+GOAL_LINE = re.compile(r"^- \*\*(MET|MISSED)\*\*: (.*) \(measured: (.*)\)$", re.MULTILINE)
+
+
+def summary(quick: bool, current: str = "", ran: tuple[str, ...] = SCRIPTS) -> str:
+    """A table of every goal: question, goal, measured figure, met or missed (a script that did not run
+    this time: the goal lines of its section in ``current``)."""
     rows = []
     for name in SCRIPTS:
         path = GOALS_DIR / f"{name}{'.quick' if quick else ''}.json"
+        block = section_block(current, name)
+        if name not in ran and block is not None:
+            for met, goal, figure in GOAL_LINE.findall(block):
+                rows.append((name, goal, figure, "MET" if met == "MET" else "**MISSED**"))
+            continue
         if not path.exists():
             rows.append((name, "(no result: the script failed)", "", "FAILED"))
             continue
@@ -48,10 +59,15 @@ def summary(quick: bool) -> str:
 
 
 def main() -> int:
-    options = parse_options(__doc__ or "")
+    options = parse_options(__doc__ or "", only=True)
     started_at, started = now_text(), time.perf_counter()
+    ran = tuple(name for name in options.only.split(",") if name) or SCRIPTS
+    unknown = [name for name in ran if name not in SCRIPTS]
+    if unknown:
+        print(f"unknown script(s): {', '.join(unknown)}; known: {', '.join(SCRIPTS)}", file=sys.stderr)
+        return 2
     failed = []
-    for name in SCRIPTS:
+    for name in ran:
         path = GOALS_DIR / f"{name}{'.quick' if options.quick else ''}.json"
         path.unlink(missing_ok=True)
         print(f"\n=== {name} ===", flush=True)
@@ -62,7 +78,10 @@ def main() -> int:
     target = QUICK_RESULTS if options.quick else RESULTS
     current = target.read_text() if target.exists() else ""
     blocks = [block for block in (section_block(current, name) for name in SCRIPTS) if block]
-    target.write_text("\n\n".join([header(started_at, total), summary(options.quick), *blocks]).rstrip() + "\n")
+    top = header(started_at, total if ran == SCRIPTS else None)
+    if ran != SCRIPTS:
+        top = top.rstrip() + f"; this run re-measured {', '.join(ran)} ({total:.0f} s), the rest as dated\n"
+    target.write_text("\n\n".join([top, summary(options.quick, current, ran), *blocks]).rstrip() + "\n")
     print(f"\nwrote {target} in {total:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

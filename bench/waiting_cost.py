@@ -5,9 +5,10 @@ Each repetition is a fresh process (one event loop, as a triggerer): one warm-up
 imports, the shared poller and its connection pool are already paid for; then 1000 triggers arrive at
 once and wait for revisions that stay building. Memory per rollout: RSS growth / N, and (in a second
 pass, with ``tracemalloc`` on) Python-heap growth / N, plus the Revision model each rollout keeps once
-its first revision check is done (the checks are spread at ceil(N/100) per round, so only a few are
-done within the run). CPU per poll cycle: process CPU time between two completed rounds; a cycle is
-ceil(N/100) list calls plus up to ceil(N/100) revision calls (first looks, spread over N/100 rounds).
+its first revision check is done (first looks come out of the revision budget, ceil(N/100) at once and
+then a tenth of that per round, so only a few are done within the run). CPU per poll cycle: process CPU
+time between two completed rounds; a cycle is ceil(N/100) list calls plus the revision budget's calls
+(about ceil(N/100)/10).
 ``revision_check_interval`` keeps the ratio of the defaults to ``poll_interval``. Beside it, in the same
 process: the CPU per poll cycle of per-rollout polling (one ``httpx`` GET and ``json`` parse per rollout
 per interval, as a hand-written deferrable ``HttpSensor`` loop would do), so the figure is also a ratio
@@ -50,7 +51,7 @@ from common import (
 
 COUNT = 1000
 INTERVAL = 2.0
-GOAL_KIB = 50
+GOAL_KIB = 25
 GOAL_CPU = 0.1
 STALL_SECONDS = 120
 
@@ -283,13 +284,20 @@ def main() -> None:
             table(["figure", "value"], rows),
             "The poke-mode figure is a lower bound: a real Airflow 3 task also has its supervisor process and the "
             "DAG file's imports, and occupies a worker slot for the whole wait.",
+            "**Where a quiet round's CPU went, and where it goes now.** Before (0.196 s per cycle on "
+            "2026-11-23): every page was read into 100 Deployment models, up to ceil(N/100) revision calls were "
+            "made per round for first looks, and every one of the 1000 triggers was woken to judge an unchanged "
+            "deployment. Now the poller's ``DeploymentPageReader`` reads each page's row keys in pydantic-core "
+            "and builds a model only for a row whose ``updated_at``, status or revisions changed (none here), "
+            "first looks come out of the revision budget (a tenth of the list requests), and a trigger is woken "
+            "only for a round with news for it.",
         ]
     )
     if cycle_cpu >= GOAL_CPU:
         body += "\n\n" + (
-            f"**Why CPU per cycle misses the goal.** {cycle_cpu:.3f} s per cycle: parsing {count} deployments "
-            f"from {math.ceil(count / 100)} pages into models, {revision_calls:g} revision calls and {count} "
-            "verdicts. The goal is absolute CPU time, so it moves with this machine's speed at the moment of the "
+            f"**Why CPU per cycle misses the goal.** {cycle_cpu:.3f} s per cycle: {math.ceil(count / 100)} list "
+            f"requests whose pages are decoded, {revision_calls:g} revision calls, and the rollouts with news. "
+            "The goal is absolute CPU time, so it moves with this machine's speed at the moment of the "
             f"run; the ratio measured beside it ({fmt(cycle_cpu / naive_cpu)} of per-rollout polling's CPU) is "
             "the stable comparison."
         )
@@ -301,7 +309,7 @@ def main() -> None:
     goals = [
         Goal(
             "waiting",
-            "under 50 KiB per waiting rollout",
+            f"under {GOAL_KIB} KiB per waiting rollout",
             f"{per_rollout:.1f} KiB (RSS {rss_kib:.1f} / heap {traced_kib:.1f}, + Revision {revision_kib:.1f})",
             per_rollout < GOAL_KIB,
         ),

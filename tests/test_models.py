@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
+    DeploymentPageReader,
     DeploymentSource,
     DeploymentStatus,
     ListDeploymentsQuery,
@@ -594,3 +597,61 @@ def test_is_reflected_in_a_nested_value_the_deployment_lacks() -> None:
     assert not reflected(
         {"source_config": {"resource_spec": {"min_scale": 1}}}, source_config={**config, "resource_spec": None}
     )
+
+
+# ------------------------------------------------------------------------------- page reader
+OTHER_ID = "44444444-4444-4444-8444-444444444444"
+
+
+def page_body(*rows: dict[str, Any], offset: int = 2) -> bytes:
+    return json.dumps({"resources": list(rows), "offset": offset}).encode()
+
+
+def test_page_reader_reuses_unchanged_rows_and_reads_changed_ones_again() -> None:
+    reader = DeploymentPageReader()
+    first = reader.read(page_body(deployment_json(), deployment_json(id=OTHER_ID, name="other")))
+    assert first == DeploymentListPage.model_validate_json(
+        page_body(deployment_json(), deployment_json(id=OTHER_ID, name="other"))
+    )
+    again = reader.read(page_body(deployment_json(), deployment_json(id=OTHER_ID, name="other")))
+    assert again.resources[0] is first.resources[0] and again.resources[1] is first.resources[1]
+    moved = deployment_json(updated_at="2026-01-03T00:00:00Z", status="UNUSED", active_revision_id=REV_NEW)
+    third = reader.read(page_body(moved, deployment_json(id=OTHER_ID, name="other"), offset=7))
+    assert third.resources[0] is not first.resources[0]
+    assert third.resources[0].status is DeploymentStatus.UNUSED and third.resources[0].active_revision_id == REV_NEW
+    assert third.resources[1] is first.resources[1] and third.offset == 7
+    for field, value in [("status", "UNUSED"), ("active_revision_id", REV_NEW), ("latest_revision_id", REV_OLD)]:
+        # what a verdict reads is compared itself, even if updated_at did not move
+        base = reader.read(page_body(deployment_json())).resources[0]
+        assert reader.read(page_body(deployment_json())).resources[0] is base
+        changed = reader.read(page_body(deployment_json(**{field: value}))).resources[0]
+        assert changed is not base and changed.model_dump(mode="json")[field] == value
+
+
+def test_page_reader_fails_and_leaves_out_what_a_page_would() -> None:
+    reader = DeploymentPageReader()
+    with pytest.raises(ValidationError) as without_reader:
+        DeploymentListPage.model_validate_json(b"not json")
+    with pytest.raises(ValidationError) as with_reader:
+        reader.read(b"not json")
+    assert with_reader.value.errors() == without_reader.value.errors()
+    with pytest.raises(ValidationError):
+        reader.read(page_body(deployment_json(), offset="many"))  # type: ignore[arg-type]
+    broken = deployment_json(id="not-a-uuid", name="broken")
+    page = reader.read(page_body(deployment_json(), broken))
+    assert [item.id for item in page.resources] == [DEPLOYMENT_ID]  # left out, as a page reading does
+
+
+def test_page_reader_forgets_what_is_no_longer_read_or_held() -> None:
+    reader = DeploymentPageReader()
+    first = reader.read(page_body(deployment_json()))
+    reader.retain([OTHER_ID])
+    assert reader.read(page_body(deployment_json())).resources[0] is not first.resources[0]
+    # A model nobody holds any more is not kept alive by the reader: the row is read again.
+    held = reader.read(page_body(deployment_json())).resources[0]
+    watching = weakref.ref(held)
+    del held, first
+    gc.collect()
+    assert watching() is None
+    again = reader.read(page_body(deployment_json())).resources[0]
+    assert again.id == DEPLOYMENT_ID and reader.read(page_body(deployment_json())).resources[0] is again

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, ParamSpec, TypeVar, get_args
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from airflow_provider.models import (
     DEFAULT_PAGE_SIZE,
@@ -149,6 +149,10 @@ class EmulatorCreateRequest(CreateDeploymentRequest):
     :param remote_reconciled: remote-reconciled flag.
     :param build_seconds: build duration of this deployment's revisions.
     """
+
+    # Built at once (the provider's models build on first use): FastAPI builds its body adapter around it,
+    # and pydantic warns about FastAPI's ``alias`` when the model is still deferred.
+    model_config = ConfigDict(defer_build=False)
 
     deployment_type: DeploymentType = DeploymentType.DEV
     tag_value_ids: list[str] = []

@@ -25,6 +25,7 @@ from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,
     DeploymentListPage,
+    DeploymentPageReader,
     ListDeploymentsQuery,
     OAuthProvider,
     PatchDeploymentRequest,
@@ -219,9 +220,20 @@ class DeploymentServiceHook(BaseHook):
         """Repositories an integration makes available for deployment."""
         return self.client.list_repositories(integration_id)
 
-    def list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
-        """One page of deployments; filters and paging as in :class:`ListDeploymentsQuery`."""
-        return self.client.list_deployments(query, **filters)
+    def list_deployments(
+        self,
+        query: ListDeploymentsQuery | None = None,
+        *,
+        reader: DeploymentPageReader | None = None,
+        **filters: Any,
+    ) -> DeploymentListPage:
+        """One page of deployments; filters and paging as in :class:`ListDeploymentsQuery`.
+
+        :param query: the query (or pass its fields as ``filters``).
+        :param reader: a :class:`~airflow_provider.models.DeploymentPageReader` that reuses the rows it read
+            before (for callers that list the same deployments every interval).
+        """
+        return self.client.list_deployments(query, reader=reader, **filters)
 
     def iter_deployments(
         self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any
@@ -320,9 +332,15 @@ class DeploymentServiceHook(BaseHook):
         """Async :meth:`list_repositories`."""
         return await (await self.get_async_client()).list_repositories(integration_id)
 
-    async def a_list_deployments(self, query: ListDeploymentsQuery | None = None, **filters: Any) -> DeploymentListPage:
+    async def a_list_deployments(
+        self,
+        query: ListDeploymentsQuery | None = None,
+        *,
+        reader: DeploymentPageReader | None = None,
+        **filters: Any,
+    ) -> DeploymentListPage:
         """Async :meth:`list_deployments`."""
-        return await (await self.get_async_client()).list_deployments(query, **filters)
+        return await (await self.get_async_client()).list_deployments(query, reader=reader, **filters)
 
     async def a_iter_deployments(
         self, query: ListDeploymentsQuery | None = None, *, max_results: int | None = None, **filters: Any

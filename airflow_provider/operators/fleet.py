@@ -28,7 +28,6 @@ from airflow_provider.tasks.analysis import (
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
-from airflow_provider.triggers.fleet import FleetWaveTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -763,6 +762,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         wait = (resume_at - time.time()) if resume_at is not None else (deadline or time.time()) - time.time()
         fleet_tasks.scrub_messages(progress, self._secret_values())
         allowed = allowed or {}
+        from airflow_provider.triggers.fleet import FleetWaveTrigger  # only a deferring task needs the trigger
+
         self.defer(
             trigger=FleetWaveTrigger(
                 wave=index,

@@ -58,7 +58,7 @@ from airflow_provider.patch_rules import (
     unchanged_fixed_fields,
     without_unchanged_fixed_fields,
 )
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -1017,8 +1017,9 @@ def watch_wave(
     allowed_latest: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[str, str, float]]:
     """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
-    per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) only when
-    a deployment changed or for at most one rollout per 100 per round otherwise.
+    per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) when a
+    deployment changed, and otherwise (first looks, the safety-net timer) out of a
+    :class:`~airflow_provider.rollout.RevisionLookBudget` of one call per ten list requests.
 
     :param hook: the hook.
     :param rollouts: ``{deployment_id: revision or None}``.
@@ -1034,6 +1035,7 @@ def watch_wave(
     """
     tracker = WaveTracker(dict(rollouts), bake_seconds, deadline, dict(allowed_latest or {}))
     schedules = {deployment_id: RevisionCheckSchedule(revision_check_interval) for deployment_id in rollouts}
+    budget = RevisionLookBudget()
     revisions: dict[str, Revision] = {}
     endpoint = True
     while not tracker.done:
@@ -1052,16 +1054,22 @@ def watch_wave(
                 failed.update(chunk)
                 continue
             found.update({item.id: item for item in page.resources if item.id in chunk})
-        budget = -(-len(waiting) // MAX_PAGE_SIZE)
+        allowed = budget.grant(-(-len(waiting) // MAX_PAGE_SIZE))
+        due: list[tuple[str, Deployment, str]] = []
+        unhurried: list[tuple[str, Deployment, str]] = []
         for deployment_id in waiting:
             deployment, revision_id = found.get(deployment_id), rollouts[deployment_id]
             reason = schedules[deployment_id].reason(deployment, revision_id, force=final)
+            if deployment is not None:
+                schedules[deployment_id].seen(deployment)  # a later change is urgent even before the first look
             if not endpoint or reason is None or deployment is None or revision_id is None:
                 continue
-            if reason in ("first", "timer"):
-                if budget <= 0:
-                    continue
-                budget -= 1
+            (unhurried if reason in ("first", "timer") else due).append((deployment_id, deployment, revision_id))
+        unhurried.sort(key=lambda item: schedules[item[0]].last_asked)  # never asked first, then longest unasked
+        budget.spend(min(allowed, len(unhurried)))
+        for deployment_id, deployment, revision_id in [*due, *unhurried[:allowed]]:
+            if not endpoint:
+                break
             schedules[deployment_id].mark(deployment)
             try:
                 revisions[deployment_id] = hook.get_revision(deployment_id, revision_id)

@@ -17,6 +17,7 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import (
+    EVENT_STATUSES,
     REVISION_ENDPOINT_MISSING,
     RevisionCheckSchedule,
     RolloutState,
@@ -25,7 +26,6 @@ from airflow_provider.rollout import (
     rollout_verdict,
 )
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.triggers.rollout import EVENT_STATUSES, DeploymentBakeTrigger, DeploymentRolloutTrigger
 
 if TYPE_CHECKING:
     import logging
@@ -247,6 +247,10 @@ def defer_until_live(
     :param carry: plain JSON (never a secret) the trigger echoes in its event (``event["carry"]``), which every
         resume gets.
     """
+    # Imported here, not at the top: only a deferring task needs the trigger (and ``airflow.triggers.base``),
+    # so importing the operators and the sensor stays cheap (bench/import_cost.py).
+    from airflow_provider.triggers.rollout import DeploymentRolloutTrigger
+
     task.defer(
         trigger=DeploymentRolloutTrigger(
             deployment_id=check.deployment_id,
@@ -347,6 +351,8 @@ def defer_bake(
     :param kwargs: JSON values passed on to ``method_name`` (never a secret), also carried back in the
         trigger's event (``event["carry"]``; see :func:`defer_until_live`).
     """
+    from airflow_provider.triggers.rollout import DeploymentBakeTrigger  # only a deferring task needs it
+
     task.defer(
         trigger=DeploymentBakeTrigger(
             deployment_id=deployment_id,

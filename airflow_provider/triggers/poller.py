@@ -5,21 +5,40 @@ Every :class:`~airflow_provider.triggers.rollout.DeploymentRolloutTrigger` (and 
 the same hook settings and poll interval subscribes to one shared :class:`_BatchPoller`. Each interval the
 poller asks the list endpoint for up to 100 deployments at once (``deployment_ids``), so N waiting rollouts
 cost ``ceil(N / 100)`` list requests per interval instead of N. The optional revision endpoint (fail
-fast on a failed build) is asked only for rollouts whose revision is the latest but not yet active:
-whenever the deployment changed (a few times per build), and otherwise (first look, and every
-``revision_check_interval`` as a safety net) for at most ``ceil(N / 100)`` rollouts per round. A quiet
-fleet thus costs at most ``2 * ceil(N / 100)`` requests per interval. A 404/405 from the revision
-endpoint switches it off for that poller.
+fast on a failed build; it has no batch form) is asked only for rollouts whose revision is the latest but
+not yet active, in two ways:
+
+- at once, in the round that sees the deployment's list row change (``updated_at`` moved since it was
+  first seen or last asked about: a revision moving through its statuses touches its deployment), and
+  for a final check at a deadline: a failed build is reported by the first round that starts after the
+  service shows it, within one interval;
+- otherwise (a rollout's first look, and every ``revision_check_interval`` as a safety net for services
+  whose revision statuses do not touch the deployment) out of a
+  :class:`~airflow_provider.rollout.RevisionLookBudget`: one call per ten list requests on average
+  (``ceil(N / 100) / 10`` per round), never-asked rollouts first, then the longest unasked.
+
+A quiet fleet (builds that show no change) thus costs at most ``1.1 x ceil(N / 100)`` requests per
+interval on average. Why this design rather than a look at every rollout every k-th round: a change is
+what the list shows cheaply, so spending the revision endpoint where the list saw something catches a
+failed build as fast as asking every rollout every round would, while the unhurried looks only guard
+against what the list cannot show. Their price: a fleet that arrives at once gets its first looks over
+up to ``10 x N / ceil(N / 100)`` rounds (1000 rounds for 1000 rollouts; the first ``ceil(N / 100)`` at
+once), and the safety net comes that much later than ``revision_check_interval`` when many rollouts are
+due. A 404/405 from the revision endpoint switches it off for that poller.
+
 When the last subscriber leaves, the poller task is cancelled and awaited and its client closed.
 
 :class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger` (an ``AssetWatcher``'s trigger) joins the
 same poller: the ids of every watched deployment go into the same ``deployment_ids`` batches as the waiting
 rollouts, so W watched deployments cost ``ceil(W / 100)`` list requests per interval however many watchers
 share them. Names are resolved to ids once (and again only while missing); each distinct filter set is
-listed once per round.
+listed once per round. A watcher reads each list answer as it arrives (a partial update), before the
+round's other list requests are answered and before the rollouts' revision calls, so an event waits at
+most one interval plus its own page's answer.
 
-A trigger subscribes with a :class:`_Subscription` (a rollout) or a :class:`_Watch` (a watcher) and reads one
-:class:`_Update` or :class:`_WatchUpdate` per round from its queue: the trigger modules' side of the poller,
+A trigger subscribes with a :class:`_Subscription` (a rollout) or a :class:`_Watch` (a watcher) and reads
+:class:`_Update` or :class:`_WatchUpdate` objects from its queue (one per round, or, for a rollout that
+asks for ``news_only``, one per round that has news for it): the trigger modules' side of the poller,
 private to the triggers package.
 """
 
@@ -38,9 +57,9 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import MAX_PAGE_SIZE, Deployment, ListDeploymentsQuery, Revision
+from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentPageReader, ListDeploymentsQuery, Revision
 from airflow_provider.pagination import DeploymentPaginator
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule
+from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 
 __all__ = [
     "REVISION_CHECK_CONCURRENCY",
@@ -81,6 +100,27 @@ class _Subscription:
     """The awaited revision as the revision endpoint last reported it."""
     final: bool = False
     """The subscriber's deadline passed: its next round is its final check."""
+    news_only: bool = False
+    """Send an update only when a round has news for this rollout (see :meth:`changed`); otherwise every
+    round (a fleet wave's bake reads the time of every round)."""
+    seen: tuple[Any, ...] | None = None
+    """What the last update it was sent showed (see :meth:`changed`); ``None`` before the first."""
+
+    def changed(self, deployment: Deployment | None) -> bool:
+        """Whether a round that found ``deployment`` has news for this rollout: its first update, a final
+        check, or a change in what its verdict reads (the deployment's status, revisions and ``updated_at``,
+        the revision's status). A quiet round sends nothing, so 1000 waiting rollouts do not wake 1000
+        tasks every interval."""
+        shown = None
+        if deployment is not None:
+            revisions = (deployment.active_revision_id, deployment.latest_revision_id)
+            shown = (deployment.updated_at, deployment.status, *revisions)
+        revision = self.revision
+        seen = (shown, None if revision is None else (revision.id, revision.status, revision.status_message))
+        if self.seen == seen and not self.final:
+            return False
+        self.seen = seen
+        return True
 
 
 @dataclass
@@ -103,6 +143,10 @@ class _WatchUpdate:
     failures: dict[str, Exception] = field(default_factory=dict)
     searches: _Searches = field(default_factory=_Searches)
     error: Exception | None = None
+    covered: frozenset[str] | None = None
+    """A part of a round: the ids of the list request(s) just answered (``found`` holds what they listed);
+    sent as each answer arrives, so an event never waits for the round's other requests. ``None``: the
+    round's closing update (everything: the watcher skips what it already read from the parts)."""
 
 
 @dataclass(eq=False)
@@ -166,6 +210,9 @@ class _BatchPoller:
         self.revision_endpoint = True
         self._wake = asyncio.Event()
         self._revision_limit = asyncio.Semaphore(REVISION_CHECK_CONCURRENCY)
+        self._look_budget = RevisionLookBudget()
+        self._rows = DeploymentPageReader()
+        """Reuses the Deployment read last round for every row that did not change (CPU per round)."""
         self._revision_answers: dict[tuple[str, str, int], asyncio.Future[Revision | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._list_failing = False
@@ -255,10 +302,21 @@ class _BatchPoller:
         ids = list(dict.fromkeys(ids))
         chunks = [ids[start : start + MAX_PAGE_SIZE] for start in range(0, len(ids), MAX_PAGE_SIZE)]
         outcomes: list[list[Deployment] | Exception]
+
+        async def list_chunk(chunk: list[str]) -> list[Deployment] | Exception:
+            outcome = await self._list(chunk)
+            if watches and not isinstance(outcome, Exception):
+                # Each watcher reads this answer at once: a change in the first page is not held back until
+                # the last page of the round is answered.
+                part = {item.id: item for item in outcome}
+                for watch in watches:
+                    watch.queue.put_nowait(_WatchUpdate(number, started, found=part, covered=frozenset(chunk)))
+            return outcome
+
         if setup_error is not None:
             outcomes = [setup_error] * len(chunks)
         else:
-            outcomes = list(await asyncio.gather(*(self._list(chunk) for chunk in chunks)))
+            outcomes = list(await asyncio.gather(*(list_chunk(chunk) for chunk in chunks)))
         found: dict[str, Deployment] = {}
         failures: dict[str, Exception] = {}
         for chunk, outcome in zip(chunks, outcomes, strict=True):
@@ -266,20 +324,27 @@ class _BatchPoller:
                 failures.update(dict.fromkeys(chunk, outcome))
             else:
                 found.update({item.id: item for item in outcome if item.id in chunk})
-        await self._check_revisions(subscribers, found)
-        for sub in subscribers:
-            update = _Update(number, started, deployment=found.get(sub.deployment_id), revision=sub.revision)
-            error = failures.get(sub.deployment_id)
-            if error is not None and getattr(error, "transient", False):
-                update.transient = error
-            elif error is not None:
-                update.error = error
-            sub.queue.put_nowait(update)
+        self._rows.retain(ids)
+        # The watchers first: they need no revision call of the rollouts', which would only delay their events.
         for watch in watches:
             if setup_error is not None and not getattr(setup_error, "transient", False):
                 watch.queue.put_nowait(_WatchUpdate(number, started, error=setup_error))
                 continue
             watch.queue.put_nowait(_WatchUpdate(number, started, found=found, failures=failures, searches=searches))
+        await self._check_revisions(subscribers, found)
+        for sub in subscribers:
+            deployment = found.get(sub.deployment_id)
+            error = failures.get(sub.deployment_id)
+            if error is None and not sub.changed(deployment) and sub.news_only:
+                continue
+            update = _Update(number, started, deployment=deployment, revision=sub.revision)
+            if error is not None and getattr(error, "transient", False):
+                update.transient = error
+            elif error is not None:
+                update.error = error
+            if error is not None:
+                sub.seen = None  # the round after a failure is news again
+            sub.queue.put_nowait(update)
         self.rounds_completed = number
 
     async def _search(self, watches: list[_Watch]) -> _Searches:
@@ -345,7 +410,7 @@ class _BatchPoller:
     async def _list(self, chunk: list[str]) -> list[Deployment] | Exception:
         self.list_requests += 1
         try:
-            page = await self.hook.a_list_deployments(deployment_ids=chunk, limit=MAX_PAGE_SIZE)
+            page = await self.hook.a_list_deployments(deployment_ids=chunk, limit=MAX_PAGE_SIZE, reader=self._rows)
         except Exception as err:  # every failure goes to the subscribers; the poller must live on
             if not self._list_failing:
                 log.warning("Listing %d deployment(s) failed: %s", len(chunk), err)
@@ -366,17 +431,19 @@ class _BatchPoller:
             if deployment is None or not sub.revision_id:
                 continue
             reason = sub.schedule.reason(deployment, sub.revision_id, force=sub.final)
+            sub.schedule.seen(deployment)  # a later change is urgent even before the first look
             if reason in ("first", "timer"):
                 unhurried.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
             elif reason is not None:  # the deployment changed, or a final check
                 wanted.setdefault((sub.deployment_id, sub.revision_id), []).append(sub)
-        # First-sight and safety-net calls are spread out: at most one per 100 rollouts per round, never
-        # asked first, then longest unasked, so a quiet fleet costs at most as many revision calls per
-        # interval as list calls, however many rollouts start at once.
-        budget = -(-len(subscribers) // MAX_PAGE_SIZE)
-        by_age = sorted(unhurried.items(), key=lambda item: min(sub.schedule.last_asked for sub in item[1]))
-        for pair, subs in by_age[:budget]:
-            wanted.setdefault(pair, []).extend(subs)
+        # First looks and safety-net calls come out of the budget (one call per ten list requests on
+        # average, see RevisionLookBudget), never asked first, then longest unasked.
+        allowed = self._look_budget.grant(-(-len(subscribers) // MAX_PAGE_SIZE))
+        if unhurried and allowed:
+            by_age = sorted(unhurried.items(), key=lambda item: min(sub.schedule.last_asked for sub in item[1]))
+            for pair, subs in by_age[:allowed]:
+                wanted.setdefault(pair, []).extend(subs)
+            self._look_budget.spend(min(allowed, len(by_age)))
         for subs in wanted.values():
             for sub in subs:
                 sub.schedule.mark(found[sub.deployment_id])

@@ -15,7 +15,7 @@ from airflow_provider.defaults import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CH
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid
-from airflow_provider.rollout import RevisionCheckSchedule, RolloutState, bake_verdict, rollout_verdict
+from airflow_provider.rollout import EVENT_STATUSES, RevisionCheckSchedule, RolloutState, bake_verdict, rollout_verdict
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Subscription
 
@@ -24,9 +24,6 @@ __all__ = [
     "DeploymentBakeTrigger",
     "DeploymentRolloutTrigger",
 ]
-
-EVENT_STATUSES = ("success", "failed", "timeout", "error")
-"""The ``status`` values of a :class:`DeploymentRolloutTrigger` event."""
 
 
 class _DeploymentEvents:
@@ -128,7 +125,9 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
             yield self._event("error", f"invalid trigger arguments: {err}", None)
             return
         poller = _BatchPoller.acquire(self.hook_params, self.poll_interval)
-        subscription = _Subscription(self.deployment_id, self.revision_id, schedule)
+        # news_only: a round that shows nothing new for this rollout does not wake it (its verdict cannot
+        # change; the deadline is its own timer, which asks the poller for the final check).
+        subscription = _Subscription(self.deployment_id, self.revision_id, schedule, news_only=True)
         poller.subscribe(subscription)
         try:
             event = await self._wait(poller, subscription)

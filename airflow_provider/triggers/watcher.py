@@ -382,6 +382,9 @@ class _WatchState:
         self.baseline = cursor is None
         self.changed = False
         self._last_problem: str | None = None
+        self._parts_round = 0
+        self._read_in_parts: set[str] = set()
+        """The ids read from this round's partial updates (the closing update skips them)."""
         self.revision_checks: dict[str, RevisionCheckSchedule] = {}
         """Per deployment, when the revision endpoint was last asked (the safety net's clock; not in the cursor)."""
         if cursor is not None:
@@ -418,8 +421,17 @@ class _WatchState:
             return []
         observed: dict[str, Deployment | None] = {}
         problems: list[str] = []
+        part = update.covered
+        if self._parts_round != update.round:
+            self._parts_round, self._read_in_parts = update.round, set()
 
         def look(deployment_id: str) -> None:
+            if part is not None and deployment_id not in part:
+                return  # another part of this round has it
+            if part is None and deployment_id in self._read_in_parts:
+                return  # read from a part of this round already
+            if part is not None:
+                self._read_in_parts.add(deployment_id)
             if deployment_id in update.found:
                 observed[deployment_id] = update.found[deployment_id]
             elif deployment_id in update.failures:
@@ -429,6 +441,11 @@ class _WatchState:
 
         for deployment_id in watch.ids:
             look(deployment_id)
+        if part is not None:  # one list answer of the round: the ids it covers, nothing else yet
+            for name in watch.names:
+                if name in watch.resolved:
+                    look(watch.resolved[name])
+            return [payload for key, seen in observed.items() for payload in await self._compare(key, seen, poller)]
         for name in watch.names:
             if name in watch.resolved:
                 look(watch.resolved[name])

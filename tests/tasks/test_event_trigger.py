@@ -319,12 +319,18 @@ async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count
     await wait_until(lambda: len(active_pollers()) == 1)
     (poller,) = active_pollers()
     await rounds(2)
+
+    def between_rounds() -> bool:  # read the emulator's counter only while no round is in flight
+        return poller.rounds_started == poller.rounds_completed
+
+    await wait_until(between_rounds)
     before, rounds_before = emulator.state.count(LIST_ROUTE), poller.rounds_completed
     await rounds(8)
+    await wait_until(between_rounds)
     per_round = (emulator.state.count(LIST_ROUTE) - before) / (poller.rounds_completed - rounds_before)
-    # Each end of the window may fall inside a round (a loaded machine starts the next one at once), so the
-    # mean is within 1/8 of a round's pages of the true figure: rounded, it is exact.
-    assert round(per_round) == math.ceil(count / 100), per_round
+    # Both ends of the window are read between rounds (a loaded machine may start the next round at once,
+    # and a round in flight would count half its pages): the figure is exact.
+    assert per_round == math.ceil(count / 100), per_round
     emulator.state.set_status(ids[0], "READY")
     await asyncio.wait_for(rollout, 10)
     await wait_until(lambda: len(runs[0].payloads) == 1)
@@ -332,6 +338,36 @@ async def test_watchers_share_one_batched_poll_with_rollouts(service: Any, count
     assert runs[2].payloads == []
     for run in runs:
         await run.stop()
+    await no_tasks_left()
+
+
+async def test_an_event_does_not_wait_for_the_rounds_other_list_requests(service: Any) -> None:
+    # 150 watched deployments: two list requests per round. One of them is answered late; the change in the
+    # other one's page fires at once, while the round is still waiting, and nothing is lost or repeated.
+    emulator = service(data=seed(150, status="READY"))
+    emulator.state.advance(5)
+    deployments = emulator.state.snapshot()["deployments"]
+    ids = [item["id"] for item in deployments]
+    run = Running(watcher(deployment_ids=ids, events=["revision_live", "deleted"]))
+    await wait_until(lambda: len(active_pollers()) == 1)
+    (poller,) = active_pollers()
+    await rounds(3)
+    completed = poller.rounds_completed
+    await wait_until(lambda: poller.rounds_completed > completed)
+    # No await from here until the changes are made: the next round sees both, and one page comes late.
+    seen_by = poller.rounds_completed + 1
+    first, last = ids[0], ids[-1]  # one in each list request
+    change = PatchDeploymentRequest(source_revision_config={"repo_ref": "r2"})
+    for deployment_id in (first, last):
+        emulator.state.patch_deployment(deployment_id, change)
+    emulator.state.advance(3.5)
+    emulator.state.add_fault(kind="delay", delay_seconds=1.5, method="GET", path="/v2/deployments", count=1)
+    await wait_until(lambda: len(run.payloads) >= 1)
+    assert len(run.payloads) == 1 and poller.rounds_completed < seen_by, "the first page's event came at once"
+    await wait_until(lambda: poller.rounds_completed >= seen_by + 2, timeout=15)
+    assert sorted(payload["deployment_id"] for payload in run.payloads) == sorted([first, last])
+    assert {payload["kind"] for payload in run.payloads} == {"revision_live"}
+    await run.stop()
     await no_tasks_left()
 
 

@@ -10,6 +10,7 @@ import pytest
 from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import (
     RevisionCheckSchedule,
+    RevisionLookBudget,
     RolloutState,
     awaits_revision_build,
     bake_verdict,
@@ -134,6 +135,46 @@ def test_schedule_reasons_tell_urgent_from_unhurried_calls() -> None:
     now[0] += 600
     assert schedule.reason(building, OURS) == "timer"
     assert schedule.last_asked == 100.0
+
+
+def test_a_change_after_the_first_sighting_is_urgent_before_any_call() -> None:
+    schedule = RevisionCheckSchedule(600.0, clock=lambda: 0.0)
+    building = deployment(active=OLD, latest=OURS, updated_at=T0)
+    assert schedule.reason(building, OURS) == "first"
+    schedule.seen(building)
+    assert schedule.reason(building, OURS) == "first"  # seen, not asked: still unhurried
+    moved = deployment(active=OLD, latest=OURS, updated_at=T0 + timedelta(seconds=1))
+    assert schedule.reason(moved, OURS) == "changed"  # e.g. its build failed: asked at once
+    schedule.seen(moved)  # only the first sighting is the baseline
+    assert schedule.reason(moved, OURS) == "changed"
+    schedule.mark(moved)
+    assert schedule.reason(moved, OURS) is None
+
+
+@pytest.mark.parametrize("lists", [1, 3, 10])
+def test_look_budget_starts_full_then_earns_a_tenth_of_the_list_requests(lists: int) -> None:
+    budget = RevisionLookBudget()
+    assert budget.grant(lists) == lists  # the first round may look at once
+    budget.spend(lists)
+    spent = []
+    for _ in range(100):
+        allowed = budget.grant(lists)
+        budget.spend(allowed)
+        spent.append(allowed)
+    assert sum(spent) == lists * 100 // 10  # one call per ten list requests
+    assert max(spent) <= max(1, lists // 10 + 1)  # spread evenly, no burst every tenth round
+
+
+def test_look_budget_holds_at_most_one_rounds_list_requests_and_keeps_what_is_unspent() -> None:
+    budget = RevisionLookBudget()
+    assert budget.grant(2) == 2
+    for _ in range(50):  # nothing due for a long time: the bucket stays at its cap
+        assert budget.grant(2) == 2
+    budget.spend(1)
+    assert budget.grant(2) == 1  # 1 call and 2 tenths left, plus 2 tenths
+    assert budget.grant(2) == 1
+    budget.spend(1)
+    assert budget.grant(0) == 0  # no rollout waiting: the cap is 0
 
 
 def test_without_a_revision_ready_with_a_newer_revision_building_is_not_done() -> None:

@@ -342,10 +342,11 @@ async def test_cancelling_every_subscriber_stops_the_poller_and_closes_its_clien
     assert emulator.state.count(LIST_ROUTE) == calls  # nothing polls any more
 
 
-async def test_quiet_building_fleet_costs_at_most_twice_the_list_requests(service: Any) -> None:
-    # 250 rollouts whose revisions build for a long time and do not change: first looks and safety-net
-    # calls to the revision endpoint are spread at ceil(N/100) per round, so a round costs at most
-    # 2 * ceil(N/100) requests, however many rollouts started together.
+async def test_quiet_building_fleet_spends_one_revision_call_per_ten_list_requests(service: Any) -> None:
+    # 250 rollouts whose revisions build for a long time and do not change, the safety-net timer always
+    # due (interval 0): first looks and timer calls come out of the budget, ceil(N/100) at once and then
+    # ceil(N/100)/10 per round, so the fleet costs 1.1 x ceil(N/100) requests per round however many
+    # rollouts started together.
     count = 250
     emulator = service(data=seed(count), build_seconds=10_000)
     ids = [item["id"] for item in emulator.state.snapshot()["deployments"]]
@@ -353,20 +354,59 @@ async def test_quiet_building_fleet_costs_at_most_twice_the_list_requests(servic
     revisions = {dep_id: patch(emulator, dep_id) for dep_id in ids}
     emulator.state.reset_requests()
     tasks = [
-        asyncio.create_task(outcome(trigger(dep_id, rev, poll_interval=0.1, revision_check_interval=0), timeout=60))
+        asyncio.create_task(outcome(trigger(dep_id, rev, poll_interval=0.05, revision_check_interval=0), timeout=60))
         for dep_id, rev in revisions.items()
     ]
     await wait_until(lambda: len(active_pollers()) == 1)
     (poller,) = active_pollers()
-    await wait_until(lambda: poller.rounds_completed >= 5, timeout=30)
-    rounds = poller.rounds_completed
-    budget = math.ceil(count / 100)
-    assert emulator.state.count(REVISION_ROUTE) <= rounds * budget
-    assert emulator.state.count(REVISION_ROUTE) >= (rounds - 1) * budget  # the budget is used, not idle
-    assert emulator.state.count(LIST_ROUTE) <= (rounds + 1) * budget
+    await wait_until(lambda: poller.rounds_completed >= 25, timeout=30)
+    completed = poller.rounds_completed
+    asked, listed = emulator.state.count(REVISION_ROUTE), emulator.state.count(LIST_ROUTE)
+    started = poller.rounds_started
+    lists_per_round = math.ceil(count / 100)
+    # full bucket in round 1, then 3 tenths of a call per round
+    assert asked <= lists_per_round + lists_per_round * (started - 1) // 10
+    assert asked >= lists_per_round + lists_per_round * (completed - 1) // 10  # the budget is used, not idle
+    assert listed <= started * lists_per_round
+    assert asked + listed <= 1.1 * lists_per_round * started + lists_per_round  # + the first round's looks
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await no_tasks_left()
+
+
+async def test_a_failed_build_in_a_waiting_fleet_is_reported_within_two_intervals(service: Any) -> None:
+    # 250 rollouts that arrived together: the last one's first look is hundreds of rounds away in the
+    # budget, but its build failing changes its deployment's row, and that is looked at at once.
+    count = 250
+    emulator = service(data=seed(count), build_seconds=10_000)
+    ids = [item["id"] for item in emulator.state.snapshot()["deployments"]]
+    emulator.state.advance(5)
+    revisions = {dep_id: patch(emulator, dep_id) for dep_id in ids}
+    emulator.state.advance(1)  # the builds run; a failure from now on moves the deployment's updated_at
+    doomed = ids[-1]
+    tasks = {
+        dep_id: asyncio.create_task(outcome(trigger(dep_id, rev, poll_interval=0.05), timeout=60))
+        for dep_id, rev in revisions.items()
+    }
+    await wait_until(lambda: len(active_pollers()) == 1)
+    (poller,) = active_pollers()
+    await wait_until(lambda: poller.rounds_completed >= 5, timeout=30)
+    emulator.state.reset_requests()
+    decided_in_round: list[int] = []
+    tasks[doomed].add_done_callback(lambda _: decided_in_round.append(poller.rounds_completed))
+    shown_in_round = poller.rounds_started  # the round in progress may have listed it already
+    emulator.state.fail_revision(doomed, revisions[doomed], "BUILD_FAILED", "npm ci exited with 1")
+    event = await tasks[doomed]
+    assert event["status"] == "failed"
+    assert "BUILD_FAILED" in event["message"] and "npm ci exited with 1" in event["message"]
+    assert decided_in_round and decided_in_round[0] <= shown_in_round + 2
+    asked_doomed = [r for r in emulator.state.request_log if "/revisions/" in r.path and doomed in r.path]
+    assert len(asked_doomed) == 1  # the change look; its first look was still waiting for the budget
+    assert all(not task.done() for dep_id, task in tasks.items() if dep_id != doomed)
+    for task in tasks.values():
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
     await no_tasks_left()
 
 
