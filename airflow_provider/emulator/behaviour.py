@@ -25,9 +25,10 @@ import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Self
 
 if TYPE_CHECKING:
     from .records import DeploymentRecord, RevisionRecord
@@ -91,14 +92,19 @@ MAX_HEALTH_SLEEP_SECONDS = 2.0
 """The health check sleeps a behaviour's ``latency_ms``, at most this long."""
 
 
-class BehaviourRule(BehaviourPlan):
-    """Every revision whose ``image_uri`` or ``repo_ref`` matches a glob gets this plan (unless one was set
-    for the revision itself).
+class RevisionGlob(BaseModel):
+    """A rule over revisions: those whose ``image_uri`` or ``repo_ref`` matches a glob (of one deployment, or
+    of any). The base of the emulator's behaviour rules and unhealthy rules.
 
     :param image_uri: glob over the revision's ``image_uri`` (e.g. ``*:bad*``).
-    :param repo_ref: glob over the revision's ``repo_ref``.
+    :param repo_ref: glob over the revision's ``repo_ref`` (e.g. ``refs/tags/v2.*``).
     :param deployment_id: only this deployment's revisions (``None``: any deployment).
     """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule_kind: ClassVar[str] = "a rule"
+    """How the validation error names the rule."""
 
     image_uri: str | None = None
     repo_ref: str | None = None
@@ -106,9 +112,9 @@ class BehaviourRule(BehaviourPlan):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @model_validator(mode="after")
-    def _needs_a_pattern(self) -> BehaviourRule:
+    def _needs_a_pattern(self) -> Self:
         if self.image_uri is None and self.repo_ref is None:
-            raise ValueError("a behaviour rule needs image_uri or repo_ref (a glob)")
+            raise ValueError(f"{self.rule_kind} needs image_uri or repo_ref (a glob)")
         return self
 
     def matches(self, revision: RevisionRecord) -> bool:
@@ -120,6 +126,18 @@ class BehaviourRule(BehaviourPlan):
             pattern is not None and value is not None and fnmatch.fnmatchcase(value, pattern)
             for pattern, value in ((self.image_uri, config.image_uri), (self.repo_ref, config.repo_ref))
         )
+
+
+class BehaviourRule(BehaviourPlan, RevisionGlob):
+    """Every revision whose ``image_uri`` or ``repo_ref`` matches a glob gets this plan (unless one was set
+    for the revision itself).
+
+    :param image_uri: glob over the revision's ``image_uri`` (e.g. ``*:bad*``).
+    :param repo_ref: glob over the revision's ``repo_ref``.
+    :param deployment_id: only this deployment's revisions (``None``: any deployment).
+    """
+
+    rule_kind: ClassVar[str] = "a behaviour rule"
 
     def plan(self) -> BehaviourPlan:
         """The plan this rule gives."""

@@ -19,22 +19,18 @@ of the revision it redeploys) or when an :class:`UnhealthyRule` matches it.
 
 from __future__ import annotations
 
-import fnmatch
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from .behaviour import MAX_HEALTH_SLEEP_SECONDS, Timeline, plan_at, serving_spans
+from .behaviour import MAX_HEALTH_SLEEP_SECONDS, RevisionGlob, Timeline, plan_at, serving_spans
 from .records import DeploymentRecord, RevisionRecord
 
 APPS_PREFIX = "/apps"
 
 
-class UnhealthyRule(BaseModel):
+class UnhealthyRule(RevisionGlob):
     """Every revision whose ``image_uri`` or ``repo_ref`` matches a glob is unhealthy.
 
     :param image_uri: glob over the revision's ``image_uri`` (e.g. ``*:broken*``).
@@ -42,28 +38,7 @@ class UnhealthyRule(BaseModel):
     :param deployment_id: only this deployment's revisions (``None``: any deployment).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    image_uri: str | None = None
-    repo_ref: str | None = None
-    deployment_id: str | None = None
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
-
-    @model_validator(mode="after")
-    def _needs_a_pattern(self) -> UnhealthyRule:
-        if self.image_uri is None and self.repo_ref is None:
-            raise ValueError("an unhealthy rule needs image_uri or repo_ref (a glob)")
-        return self
-
-    def matches(self, revision: RevisionRecord) -> bool:
-        """Whether ``revision`` is unhealthy under this rule."""
-        if self.deployment_id is not None and self.deployment_id != revision.deployment_id:
-            return False
-        config = revision.source_revision_config
-        return any(
-            pattern is not None and value is not None and fnmatch.fnmatchcase(value, pattern)
-            for pattern, value in ((self.image_uri, config.image_uri), (self.repo_ref, config.repo_ref))
-        )
+    rule_kind: ClassVar[str] = "an unhealthy rule"
 
 
 def is_unhealthy(revision: RevisionRecord, rules: list[UnhealthyRule]) -> bool:
