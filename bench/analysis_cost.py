@@ -9,7 +9,12 @@ the wave of 100 deployments in this process for several rounds; requests are cou
 tracing and list routes) and by the stub (queries), CPU is this process's (``time.process_time``) per round
 after a warm-up run, beside the CPU of the same requests sent bare. Detection: one deployment's error rate
 is raised from 0 to 0.5 through the emulator's control API at a random moment while its analysis runs; the
-time is from that call to the analysis's verdict ``failed``.
+time is from that call to ``run_analysis`` returning the verdict ``failed``. It stops there: the rollback
+request that follows (sent at once by a task analysing on the worker; by a deferred task once it resumes
+from the trigger's event, after the triggerer's and scheduler's latency) is not part of the figure.
+Request sharing is per ``run_analysis`` call (one trigger or one task): the figures are for one analysis
+of the whole wave, as a fleet rollout runs it; N patch tasks analysing one deployment each send N times
+the vector queries and project lookups, nothing being shared between analyses.
 """
 
 from __future__ import annotations
@@ -328,8 +333,10 @@ def main() -> None:
             "before it: the first round after the rise fails when the errors since then already exceed the "
             "threshold (here, a rise to 0.5 against < 0.05). The stub's rate covers one interval (since its "
             "previous scrape); with real Prometheus choose the rate() window at least one analysis interval "
-            "long. After the verdict the patch and fleet tasks start the rollback at once (on the worker) or "
-            "when the task resumes from the trigger's event.",
+            "long. The revisions here had been live for seconds; after a long bake the tracing statistics "
+            "since going live dilute a rise much more (see the analysis guide). After the verdict the patch "
+            "and fleet tasks start the rollback at once (on the worker) or when the task resumes from the "
+            "trigger's event.",
         ]
     )
     publish(
