@@ -380,8 +380,9 @@ class Analysis(BaseModel):
             return self
         if bake_seconds is None or bake_seconds <= 0:
             raise ValueError(
-                "analysis.count is None (as many rounds as fit in the bake window) but the task has no "
-                "bake_seconds: give analysis.count, or bake_seconds"
+                "analysis.count is None (as many rounds as fit in the bake window) but there is no bake window: "
+                "set analysis.count (count=None works only with the bake_seconds of a PatchDeploymentOperator or "
+                "FleetRolloutOperator)"
             )
         count = max(1, math.floor((bake_seconds - self.initial_delay_seconds) / self.interval_seconds))
         if self.failure_limit > count:

@@ -3,7 +3,9 @@
 Each round: one batched list request (through the deployment-service hook's asyncio client) checks that every
 deployment still serves the revision judged; then every check is measured for every deployment still under
 analysis, the sources sharing their requests (one vector query per :class:`MetricQueryCheck` per round;
-the tracing project ids looked up once). Each measurement is logged once, scrubbed of secrets.
+one tracing statistics request per deployment per round for all the tracing checks of a project; the
+tracing project ids looked up once). Sharing is within one call: each call (one trigger, one task) opens
+its own sources. Each measurement is logged once, scrubbed of secrets.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ __all__ = ["run_analysis", "still_serving"]
 
 
 class _Sources:
-    """The measurement sources of one analysis, created from its connections, closed at its end."""
+    """The measurement sources of one analysis, created from its connections, closed at its end; only the
+    kinds its checks need."""
 
     def __init__(self, scrubber: Scrubber) -> None:
         self.scrubber = scrubber
         self.tracing: dict[str | None, TracingSource] = {}
         self.prometheus: dict[str, PrometheusSource] = {}
-        self.http = HttpProbe(scrubber)
+        self.http: HttpProbe | None = None
         self.callables = CallableRunner(scrubber)
 
     @classmethod
@@ -57,10 +60,12 @@ class _Sources:
             for check in analysis.checks:  # one connection after the other (the worker's secrets comms)
                 if isinstance(check, TracingProjectCheck) and check.connection_id not in sources.tracing:
                     endpoint = await tracing_endpoint(check.connection_id, hook, scrubber)
-                    sources.tracing[check.connection_id] = TracingSource(endpoint, scrubber)
+                    sources.tracing[check.connection_id] = await TracingSource.open(endpoint, scrubber)
                 elif isinstance(check, MetricQueryCheck) and check.connection_id not in sources.prometheus:
                     endpoint = await prometheus_endpoint(check.connection_id, scrubber)
-                    sources.prometheus[check.connection_id] = PrometheusSource(endpoint, scrubber)
+                    sources.prometheus[check.connection_id] = await PrometheusSource.open(endpoint, scrubber)
+                elif isinstance(check, HttpCheck) and sources.http is None:
+                    sources.http = await HttpProbe.open(scrubber)
         except BaseException:
             await sources.aclose()
             raise
@@ -70,7 +75,7 @@ class _Sources:
         closing: list[TracingSource | PrometheusSource | HttpProbe | CallableRunner] = [
             *self.tracing.values(),
             *self.prometheus.values(),
-            self.http,
+            *([self.http] if self.http is not None else []),
             self.callables,
         ]
         for source in closing:
@@ -88,7 +93,7 @@ class _Sources:
             return await self.tracing[check.connection_id].measure(check, targets, now)
         if isinstance(check, MetricQueryCheck):
             return await self.prometheus[check.connection_id].measure(check, targets, now)
-        if isinstance(check, HttpCheck):
+        if isinstance(check, HttpCheck) and self.http is not None:  # opened for every analysis with an HttpCheck
             return await self.http.measure(check, targets, now)
         if isinstance(check, CallableCheck):
             return await self.callables.measure(check, targets, deployments)

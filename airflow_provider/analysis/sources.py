@@ -1,12 +1,16 @@
 """How each check kind is measured, asynchronously, sharing requests across the deployments of a round.
 
 * :class:`TracingSource`: ``GET /sessions?name=<project>&limit=1`` once per project (the id is cached for
-  the analysis), then one ``POST /runs/stats`` per deployment per round.
+  the analysis), then one ``POST /runs/stats`` per deployment per round, shared by every tracing check of
+  that connection and project (``error_rate`` and ``latency_p99`` read the same statistics).
 * :class:`PrometheusSource`: ``GET /api/v1/query`` (an instant query); a query naming no deployment is sent
   once per round for all of them and each reads its sample of the vector.
 * :class:`HttpProbe`: one ``GET`` per deployment per round.
 * :class:`CallableRunner`: the callable in a worker thread, with the deployment as this round's batched
   list showed it.
+
+Each source's pooled client is built in a worker thread (creating its TLS context, and reading a CA bundle,
+blocks for tens of milliseconds), and only for the check kinds the analysis has.
 
 A measurement that cannot be taken (timeout, connection error, 5xx or 429 from a source, no data, too few
 runs) is ``inconclusive``; every text produced here is scrubbed of secrets and URL userinfo.
@@ -108,21 +112,41 @@ async def _request(
     return body
 
 
+async def _client_for(endpoint: SourceEndpoint) -> httpx.AsyncClient:
+    """The endpoint's pooled client, built in a worker thread (its TLS context blocks for tens of ms)."""
+    return await asyncio.to_thread(endpoint.client)
+
+
 class TracingSource:
     """Run statistics of each deployment's tracing project, since its revision went live.
 
+    Create it with :meth:`open`. The statistics of one round are fetched once per project and start time,
+    for every tracing check of this connection.
+
     :param endpoint: the tracing service.
     :param scrubber: masks the API key in texts.
+    :param client: the pooled client for ``endpoint`` (closed by :meth:`aclose`).
     """
 
-    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber) -> None:
+    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber, client: httpx.AsyncClient) -> None:
         self.endpoint = endpoint
         self._scrub = scrubber
-        self._client = endpoint.client()
+        self._client = client
         self._project_ids: dict[str, str] = {}
         self._lookups: dict[str, asyncio.Lock] = {}
+        self._round: datetime | None = None
+        self._round_stats: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
         self._auth_hint = f"check the API key of connection {endpoint.connection_id!r} (sent as X-Api-Key)"
+
+    @classmethod
+    async def open(cls, endpoint: SourceEndpoint, scrubber: Scrubber) -> TracingSource:
+        """A source for ``endpoint``, its client built off the event loop.
+
+        :param endpoint: the tracing service.
+        :param scrubber: masks the API key in texts.
+        """
+        return cls(endpoint, scrubber, await _client_for(endpoint))
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
@@ -137,8 +161,29 @@ class TracingSource:
         :param targets: the deployments measured this round.
         :param now: the time of the round.
         """
+        if now != self._round:  # a new round: the previous round's statistics are stale
+            self._round, self._round_stats = now, {}
         readings = await asyncio.gather(*(self._measure_one(check, target, now) for target in targets))
         return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
+
+    def _stats(self, project: str, start_time: str) -> asyncio.Task[Any]:
+        """This round's statistics of ``project`` since ``start_time``: one request shared by the checks."""
+        key = (project, start_time)
+        if key not in self._round_stats:
+            self._round_stats[key] = asyncio.ensure_future(self._fetch_stats(project, start_time))
+        return self._round_stats[key]
+
+    async def _fetch_stats(self, project: str, start_time: str) -> Any:
+        async with self._limit:
+            project_id = await self._project_id(project)
+            return await _request(
+                self._client,
+                "POST",
+                "/runs/stats",
+                json={"session": [project_id], "start_time": start_time, "is_root": True},  # until the service's now
+                what="tracing service",
+                auth_hint=self._auth_hint,
+            )
 
     async def _project_id(self, project: str) -> str:
         lock = self._lookups.setdefault(project, asyncio.Lock())
@@ -163,20 +208,7 @@ class TracingSource:
         project = render_template(check.project, target.template_values(now))
         since = target.live_since.strftime("%H:%M:%S")
         try:
-            async with self._limit:
-                project_id = await self._project_id(project)
-                stats = await _request(
-                    self._client,
-                    "POST",
-                    "/runs/stats",
-                    json={
-                        "session": [project_id],
-                        "start_time": target.live_since.isoformat(),  # until the tracing service's now
-                        "is_root": True,
-                    },
-                    what="tracing service",
-                    auth_hint=self._auth_hint,
-                )
+            stats = await self._stats(project, target.live_since.isoformat())
         except _SourceFailure as failure:
             return Reading("inconclusive", None, self._scrub(str(failure)))
         if not isinstance(stats, dict):
@@ -199,21 +231,31 @@ class TracingSource:
 
 
 class PrometheusSource:
-    """Instant queries against a Prometheus-compatible API (``GET /api/v1/query``).
+    """Instant queries against a Prometheus-compatible API (``GET /api/v1/query``). Create it with :meth:`open`.
 
     :param endpoint: the query API.
     :param scrubber: masks credentials in texts.
+    :param client: the pooled client for ``endpoint`` (closed by :meth:`aclose`).
     """
 
-    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber) -> None:
+    def __init__(self, endpoint: SourceEndpoint, scrubber: Scrubber, client: httpx.AsyncClient) -> None:
         self.endpoint = endpoint
         self._scrub = scrubber
-        self._client = endpoint.client()
+        self._client = client
         self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
         self._auth_hint = (
             f"check the credentials of connection {endpoint.connection_id!r} (login/password, or the extra "
             "headers or bearer_token)"
         )
+
+    @classmethod
+    async def open(cls, endpoint: SourceEndpoint, scrubber: Scrubber) -> PrometheusSource:
+        """A source for ``endpoint``, its client built off the event loop.
+
+        :param endpoint: the query API.
+        :param scrubber: masks credentials in texts.
+        """
+        return cls(endpoint, scrubber, await _client_for(endpoint))
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
@@ -276,8 +318,8 @@ class PrometheusSource:
             raw = samples
         else:
             mine = [value for labels, value in samples if labels.get(label) in (target.name, target.deployment_id)]
-            if not mine and alone and len(samples) == 1:
-                mine = [samples[0][1]]
+            if not mine and alone and len(samples) == 1 and label not in samples[0][0]:
+                mine = [samples[0][1]]  # one sample naming no deployment: the per-target query's own value
             if not mine:
                 seen = (
                     "an empty vector" if not samples else f"{len(samples)} sample(s), none with {label}={target.name!r}"
@@ -319,15 +361,25 @@ def _samples(body: Any) -> list[tuple[dict[str, str], str]] | str:
 
 
 class HttpProbe:
-    """``GET`` a URL of each deployment and judge the answer (status, JSON field, latency).
+    """``GET`` a URL of each deployment and judge the answer (status, JSON field, latency). Create it with
+    :meth:`open`.
 
     :param scrubber: masks secrets (and URL userinfo) in texts.
+    :param client: a pooled client that does not follow redirects (closed by :meth:`aclose`).
     """
 
-    def __init__(self, scrubber: Scrubber) -> None:
+    def __init__(self, scrubber: Scrubber, client: httpx.AsyncClient) -> None:
         self._scrub = scrubber
-        self._client = httpx.AsyncClient(follow_redirects=False)
+        self._client = client
         self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
+
+    @classmethod
+    async def open(cls, scrubber: Scrubber) -> HttpProbe:
+        """A probe, its client built off the event loop.
+
+        :param scrubber: masks secrets (and URL userinfo) in texts.
+        """
+        return cls(scrubber, await asyncio.to_thread(httpx.AsyncClient, follow_redirects=False))
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
@@ -348,15 +400,15 @@ class HttpProbe:
             return Reading("inconclusive", None, f"deployment {target.name!r} has no custom_url to check")
         url = render_template(check.url, target.template_values(now))
         shown = self._scrub(url)
-        started = time.perf_counter()
         try:
             async with self._limit:
+                started = time.perf_counter()  # after the slot: waiting for one is not the deployment's latency
                 response = await self._client.get(url, timeout=check.timeout_seconds)
+                latency = time.perf_counter() - started
         except httpx.TimeoutException:
             return Reading("inconclusive", None, f"GET {shown} timed out after {check.timeout_seconds:g}s")
         except httpx.HTTPError as err:
             return Reading("inconclusive", None, self._scrub(f"GET {shown} failed ({type(err).__name__}: {err})"))
-        latency = time.perf_counter() - started
         said = f"GET {shown} -> {response.status_code} in {latency:.3f}s"
         low, high = check.status_range
         if not low <= response.status_code <= high:

@@ -4,12 +4,15 @@ Answers in the documented shapes (``/work/shared/spec/NOTES.md``; Prometheus's H
 ``GET /tracing/sessions?name=&limit=1`` -> ``[{"id", "name", ...}]``, ``POST /tracing/runs/stats`` ->
 ``{"run_count", "error_rate", "latency_p50", "latency_p99", ...}`` (nulls without runs), both behind
 ``X-Api-Key``; ``GET /prometheus/api/v1/query?query=`` -> ``{"status": "success", "data": {"resultType",
-"result"}}`` or ``{"status": "error", "errorType", "error"}``, behind basic auth when a password is set.
+"result"}}`` or ``{"status": "error", "errorType", "error"}``, behind basic auth when a password is set;
+``GET /slow/<name>/health`` -> ``{"status": "ok"}`` after :attr:`FakeSources.slow_seconds` (an application
+that answers slowly, for ``HttpCheck`` latencies).
 Every request is recorded, so tests count what the analysis sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -58,6 +61,8 @@ class FakeSources:
     """API keys the tracing endpoints accept (its own, and the emulator's: the same key by default)."""
     tracing_status: int | None = None
     """Answer every tracing request with this status instead (e.g. 503)."""
+    slow_seconds: float = 0.0
+    """How long ``GET /slow/<name>/health`` takes to answer."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     base_url: str = ""
 
@@ -118,6 +123,11 @@ class FakeSources:
             (project_id,) = body["session"]
             assert body["is_root"] is True and body["start_time"]
             return self.stats[project_id]
+
+        @app.get("/slow/{name}/health")
+        async def slow_health(name: str) -> Any:
+            await asyncio.sleep(self.slow_seconds)
+            return {"status": "ok", "name": name}
 
         @app.get("/prometheus/api/v1/query")
         async def query(request: Request) -> Any:

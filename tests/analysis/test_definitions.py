@@ -175,7 +175,7 @@ def test_count_fills_the_bake_window_or_says_it_cannot() -> None:
     analysis = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, initial_delay_seconds=30)
     assert analysis.with_count_for(300).count == 4
     assert analysis.with_count_for(20).count == 1
-    with pytest.raises(ValueError, match=r"^analysis\.count is None .* no bake_seconds"):
+    with pytest.raises(ValueError, match=r"^analysis\.count is None .* no bake window: set analysis\.count \("):
         analysis.with_count_for(None)
     strict = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, failure_limit=3)
     with pytest.raises(ValueError, match=r"^analysis\.failure_limit \(3\) is above the 2 round"):

@@ -8,8 +8,12 @@ import json
 import logging
 import math
 import re
+import threading
+import uuid
+from datetime import datetime, timezone
 from typing import Any
 
+import httpx
 import pytest
 
 from airflow_provider.analysis import (
@@ -23,6 +27,8 @@ from airflow_provider.analysis import (
     TracingProjectCheck,
     run_analysis,
 )
+from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.analysis.sources import SOURCE_CONCURRENCY, HttpProbe
 from airflow_provider.models import Deployment
 from tests.analysis.conftest import live_targets
 from tests.analysis.fake_sources import PROMETHEUS_PASSWORD, TRACING_KEY, FakeSources, scalar, vector
@@ -82,6 +88,29 @@ def test_tracing_judges_each_deployment_and_looks_each_project_up_once(
     assert len(lines) == 7  # each measurement logged once
     assert any(f"tracing error_rate on {bad.name!r} = 0.200, needs < 0.05 -> failed" in line for line in lines)
     _no_secret_in(caplog.text, json.dumps(results))
+
+
+def test_two_tracing_checks_of_one_project_share_one_stats_request_per_deployment_per_round(
+    analysis_env: Any, fake_sources: FakeSources
+) -> None:
+    targets = live_targets(analysis_env, 2)
+    for target in targets:
+        fake_sources.add_project(target.name, run_count=140, error_rate=0.01, latency_p50=0.2, latency_p99=0.9)
+    checks = [TracingProjectCheck(), TracingProjectCheck(metric="latency_p99", condition="< 2")]
+    results = _run(Analysis(checks=checks, count=3, interval_seconds=0.01), targets)
+
+    for target in targets:
+        result = results[target.deployment_id]
+        assert result["verdict"] == "passed", result
+        by_check = sorted((m["round"], m["check"], m["value"]) for m in result["measurements"])
+        assert by_check == [
+            (round_number, check, value)
+            for round_number in (1, 2, 3)
+            for check, value in (("tracing error_rate", 0.01), ("tracing latency_p99", 0.9))
+        ]
+    stats = fake_sources.seen("POST", "/tracing/runs/stats")
+    assert len(stats) == 2 * 3  # one per deployment per round, read by both checks
+    assert len(fake_sources.seen("GET", "/tracing/sessions")) == 2
 
 
 def test_tracing_inconclusive_when_the_source_cannot_answer(analysis_env: Any, fake_sources: FakeSources) -> None:
@@ -202,6 +231,22 @@ def test_a_query_naming_the_deployment_is_sent_per_deployment(analysis_env: Any,
         (scalar(0.01), "passed", "value 0.010"),
         (scalar("NaN"), "inconclusive", "NaN (no data to divide)"),
         (vector({}), "inconclusive", "no data: the query returned an empty vector"),
+        (  # one sample, but of another deployment: never this deployment's value
+            vector({"another-deployment": 0.01}),
+            "inconclusive",
+            "no data: the query returned 1 sample(s), none with name=",
+        ),
+        (  # one sample naming no deployment (e.g. a per-target query's aggregate): its value
+            (
+                200,
+                {
+                    "status": "success",
+                    "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "0.01"]}]},
+                },
+            ),
+            "passed",
+            "value 0.010",
+        ),
         ((503, {"status": "error", "errorType": "unavailable", "error": "down"}), "inconclusive", "answered 503"),
         (
             (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}),
@@ -255,6 +300,76 @@ def test_http_check_against_the_emulator_health_endpoint(analysis_env: Any) -> N
     failed = results[sick.deployment_id]
     assert (failed["verdict"], failed["failing_check"]) == ("failed", "http {custom_url}/health")
     assert "-> 500 in" in failed["reason"] and "outside 200..299" in failed["reason"]
+
+
+def test_waiting_for_a_request_slot_does_not_count_as_latency(fake_sources: FakeSources) -> None:
+    """More deployments than the probe sends at once, each answering in 0.6 s, under max_latency_seconds=1:
+    the ones waiting for a slot (another 0.6 s) are not slow, and none fails."""
+    fake_sources.slow_seconds = 0.6
+    live_since = datetime.now(timezone.utc)
+    targets = [
+        AnalysisTarget(
+            deployment_id=str(uuid.uuid4()),
+            name=f"app-{index}",
+            revision_id=str(uuid.uuid4()),
+            live_since=live_since,
+            custom_url=f"{fake_sources.base_url}/slow/app-{index}",
+        )
+        for index in range(SOURCE_CONCURRENCY + 10)
+    ]
+    check = HttpCheck(json_field="status", json_equals="ok", max_latency_seconds=1.0)
+
+    async def measure() -> dict[str, Any]:
+        probe = await HttpProbe.open(Scrubber())
+        try:
+            return await probe.measure(check, targets, datetime.now(timezone.utc))
+        finally:
+            await probe.aclose()
+
+    readings = asyncio.run(measure())
+    assert len(fake_sources.seen("GET", "/slow/app-0/health")) == 1
+    failed = {key: reading.detail for key, reading in readings.items() if reading.verdict != "passed"}
+    assert failed == {}
+    assert all(0.6 <= reading.value < 1.0 for reading in readings.values() if reading.value is not None)
+
+
+@pytest.mark.parametrize(
+    "checks, kinds",
+    [
+        ([TracingProjectCheck()], ["deployment service", "tracing"]),
+        ([HttpCheck()], ["deployment service", "http probe"]),
+        ([MetricQueryCheck(query="up", condition="> 0")], ["deployment service", "prometheus"]),
+    ],
+)
+def test_only_the_clients_a_check_needs_are_built_and_off_the_event_loop(
+    analysis_env: Any, fake_sources: FakeSources, monkeypatch: pytest.MonkeyPatch, checks: list[Any], kinds: list[str]
+) -> None:
+    (target,) = live_targets(analysis_env, 1)
+    fake_sources.add_project(target.name, run_count=100, error_rate=0.0)
+    fake_sources.answer_query = lambda query: scalar(1)
+    built: list[tuple[str, bool]] = []
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
+    original = httpx.AsyncClient.__init__
+
+    def recording_init(client: httpx.AsyncClient, *args: Any, **kwargs: Any) -> None:
+        original(client, *args, **kwargs)
+        base = str(kwargs.get("base_url") or "")
+        kind = (
+            "tracing"
+            if base.endswith("/tracing")
+            else "prometheus"
+            if base.endswith("/prometheus")
+            else "deployment service"
+            if base
+            else "http probe"
+        )
+        built.append((kind, threading.get_ident() == loop_thread))
+
+    monkeypatch.setattr(httpx.AsyncClient, "__init__", recording_init)
+    result = _run(Analysis(checks=checks, count=1, interval_seconds=0.01), [target])[target.deployment_id]
+    assert result["verdict"] == "passed", result
+    assert sorted(kind for kind, _ in built) == sorted(kinds)
+    assert [kind for kind, on_loop in built if on_loop] == []  # each built in a worker thread
 
 
 def test_http_check_json_mismatch_fails_and_an_unreachable_url_is_inconclusive(analysis_env: Any) -> None:

@@ -115,8 +115,11 @@ def test_a_callable_check_keeps_a_deferrable_gate_on_the_worker(emulator: Any) -
 
 
 def test_bad_arguments_fail_at_parse_time_naming_the_field() -> None:
-    with pytest.raises(ValueError, match=r"^analysis\.count is None"):
+    with pytest.raises(ValueError, match=r"^analysis\.count is None") as raised:
         DeploymentAnalysisOperator(task_id="gate", analysis=Analysis(checks=[HttpCheck()]), deployment_ids="x")
+    # This operator has no bake window: the message must not tell its user to give it bake_seconds.
+    assert "set analysis.count" in str(raised.value)
+    assert "or bake_seconds" not in str(raised.value) and "the task has no bake_seconds" not in str(raised.value)
     with pytest.raises(ValueError, match="exactly one of deployment_ids and deployment_names"):
         DeploymentAnalysisOperator(task_id="gate", analysis=Analysis(checks=[HttpCheck()], count=1))
     with pytest.raises(TypeError, match=r"analysis must be an airflow_provider\.analysis\.Analysis, got dict"):
