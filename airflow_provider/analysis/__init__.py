@@ -8,6 +8,9 @@ the rounds (:func:`run_analysis`).
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from airflow_provider.analysis.conditions import Condition, parse_condition
 from airflow_provider.analysis.definitions import (
     Analysis,
@@ -19,9 +22,26 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.endpoints import AnalysisSetupError
 from airflow_provider.analysis.judge import STILL_SERVING
-from airflow_provider.analysis.run import run_analysis
+
+if TYPE_CHECKING:
+    from airflow_provider.analysis.endpoints import AnalysisSetupError
+    from airflow_provider.analysis.run import run_analysis
+
+_MEASURING_NAMES = {
+    "AnalysisSetupError": "airflow_provider.analysis.endpoints",
+    "run_analysis": "airflow_provider.analysis.run",
+}
+"""Names of the measuring side, imported on first use: a DAG file that only defines an analysis (and the
+operators that take one) does not import the HTTP clients and connection lookups that measure it."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _MEASURING_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "STILL_SERVING",
