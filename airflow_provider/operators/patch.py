@@ -167,8 +167,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``READY``), so the analysis *is* the bake and there is no separate one; with a ``count`` the bake (if
         any) follows the analysis. Pushes the XCom ``analysis`` (the result) and, once landed, the asset
         event's extra ``analysis`` (verdict, failing check, reason, the latest measurements). Checked when the
-        task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``). Needs
-        ``wait_for_rollout``.
+        task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``), and before the
+        patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
+        a deployment without one). An analysis that could not be measured at all fails the try while a retry is
+        left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
     :param rollback_on_failure: when ``verify``, the analysis or the bake fails, roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
         in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
