@@ -29,7 +29,7 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
+from airflow_provider.triggers.analysis import ANALYSIS_ROUND_ALLOWANCE, DeploymentAnalysisTrigger, analysis_seconds
 
 __all__ = [
     "ANALYSIS_ROUND_ALLOWANCE",
@@ -45,10 +45,6 @@ __all__ = [
     "no_retry_left",
     "not_measured_result",
 ]
-
-ANALYSIS_ROUND_ALLOWANCE = 60.0
-"""Seconds allowed per round beyond its interval for the measurements themselves (the triggerer's
-timeout is a safety net only)."""
 
 
 class AnalysisNotMeasured(AirflowException):
@@ -69,14 +65,6 @@ class AnalysingTask(Protocol):
     def defer(
         self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = ..., timeout: Any = ...
     ) -> NoReturn: ...
-
-
-def analysis_seconds(analysis: Analysis) -> float:
-    """Longest time the analysis is expected to take (its rounds plus an allowance per round).
-
-    :param analysis: the analysis, ``count`` resolved.
-    """
-    return analysis.initial_delay_seconds + analysis.rounds() * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
 
 
 def analyse_on_worker(

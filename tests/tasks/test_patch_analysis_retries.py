@@ -261,3 +261,29 @@ def test_an_analysis_that_cannot_be_measured_without_retries_rolls_back_at_once(
     after = svc(emulator)
     assert after["source_revision_config"]["image_uri"] == OLD_IMAGE and after["status"] == "READY"
     assert NEW_IMAGE not in json.dumps(after["source_revision_config"])
+
+
+def test_an_analysis_trigger_out_of_time_reports_it_and_the_last_try_rolls_back(
+    emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger ends its rounds at its own deadline (before Airflow's deferral timeout, which would fail the
+    try without a verdict) with an error event: on the last try, the revision is inconclusive, rolled back."""
+    from airflow_provider.triggers import analysis as analysis_trigger
+
+    before = svc(emulator)
+    set_next_revision_behaviour(emulator, error_rate=0.0)
+    monkeypatch.setattr(analysis_trigger, "analysis_seconds", lambda analysis: 0.2)  # 3 rounds 0.3 s apart: late
+    analysis = analysis_of(TracingProjectCheck(metric="error_rate", condition="< 0.05"), count=3)
+    ti = FakeTI(1)
+
+    outcome = drive(lambda: patch_op(emulator, deferrable=True, analysis=analysis), context_with_events(ti))
+
+    assert isinstance(outcome, AirflowFailException), outcome
+    message = str(outcome)
+    assert "the analysis could not be measured on the task's last try" in message
+    assert "the analysis did not finish within 0.2 s" in message
+    assert f"rolled back to revision {before['active_revision_id']}" in message
+    after = svc(emulator)
+    assert after["active_revision_id"] != ti.xcoms["revision_id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert ti.xcoms["analysis"]["verdict"] == "inconclusive"
