@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from airflow.sdk import BaseHook, Connection
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider.analysis.scrubbing import Scrubber, without_userinfo
 from airflow_provider.client_settings import is_loopback_host
@@ -21,6 +22,7 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 __all__ = [
     "TRACING_BASE_URL_EXTRA",
     "AnalysisSetupError",
+    "ConnectionLookupError",
     "SourceEndpoint",
     "prometheus_endpoint",
     "resolve_connection",
@@ -33,6 +35,12 @@ TRACING_BASE_URL_EXTRA = "tracing_base_url"
 
 class AnalysisSetupError(ValueError):
     """The analysis cannot run at all: a connection is missing or incomplete. Says which and what to set."""
+
+
+class ConnectionLookupError(AnalysisSetupError):
+    """A connection the analysis needs could not be looked up, for a reason other than its absence (the secrets
+    backend or the API server failing): the same lookup may succeed later, so a task retries rather than fails
+    for good. An :class:`AnalysisSetupError`, so that whoever only asks "can the analysis run" still stops."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +75,24 @@ class SourceEndpoint:
 
 
 async def resolve_connection(conn_id: str, what: str) -> Connection:
-    """The Airflow connection ``conn_id`` (async), or :class:`AnalysisSetupError` saying who needed it.
+    """The Airflow connection ``conn_id`` (async).
 
     :param conn_id: the connection id.
     :param what: who needs it, for the error message.
+    :raises AnalysisSetupError: no such connection (Airflow's ``AirflowNotFoundException``).
+    :raises ConnectionLookupError: the lookup itself failed (a secrets backend, the API server): it may
+        succeed on a retry. Neither message holds the error's text (it could name where a secret lives).
     """
     try:
         return await BaseHook.aget_connection(conn_id)
-    except Exception as err:  # AirflowNotFoundException, or a secrets backend failing
+    except AirflowNotFoundException as err:
         raise AnalysisSetupError(
             f"{what}: the Airflow connection {conn_id!r} could not be found ({type(err).__name__})"
+        ) from None
+    except Exception as err:  # a secrets backend or the API server failing: not a verdict on the connection
+        raise ConnectionLookupError(
+            f"{what}: the Airflow connection {conn_id!r} could not be looked up ({type(err).__name__}); "
+            "the lookup may succeed on a retry"
         ) from None
 
 

@@ -24,10 +24,12 @@ from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["XCOM_ANALYSIS", "DeploymentAnalysisOperator"]
+__all__ = ["NO_RESULT", "XCOM_ANALYSIS", "DeploymentAnalysisOperator"]
 
 XCOM_ANALYSIS = "analysis"
 """The XCom key of the analysis results (``{deployment name: AnalysisResult}`` for this operator)."""
+NO_RESULT = "no analysis result came back for it: not judged, so treated as inconclusive"
+"""The reason of a deployment the analysis was to judge and that got no result (never passed unjudged)."""
 
 
 def _as_list(value: Any, field: str) -> list[str]:
@@ -45,7 +47,8 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     ``analysis.interval_seconds`` (in the triggerer when ``deferrable`` and the analysis has no
     :class:`~airflow_provider.analysis.CallableCheck`, else on the worker). Returns and pushes (XCom key
     ``"analysis"``) ``{deployment name: AnalysisResult}``; a failed or inconclusive verdict fails the task
-    (``AirflowFailException``, no retry) naming the deployments and their failing checks.
+    (``AirflowFailException``, no retry) naming the deployments and their failing checks. A deployment the
+    analysis returned no result for is inconclusive (never passed unjudged).
 
     :param analysis: the :class:`~airflow_provider.analysis.Analysis`; its ``count`` must be set (this task
         has no bake window).
@@ -89,6 +92,7 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         live_since = self._live_since()
         targets = [self._target(deployment, live_since) for deployment in deployments]
         names = {deployment.id: deployment.name for deployment in deployments}
+        revisions = {target.deployment_id: target.revision_id for target in targets}
         self.log.info(
             "Analysing %d deployment(s) (%s): %d check(s), %d round(s) every %gs",
             len(targets),
@@ -98,10 +102,16 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
             self.analysis.interval_seconds,
         )
         if self.deferrable and not self.analysis.runs_on_worker:
-            defer_analysis(self, self.analysis, targets, method_name="execute_complete", carry={"names": names})
+            defer_analysis(
+                self,
+                self.analysis,
+                targets,
+                method_name="execute_complete",
+                carry={"names": names, "revisions": revisions},
+            )
         if self.deferrable:
             self.log.info("The analysis holds a CallableCheck: measured on the worker, not in the triggerer")
-        return self._judged(context, analyse_on_worker(self, self.analysis, targets), names)
+        return self._judged(context, analyse_on_worker(self, self.analysis, targets), names, revisions)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
@@ -113,14 +123,31 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
             names = carried.get("names") if isinstance(carried, dict) else None
             if not isinstance(names, dict):
                 names = {}
-            return self._judged(context, results, names)
+            revisions = carried.get("revisions") if isinstance(carried, dict) else None
+            return self._judged(context, results, names, revisions if isinstance(revisions, dict) else {})
         finally:
             self.close_hook()
 
     def _judged(
-        self, context: Context, results: dict[str, AnalysisResult], names: dict[str, str]
+        self,
+        context: Context,
+        results: dict[str, AnalysisResult],
+        names: dict[str, str],
+        revisions: dict[str, str],
     ) -> dict[str, AnalysisResult]:
-        by_name = {names.get(deployment_id, deployment_id): result for deployment_id, result in results.items()}
+        """Push and return the results by deployment name; fail naming every deployment whose verdict is not
+        "passed", each deployment of ``names`` without a result counted inconclusive."""
+        judged = dict(results)
+        for deployment_id in names:
+            if deployment_id not in judged:
+                judged[deployment_id] = {
+                    "verdict": "inconclusive",
+                    "failing_check": None,
+                    "reason": NO_RESULT,
+                    "revision_id": str(revisions.get(deployment_id) or ""),
+                    "measurements": [],
+                }
+        by_name = {names.get(deployment_id, deployment_id): result for deployment_id, result in judged.items()}
         context["ti"].xcom_push(key=XCOM_ANALYSIS, value=by_name)
         failures = []
         for name, result in sorted(by_name.items()):

@@ -20,10 +20,13 @@ from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingO
 from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.analysis import (
+    AnalysisNotMeasured,
     analyse_on_worker,
     analysis_event_results,
     check_analysis_sources,
+    check_custom_urls,
     defer_analysis,
+    no_retry_left,
 )
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.events import emit_revision_event
@@ -324,8 +327,6 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         request_for, change = self._change()
-        if self.analysis is not None:
-            check_analysis_sources(self.hook, self.analysis)
         progress_store = fleet_tasks.ProgressStore(
             context.get("task_state_store"), self.log, secrets=self._secret_values()
         )
@@ -339,6 +340,15 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 deployment_names=self.deployment_names,
                 filters=self.filters,
             )
+            if self.analysis is not None:  # an analysis that cannot run or never pass: fail before any patch
+                # Only on a fresh start: a retry with saved progress goes on with what an earlier try started.
+                unchanged = (
+                    "nothing was patched"
+                    if self._earlier_try_since(context) is None
+                    else "this try patched nothing (an earlier try's patches, if any, stay as they are)"
+                )
+                check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
+                check_custom_urls(self.analysis, targets, unchanged=unchanged)
             try:
                 plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
             except ValueError as err:
@@ -482,7 +492,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 if self.verify is not None or self.analysis is not None:
                     save()
             if wave.phase == "analysing" and self.analysis is not None:  # (a retry of a task that lost it goes on)
-                self._analyse_wave(index, progress, progress_store)
+                self._analyse_wave(context, index, progress, progress_store)
             if wave.phase in ("watched", "analysing"):
                 if self.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
@@ -527,7 +537,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         return self._finish(context, progress)
 
     def _analyse_wave(
-        self, index: int, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore
+        self, context: Context, index: int, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore
     ) -> None:
         """Judge the wave's landed deployments with the analysis, all together (in the triggerer when deferrable
         and the analysis can run there, else on the worker), and record each verdict; a failed or inconclusive
@@ -570,9 +580,38 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                         ),
                     },
                 )
-        results = analyse_on_worker(self, analysis, targets)
-        fleet_tasks.apply_analysis(wave, results, self.log)
+        try:
+            results = analyse_on_worker(self, analysis, targets)
+        except AnalysisNotMeasured as err:
+            self._analysis_not_measured(context, wave, str(err))
+        else:
+            fleet_tasks.apply_analysis(wave, results, self.log)
         progress_store.save(progress, index)
+
+    def _analysis_not_measured(self, context: Context, wave: fleet.WaveRecord, why: str) -> None:
+        """The wave's analysis could not be measured at all (its trigger reported an error, or it could not run
+        on the worker): with a retry left, fail to retry (the retry analyses the wave again); on the last try
+        every deployment it was to judge is inconclusive, a failed deployment (rolled back with
+        ``rollback_on_failure``, counted against the budget)."""
+        waiting = len(fleet_tasks.awaiting_analysis(wave))
+        if not no_retry_left(context, self.retries):
+            raise AirflowException(
+                f"the analysis of {wave.name} could not be measured ({why}); its {waiting} deployment(s) serve "
+                "their new revision, not judged (a retry analyses them again)"
+            )
+        self.log.error(
+            "%s: the analysis could not be measured on the task's last try (%s): its %d deployment(s) are "
+            "inconclusive, counted as failed",
+            wave.name,
+            why,
+            waiting,
+        )
+        fleet_tasks.apply_analysis(
+            wave,
+            {},
+            self.log,
+            missing_reason=f"the analysis could not be measured on the task's last try ({why})",
+        )
 
     def _resolved_analysis(self) -> Analysis:
         """The analysis with its ``count`` resolved (``None``: as many rounds as fit in ``bake_seconds``)."""
@@ -597,8 +636,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
         As for :meth:`execute_complete`, everything comes from the event (its ``carry`` names the wave, and holds
         the progress when the task has no store or its last save failed) and ``task_state_store``, never from
-        ``defer()`` kwargs. An ``error`` event (the analysis could not run) fails the try: a retry analyses the
-        wave again, its deployments still serving their new revisions unjudged.
+        ``defer()`` kwargs. An ``error`` event (the analysis could not run) fails the try while a retry is left
+        (the retry analyses the wave again, its deployments still serving their new revisions unjudged); on the
+        last try the wave's deployments are inconclusive, failed, and rolled back as a failed analysis is.
 
         :param context: the task context.
         :param event: the trigger's event.
@@ -629,13 +669,16 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             wave = progress.waves[index]
             try:
                 results = analysis_event_results(event)
+            except AnalysisNotMeasured as err:
+                self._analysis_not_measured(context, wave, str(err))
             except AirflowException as err:
                 waiting = len(fleet_tasks.awaiting_analysis(wave))
                 raise AirflowException(
                     f"the analysis of {wave.name} could not run: {err}; its {waiting} deployment(s) serve their new "
                     "revision, not judged (a retry analyses them again)"
                 ) from None
-            fleet_tasks.apply_analysis(wave, results, self.log)
+            else:
+                fleet_tasks.apply_analysis(wave, results, self.log)
             progress_store.save(progress, index)
             return self._advance(context, progress, progress_store, request_for)
         finally:

@@ -35,11 +35,15 @@ from airflow_provider.patch_rules import (
 )
 from airflow_provider.rollout import bake_verdict
 from airflow_provider.tasks.analysis import (
+    AnalysisNotMeasured,
     analyse_on_worker,
     analysis_event_results,
     analysis_failure_reason,
     check_analysis_sources,
+    check_custom_urls,
     defer_analysis,
+    no_retry_left,
+    not_measured_result,
 )
 from airflow_provider.tasks.base import (
     checked_ids,
@@ -163,8 +167,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ``READY``), so the analysis *is* the bake and there is no separate one; with a ``count`` the bake (if
         any) follows the analysis. Pushes the XCom ``analysis`` (the result) and, once landed, the asset
         event's extra ``analysis`` (verdict, failing check, reason, the latest measurements). Checked when the
-        task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``). Needs
-        ``wait_for_rollout``.
+        task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``), and before the
+        patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
+        a deployment without one). An analysis that could not be measured at all fails the try while a retry is
+        left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
     :param rollback_on_failure: when ``verify``, the analysis or the bake fails, roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
         in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
@@ -268,8 +274,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         ti = context["ti"]
         # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=None)
-        if self.analysis is not None:  # a connection the analysis needs is missing: fail before patching
-            check_analysis_sources(self.hook, self.analysis)
         if self.deployment_name is not None:
             name = checked_name(self.deployment_name)
             request = self.build_request()
@@ -289,6 +293,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
         if earlier is None:
+            if self.analysis is not None:  # an analysis that cannot run or never pass: fail before patching
+                # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
+                check_analysis_sources(self.hook, self.analysis)
+                check_custom_urls(self.analysis, [current])
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
@@ -515,8 +523,30 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     self, analysis, [target], method_name="execute_analysis_complete", carry={"landing": landing}
                 )
             self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
-        results = analyse_on_worker(self, analysis, [target])
+        try:
+            results = analyse_on_worker(self, analysis, [target])
+        except AnalysisNotMeasured as err:
+            return self._analysis_not_measured(context, landing, str(err))
         return self._judge_analysis(context, landing, results)
+
+    def _analysis_not_measured(self, context: Context, landing: dict[str, Any], why: str) -> dict[str, Any]:
+        """The analysis could not be measured at all (its trigger reported an error, or it could not run here):
+        with a retry left, fail to retry (the retry reattaches to the revision and analyses it again); on the
+        last try, the revision is inconclusive, a failed revision: roll back (or fail) saying so."""
+        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
+        if not no_retry_left(context, self.retries):
+            raise AirflowException(
+                f"deployment {deployment_id}: the analysis of revision {revision_id} could not be measured ({why}); "
+                "the revision serves, not judged: a retry reattaches to it and analyses it again"
+            )
+        result = not_measured_result(revision_id or "", why)
+        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
+        return self._roll_back(
+            context,
+            landing,
+            f"the analysis could not be measured on the task's last try, so it is inconclusive (counted as failed): "
+            f"{why}",
+        )
 
     @staticmethod
     def _analysis_target(live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
@@ -539,7 +569,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         (or fail) on a failed or inconclusive verdict. The landing comes from the resume kwargs' ``carry``,
         else from the trigger's event (``dag.test()`` drops the kwargs), else from ``task_state_store``;
         without it the task fails to retry (a retry reattaches and analyses again), never lands. A trigger
-        that could not analyse fails the try the same way."""
+        that could not analyse (an ``error`` event) fails the try the same way while a retry is left; on the
+        last try the revision is inconclusive: rolled back (or failed) saying the analysis could not be
+        measured."""
         try:
             subject = self._analysis_subject(event)
             given = carry.get("landing") if isinstance(carry, dict) else None
@@ -548,7 +580,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 subject,
                 "execute_analysis_complete",
             )
-            return self._judge_analysis(context, landing, analysis_event_results(event))
+            try:
+                results = analysis_event_results(event)
+            except AnalysisNotMeasured as err:
+                return self._analysis_not_measured(context, landing, str(err))
+            return self._judge_analysis(context, landing, results)
         finally:
             self.close_hook()
 

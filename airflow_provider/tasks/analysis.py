@@ -21,28 +21,36 @@ from airflow_provider.analysis import (
     AnalysisTarget,
     run_analysis,
 )
-from airflow_provider.analysis.definitions import VERDICTS, MetricQueryCheck, TracingProjectCheck
-from airflow_provider.analysis.endpoints import prometheus_endpoint, tracing_endpoint
+from airflow_provider.analysis.conditions import template_fields
+from airflow_provider.analysis.definitions import VERDICTS, HttpCheck, MetricQueryCheck, TracingProjectCheck
+from airflow_provider.analysis.endpoints import ConnectionLookupError, prometheus_endpoint, tracing_endpoint
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
+from airflow_provider.triggers.analysis import ANALYSIS_ROUND_ALLOWANCE, DeploymentAnalysisTrigger, analysis_seconds
 
 __all__ = [
     "ANALYSIS_ROUND_ALLOWANCE",
     "AnalysingTask",
+    "AnalysisNotMeasured",
     "analyse_on_worker",
     "analysis_event_results",
     "analysis_failure_reason",
     "analysis_seconds",
     "check_analysis_sources",
+    "check_custom_urls",
     "defer_analysis",
+    "no_retry_left",
+    "not_measured_result",
 ]
 
-ANALYSIS_ROUND_ALLOWANCE = 60.0
-"""Seconds allowed per round beyond its interval for the measurements themselves (the triggerer's
-timeout is a safety net only)."""
+
+class AnalysisNotMeasured(AirflowException):
+    """The analysis could not be measured at all (its trigger reported an error, or it could not run on the
+    worker): no verdict. A task retries (and analyses again) while it has retries left; on its last try it
+    counts the revision inconclusive, a failed revision (see :func:`no_retry_left`)."""
 
 
 class AnalysingTask(Protocol):
@@ -59,14 +67,6 @@ class AnalysingTask(Protocol):
     ) -> NoReturn: ...
 
 
-def analysis_seconds(analysis: Analysis) -> float:
-    """Longest time the analysis is expected to take (its rounds plus an allowance per round).
-
-    :param analysis: the analysis, ``count`` resolved.
-    """
-    return analysis.initial_delay_seconds + analysis.rounds() * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
-
-
 def analyse_on_worker(
     task: AnalysingTask, analysis: Analysis, targets: Sequence[AnalysisTarget]
 ) -> dict[str, AnalysisResult]:
@@ -76,12 +76,12 @@ def analyse_on_worker(
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
     :return: each target's result by deployment id.
-    :raises AirflowException: when the analysis cannot run (a missing connection, the key refused).
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused).
     """
     try:
         return asyncio.run(run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log))
     except (AnalysisSetupError, DeploymentServiceError) as err:
-        raise AirflowException(f"the analysis could not run: {err}") from None
+        raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
 
 
 def defer_analysis(
@@ -121,14 +121,14 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
     """The results of a :class:`DeploymentAnalysisTrigger` event, checked.
 
     :param event: the event the task resumed with.
-    :raises AirflowException: the trigger reported an error (its message), or the event has another shape
-        (naming what is wrong).
+    :raises AnalysisNotMeasured: the trigger reported an error (its message).
+    :raises AirflowException: the event has another shape (naming what is wrong).
     """
     if not isinstance(event, dict):
         raise AirflowException(f"the analysis trigger sent no event dict, got {type(event).__name__}")
     status = event.get("status")
     if status == "error":
-        raise AirflowException(str(event.get("message") or "the analysis trigger reported an error"))
+        raise AnalysisNotMeasured(str(event.get("message") or "the analysis trigger reported an error"))
     if status != "done":
         raise AirflowException(f"the analysis trigger sent an event with status {status!r}, expected 'done' or 'error'")
     results = event.get("results")
@@ -164,15 +164,50 @@ def analysis_failure_reason(result: AnalysisResult) -> str | None:
     return f"analysis failed: {result['reason']}"
 
 
-def check_analysis_sources(hook: DeploymentServiceHook, analysis: Analysis) -> None:
+def no_retry_left(context: Any, retries: Any) -> bool:
+    """Whether this try is the task's last (Airflow will not retry it): ``ti.try_number > retries``.
+
+    :param context: the task context.
+    :param retries: the task's ``retries``.
+    """
+    try_number = getattr(context["ti"], "try_number", None) or 1
+    try:
+        allowed = int(retries or 0)
+    except (TypeError, ValueError):
+        allowed = 0
+    return int(try_number) > allowed
+
+
+def not_measured_result(revision_id: str, why: str) -> AnalysisResult:
+    """The result of a revision the analysis could not measure at all: inconclusive, no measurement.
+
+    :param revision_id: the revision that was to be judged.
+    :param why: why it could not be measured (the trigger's or the worker's message; never a secret).
+    """
+    return {
+        "verdict": "inconclusive",
+        "failing_check": None,
+        "reason": f"the analysis could not be measured ({why})",
+        "revision_id": revision_id,
+        "measurements": [],
+    }
+
+
+def check_analysis_sources(
+    hook: DeploymentServiceHook, analysis: Analysis, *, unchanged: str = "nothing was patched"
+) -> None:
     """Resolve every connection the analysis measures through (a tracing project's, a Prometheus query's)
     before anything is patched: one that is missing or incomplete fails the task naming the check kind, the
     connection and what to set, instead of a revision going live that the analysis then cannot judge. No
-    request is sent.
+    request is sent. Call it only on a fresh start (no patch or rollback recorded, no saved progress): a
+    retry goes on with what an earlier try started.
 
     :param hook: the task's hook (its connection is the tracing project's by default).
     :param analysis: the analysis.
-    :raises AirflowFailException: naming what is missing (never a secret).
+    :param unchanged: what the message says was left unchanged (true when this is called).
+    :raises AirflowFailException: naming what is missing or incomplete (never a secret): no retry helps.
+    :raises AirflowException: a connection could not be looked up (a secrets backend or the API server
+        failing): a retry may find it.
     """
 
     async def resolve() -> None:
@@ -185,5 +220,35 @@ def check_analysis_sources(hook: DeploymentServiceHook, analysis: Analysis) -> N
 
     try:
         asyncio.run(resolve())
+    except ConnectionLookupError as err:
+        raise AirflowException(f"the analysis's sources could not be checked, {unchanged}: {err}") from None
     except AnalysisSetupError as err:
-        raise AirflowFailException(f"the analysis cannot run, nothing was patched: {err}") from None
+        raise AirflowFailException(f"the analysis cannot run, {unchanged}: {err}") from None
+
+
+def check_custom_urls(
+    analysis: Analysis, deployments: Sequence[Deployment], *, unchanged: str = "nothing was patched"
+) -> None:
+    """Refuse an :class:`HttpCheck` whose ``url`` uses ``{custom_url}`` for a deployment that has no
+    ``source_config.custom_url``: every measurement would be inconclusive, and the revision rolled back only
+    after going live. Naming the check and the deployments; no request is sent.
+
+    :param analysis: the analysis.
+    :param deployments: the deployments about to be patched, as read before patching.
+    :param unchanged: what the message says was left unchanged (true when this is called).
+    :raises AirflowFailException: naming each such check and deployment.
+    """
+    without = [deployment for deployment in deployments if not (deployment.source_config.custom_url or "").strip()]
+    if not without:
+        return
+    problems = []
+    for check in analysis.checks:
+        if isinstance(check, HttpCheck) and "custom_url" in template_fields(check.url, HttpCheck.URL_FIELDS, "url"):
+            shown = ", ".join(f"{deployment.name!r} ({deployment.id})" for deployment in without)
+            problems.append(f"HttpCheck {check.label()!r} GETs {check.url!r}, but {shown} has no custom_url")
+    if problems:
+        raise AirflowFailException(
+            f"the analysis can never pass, {unchanged}: {'; '.join(problems)} (source_config.custom_url); give the "
+            "check a url without {custom_url} (e.g. 'https://svc.example.com/health'), or set the deployment's "
+            "custom_url"
+        )

@@ -1215,7 +1215,13 @@ NO_RESULT = "no analysis result came back for it: not judged, so treated as inco
 """The reason of a row the analysis was to judge and that got no result (never landed unjudged)."""
 
 
-def apply_analysis(wave: WaveRecord, results: Mapping[str, Mapping[str, Any]], log: logging.Logger | Any) -> None:
+def apply_analysis(
+    wave: WaveRecord,
+    results: Mapping[str, Mapping[str, Any]],
+    log: logging.Logger | Any,
+    *,
+    missing_reason: str = NO_RESULT,
+) -> None:
     """Record the analysis of the wave: each row of :func:`awaiting_analysis` keeps its result (its latest
     :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive`` verdict
     fails the row, which is then rolled back as a failed ``verify`` is (``rollback_on_failure``) and counts
@@ -1225,6 +1231,7 @@ def apply_analysis(wave: WaveRecord, results: Mapping[str, Mapping[str, Any]], l
     :param wave: the wave (its rows are updated in place).
     :param results: ``{deployment_id: AnalysisResult}``.
     :param log: the task's logger.
+    :param missing_reason: the reason recorded for a row the results leave out.
     """
     for row in awaiting_analysis(wave):
         now = time.time()
@@ -1233,7 +1240,7 @@ def apply_analysis(wave: WaveRecord, results: Mapping[str, Mapping[str, Any]], l
             result = {
                 "verdict": "inconclusive",
                 "failing_check": None,
-                "reason": NO_RESULT,
+                "reason": missing_reason,
                 "revision_id": row.to_revision,
                 "measurements": [],
             }

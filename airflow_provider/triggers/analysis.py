@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,10 +15,23 @@ from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.triggers import serialized_classpath
 
-__all__ = ["ANALYSIS_EVENT_STATUSES", "DeploymentAnalysisTrigger"]
+__all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]
 
 ANALYSIS_EVENT_STATUSES = ("done", "error")
 """The ``status`` values of a :class:`DeploymentAnalysisTrigger` event."""
+
+ANALYSIS_ROUND_ALLOWANCE = 60.0
+"""Seconds allowed per round beyond its interval for the measurements themselves."""
+
+
+def analysis_seconds(analysis: Analysis) -> float:
+    """Longest time the analysis is expected to take (its rounds plus an allowance per round): the trigger
+    then reports an ``error`` event (the analysis could not be measured); the task's deferral timeout, a
+    little longer, is a safety net only.
+
+    :param analysis: the analysis, ``count`` resolved.
+    """
+    return analysis.initial_delay_seconds + analysis.rounds() * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
 
 
 class DeploymentAnalysisTrigger(BaseTrigger):
@@ -25,7 +39,8 @@ class DeploymentAnalysisTrigger(BaseTrigger):
 
     Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
     carry}``, or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad
-    arguments, a missing or incomplete connection, the service refusing the key). The sources' requests are
+    arguments, a missing or incomplete connection, the service refusing the key, the rounds not done within
+    :func:`analysis_seconds`, so that the task decides, not Airflow's deferral timeout). The sources' requests are
     shared across the targets (one vector query per round, one stats request per deployment, the tracing
     project ids looked up once). A trigger resumed on another triggerer starts its rounds again.
 
@@ -78,8 +93,16 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         except ValueError as err:
             yield self._event({"status": "error", "message": f"invalid trigger arguments: {err}"})
             return
+        limit = analysis_seconds(analysis)
         try:
-            results = await run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log)
+            results = await asyncio.wait_for(
+                run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log), timeout=limit
+            )
+        except asyncio.TimeoutError:
+            message = f"the analysis did not finish within {limit:g} s (its rounds and their allowance)"
+            self.log.error("%s", message)
+            yield self._event({"status": "error", "message": message})
+            return
         except (AnalysisSetupError, DeploymentServiceError, ValueError) as err:
             message = f"the analysis could not run: {err}"
             self.log.error("%s", message)

@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.analysis import Analysis, CallableCheck, HttpCheck, TracingProjectCheck
 from airflow_provider.operators.deployment_service import DeploymentAnalysisOperator
 from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from tests.analysis.conftest import CONN_ENV
 from tests.conftest import connection_json
-from tests.tasks.conftest import FakeTI, make_context, run_deferred
+from tests.tasks.conftest import FakeTI, make_context, run_deferred, run_trigger
 
 
 @pytest.fixture
@@ -139,3 +139,36 @@ def test_unknown_or_idle_deployments_fail_before_any_measurement(emulator: Any) 
         DeploymentAnalysisOperator(task_id="gate", analysis=analysis, deployment_names=first["name"]).execute(
             make_context()
         )
+
+
+@pytest.mark.parametrize("merged", [True, False], ids=["kwargs merged (triggerer)", "kwargs dropped (dag.test)"])
+def test_a_deployment_without_a_result_in_the_event_is_inconclusive_never_passed(emulator: Any, merged: bool) -> None:
+    first, second = _deployments(emulator, 2)
+    for deployment in (first, second):
+        emulator.admin.set_behaviour(deployment["id"], error_rate=0.0)
+    analysis = Analysis(checks=[HttpCheck()], count=1, interval_seconds=0.05)
+
+    def make() -> DeploymentAnalysisOperator:
+        return DeploymentAnalysisOperator(
+            task_id="gate", analysis=analysis, deployment_ids=[first["id"], second["id"]], deferrable=True
+        )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        make().execute(make_context())
+    _path, kwargs = deferred.value.trigger.serialize()
+    event = run_trigger(DeploymentAnalysisTrigger(**json.loads(json.dumps(kwargs))))
+    assert set(event["results"]) == {first["id"], second["id"]}
+    del event["results"][second["id"]]  # an event that judged only one of the two (a lost or partial result)
+    ti = FakeTI()
+
+    with pytest.raises(AirflowFailException) as failed:
+        make().execute_complete(make_context(ti), event, **(dict(deferred.value.kwargs or {}) if merged else {}))
+
+    message = str(failed.value)
+    assert "did not pass for 1 of 2 deployment(s)" in message
+    assert f"{second['name']!r} (None): analysis inconclusive (treated as failed): no analysis result" in message
+    assert first["name"] not in message
+    shown = ti.xcoms["analysis"]
+    assert shown[first["name"]]["verdict"] == "passed"
+    assert shown[second["name"]]["verdict"] == "inconclusive"
+    assert shown[second["name"]]["revision_id"] == second["active_revision_id"]
