@@ -55,7 +55,7 @@ TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 class _CheckBase(BaseModel):
     """What every check has: a name for logs and XCom, and a kind for JSON."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str | None = None
 
@@ -152,7 +152,9 @@ class HttpCheck(_CheckBase):
     :param name: the check's name in logs and XCom; default ``"http <url>"``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)  # a URL may hold userinfo
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", hide_input_in_errors=True, defer_build=True
+    )  # a URL may hold userinfo
 
     kind: Literal["http"] = "http"
     url: str = "{custom_url}/health"
@@ -284,7 +286,7 @@ class CallableCheck(_CheckBase):
     :param name: the check's name in logs and XCom; default the callable's name.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     kind: Literal["callable"] = "callable"
     func: Callable[[Deployment], bool | float | None]
@@ -329,7 +331,7 @@ class Analysis(BaseModel):
     :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     checks: list[Check] = Field(min_length=1)
     interval_seconds: float = Field(default=60.0, gt=0)
@@ -423,7 +425,7 @@ class AnalysisTarget(BaseModel):
     :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     deployment_id: UuidStr
     name: str = Field(min_length=1)
@@ -468,3 +470,17 @@ class AnalysisResult(TypedDict):
     reason: str
     revision_id: str
     measurements: list[Measurement]
+
+
+ANALYSIS_ROUND_ALLOWANCE = 60.0
+"""Seconds allowed per round beyond its interval for the measurements themselves."""
+
+
+def analysis_seconds(analysis: Analysis) -> float:
+    """Longest time the analysis is expected to take (its rounds plus an allowance per round): the trigger
+    then reports an ``error`` event (the analysis could not be measured); the task's deferral timeout, a
+    little longer, is a safety net only.
+
+    :param analysis: the analysis, ``count`` resolved.
+    """
+    return analysis.initial_delay_seconds + analysis.rounds() * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)

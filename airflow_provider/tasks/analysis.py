@@ -14,22 +14,20 @@ from typing import Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider.analysis import (
-    Analysis,
-    AnalysisResult,
-    AnalysisSetupError,
-    AnalysisTarget,
-    run_analysis,
-)
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.conditions import template_fields
-from airflow_provider.analysis.definitions import VERDICTS, HttpCheck, MetricQueryCheck, TracingProjectCheck
-from airflow_provider.analysis.endpoints import ConnectionLookupError, prometheus_endpoint, tracing_endpoint
-from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.analysis.definitions import (
+    ANALYSIS_ROUND_ALLOWANCE,
+    VERDICTS,
+    HttpCheck,
+    MetricQueryCheck,
+    TracingProjectCheck,
+    analysis_seconds,
+)
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.triggers.analysis import ANALYSIS_ROUND_ALLOWANCE, DeploymentAnalysisTrigger, analysis_seconds
 
 __all__ = [
     "ANALYSIS_ROUND_ALLOWANCE",
@@ -78,6 +76,9 @@ def analyse_on_worker(
     :return: each target's result by deployment id.
     :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused).
     """
+    from airflow_provider.analysis.endpoints import AnalysisSetupError  # the measuring side: on first use
+    from airflow_provider.analysis.run import run_analysis
+
     try:
         return asyncio.run(run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log))
     except (AnalysisSetupError, DeploymentServiceError) as err:
@@ -103,6 +104,8 @@ def defer_analysis(
     :param method_name: the task method to resume in.
     :param carry: plain JSON (never a secret) echoed in the event and also given as ``kwargs``.
     """
+    from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
+
     trigger = DeploymentAnalysisTrigger(
         analysis=analysis.to_json(),
         targets=[target.model_dump(mode="json") for target in targets],
@@ -209,6 +212,13 @@ def check_analysis_sources(
     :raises AirflowException: a connection could not be looked up (a secrets backend or the API server
         failing): a retry may find it.
     """
+    from airflow_provider.analysis.endpoints import (  # the measuring side: on first use
+        AnalysisSetupError,
+        ConnectionLookupError,
+        prometheus_endpoint,
+        tracing_endpoint,
+    )
+    from airflow_provider.analysis.scrubbing import Scrubber
 
     async def resolve() -> None:
         scrubber = Scrubber()

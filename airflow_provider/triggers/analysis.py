@@ -11,6 +11,7 @@ import pydantic
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider.analysis import Analysis, AnalysisSetupError, AnalysisTarget, run_analysis
+from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
 from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.triggers import serialized_classpath
@@ -19,19 +20,6 @@ __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAna
 
 ANALYSIS_EVENT_STATUSES = ("done", "error")
 """The ``status`` values of a :class:`DeploymentAnalysisTrigger` event."""
-
-ANALYSIS_ROUND_ALLOWANCE = 60.0
-"""Seconds allowed per round beyond its interval for the measurements themselves."""
-
-
-def analysis_seconds(analysis: Analysis) -> float:
-    """Longest time the analysis is expected to take (its rounds plus an allowance per round): the trigger
-    then reports an ``error`` event (the analysis could not be measured); the task's deferral timeout, a
-    little longer, is a safety net only.
-
-    :param analysis: the analysis, ``count`` resolved.
-    """
-    return analysis.initial_delay_seconds + analysis.rounds() * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
 
 
 class DeploymentAnalysisTrigger(BaseTrigger):
