@@ -3,7 +3,8 @@
 :mod:`~airflow_provider.analysis.definitions` holds what an analysis is (pure, validated at construction);
 :mod:`~airflow_provider.analysis.judge` the verdict rules; :mod:`~airflow_provider.analysis.sources` how each
 check kind is measured (async, requests shared across deployments); :mod:`~airflow_provider.analysis.run`
-the rounds (:func:`run_analysis`).
+the rounds (:func:`~airflow_provider.analysis.run.run_analysis`). ``run_analysis`` and ``AnalysisSetupError``
+are imported from the package on first use.
 """
 
 from __future__ import annotations

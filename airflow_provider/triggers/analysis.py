@@ -1,5 +1,5 @@
 """Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): every round of
-:func:`~airflow_provider.analysis.run_analysis` for the deployments of one task, then one event."""
+:func:`~airflow_provider.analysis.run.run_analysis` for the deployments of one task, then one event."""
 
 from __future__ import annotations
 
