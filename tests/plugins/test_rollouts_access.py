@@ -206,3 +206,45 @@ def test_only_readable_connections_of_the_provider_are_offered(
     finally:
         with create_session() as session:
             session.query(Connection).filter(Connection.conn_id.in_(list(names))).delete(synchronize_session=False)
+
+
+@pytest.mark.parametrize("conn_id", ["deployment_service_default\n", "op\n"])
+def test_a_connection_id_with_a_valid_prefix_and_more_is_refused_naming_the_field(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, conn_id: str
+) -> None:
+    answer = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"conn_id": conn_id})
+    assert answer.status_code == 422, answer.text[:300]
+    assert answer.json()["detail"] == (
+        f"conn_id must be a connection id (letters, digits, '_', '.', '-'), got {conn_id!r}"
+    )
+    assert service_requests(fleet_service) == []
+
+
+@pytest.fixture
+def xcom_hidden_manager(auth_manager: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An auth manager that lets everyone read every DAG and its task instances, but nobody read the XComs of
+    :data:`VISIBLE_DAG` (as a role without "XComs" read permission would)."""
+    from airflow.api_fastapi import app as api_app
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    class NoXCom(SimpleAuthManager):
+        def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+            if access_entity is DagAccessEntity.XCOM and details is not None and details.id == VISIBLE_DAG:
+                return False
+            return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+    monkeypatch.setattr(api_app._AuthManagerState, "instance", NoXCom())
+    yield api_app._AuthManagerState.instance
+
+
+def test_the_fleet_tab_needs_read_access_to_the_dags_xcoms(
+    view: Callable[..., TestClient], token: Callable[[str], str], xcom_hidden_manager: Any
+) -> None:
+    client = view(cookie=token("admin"))
+    params = {"dag_id": VISIBLE_DAG, "run_id": "manual__1", "task_id": "roll_out"}
+    answer = client.get("/deployment-service/api/fleet", params=params)
+    assert answer.status_code == 403, answer.text[:300]
+    assert answer.json()["detail"] == f"you may not read DAG '{VISIBLE_DAG}' (XCOM): ask for read access to it"
+    other = client.get("/deployment-service/api/fleet", params={**params, "dag_id": HIDDEN_DAG})
+    assert other.status_code == 404  # XComs of that DAG readable: the refusal above was about them

@@ -4,6 +4,7 @@ revision endpoint. Requests are counted by the emulator."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -107,3 +108,59 @@ def test_without_the_revision_endpoint_the_history_comes_from_the_deployment(
     assert body["revisions_available"] is False
     assert [revision["id"] for revision in body["revisions"]] == [deployment["active_revision_id"]]
     assert body["revisions"][0]["active"] and body["revisions"][0]["status"] is None
+
+
+def test_a_viewer_waiting_for_another_viewers_listing_gets_a_503_after_the_wait_not_a_hung_worker(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(3)
+    server.admin.add_fault("delay", method="GET", path="/v2/deployments", count=1, delay_seconds=3.0)
+    reader = ServiceReader(wait_seconds=0.3)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(view(cookie=token("op"), reader=reader).get, PAGE)
+        deadline = time.monotonic() + 5
+        while not reader._listings.fetching and time.monotonic() < deadline:  # the first viewer's fetch started
+            time.sleep(0.02)
+        time.sleep(0.2)  # and its request reached the (delaying) service
+        started = time.monotonic()
+        waiting = view(cookie=token("admin"), reader=reader).get(PAGE)
+        waited = time.monotonic() - started
+        assert first.result(timeout=10).status_code == 200
+    assert waiting.status_code == 503 and waited < 2.0
+    assert waiting.json()["detail"] == "the deployment listing is taking longer than 0.3 s; retry"
+    assert waiting.headers["Retry-After"] == "1"
+    assert server.admin.count(LIST_ROUTE) == 1  # the waiting viewer did not fetch too
+    again = view(cookie=token("admin"), reader=reader).get(PAGE)  # the first viewer's answer, now shared
+    assert again.status_code == 200 and server.admin.count(LIST_ROUTE) == 1
+
+
+def test_no_per_filter_state_is_left_behind_when_fetches_fail(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    fleet_of(3)
+    reader = ServiceReader()
+    client = view(cookie=token("admin"), reader=reader)
+    for index in range(20):  # each an undefined connection: the hook cannot be made
+        answer = client.get(PAGE, params={"conn_id": f"no_such_connection_{index}", "name_contains": str(index)})
+        assert answer.status_code == 404
+    assert client.get(PAGE, params={"name_contains": "app"}).status_code == 200
+    assert reader._listings.fetching == {} and reader._histories.fetching == {}
+
+
+def test_the_cache_keeps_a_bounded_number_of_answers_and_deployments(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(250)
+    reader = ServiceReader(clock=Clock(), max_entries=3, max_cached_deployments=300)
+    client = view(cookie=token("op"), reader=reader)
+    for name in ("app-00", "app-01", "app-02", "app-03"):  # 100, 100, 50, 0 deployments
+        assert client.get(PAGE, params={"name_contains": name}).status_code == 200
+    assert server.admin.count(LIST_ROUTE) == 2 + 2 + 1 + 1
+    assert len(reader._listings.entries) == 3  # the oldest answer dropped: asked again
+    assert client.get(PAGE, params={"name_contains": "app-00"}).status_code == 200
+    assert server.admin.count(LIST_ROUTE) == 8
+    assert client.get(PAGE).status_code == 200  # 250 more: older answers dropped to keep 300 deployments at most
+    assert server.admin.count(LIST_ROUTE) == 11
+    kept = reader._listings.entries.values()
+    assert sum(len(entry.value.deployments) for entry in kept if entry.value) <= 300
+    assert client.get(PAGE).status_code == 200 and server.admin.count(LIST_ROUTE) == 11  # the newest stays

@@ -6,8 +6,9 @@ Airflow does not protect a plugin's endpoints unless they ask for it. Every endp
   from the ``_token`` cookie the browser sends with every same-origin request (the pages run in the UI's
   iframe), or an ``Authorization: Bearer`` header (scripts). No token: 401; a bad one: 403.
 - **read access to the connection** whose deployments are shown (``is_authorized_connection``, ``GET``);
-- **read access to the DAG** whose rollouts are shown: its task instances for the fleet tab
-  (``is_authorized_dag`` with ``TASK_INSTANCE``), and the DAG for every rollout listed next to a
+- **read access to the DAG** whose rollouts are shown: its task instances and its XComs for the fleet tab
+  (``is_authorized_dag`` with ``TASK_INSTANCE`` and ``XCOM``, as Airflow's own XCom endpoints ask: the
+  tab shows the task's result table and analysis), and the DAG for every rollout listed next to a
   deployment (rollouts of DAGs the user cannot read are left out, not shown as hidden).
 """
 
@@ -36,7 +37,7 @@ HTTP_422 = 422
 UserDep = GetUserDep
 """The authenticated Airflow user of a request (Airflow's ``GetUserDep``: 401 without a token)."""
 
-CONN_ID_PATTERN = re.compile(r"^[\w.\-]{1,250}$")
+CONN_ID_PATTERN = re.compile(r"[\w.\-]{1,250}")
 """What a connection id may look like (letters, digits, ``_``, ``.`` and ``-``; Airflow's own rule)."""
 
 
@@ -52,7 +53,7 @@ def check_conn_id(conn_id: str) -> str:
 
     :param conn_id: the ``conn_id`` query parameter.
     """
-    if not CONN_ID_PATTERN.match(conn_id or ""):
+    if not CONN_ID_PATTERN.fullmatch(conn_id or ""):  # match() and $ would let a trailing newline through
         raise HTTPException(
             HTTP_422,
             f"conn_id must be a connection id (letters, digits, '_', '.', '-'), got {conn_id!r}",
@@ -92,7 +93,10 @@ def require_dag(dag_id: str, user: BaseUser, entity: DagAccessEntity = DagAccess
 
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
     if not auth_manager().is_authorized_dag(method="GET", access_entity=entity, details=details, user=user):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"you may not read DAG {dag_id!r}: ask for read access to it")
+        what = "" if entity is DagAccessEntity.TASK_INSTANCE else f" ({entity.value})"
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"you may not read DAG {dag_id!r}{what}: ask for read access to it"
+        )
 
 
 def readable_dag_ids(user: BaseUser) -> set[str]:

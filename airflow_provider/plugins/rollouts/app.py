@@ -25,7 +25,7 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, canonical_uuid
 from airflow_provider.plugins.rollouts import access, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
-from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, list_query
+from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.plugin import airflow_root_path
 
 STATIC = resources.files("airflow_provider.plugins.rollouts") / "static"
@@ -214,6 +214,7 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
 
         index = _map_index(map_index)
         access.require_dag(dag_id, user, DagAccessEntity.TASK_INSTANCE)
+        access.require_dag(dag_id, user, DagAccessEntity.XCOM)  # the result table and analysis come from XCom
         hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
         try:
             if hitl is not None:
@@ -250,13 +251,18 @@ def _page(request: Request, page: str) -> HTMLResponse:
 
 
 def _service(request: Request, conn_id: str, read: Any) -> Any:
-    """Call the service through the app's reader; its failures become 502 (or 404 for a missing connection)."""
+    """Call the service through the app's reader; its failures become 502 (or 404 for a missing connection), and
+    a wait for another request's fetch that runs out becomes 503 (retry)."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         return read(request.app.state.reader)
     except AirflowNotFoundException:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} is not defined") from None
+    except StillFetching as err:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, str(err), headers={"Retry-After": str(round(err.waited) or 1)}
+        ) from None
     except DeploymentServiceError as err:
         raise HTTPException(
             status.HTTP_502_BAD_GATEWAY, f"the service behind connection {conn_id!r} failed: {err}"

@@ -3,7 +3,9 @@
 One page load of N deployments costs the batched list (pages of 100: ``N // 100 + 1`` list requests, the
 last page being the short one that ends the listing). Every answer is kept for :data:`LISTING_TTL_SECONDS`
 and shared by every viewer of the same connection and filters; while one request fetches, the others
-asking for the same thing wait for it instead of fetching too (ten people watching cost what one does).
+asking for the same thing wait for it instead of fetching too (ten people watching cost what one does), at
+most :data:`WAIT_SECONDS` (then :class:`StillFetching`: the view answers 503, retry). At most
+:data:`MAX_ENTRIES` answers holding :data:`MAX_CACHED_DEPLOYMENTS` deployments in all are kept.
 The cache lives in the API server process; each API server worker has its own.
 """
 
@@ -29,6 +31,11 @@ REVISIONS_SHOWN = 50
 """Most revisions of one deployment read (newest first)."""
 MAX_ENTRIES = 256
 """Most answers kept (least recently used dropped first)."""
+MAX_CACHED_DEPLOYMENTS = 20_000
+"""Most deployments (and revisions) kept in all answers together (least recently used answers dropped first;
+the newest answer is always kept)."""
+WAIT_SECONDS = 20.0
+"""Longest a request waits for another request's fetch of the same answer before a 503 asks to retry."""
 LIST_FILTERS = ("name_contains", "tag_value_ids", "status", "deployment_type", "deployment_ids")
 """The list endpoint's filters the view offers."""
 
@@ -69,17 +76,45 @@ class _Entry(Generic[T]):
     value: T | None
     error: DeploymentServiceError | None
     stored: float
+    weight: int = 1
+
+
+@dataclass
+class _Flight(Generic[T]):
+    """One fetch under way: the requests asking for the same key wait for ``done``, then read ``entry``."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    entry: _Entry[T] | None = None
+
+
+class StillFetching(Exception):
+    """Another request's fetch of the same answer took longer than this request may wait.
+
+    :param what: what is being fetched (``deployment listing``, ``revision history``).
+    :param waited: seconds waited.
+    """
+
+    def __init__(self, what: str, waited: float) -> None:
+        super().__init__(f"the {what} is taking longer than {waited:g} s; retry")
+        self.what = what
+        self.waited = waited
 
 
 @dataclass
 class _Cache(Generic[T]):
-    """Answers by key for ``ttl`` seconds; one fetch at a time per key (the others wait for its answer)."""
+    """Answers by key for ``ttl`` seconds; one fetch at a time per key (the others wait for its answer, at most
+    ``wait_seconds``). At most ``max_entries`` answers weighing ``max_weight`` in all are kept (expired ones
+    dropped first, then the least recently used); only fetches under way are tracked per key."""
 
+    what: str
     ttl: float
     max_entries: int
+    max_weight: int
+    wait_seconds: float
     clock: Callable[[], float]
+    weigh: Callable[[T], int]
     entries: OrderedDict[tuple[Any, ...], _Entry[T]] = field(default_factory=OrderedDict)
-    fetching: dict[tuple[Any, ...], threading.Lock] = field(default_factory=dict)
+    fetching: dict[tuple[Any, ...], _Flight[T]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _fresh(self, key: tuple[Any, ...]) -> _Entry[T] | None:
@@ -92,30 +127,48 @@ class _Cache(Generic[T]):
     def get(self, key: tuple[Any, ...], fetch: Callable[[], T]) -> T:
         with self.lock:
             entry = self._fresh(key)
-            key_lock = self.fetching.setdefault(key, threading.Lock()) if entry is None else None
-        if key_lock is not None:
-            with key_lock:
+            flight = self.fetching.get(key) if entry is None else None
+            fetches = entry is None and flight is None
+            if fetches:
+                flight = self.fetching[key] = _Flight()
+        if fetches:
+            assert flight is not None
+            try:
+                entry = self._fetch(fetch)
                 with self.lock:
-                    entry = self._fresh(key)  # another request fetched it while this one waited
-                if entry is None:
-                    entry = self._fetch(fetch)
-                    with self.lock:
-                        self.entries[key] = entry
-                        self.entries.move_to_end(key)
-                        while len(self.entries) > self.max_entries:
-                            self.entries.popitem(last=False)
-                        self.fetching.pop(key, None)
+                    self._store(key, entry)
+            finally:  # whatever happened, the key is no longer being fetched and nobody waits for it in vain
+                flight.entry = entry
+                with self.lock:
+                    self.fetching.pop(key, None)
+                flight.done.set()
+        elif entry is None:
+            assert flight is not None
+            if not flight.done.wait(self.wait_seconds):
+                raise StillFetching(self.what, self.wait_seconds)
+            entry = flight.entry if flight.entry is not None else self._fetch(fetch)  # theirs failed unexpectedly
         assert entry is not None
         if entry.error is not None:
             raise entry.error
         assert entry.value is not None
         return entry.value
 
+    def _store(self, key: tuple[Any, ...], entry: _Entry[T]) -> None:
+        self.entries[key] = entry
+        self.entries.move_to_end(key)
+        now = self.clock()
+        for stale in [other for other, kept in self.entries.items() if now - kept.stored >= self.ttl]:
+            del self.entries[stale]
+        total = sum(kept.weight for kept in self.entries.values())
+        while len(self.entries) > 1 and (len(self.entries) > self.max_entries or total > self.max_weight):
+            total -= self.entries.popitem(last=False)[1].weight
+
     def _fetch(self, fetch: Callable[[], T]) -> _Entry[T]:
         try:
-            return _Entry(fetch(), None, self.clock())
+            value = fetch()
         except DeploymentServiceError as err:  # shared too: a failing service is not asked once per viewer
             return _Entry(None, err, self.clock())
+        return _Entry(value, None, self.clock(), max(1, self.weigh(value)))
 
     def clear(self) -> None:
         with self.lock:
@@ -128,7 +181,11 @@ class ServiceReader:
     :param ttl: seconds an answer is shared (:data:`LISTING_TTL_SECONDS`).
     :param hook_factory: makes the hook of a connection id (tests and benchmarks may pass their own).
     :param clock: monotonic seconds (tests may pass their own).
-    :param max_entries: most answers kept.
+    :param max_entries: most answers kept (of listings, and of histories).
+    :param max_cached_deployments: most deployments kept in all listings together (and revisions in all
+        histories).
+    :param wait_seconds: longest a request waits for another's fetch of the same answer
+        (:class:`StillFetching` then).
     """
 
     def __init__(
@@ -138,10 +195,28 @@ class ServiceReader:
         hook_factory: Callable[[str], DeploymentServiceHook] = DeploymentServiceHook,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = MAX_ENTRIES,
+        max_cached_deployments: int = MAX_CACHED_DEPLOYMENTS,
+        wait_seconds: float = WAIT_SECONDS,
     ) -> None:
         self.hook_factory = hook_factory
-        self._listings: _Cache[DeploymentListing] = _Cache(ttl, max_entries, clock)
-        self._histories: _Cache[RevisionHistory] = _Cache(ttl, max_entries, clock)
+        self._listings: _Cache[DeploymentListing] = _Cache(
+            "deployment listing",
+            ttl,
+            max_entries,
+            max_cached_deployments,
+            wait_seconds,
+            clock,
+            weigh=lambda listing: len(listing.deployments),
+        )
+        self._histories: _Cache[RevisionHistory] = _Cache(
+            "revision history",
+            ttl,
+            max_entries,
+            max_cached_deployments,
+            wait_seconds,
+            clock,
+            weigh=lambda history: len(history.revisions),
+        )
 
     def deployments(self, conn_id: str, query: ListDeploymentsQuery) -> DeploymentListing:
         """Every deployment of connection ``conn_id`` matching ``query``'s filters (its paging is ignored).
@@ -212,11 +287,14 @@ def list_query(filters: Mapping[str, Any]) -> ListDeploymentsQuery:
 __all__ = [
     "LISTING_TTL_SECONDS",
     "LIST_FILTERS",
+    "MAX_CACHED_DEPLOYMENTS",
     "MAX_DEPLOYMENTS",
     "MAX_ENTRIES",
     "REVISIONS_SHOWN",
+    "WAIT_SECONDS",
     "DeploymentListing",
     "RevisionHistory",
     "ServiceReader",
+    "StillFetching",
     "list_query",
 ]
