@@ -15,7 +15,7 @@ from airflow_provider.fleet import WaveTracker
 from airflow_provider.models import canonical_uuid
 from airflow_provider.rollout import RevisionCheckSchedule
 from airflow_provider.triggers import serialized_classpath
-from airflow_provider.triggers.poller import _BatchPoller, _Subscription
+from airflow_provider.triggers.poller import _BatchPoller, _Subscription, next_update
 
 __all__ = [
     "FleetWaveTrigger",
@@ -159,7 +159,7 @@ class FleetWaveTrigger(BaseTrigger):
             if self.deadline is not None and not final_requested:
                 timeout = max(0.0, self.deadline - time.time())
             try:
-                first = await asyncio.wait_for(subscriptions[waiting[0]].queue.get(), timeout)
+                first = await next_update(subscriptions[waiting[0]].queue, timeout)
             except asyncio.TimeoutError:
                 for deployment_id in waiting:
                     poller.request_final_check(subscriptions[deployment_id])

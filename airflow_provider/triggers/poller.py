@@ -51,7 +51,7 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -182,6 +182,34 @@ class _Watch:
 _REGISTRY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, float], _BatchPoller]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+_Item = TypeVar("_Item")
+
+
+async def next_update(queue: asyncio.Queue[_Item], timeout: float | None) -> _Item:
+    """The next update of a subscription's ``queue``, waiting at most ``timeout`` seconds (``None``: as long
+    as it takes); :class:`asyncio.TimeoutError` after that.
+
+    Not ``asyncio.wait_for``: on Python < 3.12 it swallows a cancellation that arrives as the item does
+    (it returns the item instead), and a trigger the triggerer cancelled would go on running, polling
+    and firing. Here a cancellation always ends the wait (the item, if one was taken, goes with the
+    subscription being torn down).
+
+    :param queue: the subscription's queue.
+    :param timeout: seconds to wait at most, or ``None``.
+    """
+    if timeout is None:
+        return await queue.get()  # a plain await: a cancellation is never lost
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        done, _ = await asyncio.wait({getter}, timeout=timeout)
+    finally:
+        if not getter.done():
+            getter.cancel()  # Queue.get is cancellation-safe: no item is taken from the queue
+    if getter in done:
+        return getter.result()
+    raise asyncio.TimeoutError
 
 
 def active_pollers() -> list[_BatchPoller]:

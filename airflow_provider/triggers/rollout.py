@@ -17,7 +17,7 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid
 from airflow_provider.rollout import EVENT_STATUSES, RevisionCheckSchedule, RolloutState, bake_verdict, rollout_verdict
 from airflow_provider.triggers import serialized_classpath
-from airflow_provider.triggers.poller import _BatchPoller, _Subscription
+from airflow_provider.triggers.poller import _BatchPoller, _Subscription, next_update
 
 __all__ = [
     "EVENT_STATUSES",
@@ -151,7 +151,7 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
             if self.deadline is not None and not final_requested:
                 timeout = max(0.0, self.deadline - time.time())
             try:
-                update = await asyncio.wait_for(subscription.queue.get(), timeout)
+                update = await next_update(subscription.queue, timeout)
             except asyncio.TimeoutError:
                 poller.request_final_check(subscription)
                 final_requested = True

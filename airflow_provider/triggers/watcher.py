@@ -26,7 +26,7 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.rollout import RevisionCheckSchedule
 from airflow_provider.triggers import serialized_classpath
-from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate
+from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate, next_update
 
 __all__ = [
     "CURSOR_COMMIT_DELAY",
@@ -335,7 +335,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
                 if pending and last_event_at is not None:
                     timeout = max(0.0, CURSOR_COMMIT_DELAY - (time.monotonic() - last_event_at))
                 try:
-                    update = await asyncio.wait_for(watch.queue.get(), timeout)
+                    update = await next_update(watch.queue, timeout)
                 except asyncio.TimeoutError:
                     pending = await self._commit(pending)
                     continue

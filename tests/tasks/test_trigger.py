@@ -432,3 +432,33 @@ async def test_a_missing_connection_ends_the_wait_with_an_error(emulator: Any) -
     dep = deployment_named(emulator, "checkout-api-dev")
     event = await outcome(trigger(dep["id"], None, hook_params={"deployment_service_conn_id": "no_such_conn"}))
     assert event["status"] == "error" and "no_such_conn" in event["message"]
+
+
+# ------------------------------------------------------------------------------ cancellation
+async def test_a_cancellation_that_arrives_with_an_update_always_ends_the_wait() -> None:
+    """``asyncio.wait_for`` on Python < 3.12 returns the item instead of raising when the triggerer's
+    cancellation arrives as an update does, and the cancelled trigger went on polling (a watcher test hung
+    on it). Every interleaving of the two must end the wait."""
+    from airflow_provider.triggers.poller import next_update
+
+    for steps in range(5):  # how far the update got before the cancellation: each interleaving
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        task = asyncio.create_task(next_update(queue, 5.0))
+        await asyncio.sleep(0)
+        queue.put_nowait(steps)
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if task.cancel():  # False: the wait had already returned the update, nothing to cancel
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
+async def test_the_wait_for_an_update_times_out_and_leaves_the_queue_intact() -> None:
+    from airflow_provider.triggers.poller import next_update
+
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    with pytest.raises(asyncio.TimeoutError):
+        await next_update(queue, 0.01)
+    queue.put_nowait("later")
+    assert await next_update(queue, 1.0) == "later"
+    assert queue.empty()
