@@ -8,9 +8,10 @@ fleet operators, :class:`~airflow_provider.operators.analysis.DeploymentAnalysis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -29,10 +30,14 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 
+if TYPE_CHECKING:
+    from airflow_provider.analysis.run import RoundVerdicts
+
 __all__ = [
     "ANALYSIS_ROUND_ALLOWANCE",
     "AnalysingTask",
     "AnalysisNotMeasured",
+    "analyse_in_steps_on_worker",
     "analyse_on_worker",
     "analysis_event_results",
     "analysis_failure_reason",
@@ -85,6 +90,58 @@ def analyse_on_worker(
         raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
 
 
+def analyse_in_steps_on_worker(
+    task: AnalysingTask,
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    on_verdicts: Callable[[RoundVerdicts], bool],
+) -> None:
+    """Run the analysis here, on the worker, handing the verdicts to ``on_verdicts`` as they are reached (a
+    :class:`~airflow_provider.analysis.run.RoundVerdicts` after each round that judged some targets, and one
+    at the end): on this thread, between two rounds, so it may act on them at once (send requests); it
+    returns whether the analysis of the others goes on. The requests stay shared by the whole analysis (one
+    set of sources, the tracing projects looked up once).
+
+    Bounded as in the triggerer: the rounds must be done within :func:`analysis_seconds` of the start.
+
+    :param task: the task (its hook's settings and its logger are used).
+    :param analysis: the analysis, ``count`` resolved.
+    :param targets: the revisions to judge.
+    :param on_verdicts: given each step; ``False`` stops the analysis there.
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused) or did
+        not finish within its time (the verdicts handed over so far stand).
+    """
+    from airflow_provider.analysis.endpoints import AnalysisSetupError  # the measuring side: on first use
+    from airflow_provider.analysis.run import analyse
+
+    budget = analysis_seconds(analysis)
+    deadline = time.monotonic() + budget
+    loop = asyncio.new_event_loop()
+    steps = analyse(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
+    try:
+        while True:
+            try:
+                verdicts = loop.run_until_complete(
+                    asyncio.wait_for(anext(steps), max(0.0, deadline - time.monotonic()))
+                )
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise AnalysisNotMeasured(
+                    f"the analysis did not finish within {budget:g} s of its start (its rounds and their allowance)"
+                ) from None
+            except (AnalysisSetupError, DeploymentServiceError) as err:
+                raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
+            if not on_verdicts(verdicts) or verdicts.over:
+                return
+    finally:
+        try:
+            loop.run_until_complete(steps.aclose())  # closes the sources' clients
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
 def defer_analysis(
     task: AnalysingTask,
     analysis: Analysis,
@@ -92,6 +149,8 @@ def defer_analysis(
     *,
     method_name: str,
     carry: dict[str, Any],
+    partial: bool = False,
+    state: dict[str, Any] | None = None,
 ) -> NoReturn:
     """Hand the analysis to a :class:`DeploymentAnalysisTrigger` (raises ``TaskDeferred``).
 
@@ -103,6 +162,8 @@ def defer_analysis(
     :param targets: the revisions to judge.
     :param method_name: the task method to resume in.
     :param carry: plain JSON (never a secret) echoed in the event and also given as ``kwargs``.
+    :param partial: resume as soon as some targets are judged (a ``partial`` event), not once all are.
+    :param state: a ``partial`` event's ``state``: go on with the analysis of ``targets`` where it stopped.
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 
@@ -111,6 +172,8 @@ def defer_analysis(
         targets=[target.model_dump(mode="json") for target in targets],
         hook_params=task.hook.hook_params,
         carry=carry,
+        partial=partial,
+        state=state,
     )
     task.defer(
         trigger=trigger,
@@ -121,7 +184,8 @@ def defer_analysis(
 
 
 def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
-    """The results of a :class:`DeploymentAnalysisTrigger` event, checked.
+    """The results of a :class:`DeploymentAnalysisTrigger` event, checked (of a ``partial`` event: the targets
+    judged so far).
 
     :param event: the event the task resumed with.
     :raises AnalysisNotMeasured: the trigger reported an error (its message).
@@ -132,8 +196,10 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
     status = event.get("status")
     if status == "error":
         raise AnalysisNotMeasured(str(event.get("message") or "the analysis trigger reported an error"))
-    if status != "done":
-        raise AirflowException(f"the analysis trigger sent an event with status {status!r}, expected 'done' or 'error'")
+    if status not in ("done", "partial"):
+        raise AirflowException(
+            f"the analysis trigger sent an event with status {status!r}, expected 'done', 'partial' or 'error'"
+        )
     results = event.get("results")
     if not isinstance(results, dict):
         raise AirflowException("the analysis trigger's event has no 'results' object")
