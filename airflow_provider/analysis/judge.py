@@ -73,7 +73,7 @@ class Judgement:
         :param analysis: the analysis (``count`` resolved).
         :param revision_id: the revision judged.
         :param check_labels: the name of every check, in order.
-        :param measurements: its measurements so far (:attr:`AnalysisState.measurements`).
+        :param measurements: its measurements so far (the ``measurements`` of an :class:`AnalysisState`).
         :raises ValueError: a measurement of a check the analysis does not have, or out of round order.
         """
         judgement = cls(analysis, revision_id, check_labels)
@@ -229,7 +229,7 @@ class AnalysisState:
 
     :param started_at: wall-clock time (Unix seconds) the analysis started: round ``k`` is due
         ``initial_delay_seconds + k * interval_seconds`` after it (plus ``delay``), and its time budget
-        (:func:`~airflow_provider.analysis.definitions.analysis_seconds`) counts from it.
+        (``analysis_seconds(analysis)``) counts from it.
     :param rounds: the rounds measured so far.
     :param delay: seconds the later rounds were moved when the analysis went on after its next round was due
         (they keep their spacing instead of being measured back to back).
