@@ -384,9 +384,8 @@ class WaveAnalysis:
         reason = self.stop_reason()
         if reason is None:
             return bool(waiting)
+        stopped = f"{NOT_JUDGED} after {rounds} of {self.analysis.rounds()} round(s) when its wave stopped the rollout"
         for row in waiting:
-            count = self.analysis.rounds()
-            stopped = f"{NOT_JUDGED} after {rounds} of {count} round(s) when its wave stopped the rollout"
             row.message += f"; {stopped if rounds else NOT_ANALYSED}"
             self.task.log.warning("%s: %s: %s", self.wave.name, row.name, row.message)
         if waiting:
