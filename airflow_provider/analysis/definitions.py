@@ -225,7 +225,8 @@ class MetricQueryCheck(_CheckBase):
     :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
     :param connection_id: the Airflow connection of the Prometheus-compatible API: host (with scheme),
         port and schema (a path prefix) make the base URL; login/password are basic auth; extra
-        ``{"headers": {...}}`` or ``{"bearer_token": "..."}``.
+        ``{"headers": {...}}`` or ``{"bearer_token": "..."}`` (none of them is sent over plain http to
+        another host unless the extra ``allow_insecure_http`` is true); extra ``timeout`` bounds each answer.
     :param deployment_label: the label of a vector sample naming the deployment; its value is matched
         against the deployment's name and id.
     :param name: the check's name in logs and XCom; default ``"metric <query>"``.
