@@ -26,6 +26,7 @@ __all__ = [
     "AnalysisSetupError",
     "ConnectionLookupError",
     "SourceEndpoint",
+    "http_url_problem",
     "prometheus_endpoint",
     "refuse_plain_http_credentials",
     "resolve_connection",
@@ -136,6 +137,27 @@ def connection_base_url(conn: Connection, extra: dict[str, Any], what: str) -> s
     if schema and not path:
         path = schema
     return urlunsplit((parts.scheme, netloc, f"/{path}" if path else "", "", "")).rstrip("/")
+
+
+def http_url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being GET as it stands (``"is not an http(s) URL (scheme 'ftp')"``), or ``None``
+    when it is an http(s) URL httpx can send a request to.
+
+    :param url: the URL (e.g. a deployment's ``custom_url``).
+    """
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "is not a valid URL (it holds whitespace or control characters)"
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as err:
+        return f"is not a valid URL ({without_userinfo(str(err))})"
+    if not parsed.scheme:
+        return "is not an http(s) URL (no scheme)"
+    if parsed.scheme not in ("http", "https"):
+        return f"is not an http(s) URL (scheme {parsed.scheme!r})"
+    if not parsed.host:
+        return "is not an http(s) URL (no host)"
+    return None
 
 
 def refuse_plain_http_credentials(

@@ -140,7 +140,7 @@ def test_tracing_with_a_separate_connection_and_a_project_template(
     check = TracingProjectCheck(metric="latency_p99", condition="< 1", connection_id="tracing", project="{name}-traces")
     result = _run(Analysis(checks=[check], count=1, interval_seconds=0.01), [target])[target.deployment_id]
     assert result["verdict"] == "passed", result
-    assert result["measurements"][0]["detail"] == "latency_p99 0.400 over 50 runs since " + target.live_since.strftime(
+    assert result["measurements"][0]["detail"] == "latency_p99 0.4s over 50 runs since " + target.live_since.strftime(
         "%H:%M:%S"
     )
     assert fake_sources.seen("GET", "/tracing/sessions")[0]["headers"]["x-api-key"] == TRACING_KEY
