@@ -355,9 +355,11 @@ class Analysis(BaseModel):
     """Measure checks every ``interval_seconds`` for ``count`` rounds and judge the revision by them.
 
     One measurement per check per round. A check whose failed measurements reach ``failure_limit`` fails
-    the revision at once; a check inconclusive more than ``inconclusive_limit`` times makes the analysis
-    inconclusive at once; after ``count`` rounds the analysis passed when every check passed at least once,
-    else it is inconclusive. A task treats inconclusive like failed. Round ``k`` is measured
+    the revision at once: ``failure_limit=1`` fails on the first failed measurement, where Argo Rollouts'
+    ``failureLimit: 1`` tolerates one (ours is Argo's plus one); a check inconclusive more than
+    ``inconclusive_limit`` times makes the analysis inconclusive at once (as Argo's ``inconclusiveLimit``);
+    after ``count`` rounds the analysis passed when every check passed at least once, else it is
+    inconclusive. A task treats inconclusive like failed. Round ``k`` is measured
     ``initial_delay_seconds + k * interval_seconds`` after the analysis starts (each round sees an
     interval of traffic).
 
@@ -365,7 +367,8 @@ class Analysis(BaseModel):
         :class:`MetricQueryCheck`, :class:`CallableCheck` (their names must differ).
     :param interval_seconds: seconds between rounds (> 0).
     :param count: number of rounds (>= 1); ``None``: as many as fit in the task's bake window.
-    :param failure_limit: failed measurements of one check that fail the revision (1..count).
+    :param failure_limit: failed measurements of one check that fail the revision (1..count): ``1`` fails on
+        the first one (Argo's ``failureLimit: 0``), ``2`` tolerates one (Argo's ``failureLimit: 1``).
     :param inconclusive_limit: inconclusive measurements of one check tolerated (>= 0).
     :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
     """

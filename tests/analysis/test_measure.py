@@ -68,8 +68,11 @@ def test_tracing_judges_each_deployment_and_looks_each_project_up_once(
     assert [m["value"] for m in results[good.deployment_id]["measurements"]] == [0.01, 0.01, 0.01]
     failed = results[bad.deployment_id]
     assert (failed["verdict"], failed["failing_check"]) == ("failed", "tracing error_rate")
-    assert failed["reason"].startswith("check 'tracing error_rate' failed 1 of 1 allowed: 0.200, needs < 0.05 (")
-    assert "error_rate 0.200 over 140 runs since" in failed["reason"]
+    assert failed["reason"].startswith(
+        "check 'tracing error_rate' failed: 1 failed measurement reached the limit of 1: error_rate 0.200 over 140 "
+        "runs since "
+    )
+    assert failed["reason"].endswith(", needs < 0.05")
     assert len(failed["measurements"]) == 1  # stopped after the failing round
     quiet_result = results[quiet.deployment_id]
     assert (quiet_result["verdict"], quiet_result["failing_check"]) == ("inconclusive", "tracing error_rate")
@@ -198,7 +201,9 @@ def test_a_vector_query_is_sent_once_per_round_for_every_deployment(
 
     assert results[first.deployment_id]["verdict"] == "passed"
     assert results[second.deployment_id]["verdict"] == "failed"
-    assert results[second.deployment_id]["reason"].startswith(f"check {check.label()!r} failed 1 of 1 allowed: 0.300")
+    assert results[second.deployment_id]["reason"].startswith(
+        f"check {check.label()!r} failed: 1 failed measurement reached the limit of 1: value 0.300"
+    )
     assert results[third.deployment_id]["verdict"] == "inconclusive"
     assert "none with name=" in results[third.deployment_id]["measurements"][0]["detail"]
     queries = fake_sources.seen("GET", "/prometheus/api/v1/query")
