@@ -133,7 +133,7 @@ class TracingProjectCheck(_CheckBase):
 
     kind: Literal["tracing_project"] = "tracing_project"
     metric: TracingMetric = "error_rate"
-    condition: str = "< 0.05"
+    condition: str = Field(default="< 0.05", validate_default=True)
     min_run_count: int = Field(default=20, ge=0)
     project: str = "{name}"
     connection_id: str | None = None

@@ -73,6 +73,11 @@ def test_a_latency_condition_takes_a_unit_and_shows_it(condition: str, stored: s
     assert Analysis.from_json(Analysis(checks=[check], count=1).to_json()).checks[0] == check
 
 
+def test_the_default_condition_of_a_latency_check_shows_its_unit() -> None:
+    assert TracingProjectCheck(metric="latency_p50").condition == "< 0.05s"
+    assert TracingProjectCheck().condition == "< 0.05"
+
+
 @pytest.mark.parametrize(
     "condition, words", [("< 2min", "unit 'min'"), ("< 5h", "unit 'h'"), ("< fast", "not a number")]
 )
