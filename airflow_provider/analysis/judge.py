@@ -1,10 +1,12 @@
-"""The verdict rules (pure): per check, like Argo Rollouts' per-metric limits.
+"""The verdict rules (pure): limits per check, as Argo Rollouts has per metric, but counted differently.
 
-One measurement per check per round. A check fails the revision when its failed measurements reach the
-analysis's ``failure_limit``; the analysis is inconclusive as soon as a check is inconclusive more than
-``inconclusive_limit`` times; after ``count`` rounds it passed when every check passed at least once, else
-it is inconclusive. A deployment found no longer serving its revision fails with the check
-:data:`STILL_SERVING`.
+One measurement per check per round. A check fails the revision when its failed measurements **reach** the
+analysis's ``failure_limit``: ``failure_limit=1`` fails on the first failed measurement (Argo's
+``failureLimit: 1`` tolerates one and fails on the second; our ``failure_limit=N`` is Argo's
+``failureLimit: N-1``). The analysis is inconclusive as soon as a check is inconclusive **more than**
+``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds it passed when every
+check passed at least once, else it is inconclusive. A deployment found no longer serving its revision fails
+with the check :data:`STILL_SERVING`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ STILL_SERVING = "still_serving"
 """The failing check of a deployment whose revision stopped serving during the analysis."""
 
 
-def _value_text(measurement: Measurement) -> str:
-    value = measurement["value"]
-    return "no value" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+def _measurements(count: int, kind: str) -> str:
+    return f"{count} {kind} measurement{'' if count == 1 else 's'}"
 
 
 @dataclass
@@ -96,9 +97,9 @@ class Judgement:
                 self._decide(
                     "failed",
                     measurement["check"],
-                    f"check {measurement['check']!r} failed {tally.failed} of {self.analysis.failure_limit} "
-                    f"allowed: {_value_text(measurement)}, needs {measurement['condition']} "
-                    f"({measurement['detail']})",
+                    f"check {measurement['check']!r} failed: {_measurements(tally.failed, 'failed')} reached "
+                    f"the limit of {self.analysis.failure_limit}: {measurement['detail']}, "
+                    f"needs {measurement['condition']}",
                 )
         else:
             tally.inconclusive += 1
@@ -106,8 +107,9 @@ class Judgement:
                 self._decide(
                     "inconclusive",
                     measurement["check"],
-                    f"check {measurement['check']!r} could not be measured {tally.inconclusive} times, more than "
-                    f"the {self.analysis.inconclusive_limit} allowed: {measurement['detail']}",
+                    f"check {measurement['check']!r} could not be measured: "
+                    f"{_measurements(tally.inconclusive, 'inconclusive')} exceeded the limit of "
+                    f"{self.analysis.inconclusive_limit}: {measurement['detail']}",
                 )
 
     def stop_serving(self, round_number: int, reason: str) -> None:

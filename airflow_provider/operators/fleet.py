@@ -348,7 +348,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     else "this try patched nothing (an earlier try's patches, if any, stay as they are)"
                 )
                 check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
-                check_custom_urls(self.analysis, targets, unchanged=unchanged)
+                check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
             try:
                 plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
             except ValueError as err:

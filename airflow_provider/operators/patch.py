@@ -296,7 +296,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             if self.analysis is not None:  # an analysis that cannot run or never pass: fail before patching
                 # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
                 check_analysis_sources(self.hook, self.analysis)
-                check_custom_urls(self.analysis, [current])
+                check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)

@@ -8,7 +8,7 @@ fleet operators, :class:`~airflow_provider.operators.analysis.DeploymentAnalysis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn, Protocol
 
@@ -24,9 +24,9 @@ from airflow_provider.analysis.definitions import (
     TracingProjectCheck,
     analysis_seconds,
 )
-from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import Deployment
+from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 
 __all__ = [
@@ -68,21 +68,30 @@ class AnalysingTask(Protocol):
 def analyse_on_worker(
     task: AnalysingTask, analysis: Analysis, targets: Sequence[AnalysisTarget]
 ) -> dict[str, AnalysisResult]:
-    """Run the analysis here, on the worker (poke mode, or an analysis with a :class:`CallableCheck`).
+    """Run the analysis here, on the worker (poke mode, or an analysis with a :class:`CallableCheck`), bounded
+    as in the triggerer: it must end within :func:`analysis_seconds`.
 
     :param task: the task (its hook's settings and its logger are used).
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
     :return: each target's result by deployment id.
-    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused).
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
+        client that cannot be built, anything unexpected outside the measurements) or does not finish in time.
     """
-    from airflow_provider.analysis.endpoints import AnalysisSetupError  # the measuring side: on first use
-    from airflow_provider.analysis.run import run_analysis
+    from airflow_provider.analysis.run import (  # the measuring side: on first use
+        analysis_not_run_reason,
+        analysis_overran_reason,
+        run_analysis,
+    )
 
+    limit = analysis_seconds(analysis)
+    measuring = run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
     try:
-        return asyncio.run(run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log))
-    except (AnalysisSetupError, DeploymentServiceError) as err:
-        raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
+        return asyncio.run(asyncio.wait_for(measuring, timeout=limit))
+    except asyncio.TimeoutError:
+        raise AnalysisNotMeasured(analysis_overran_reason(limit)) from None
+    except Exception as err:
+        raise AnalysisNotMeasured(analysis_not_run_reason(err)) from None
 
 
 def defer_analysis(
@@ -237,28 +246,55 @@ def check_analysis_sources(
 
 
 def check_custom_urls(
-    analysis: Analysis, deployments: Sequence[Deployment], *, unchanged: str = "nothing was patched"
+    analysis: Analysis,
+    deployments: Sequence[Deployment],
+    *,
+    unchanged: str = "nothing was patched",
+    request_for: Callable[[Deployment], PatchDeploymentRequest] | None = None,
 ) -> None:
-    """Refuse an :class:`HttpCheck` whose ``url`` uses ``{custom_url}`` for a deployment that has no
-    ``source_config.custom_url``: every measurement would be inconclusive, and the revision rolled back only
-    after going live. Naming the check and the deployments; no request is sent.
+    """Refuse an :class:`HttpCheck` whose ``url`` uses ``{custom_url}`` for a deployment whose
+    ``source_config.custom_url`` (the one the patch sets, else the one it shows) is missing or is not an http(s)
+    URL: every measurement would be inconclusive, and the revision rolled back only after going live. Names the
+    check, each deployment and what is wrong with its URL; no request is sent.
 
     :param analysis: the analysis.
     :param deployments: the deployments about to be patched, as read before patching.
     :param unchanged: what the message says was left unchanged (true when this is called).
-    :raises AirflowFailException: naming each such check and deployment.
+    :param request_for: the patch each deployment is about to get (a ``custom_url`` it sets is the one checked).
+    :raises AirflowFailException: naming each such check, deployment and URL problem.
     """
-    without = [deployment for deployment in deployments if not (deployment.source_config.custom_url or "").strip()]
-    if not without:
+    from airflow_provider.analysis.endpoints import http_url_problem  # the measuring side: on first use
+
+    checks = [
+        check
+        for check in analysis.checks
+        if isinstance(check, HttpCheck) and "custom_url" in template_fields(check.url, HttpCheck.URL_FIELDS, "url")
+    ]
+    if not checks:
+        return
+    missing, invalid = [], []
+    for deployment in deployments:
+        given = request_for(deployment).source_config if request_for is not None else None
+        set_by_patch = given.custom_url if given is not None else None
+        url = (set_by_patch if set_by_patch is not None else deployment.source_config.custom_url or "").strip()
+        shown = f"{deployment.name!r} ({deployment.id})"
+        problem = http_url_problem(url) if url else None
+        if not url:
+            missing.append(shown)
+        elif problem is not None:
+            after = " after the patch" if set_by_patch is not None else ""
+            invalid.append(f"the custom_url of {shown}{after}, {without_userinfo(url)!r}, {problem}")
+    if not missing and not invalid:
         return
     problems = []
-    for check in analysis.checks:
-        if isinstance(check, HttpCheck) and "custom_url" in template_fields(check.url, HttpCheck.URL_FIELDS, "url"):
-            shown = ", ".join(f"{deployment.name!r} ({deployment.id})" for deployment in without)
-            problems.append(f"HttpCheck {check.label()!r} GETs {check.url!r}, but {shown} has no custom_url")
-    if problems:
-        raise AirflowFailException(
-            f"the analysis can never pass, {unchanged}: {'; '.join(problems)} (source_config.custom_url); give the "
-            "check a url without {custom_url} (e.g. 'https://svc.example.com/health'), or set the deployment's "
-            "custom_url"
-        )
+    for check in checks:
+        if missing:
+            problems.append(
+                f"HttpCheck {check.label()!r} GETs {check.url!r}, but {', '.join(missing)} has no custom_url"
+            )
+        problems.extend(f"HttpCheck {check.label()!r} GETs {check.url!r}, but {what}" for what in invalid)
+    raise AirflowFailException(
+        f"the analysis can never pass, {unchanged}: {'; '.join(problems)} (source_config.custom_url); give the "
+        "check a url without {custom_url} (e.g. 'https://svc.example.com/health'), or set the deployment's "
+        "custom_url to an http(s) URL"
+    )

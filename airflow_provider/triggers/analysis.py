@@ -10,10 +10,10 @@ from typing import Any
 import pydantic
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider.analysis import Analysis, AnalysisSetupError, AnalysisTarget, run_analysis
+from airflow_provider.analysis import Analysis, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
+from airflow_provider.analysis.run import analysis_not_run_reason, analysis_overran_reason, run_analysis
 from airflow_provider.error_text import describe_validation_error
-from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.triggers import serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]
@@ -27,8 +27,9 @@ class DeploymentAnalysisTrigger(BaseTrigger):
 
     Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
     carry}``, or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad
-    arguments, a missing or incomplete connection, the service refusing the key, the rounds not done within
-    :func:`analysis_seconds`, so that the task decides, not Airflow's deferral timeout). The sources' requests are
+    arguments, a missing or incomplete connection, the service refusing the key, a source's client that cannot
+    be built, anything unexpected outside the measurements, the rounds not done within :func:`analysis_seconds`,
+    so that the task decides, not Airflow's deferral timeout). The sources' requests are
     shared across the targets (one vector query per round, one stats request per deployment, the tracing
     project ids looked up once). A trigger resumed on another triggerer starts its rounds again.
 
@@ -87,12 +88,12 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log), timeout=limit
             )
         except asyncio.TimeoutError:
-            message = f"the analysis did not finish within {limit:g} s (its rounds and their allowance)"
+            message = analysis_overran_reason(limit)
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return
-        except (AnalysisSetupError, DeploymentServiceError, ValueError) as err:
-            message = f"the analysis could not run: {err}"
+        except Exception as err:  # whatever it is, the task decides (retry; on its last try, roll back)
+            message = analysis_not_run_reason(err)
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return

@@ -119,7 +119,7 @@ def test_metric_query_check_on_the_emulated_metrics(emulator: Any, fake_sources:
     assert results[failing.deployment_id]["verdict"] == "failed"
     assert results[failing.deployment_id]["measurements"][0]["value"] == pytest.approx(0.3)
     assert results[failing.deployment_id]["reason"] == (
-        "check 'error rate' failed 1 of 1 allowed: 0.300, needs < 0.05 (value 0.300)"
+        "check 'error rate' failed: 1 failed measurement reached the limit of 1: value 0.300, needs < 0.05"
     )
     assert results[healthy.deployment_id]["verdict"] == "passed"
     assert prometheus.queries == [ERROR_RATE_QUERY]  # one query for both deployments
