@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import pydantic
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -52,6 +53,8 @@ ASSETS = {
 HTTP_422 = 422
 """Unprocessable content: a parameter that can never be right, named in the answer."""
 PAGES = ("deployments", "deployment", "fleet")
+MAP_INDEX_PLACEHOLDER = "{MAP_INDEX}"
+"""What Airflow 3.3's UI leaves in a task-instance tab's URL on an unmapped task instance."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -103,8 +106,18 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         return _page(request, "deployment")
 
     @app.get("/fleet", response_class=HTMLResponse)
-    async def fleet_page(request: Request, user: UserDep) -> HTMLResponse:
-        """The Fleet rollout tab of a task instance."""
+    async def fleet_page(request: Request, user: UserDep) -> Response:
+        """The Fleet rollout tab of a task instance.
+
+        Airflow 3.3's UI fills the tab's ``{MAP_INDEX}`` only on a mapped task instance's route; on an
+        unmapped one it leaves it as it is: that URL is redirected to the one with the real map index (-1).
+        """
+        if request.query_params.get("map_index") == MAP_INDEX_PLACEHOLDER:
+            query = [
+                (name, "-1" if name == "map_index" else value) for name, value in request.query_params.multi_items()
+            ]
+            location = f"{_app_path(request)}fleet?{urlencode(query, quote_via=quote)}"
+            return RedirectResponse(location, status.HTTP_307_TEMPORARY_REDIRECT)
         return _page(request, "fleet")
 
     @app.get("/static/{name}")
@@ -331,7 +344,7 @@ def _service(conn_id: str, read: Callable[[], T]) -> T:
 
 def _map_index(value: str) -> int:
     """The ``map_index`` query value: a number, or the UI's unreplaced ``{MAP_INDEX}`` (an unmapped task)."""
-    if value in ("", "{MAP_INDEX}"):
+    if value in ("", MAP_INDEX_PLACEHOLDER):
         return -1
     try:
         index = int(value)
