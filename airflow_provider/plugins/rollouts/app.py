@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timezone
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -40,6 +40,8 @@ from airflow_provider.plugins.rollouts.workers import AnswerTooSlow, ViewBusy, V
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+    from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
 
 T = TypeVar("T")
 
@@ -212,13 +214,15 @@ def _deployments(reader: ServiceReader, user: BaseUser, conn_id: str, query: Lis
     ids = [deployment.id for deployment in listing.deployments]
     with create_session() as session:
         events = records.latest_events(session, ids, dag_ids)
-        touches = records.latest_touches(records.fleet_touches(session, dag_ids))
+        all_touches = records.fleet_touches(session, dag_ids)
+        fleet_dag_ids = _fleet_readable(user, events.values(), all_touches)
+        touches = records.latest_touches(touch for touch in all_touches if touch.dag_id in fleet_dag_ids)
         running = records.running_task_keys(session, touches.values())
     rows = []
     for deployment in listing.deployments:
         rollouts = []
         if deployment.id in events:
-            rollouts.append(shapes.event_rollout(events[deployment.id]))
+            rollouts.append(_event_rollout(events[deployment.id], fleet_dag_ids))
         touch = touches.get(deployment.id)
         if touch is not None:
             key = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index)
@@ -247,8 +251,10 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     with create_session() as session:
         events = records.deployment_events(session, deployment_id, dag_ids)
         touches = records.fleet_touches(session, dag_ids, deployment_id=deployment_id)
+        fleet_dag_ids = _fleet_readable(user, events, touches)
+        touches = [touch for touch in touches if touch.dag_id in fleet_dag_ids]
         running = records.running_task_keys(session, touches)
-    rollouts = [shapes.event_rollout(event) for event in events]
+    rollouts = [_event_rollout(event, fleet_dag_ids) for event in events]
     for touch in touches:
         live = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index) in running
         if touch.row.get("outcome") == "not_patched" or (touch.row.get("outcome") == "pending" and not live):
@@ -269,15 +275,10 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
 def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -> dict[str, Any]:
     from airflow.utils.session import create_session
 
-    access.require_dag(dag_id, user, DagAccessEntity.TASK_INSTANCE)
-    access.require_dag(dag_id, user, DagAccessEntity.XCOM)  # the result table and analysis come from XCom
+    for entity in access.FLEET_ENTITIES:  # the result table and analysis come from XCom
+        access.require_dag(dag_id, user, entity)
     hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
-    try:
-        if hitl is not None:
-            access.require_dag(dag_id, user, hitl)
-        with_approvals = hitl is not None
-    except HTTPException:
-        with_approvals = False
+    with_approvals = hitl is not None and access.may_read_dag(dag_id, user, hitl)
     with create_session() as session:
         record = records.fleet_task(session, dag_id, run_id, task_id, index, with_approvals=with_approvals)
     if record is None:
@@ -286,6 +287,20 @@ def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -
             f"no task instance {task_id!r} (map index {index}) in run {run_id!r} of DAG {dag_id!r}",
         )
     return shapes.fleet_view(record)
+
+
+def _fleet_readable(user: BaseUser, events: Iterable[EventRecord], touches: Iterable[FleetTouch]) -> set[str]:
+    """The DAGs, of those named by ``events`` and ``touches``, whose fleet records the user may read."""
+    named = {touch.dag_id for touch in touches} | {event.dag_id for event in events if event.dag_id}
+    return access.fleet_readable_dag_ids(user, named)
+
+
+def _event_rollout(event: EventRecord, fleet_dag_ids: Collection[str]) -> dict[str, Any]:
+    """A rollout as its asset event tells it; the analysis' measurements only with the fleet tab's access."""
+    rollout = shapes.event_rollout(event)
+    if event.dag_id not in fleet_dag_ids:
+        rollout["analysis"] = None
+    return rollout
 
 
 # ------------------------------------------------------------------------------------ helpers
