@@ -174,6 +174,7 @@ def api_server(auth_manager: Any) -> Iterator[str]:
         sock.close()
 
 
+@pytest.mark.alone  # timing-sensitive (Airflow's API within a second): run after the parallel part, alone
 def test_fifty_viewers_of_a_hanging_service_never_stall_airflows_own_api(
     api_server: str, hanging_service: HangingService, token: Callable[[str], str]
 ) -> None:
