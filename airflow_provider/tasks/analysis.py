@@ -35,6 +35,7 @@ __all__ = [
     "AnalysisNotMeasured",
     "analyse_on_worker",
     "analysis_event_results",
+    "analysis_event_subject",
     "analysis_failure_reason",
     "analysis_seconds",
     "check_analysis_sources",
@@ -153,6 +154,19 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
         if not isinstance(result["measurements"], list):
             raise AirflowException(f"the analysis result of {deployment_id} has no measurement list")
     return results
+
+
+def analysis_event_subject(event: Any) -> dict[str, Any]:
+    """The deployment and revision an analysis event of one target is about (``{}`` when it does not say).
+
+    :param event: the event the task resumed with.
+    """
+    results = event.get("results") if isinstance(event, dict) else None
+    if not isinstance(results, dict) or len(results) != 1:
+        return {}
+    deployment_id, result = next(iter(results.items()))
+    revision_id = result.get("revision_id") if isinstance(result, dict) else None
+    return {"deployment_id": deployment_id, "revision_id": revision_id}
 
 
 def analysis_failure_reason(result: AnalysisResult) -> str | None:
