@@ -42,6 +42,7 @@ from airflow_provider.tasks.analysis import (
     check_analysis_sources,
     check_custom_urls,
     defer_analysis,
+    live_since,
     no_retry_left,
     not_measured_result,
 )
@@ -516,17 +517,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             analysis=not_measured_result(revision_id or "", why),
         )
 
-    @staticmethod
-    def _analysis_target(live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
-        """The live revision to analyse. ``live_since`` is the deployment's ``updated_at`` as the service
-        reports it with the revision live: never before the revision went live (each change moves it), and
-        on the service's clock, as the tracing service's run times are."""
+    def _analysis_target(self, live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
+        """The live revision to analyse, its window from when it went live (see
+        :func:`~airflow_provider.tasks.analysis.live_since`)."""
         deployment = Deployment.model_validate(live)
+        revision_id = landing.get("revision_id") or deployment.active_revision_id or ""
         return AnalysisTarget(
             deployment_id=deployment.id,
             name=deployment.name,
-            revision_id=landing.get("revision_id") or deployment.active_revision_id or "",
-            live_since=deployment.updated_at,
+            revision_id=revision_id,
+            live_since=live_since(self.hook, deployment, revision_id, log=self.log),
             custom_url=deployment.source_config.custom_url,
         )
 
