@@ -75,12 +75,14 @@ from airflow_provider.tasks.patch_verdict import (
     failed_revision,
     failed_verdict,
     landing_of,
+    may_still_go_live,
     own_xcom,
     read_record,
     record_verdict,
     recorded_failed_verdict,
     recorded_landing,
     rollback_not_live_message,
+    rollback_resumed_unknown,
     rolled_back_message,
     verify_failure,
 )
@@ -176,13 +178,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
         a deployment without one). An analysis that could not be measured at all fails the try while a retry is
         left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
-    :param rollback_on_failure: when ``verify``, the analysis or the bake fails, roll back to the revision active before
+    :param rollback_on_failure: when ``verify``, the analysis or the bake fails, or the revision has not gone live
+        within ``timeout`` (the service would deploy it later), roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
         in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
-        revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
-        recorded in ``task_state_store`` before it is sent: a retry waits for it instead of rolling back (or
-        patching) again. A failed build needs no rollback (the old revision never stopped serving): the task
-        says so and fails; a retry reports the failed build again instead of building the same change again.
+        revisions and, after "except:", what the rollback did not undo (secrets by name). The failed verdict is
+        recorded in ``task_state_store`` the moment it is reached (with the analysis's measurements), and the
+        rollback before it is sent: a retry rolls back from the verdict (never judges the revision again) or
+        waits for the rollback, never rolls back (or patches) twice (without a store, Airflow < 3.3, a try that
+        dies between its verdict and its rollback request leaves the retry to judge the revision again). A
+        timeout without it fails naming the revision that may still go live. A failed build needs no rollback
+        (the old revision never stopped serving): the task says so and fails; a retry reports the failed build
+        again instead of building the same change again. On the last try, Airflow's own deferral timeout (the
+        triggerer down) while the revision is judged rolls it back as an analysis that could not be measured.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -715,14 +723,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 raise
             raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
-            seen = event if isinstance(event, dict) else {}
-            missing = [name for name, value in (("landing", landing), ("rollback", rollback)) if value is None]
-            raise AirflowFailException(
-                f"deployment {seen.get('deployment_id')}: the automatic rollback's revision {seen.get('revision_id')} "
-                f"is live, but execute_rollback_complete resumed without {' and '.join(missing) or 'a valid record'} "
-                "(neither in the resume kwargs nor in the trigger's event): which revision was rolled back, why, and "
-                "what the rollback restored are unknown"
-            )
+            raise AirflowFailException(rollback_resumed_unknown(event, landing, rollback))
         raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
 
     # ---- retries: an earlier verdict, an earlier try's rollback
@@ -742,14 +743,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             verdict["reason"],
         )
         analysis = verdict.get("analysis")
-        return self._roll_back(
-            context,
-            landing,
-            verdict["reason"],
-            step=verdict["step"],
-            analysis=analysis if isinstance(analysis, dict) else None,  # type: ignore[arg-type]
-            current=current,
-        )
+        reason, step = verdict["reason"], verdict["step"]
+        return self._roll_back(context, landing, reason, step=step, analysis=analysis or None, current=current)
 
     # ---- a rollout that did not go live in time, Airflow's deferral timeout
     def _timed_out(
@@ -767,15 +762,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             raise err
         if self.rollback_on_failure and landing is not None:
             return self._roll_back(context, landing, str(err), step="timeout")
-        previous = (
-            previous
-            or (landing or {}).get("previous_active_revision_id")
-            or own_xcom(context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log)
-        )
-        raise AirflowSensorTimeout(
-            f"{err}. Revision {revision_id} may still go live: the service goes on deploying it and nothing was sent "
-            f"to stop it (rollback_on_failure is off; revision {previous} served before the patch)"
-        )
+        previous = previous or (landing or {}).get("previous_active_revision_id")
+        previous = previous or own_xcom(context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log)
+        raise AirflowSensorTimeout(may_still_go_live(err, revision_id, previous))
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Resume as Airflow asks; when Airflow's deferral timeout ended a deferral (the triggerer down or too
@@ -788,21 +777,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             self.close_hook()
 
     def _deferral_timed_out(self, context: Context) -> dict[str, Any]:
-        """A deferral ended by Airflow's timeout. While a retry is left: fail to retry (it reattaches and judges
-        again). On the last try, from the ``task_state_store`` record: the revision live and not judged is
-        rolled back as an analysis that could not be measured (or, without an analysis, as unjudged); one not live
-        is a timed-out rollout; a recorded rollback is reported as sent. Without a record the try fails naming the
-        revision, as before."""
+        """A deferral ended by Airflow's timeout: a retry reattaches and goes on. On the last try, from the
+        ``task_state_store`` record (without one, the try fails): a live revision not judged is rolled back as an
+        analysis not measured (or as unjudged), one not live as a timed-out rollout; a recorded rollback is named."""
         record = read_record(context.get("task_state_store"), self.log)
         revision_id = record.get("revision_id") if record else own_xcom(context, XCOM_REVISION_ID, self.log)
         where = f"deployment {record.get('deployment_id') if record else self.deployment_id}, revision {revision_id}"
         if not no_retry_left(context, self.retries):
             raise AirflowException(f"{where}: {DEFERRAL_TIMEOUT}; a retry reattaches to the revision and goes on")
         if record is None:
-            raise AirflowException(
-                f"{where}: {DEFERRAL_TIMEOUT}, and there is no task_state_store record to go on from: the revision "
-                "may serve, not judged"
-            )
+            raise AirflowException(f"{where}: {DEFERRAL_TIMEOUT}; no task_state_store record: it may serve, not judged")
         landing = landing_of(record)
         if isinstance(record.get("rollback"), dict):
             message = rollback_not_live_message(landing, record["rollback"], DEFERRAL_TIMEOUT)

@@ -41,12 +41,14 @@ __all__ = [
     "failed_revision",
     "failed_verdict",
     "landing_of",
+    "may_still_go_live",
     "own_xcom",
     "read_record",
     "record_verdict",
     "recorded_failed_verdict",
     "recorded_landing",
     "rollback_not_live_message",
+    "rollback_resumed_unknown",
     "rolled_back_message",
     "verify_failure",
 ]
@@ -300,4 +302,35 @@ def rollback_not_live_message(landing: Mapping[str, Any], rollback: Mapping[str,
         f"{landing.get('previous_active_revision_id')} was sent ({rollback.get('path')}) as revision "
         f"{rollback.get('revision_id')}, which had not gone live when the wait for it ended: {why}. The service "
         f"still deploys it after what it builds first (revision {landing.get('revision_id')} may serve until then)"
+    )
+
+
+def may_still_go_live(err: Any, revision_id: str, previous: str | None) -> str:
+    """The failure message of a rollout that timed out without ``rollback_on_failure``: the revision may still go
+    live, nothing was sent to stop it.
+
+    :param err: the timeout (its message says what the task last saw).
+    :param revision_id: the revision rolling out.
+    :param previous: the revision that served before the patch.
+    """
+    return (
+        f"{err}. Revision {revision_id} may still go live: the service goes on deploying it and nothing was sent to "
+        f"stop it (rollback_on_failure is off; revision {previous} served before the patch)"
+    )
+
+
+def rollback_resumed_unknown(event: Any, landing: Any, rollback: Any) -> str:
+    """The failure message of a rollback's resume that got neither the landing nor the rollback's record.
+
+    :param event: the trigger's event.
+    :param landing: the landing the resume found (``None``: none).
+    :param rollback: the rollback record it found (``None``: none).
+    """
+    seen = event if isinstance(event, dict) else {}
+    missing = [name for name, value in (("landing", landing), ("rollback", rollback)) if value is None]
+    return (
+        f"deployment {seen.get('deployment_id')}: the automatic rollback's revision {seen.get('revision_id')} is "
+        f"live, but execute_rollback_complete resumed without {' and '.join(missing) or 'a valid record'} (neither "
+        "in the resume kwargs nor in the trigger's event): which revision was rolled back, why, and what the "
+        "rollback restored are unknown"
     )
