@@ -99,6 +99,27 @@ def analysed_patch_task(**change: Any) -> Callable[[World, Verifier | None, bool
     return make
 
 
+CHANGES_AFTER = 6.0
+"""Virtual seconds after going live at which a changing revision's app changes (two looks and more: past the first
+round of the clean run's analysis, before a retry's)."""
+
+
+def health_changes(first: int, then: int) -> Callable[[World], None]:
+    """The next revision of ``svc`` answers its health check ``first``, then, :data:`CHANGES_AFTER` seconds after it
+    went live, ``then``: a truth that changes over time."""
+
+    def setup(world: World) -> None:
+        world.state.set_behaviour(
+            world.ids["svc"],
+            revision_id="next",
+            health_status=first,
+            after_seconds=CHANGES_AFTER,
+            then={"health_status": then},
+        )
+
+    return setup
+
+
 PATCH_SCENARIOS = [
     Scenario(
         "patch",
@@ -170,6 +191,26 @@ PATCH_SCENARIOS = [
         {"svc": 2},
         unhealthy=("svc",),
         bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "bad at first, healthy after: rolled back from the recorded verdict",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        setup=health_changes(500, 200),
+        bake_seconds=BAKE_SECONDS,
+        also=("landed",),  # a crash before the verdict was recorded: the retry judges it healthy
+    ),
+    Scenario(
+        "patch",
+        "healthy at first, bad after",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 2},
+        setup=health_changes(200, 500),
+        bake_seconds=BAKE_SECONDS,
+        also=("rolled back",),  # a crash before the analysis passed: the retry judges it bad
     ),
     Scenario(
         "patch",
