@@ -185,7 +185,7 @@ def verify_failure(
 
 
 def failed_verdict(
-    step: VerdictStep, reason: str, revision_id: str | None, analysis: AnalysisResult | None = None
+    step: str, reason: str, revision_id: str | None, analysis: AnalysisResult | None = None
 ) -> dict[str, Any]:
     """A failed verdict as recorded (JSON, no secret: ``reason`` and ``analysis`` are already scrubbed).
 
