@@ -79,8 +79,7 @@ def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchD
             bake_seconds=BAKE_SECONDS,
             rollback_on_failure=True,
             deferrable=deferrable,
-            **WAITING,
-            **change,
+            **{**WAITING, **change},
         )
 
     return make
@@ -118,6 +117,18 @@ def health_changes(first: int, then: int) -> Callable[[World], None]:
         )
 
     return setup
+
+
+SLOW_BUILD_SECONDS = 30.0
+"""A build slower than :data:`SHORT_TIMEOUT`: the revision goes live after the task stopped waiting."""
+SHORT_TIMEOUT = 20.0
+"""A patch task's ``timeout`` (virtual seconds) shorter than :data:`SLOW_BUILD_SECONDS`, longer than what is left
+of the build plus the rollback's redeploy once it times out."""
+
+
+def slow_build(world: World) -> None:
+    """``svc`` builds in :data:`SLOW_BUILD_SECONDS`."""
+    world.state.update_deployment_options(world.ids["svc"], build_seconds=SLOW_BUILD_SECONDS)
 
 
 PATCH_SCENARIOS = [
@@ -211,6 +222,19 @@ PATCH_SCENARIOS = [
         setup=health_changes(200, 500),
         bake_seconds=BAKE_SECONDS,
         also=("rolled back",),  # a crash before the analysis passed: the retry judges it bad
+    ),
+    Scenario(
+        "patch",
+        "the build is slower than the timeout: rolled back so that it never ends up serving",
+        patch_task(image_uri=NEW_IMAGE, timeout=SHORT_TIMEOUT),
+        "rolled back",
+        {"svc": 2},
+        setup=slow_build,
+        verify=False,
+        bake_seconds=BAKE_SECONDS,
+        # A crash while the task waits: the retry waits a whole timeout again, in which the build ends (a try's
+        # timeout is its own). Once a try recorded the timeout, no retry lands (the recorded-verdict invariant).
+        also=("landed",),
     ),
     Scenario(
         "patch",
