@@ -411,7 +411,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         the revision landed unjudged.
         """
         landing = resumed_value("landing", landing, event)
-        if landing is None and self._judges_live():
+        if landing is None and (self._judges_live() or self.rollback_on_failure):
             landing = recorded_landing(context.get("task_state_store"), event, self.log)
         try:
             try:
@@ -764,7 +764,8 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             return self._roll_back(context, landing, str(err), step="timeout")
         previous = previous or (landing or {}).get("previous_active_revision_id")
         previous = previous or own_xcom(context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log)
-        raise AirflowSensorTimeout(may_still_go_live(err, revision_id, previous))
+        why = "rollback_on_failure is off" if not self.rollback_on_failure else "the resume has no record to roll back"
+        raise AirflowSensorTimeout(may_still_go_live(err, revision_id, previous, why))
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Resume as Airflow asks; when Airflow's deferral timeout ended a deferral (the triggerer down or too

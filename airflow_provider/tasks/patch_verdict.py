@@ -305,17 +305,18 @@ def rollback_not_live_message(landing: Mapping[str, Any], rollback: Mapping[str,
     )
 
 
-def may_still_go_live(err: Any, revision_id: str, previous: str | None) -> str:
-    """The failure message of a rollout that timed out without ``rollback_on_failure``: the revision may still go
-    live, nothing was sent to stop it.
+def may_still_go_live(err: Any, revision_id: str, previous: str | None, why: str) -> str:
+    """The failure message of a rollout that timed out and was not rolled back: the revision may still go live,
+    nothing was sent to stop it.
 
     :param err: the timeout (its message says what the task last saw).
     :param revision_id: the revision rolling out.
     :param previous: the revision that served before the patch.
+    :param why: why nothing was sent (``rollback_on_failure is off``).
     """
     return (
         f"{err}. Revision {revision_id} may still go live: the service goes on deploying it and nothing was sent to "
-        f"stop it (rollback_on_failure is off; revision {previous} served before the patch)"
+        f"stop it ({why}; revision {previous} served before the patch)"
     )
 
 
