@@ -107,8 +107,8 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 assert self.deadline is not None
                 by = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat(timespec="seconds")
                 message = (
-                    f"the analysis could not be measured in time: its rounds started again after a triggerer "
-                    f"restart and could not finish by its deadline ({by})"
+                    f"the analysis could not be measured in time: its rounds started too late to finish by its "
+                    f"deadline ({by}; a triggerer restart starts them again)"
                 )
             else:
                 message = f"the analysis did not finish within {limit:g} s (its rounds and their allowance)"

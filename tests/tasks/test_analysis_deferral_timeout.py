@@ -28,7 +28,7 @@ from airflow_provider.analysis import TracingProjectCheck
 from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
 from airflow_provider.tasks import analysis as task_analysis
-from airflow_provider.tasks.deferral import TRIGGER_FAIL_METHOD, TRIGGER_TIMEOUT
+from airflow_provider.tasks.deferral import TRIGGER_FAIL_METHOD, TRIGGER_TIMEOUT, deferral_timed_out
 from airflow_provider.triggers import analysis as trigger_analysis
 from tests.tasks.conftest import CONN_ENV, PATCH_ROUTE, FakeStore, FakeTI, connection_json, make_context
 from tests.tasks.test_fleet_analysis import (
@@ -134,6 +134,10 @@ def finish(make: Callable[[], Any], context: dict[str, Any], resume: Callable[[A
 
 def test_the_deferral_signal_is_airflows() -> None:
     assert (TRIGGER_FAIL_REPR, TriggerFailureReason.TRIGGER_TIMEOUT.value) == (TRIGGER_FAIL_METHOD, TRIGGER_TIMEOUT)
+    assert deferral_timed_out(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT})
+    assert deferral_timed_out(TRIGGER_FAIL_REPR, {"error": "Trigger timeout"})  # as read back from the database
+    assert not deferral_timed_out(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_FAILURE})
+    assert not deferral_timed_out("execute_analysis_complete", {"error": "Trigger timeout"})
 
 
 @pytest.mark.usefixtures("short_analysis_bounds")
