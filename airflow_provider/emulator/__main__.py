@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="new_revision (default): a redeploy creates a revision; in_place: it creates none, the old revision "
         "is deployed again",
     )
+    parser.add_argument(
+        "--updated-at-on-requests-only",
+        action="store_true",
+        help="a deployment's updated_at moves only on requests (PATCH, redeploy), not as its revisions go live",
+    )
     parser.add_argument("--frozen-clock", action="store_true", help="time moves only through the admin API")
     parser.add_argument("--path-prefix", default="", help="service path prefix, e.g. /api-host")
     parser.add_argument("--allow-non-loopback", action="store_true", help="allow a non-loopback --host")
@@ -100,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             resource_spec_mode=args.resource_spec_mode,
             disabled_endpoints=args.disable_endpoint,
             redeploy_mode=args.redeploy_mode,
+            updated_at_on_requests_only=args.updated_at_on_requests_only,
         )
     except (EmulatorDataError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -124,6 +124,11 @@ class SettingsBody(_Body):
         default=None,
         description="whether a revision's status change (building, failed...) moves its deployment's updated_at",
     )
+    updated_at_on_requests_only: bool | None = Field(
+        default=None,
+        description="true: a deployment's updated_at moves only on requests (PATCH, redeploy), not when a revision "
+        "goes live",
+    )
 
 
 class HealthBody(_Body):
@@ -245,7 +250,7 @@ async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, st
 @admin_router.get(
     "/settings",
     description="The switches: resource_spec_mode, redeploy_mode, optional/disabled endpoints, "
-    "revision_status_touches_deployment.",
+    "revision_status_touches_deployment, updated_at_on_requests_only.",
 )
 async def get_settings(state: State) -> dict[str, Any]:
     return state.settings()

@@ -200,6 +200,10 @@ class EmulatorState:
         moves its deployment's ``updated_at`` (default). When false, only what the deployment itself shows
         does (a new latest or active revision, a status): a failed build then leaves the deployment record
         unchanged, which production may do too (it does not document it).
+    :param updated_at_on_requests_only: when true, a deployment's ``updated_at`` moves only on a request that
+        changes it (a PATCH, a redeploy), never as its revisions build and go live, as a service that stamps
+        ``updated_at`` on writes only would (the spec does not say when it moves): the deployment then does not
+        tell when its active revision went live (its revision's own ``updated_at`` does).
     """
 
     def __init__(
@@ -218,6 +222,7 @@ class EmulatorState:
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
         revision_status_touches_deployment: bool = True,
+        updated_at_on_requests_only: bool = False,
     ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
@@ -236,6 +241,7 @@ class EmulatorState:
         self.disabled_endpoints: frozenset[str] = _endpoint_names(disabled_endpoints)
         self.redeploy_mode: RedeployMode = _redeploy_mode(redeploy_mode)
         self.revision_status_touches_deployment = bool(revision_status_touches_deployment)
+        self.updated_at_on_requests_only = bool(updated_at_on_requests_only)
         self.public_url: str | None = None
         """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
         self._unhealthy_rules: list[UnhealthyRule] = []
@@ -278,9 +284,17 @@ class EmulatorState:
         for deployment_id in list(self._moving):
             record = self._deployments.get(deployment_id)
             if record is not None:
-                record.settle(now, self.ready_seconds, revision_status_touches=self.revision_status_touches_deployment)
+                record.settle(
+                    now,
+                    self.ready_seconds,
+                    revision_status_touches=self._revision_status_touches(),
+                    going_live_touches=not self.updated_at_on_requests_only,
+                )
             if record is None or record.quiet(self.ready_seconds):
                 self._moving.discard(deployment_id)
+
+    def _revision_status_touches(self) -> bool:
+        return self.revision_status_touches_deployment and not self.updated_at_on_requests_only
 
     def now(self) -> datetime:
         """The emulated time."""
@@ -684,7 +698,7 @@ class EmulatorState:
         revision = self._revision(record, revision_id)
         if revision.finished:
             raise EmulatorError(409, f"Revision {revision.id} already finished with {revision.status.value}.")
-        touch = self.revision_status_touches_deployment
+        touch = self._revision_status_touches()
         record.fail_revision(revision, _failure(status), message, self.clock.now(), touch=touch)
         return revision.to_json()
 
@@ -781,11 +795,12 @@ class EmulatorState:
             "optional_endpoints": self.optional_endpoints,
             "disabled_endpoints": sorted(self.disabled_endpoints),
             "revision_status_touches_deployment": self.revision_status_touches_deployment,
+            "updated_at_on_requests_only": self.updated_at_on_requests_only,
         }
 
     def settings(self) -> dict[str, Any]:
         """``{"resource_spec_mode", "redeploy_mode", "optional_endpoints", "disabled_endpoints",
-        "revision_status_touches_deployment"}``."""
+        "revision_status_touches_deployment", "updated_at_on_requests_only"}``."""
         with self._lock:
             return self._settings()
 
@@ -796,6 +811,7 @@ class EmulatorState:
         disabled_endpoints: Iterable[str] | None = None,
         redeploy_mode: RedeployMode | None = None,
         revision_status_touches_deployment: bool | None = None,
+        updated_at_on_requests_only: bool | None = None,
     ) -> dict[str, Any]:
         """Change switches at run time (``None``: unchanged); return the settings.
 
@@ -803,6 +819,7 @@ class EmulatorState:
         :param disabled_endpoints: the complete set of disabled endpoint names (``[]`` enables all).
         :param redeploy_mode: ``"new_revision"`` or ``"in_place"`` (see the module docstring).
         :param revision_status_touches_deployment: see :class:`EmulatorState`.
+        :param updated_at_on_requests_only: see :class:`EmulatorState`.
         :raises EmulatorError: 422 for an unknown mode or endpoint name.
         """
         try:
@@ -818,9 +835,12 @@ class EmulatorState:
                 self.resource_spec_mode = mode
             if names is not None:
                 self.disabled_endpoints = names
-            if revision_status_touches_deployment is not None:
+            if revision_status_touches_deployment is not None or updated_at_on_requests_only is not None:
                 self._settle()  # what happened so far happened under the old setting
+            if revision_status_touches_deployment is not None:
                 self.revision_status_touches_deployment = revision_status_touches_deployment
+            if updated_at_on_requests_only is not None:
+                self.updated_at_on_requests_only = updated_at_on_requests_only
             return self._settings()
 
     # ------------------------------------------------------------------------------ app health

@@ -29,6 +29,7 @@ from airflow_provider.tasks.analysis import (
     no_retry_left,
 )
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
+from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
 
@@ -392,6 +393,25 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Resume as Airflow asks. A wave's analysis whose deferral Airflow's timeout ended (the triggerer down, or
+        restarted too late) could not be measured: a retry analyses the wave again, the last try counts its
+        deployments inconclusive and rolls them back (see :meth:`_analysis_not_measured`), from the progress in
+        ``task_state_store`` (without one, the try fails as Airflow says)."""
+        if deferral_timed_out(next_method, next_kwargs):
+            request_for, change = self._change()
+            store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log, secrets=self._secret_values())
+            progress = store.load(change)
+            index = progress.current() if progress is not None else None
+            if progress is not None and index is not None and progress.waves[index].phase == "analysing":
+                try:
+                    self._analysis_not_measured(context, progress.waves[index], DEFERRAL_TIMEOUT)
+                    store.save(progress, index)
+                    return self._advance(context, progress, store, request_for)
+                finally:
+                    self.close_hook()
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def _resumed_progress(
         self, progress_store: fleet_tasks.ProgressStore, change: str, event: dict[str, Any]

@@ -8,9 +8,10 @@ fleet operators, :class:`~airflow_provider.operators.analysis.DeploymentAnalysis
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import Any, NoReturn, Protocol
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -25,24 +26,36 @@ from airflow_provider.analysis.definitions import (
     analysis_seconds,
 )
 from airflow_provider.analysis.scrubbing import without_userinfo
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import Deployment, PatchDeploymentRequest
+from airflow_provider.models import Deployment, PatchDeploymentRequest, RevisionStatus
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 
+if TYPE_CHECKING:
+    import logging
+
 __all__ = [
+    "ANALYSIS_RESTARTS",
     "ANALYSIS_ROUND_ALLOWANCE",
     "AnalysingTask",
     "AnalysisNotMeasured",
     "analyse_on_worker",
     "analysis_event_results",
+    "analysis_event_subject",
     "analysis_failure_reason",
     "analysis_seconds",
     "check_analysis_sources",
     "check_custom_urls",
     "defer_analysis",
+    "live_since",
     "no_retry_left",
     "not_measured_result",
 ]
+
+
+ANALYSIS_RESTARTS = 1
+"""Triggerer restarts a deferred analysis is given time for: a restarted trigger starts its rounds again (its
+arguments cannot change), so its deadline and the deferral timeout allow the rounds this many times more."""
 
 
 class AnalysisNotMeasured(AirflowException):
@@ -63,6 +76,47 @@ class AnalysingTask(Protocol):
     def defer(
         self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = ..., timeout: Any = ...
     ) -> NoReturn: ...
+
+
+def live_since(
+    hook: DeploymentServiceHook,
+    deployment: Deployment,
+    revision_id: str,
+    *,
+    log: logging.Logger | Any,
+    seen_live_at: datetime | None = None,
+) -> datetime:
+    """When ``revision_id`` went live on ``deployment``: the start of its analysis window (the tracing statistics
+    count from then), so that the window never holds the runs of the revision that served before it.
+
+    The deployment's ``updated_at`` tells only on a service that moves it when a revision goes live (the spec does
+    not say so; a service that moves it only on PATCH would put the build in the window). So: the revision's own
+    ``updated_at`` once it is ``DEPLOYED`` (its last status change; the optional revision endpoint, on the
+    service's clock), else ``seen_live_at`` (the first time the task saw it active, on the task's clock); never
+    earlier than the deployment's ``updated_at`` as read with the revision live (at or after the PATCH was
+    accepted, on the service's clock).
+
+    :param hook: the hook (asked for the revision; a service without that endpoint, or failing, is not an error).
+    :param deployment: the deployment, as read with the revision live.
+    :param revision_id: the live revision to analyse.
+    :param log: the task's logger.
+    :param seen_live_at: when the task first saw the revision active (``None``: now).
+    """
+    went_live = seen_live_at or datetime.fromtimestamp(time.time(), timezone.utc)
+    try:
+        revision = hook.get_revision(deployment.id, revision_id)
+    except DeploymentServiceError as err:  # an optional endpoint: absent (404/405) or failing
+        log.info("The revision endpoint does not say when revision %s went live (%s)", revision_id, err)
+    else:
+        stamped = revision.updated_at
+        created = revision.created_at
+        if (
+            revision.status is RevisionStatus.DEPLOYED
+            and stamped is not None
+            and (created is None or stamped > created)
+        ):
+            went_live = stamped
+    return max(went_live, deployment.updated_at)
 
 
 def analyse_on_worker(
@@ -107,6 +161,11 @@ def defer_analysis(
     The task resumes in ``method_name`` with the event; read it with :func:`analysis_event_results` and
     what the resume needs from ``event["carry"]`` (``dag.test()`` in Airflow 3.3 drops defer kwargs).
 
+    Sized for :data:`ANALYSIS_RESTARTS` triggerer restarts: the trigger's wall-clock ``deadline`` is that many
+    more runs of its rounds (:func:`analysis_seconds`) away, and Airflow's deferral timeout comes
+    ``DEFERRAL_GRACE`` later, so a trigger restarted too late to finish reports "could not be measured in time"
+    itself (the task retries, or rolls back on its last try) before Airflow's timeout can end the deferral.
+
     :param task: the deferring task.
     :param analysis: the analysis, ``count`` resolved; no :class:`CallableCheck` (those run on the worker).
     :param targets: the revisions to judge.
@@ -115,17 +174,19 @@ def defer_analysis(
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 
+    allowed = (1 + ANALYSIS_RESTARTS) * analysis_seconds(analysis)
     trigger = DeploymentAnalysisTrigger(
         analysis=analysis.to_json(),
         targets=[target.model_dump(mode="json") for target in targets],
         hook_params=task.hook.hook_params,
         carry=carry,
+        deadline=time.time() + allowed,
     )
     task.defer(
         trigger=trigger,
         method_name=method_name,
         kwargs={"carry": carry},
-        timeout=timedelta(seconds=analysis_seconds(analysis) + DEFERRAL_GRACE),
+        timeout=timedelta(seconds=allowed + DEFERRAL_GRACE),
     )
 
 
@@ -162,6 +223,19 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
         if not isinstance(result["measurements"], list):
             raise AirflowException(f"the analysis result of {deployment_id} has no measurement list")
     return results
+
+
+def analysis_event_subject(event: Any) -> dict[str, Any]:
+    """The deployment and revision an analysis event of one target is about (``{}`` when it does not say).
+
+    :param event: the event the task resumed with.
+    """
+    results = event.get("results") if isinstance(event, dict) else None
+    if not isinstance(results, dict) or len(results) != 1:
+        return {}
+    deployment_id, result = next(iter(results.items()))
+    revision_id = result.get("revision_id") if isinstance(result, dict) else None
+    return {"deployment_id": deployment_id, "revision_id": revision_id}
 
 
 def analysis_failure_reason(result: AnalysisResult) -> str | None:

@@ -59,6 +59,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
+from airflow_provider.tasks.analysis import live_since
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -1172,8 +1173,8 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
 
     A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
     fails here, not analysed, as :func:`verify_wave` fails one that no longer serves. The others' ``live_since``
-    is the deployment's ``updated_at`` (the service's clock, at or after the revision went live: the analysis
-    never counts the previous revision's runs) and ``custom_url`` its ``source_config.custom_url``.
+    is when their revision went live (:func:`~airflow_provider.tasks.analysis.live_since`: the analysis never
+    counts the previous revision's runs) and ``custom_url`` their ``source_config.custom_url``.
 
     :param hook: the hook.
     :param wave: the wave (rows that no longer serve are decided ``failed`` in place).
@@ -1204,7 +1205,7 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
                 deployment_id=row.deployment_id,
                 name=row.name,
                 revision_id=row.to_revision,
-                live_since=deployment.updated_at,
+                live_since=live_since(hook, deployment, row.to_revision, log=log),
                 custom_url=deployment.source_config.custom_url,
             )
         )

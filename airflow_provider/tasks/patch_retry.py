@@ -163,7 +163,12 @@ def record_rollback(store: Any, landing: dict[str, Any], rollback: dict[str, Any
 
 
 def rollback_record(
-    started: RollbackStarted, reason: str, patch_clauses: Sequence[str], *, origin: str | None = None
+    started: RollbackStarted,
+    reason: str,
+    patch_clauses: Sequence[str],
+    *,
+    origin: str | None = None,
+    step: str | None = None,
 ) -> dict[str, Any]:
     """The JSON of a sent rollback (``task_state_store``, the trigger's carry): the contract's record, why it
     was rolled back, and the parts of the patch no rollback undoes (secrets by name).
@@ -172,10 +177,12 @@ def rollback_record(
     :param reason: why the patch's revision was rolled back.
     :param patch_clauses: :func:`unrestorable_parts` of the patch.
     :param origin: how it was found, when an earlier try sent it.
+    :param step: what failed the revision (see :data:`~airflow_provider.tasks.patch_verdict.VERDICT_STEPS`;
+        ``None``: not known).
     """
     record = started.record()
     record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
-    return {"reason": reason, **record, **({"origin": origin} if origin else {})}
+    return {"reason": reason, "step": step, **record, **({"origin": origin} if origin else {})}
 
 
 def sets_resource_spec(request: PatchDeploymentRequest) -> bool:

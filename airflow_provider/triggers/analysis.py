@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
@@ -28,16 +30,24 @@ class DeploymentAnalysisTrigger(BaseTrigger):
     Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
     carry}``, or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad
     arguments, a missing or incomplete connection, the service refusing the key, a source's client that cannot
-    be built, anything unexpected outside the measurements, the rounds not done within :func:`analysis_seconds`,
-    so that the task decides, not Airflow's deferral timeout). The sources' requests are
-    shared across the targets (one vector query per round, one stats request per deployment, the tracing
-    project ids looked up once). A trigger resumed on another triggerer starts its rounds again.
+    be built, anything unexpected outside the measurements, the rounds not done within
+    :func:`analysis_seconds` or by ``deadline``, so that the task decides, not Airflow's deferral timeout). The
+    sources' requests are shared across the targets (one vector query per round, one stats request per deployment,
+    the tracing project ids looked up once).
+
+    A trigger resumed on another triggerer (a restart) starts its rounds again (its arguments cannot change, so
+    the rounds already measured are lost); ``deadline`` is wall-clock, fixed when the task deferred: a restarted
+    trigger that cannot finish its rounds by then reports that the analysis could not be measured in time, at the
+    deadline, before Airflow's deferral timeout (:func:`~airflow_provider.tasks.analysis.defer_analysis` sizes both
+    for one restart).
 
     :param analysis: :meth:`Analysis.to_json` (``count`` resolved; no :class:`CallableCheck`).
     :param targets: each :class:`~airflow_provider.analysis.AnalysisTarget` as JSON.
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
         Airflow 3.3 drops the ``kwargs`` given to ``defer()``). Never a secret.
+    :param deadline: wall-clock time (seconds since the epoch) by which the event must be sent; ``None``: only
+        :func:`analysis_seconds` from the start of the rounds bounds them (triggers serialized before it existed).
     """
 
     def __init__(
@@ -46,12 +56,14 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         targets: list[dict[str, Any]],
         hook_params: dict[str, Any],
         carry: dict[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> None:
         super().__init__()
         self.analysis = analysis
         self.targets = list(targets)
         self.hook_params = dict(hook_params)
         self.carry = carry
+        self.deadline = deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and JSON-only keyword arguments (connection ids, never a key or password)."""
@@ -62,6 +74,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 "targets": self.targets,
                 "hook_params": dict(self.hook_params),
                 "carry": self.carry,
+                "deadline": self.deadline,
             },
         )
 
@@ -83,12 +96,23 @@ class DeploymentAnalysisTrigger(BaseTrigger):
             yield self._event({"status": "error", "message": f"invalid trigger arguments: {err}"})
             return
         limit = analysis_seconds(analysis)
+        left = limit if self.deadline is None else min(limit, self.deadline - time.time())
         try:
+            if left <= 0:
+                raise asyncio.TimeoutError
             results = await asyncio.wait_for(
-                run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log), timeout=limit
+                run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log), timeout=left
             )
         except asyncio.TimeoutError:
-            message = analysis_overran_reason(limit)
+            if left < limit:
+                assert self.deadline is not None
+                by = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat(timespec="seconds")
+                message = (
+                    f"the analysis could not be measured in time: its rounds started too late to finish by its "
+                    f"deadline ({by}; a triggerer restart starts them again)"
+                )
+            else:
+                message = analysis_overran_reason(limit)
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return

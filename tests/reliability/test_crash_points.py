@@ -79,8 +79,7 @@ def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchD
             bake_seconds=BAKE_SECONDS,
             rollback_on_failure=True,
             deferrable=deferrable,
-            **WAITING,
-            **change,
+            **{**WAITING, **change},
         )
 
     return make
@@ -97,6 +96,39 @@ def analysed_patch_task(**change: Any) -> Callable[[World, Verifier | None, bool
         return patch_task(analysis=analysis, **change)(world, verify, deferrable)
 
     return make
+
+
+CHANGES_AFTER = 6.0
+"""Virtual seconds after going live at which a changing revision's app changes (two looks and more: past the first
+round of the clean run's analysis, before a retry's)."""
+
+
+def health_changes(first: int, then: int) -> Callable[[World], None]:
+    """The next revision of ``svc`` answers its health check ``first``, then, :data:`CHANGES_AFTER` seconds after it
+    went live, ``then``: a truth that changes over time."""
+
+    def setup(world: World) -> None:
+        world.state.set_behaviour(
+            world.ids["svc"],
+            revision_id="next",
+            health_status=first,
+            after_seconds=CHANGES_AFTER,
+            then={"health_status": then},
+        )
+
+    return setup
+
+
+SLOW_BUILD_SECONDS = 30.0
+"""A build slower than :data:`SHORT_TIMEOUT`: the revision goes live after the task stopped waiting."""
+SHORT_TIMEOUT = 20.0
+"""A patch task's ``timeout`` (virtual seconds) shorter than :data:`SLOW_BUILD_SECONDS`, longer than what is left
+of the build plus the rollback's redeploy once it times out."""
+
+
+def slow_build(world: World) -> None:
+    """``svc`` builds in :data:`SLOW_BUILD_SECONDS`."""
+    world.state.update_deployment_options(world.ids["svc"], build_seconds=SLOW_BUILD_SECONDS)
 
 
 PATCH_SCENARIOS = [
@@ -170,6 +202,39 @@ PATCH_SCENARIOS = [
         {"svc": 2},
         unhealthy=("svc",),
         bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
+        "bad at first, healthy after: rolled back from the recorded verdict",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        setup=health_changes(500, 200),
+        bake_seconds=BAKE_SECONDS,
+        also=("landed",),  # a crash before the verdict was recorded: the retry judges it healthy
+    ),
+    Scenario(
+        "patch",
+        "healthy at first, bad after",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 2},
+        setup=health_changes(200, 500),
+        bake_seconds=BAKE_SECONDS,
+        also=("rolled back",),  # a crash before the analysis passed: the retry judges it bad
+    ),
+    Scenario(
+        "patch",
+        "the build is slower than the timeout: rolled back so that it never ends up serving",
+        patch_task(image_uri=NEW_IMAGE, timeout=SHORT_TIMEOUT),
+        "rolled back",
+        {"svc": 2},
+        setup=slow_build,
+        verify=False,
+        bake_seconds=BAKE_SECONDS,
+        # A crash while the task waits: the retry waits a whole timeout again, in which the build ends (a try's
+        # timeout is its own). Once a try recorded the timeout, no retry lands (the recorded-verdict invariant).
+        also=("landed",),
     ),
     Scenario(
         "patch",
