@@ -139,6 +139,7 @@ class EmulatorServer:
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"`` (see :class:`EmulatorState`).
     :param disabled_endpoints: production-only endpoints to answer 404/405 (see ``OPTIONAL_ENDPOINTS``).
     :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (see :class:`EmulatorState`).
+    :param unknown_fields: answer fields the provider's models lack, nested ones too (see :class:`EmulatorState`).
     :param startup_timeout: seconds to wait for the server to listen.
     """
 
@@ -161,6 +162,7 @@ class EmulatorServer:
         resource_spec_mode: ResourceSpecMode = "replace",
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
+        unknown_fields: bool = False,
         startup_timeout: float = 20.0,
     ) -> None:
         check_host(host, allow_non_loopback)
@@ -183,6 +185,7 @@ class EmulatorServer:
             "resource_spec_mode": resource_spec_mode,
             "disabled_endpoints": tuple(disabled_endpoints),
             "redeploy_mode": redeploy_mode,
+            "unknown_fields": unknown_fields,
         }
         if state is None and not in_subprocess:
             state = EmulatorState(**self._options)
@@ -333,6 +336,8 @@ class EmulatorServer:
         for name in options["disabled_endpoints"]:
             command += ["--disable-endpoint", name]
         command += ["--redeploy-mode", options["redeploy_mode"]]
+        if options["unknown_fields"]:
+            command.append("--unknown-fields")
         if self.allow_non_loopback:
             command.append("--allow-non-loopback")
         env = dict(os.environ)
