@@ -72,14 +72,14 @@ class SourceConfigWithServiceFields(SourceConfigIn):
 
     region: str | None = None
     network: dict[str, Any] | None = None
-    resource_spec: ResourceSpecWithServiceFields | None = None  # type: ignore[assignment]
+    resource_spec: ResourceSpecWithServiceFields | None = None
 
 
 class PatchBodyWithServiceFields(PatchBody):
     """The PATCH body of the newer service: :class:`~airflow_provider.emulator.contract.PatchBody` plus the
     fields of this module (the read-only ones are ignored when sent)."""
 
-    source_config: SourceConfigWithServiceFields | None = None  # type: ignore[assignment]
+    source_config: SourceConfigWithServiceFields | None = None
 
 
 def stored_dump(model: BaseModel) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import bake_verdict
+from airflow_provider.spec_changes import changes_of
 from airflow_provider.tasks.analysis import (
     AnalysisNotMeasured,
     analyse_on_worker,
@@ -65,12 +66,14 @@ from airflow_provider.tasks.patch_retry import (
     record_rollback,
     recorded_patch,
     rollback_record,
+    sets_resource_spec,
     unrestorable_parts,
 )
 from airflow_provider.tasks.rollback import (
     RollbackIntent,
     RollbackStarted,
     reattach_recorded_rollback,
+    recorded_fields,
     resource_spec_json,
     revision_config_snapshot,
     start_rollback,
@@ -300,7 +303,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            previous_spec: dict[str, Any] | None = resource_spec_json(current.source_config.resource_spec)
+            spec_before = resource_spec_json(current.source_config.resource_spec)
+            previous_spec: dict[str, Any] | None = spec_before
+            spec_changes: list[str] | None = list(changes_of(to_send, spec_before))
             not_restorable = unrestorable_parts(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
@@ -311,6 +316,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
+            # What the earlier try's patch changed in resource_spec: recorded, or (no record) nothing when the
+            # patch sets none; unknown otherwise (and so is the spec before it).
+            unrecorded: list[str] | None = None if sets_resource_spec(to_send) else []
+            spec_changes = recorded.get("resource_spec_changes") if record is not None else unrecorded
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
             record_patch(
@@ -323,6 +332,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                     "previous_latest_revision_id": previous_latest,
                     "previous_source_revision_config": previous_config,
                     "previous_resource_spec": previous_spec,
+                    "resource_spec_changes": spec_changes,
                     "not_restorable": not_restorable,
                 },
                 self.log,
@@ -340,7 +350,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
         landing = self._landing(
-            deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable
+            deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable, spec_changes
         )
         resume_kwargs = {"landing": landing} if landing else None
         live = self._wait(deployment, revision_id, resume_kwargs=resume_kwargs, carry=resume_kwargs)
@@ -377,12 +387,15 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         previous_config: dict[str, str],
         previous_spec: dict[str, Any] | None = None,
         not_restorable: Sequence[str] = (),
+        spec_changes: Sequence[str] | None = None,
     ) -> dict[str, Any] | None:
         """What judging the live revision and rolling it back need after a deferral or on a retry (JSON, no
         secret); ``None`` when there is nothing to judge (no ``verify``, no analysis, no bake).
 
         ``previous_resource_spec`` is the whole resource_spec before the patch (``None``: unknown);
-        ``not_restorable`` names the parts of the patch no rollback undoes (secrets by name).
+        ``not_restorable`` names the parts of the patch no rollback undoes (secrets by name);
+        ``resource_spec_changes`` the resource_spec fields the patch changed, the ones its rollback restores
+        (``[]``: none; ``None``: unknown, every field).
         """
         if not self._judges_live():
             return None
@@ -392,6 +405,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "previous_active_revision_id": previous_active,
             "previous_source_revision_config": previous_config,
             "previous_resource_spec": previous_spec,
+            "resource_spec_changes": list(spec_changes) if spec_changes is not None else None,
             "not_restorable": list(not_restorable),
         }
 
@@ -709,6 +723,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             rolling_back_from=landing["revision_id"],
             fallback_config=landing.get("previous_source_revision_config") or None,
             resource_spec=landing.get("previous_resource_spec"),
+            resource_spec_fields=recorded_fields(landing.get("resource_spec_changes")),
             before_sending=before_sending,
             log=self.log,
         )
@@ -857,6 +872,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "previous_active_revision_id": record.get("previous_active_revision_id"),
             "previous_source_revision_config": dict(record.get("previous_source_revision_config") or {}),
             "previous_resource_spec": record.get("previous_resource_spec"),
+            "resource_spec_changes": record.get("resource_spec_changes"),
             "not_restorable": list(record.get("not_restorable") or []),
         }
 
@@ -939,11 +955,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                         "the new request",
                         ", ".join(merged.dropped),
                     )
-                if merged.left_out:
-                    self.log.warning(
-                        "The deployment's current resource_spec has fields this provider cannot send, left out "
-                        "of the patch (production drops them): %s",
-                        ", ".join(merged.left_out),
+                if merged.carried:
+                    self.log.info(
+                        "Carried through untouched the fields of the deployment's current resource_spec this "
+                        "provider does not know (the service's): %s",
+                        ", ".join(merged.carried),
                     )
         except ValueError as err:
             raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None

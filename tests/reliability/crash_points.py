@@ -565,11 +565,14 @@ class World:
     :param ids: deployment ids by name.
     :param revisions: revision ids by the setup's names (``R0``: the first deployment's active revision
         before the setup).
+    :param specs: the ``resource_spec`` the first deployment showed with a named revision, as a task records it
+        (the setup's).
     """
 
     state: Any
     ids: dict[str, str]
     revisions: dict[str, str] = field(default_factory=dict)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
