@@ -34,7 +34,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import bake_verdict
-from airflow_provider.spec_changes import changes_of
+from airflow_provider.spec_changes import changes_of, resource_spec_json
 from airflow_provider.tasks.analysis import (
     AnalysisNotMeasured,
     analyse_on_worker,
@@ -74,7 +74,6 @@ from airflow_provider.tasks.rollback import (
     RollbackStarted,
     reattach_recorded_rollback,
     recorded_fields,
-    resource_spec_json,
     revision_config_snapshot,
     start_rollback,
 )

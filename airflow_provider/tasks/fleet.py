@@ -59,7 +59,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
-from airflow_provider.spec_changes import changes_of
+from airflow_provider.spec_changes import changes_of, resource_spec_json, spec_shows
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -69,8 +69,6 @@ from airflow_provider.tasks.rollback import (
     RollbackStarted,
     find_earlier_rollback,
     reattach_recorded_rollback,
-    resource_spec_json,
-    spec_shows,
     start_rollback,
 )
 

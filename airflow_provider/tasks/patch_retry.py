@@ -32,11 +32,11 @@ from airflow_provider.client import REVISION_CONFIG_FIELDS
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
+from airflow_provider.spec_changes import resource_spec_json
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_UNKNOWN,
     RollbackStarted,
     find_earlier_rollback,
-    resource_spec_json,
 )
 
 if TYPE_CHECKING:

@@ -112,9 +112,8 @@ __all__ = [
     "find_earlier_rollback",
     "is_branch_ref",
     "reattach_recorded_rollback",
-    "resource_spec_json",
+    "recorded_fields",
     "revision_config_snapshot",
-    "spec_shows",
     "start_rollback",
 ]
 
@@ -165,8 +164,8 @@ class RollbackStarted:
         ``revision_id`` goes live (a redeploy that made no revision); ``None``: ``revision_id`` is the latest.
     :param previous_latest_revision_id: the deployment's latest revision when the rollback was sent.
     :param resource_spec_fields: the fields of ``resource_spec`` the rollback restores (what the change rolled
-        back changed; ``()``: none); ``None``: unknown, every field (see :func:`~airflow_provider.spec_changes.
-        fields_not_shown`).
+        back changed; ``()``: none); ``None``: unknown, every field (see
+        :func:`~airflow_provider.spec_changes.fields_not_shown`).
     """
 
     path: RollbackPath
