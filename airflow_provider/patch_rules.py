@@ -292,9 +292,9 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
     does not mention, those this provider does not know (the service's, at any depth) untouched (the spec sent
     is a :class:`~airflow_provider.models.CarriedResourceSpec`). Fields are merged one level deep: a field the
     patch gives (``labels``, ``sidecars``...) is sent as given; one it sets to ``None`` explicitly is removed.
-    A limit of the current
-    spec below the patch's new request (``cpu_limit`` 2 for a new ``cpu`` 4: production had set it to twice
-    the old request) is not kept (listed in ``dropped``): the service sets it to twice the new request.
+    A limit of the current spec below the patch's new request (``cpu_limit`` 2 for a new ``cpu`` 4: production
+    had set it to twice the old request) is not kept (listed in ``dropped``): the service sets it to twice the
+    new request.
     Raises ``ValueError`` naming the field when a value kept from the current spec is one a request may not
     carry (a fraction where an integer is required, a bound exceeded), and naming both fields when a limit
     the patch gives is below the request it keeps or gives.
