@@ -27,6 +27,7 @@ LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
     "airflow_provider.models": 1,
+    "airflow_provider.spec_changes": 1.5,
     "airflow_provider.errors": 2,
     "airflow_provider.error_text": 2,
     "airflow_provider.rollout": 2,

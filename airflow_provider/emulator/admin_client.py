@@ -208,7 +208,7 @@ class EmulatorAdmin:
     # ------------------------------------------------------------------------------ switches
     def settings(self) -> dict[str, Any]:
         """The switches: ``resource_spec_mode``, ``redeploy_mode``, ``optional_endpoints``, ``disabled_endpoints``,
-        ``revision_status_touches_deployment``, ``updated_at_on_requests_only``."""
+        ``revision_status_touches_deployment``, ``updated_at_on_requests_only``, ``unknown_fields``."""
         result: dict[str, Any] = self._call("GET", "/settings")
         return result
 
@@ -220,6 +220,7 @@ class EmulatorAdmin:
         redeploy_mode: str | None = None,
         revision_status_touches_deployment: bool | None = None,
         updated_at_on_requests_only: bool | None = None,
+        unknown_fields: bool | None = None,
     ) -> dict[str, Any]:
         """Change switches (``None``: unchanged); ``disabled_endpoints`` is the complete set.
 
@@ -231,6 +232,8 @@ class EmulatorAdmin:
             moves its deployment's ``updated_at``.
         :param updated_at_on_requests_only: whether a deployment's ``updated_at`` moves only on requests (PATCH,
             redeploy), not when a revision goes live.
+        :param unknown_fields: answer fields the provider's models lack, nested ones too (see
+            :mod:`airflow_provider.emulator.unknown_fields`).
         """
         body: dict[str, Any] = {}
         if resource_spec_mode is not None:
@@ -243,6 +246,8 @@ class EmulatorAdmin:
             body["revision_status_touches_deployment"] = revision_status_touches_deployment
         if updated_at_on_requests_only is not None:
             body["updated_at_on_requests_only"] = updated_at_on_requests_only
+        if unknown_fields is not None:
+            body["unknown_fields"] = unknown_fields
         result: dict[str, Any] = self._call("PATCH", "/settings", body)
         return result
 

@@ -141,6 +141,7 @@ class EmulatorServer:
     :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (see :class:`EmulatorState`).
     :param updated_at_on_requests_only: a deployment's ``updated_at`` moves only on requests, not when a revision
         goes live (see :class:`EmulatorState`).
+    :param unknown_fields: answer fields the provider's models lack, nested ones too (see :class:`EmulatorState`).
     :param startup_timeout: seconds to wait for the server to listen.
     """
 
@@ -164,6 +165,7 @@ class EmulatorServer:
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
         updated_at_on_requests_only: bool = False,
+        unknown_fields: bool = False,
         startup_timeout: float = 20.0,
     ) -> None:
         check_host(host, allow_non_loopback)
@@ -187,6 +189,7 @@ class EmulatorServer:
             "disabled_endpoints": tuple(disabled_endpoints),
             "redeploy_mode": redeploy_mode,
             "updated_at_on_requests_only": updated_at_on_requests_only,
+            "unknown_fields": unknown_fields,
         }
         if state is None and not in_subprocess:
             state = EmulatorState(**self._options)
@@ -339,6 +342,8 @@ class EmulatorServer:
         command += ["--redeploy-mode", options["redeploy_mode"]]
         if options["updated_at_on_requests_only"]:
             command.append("--updated-at-on-requests-only")
+        if options["unknown_fields"]:
+            command.append("--unknown-fields")
         if self.allow_non_loopback:
             command.append("--allow-non-loopback")
         env = dict(os.environ)

@@ -787,12 +787,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 deployment.name,
                 ", ".join(completed.dropped),
             )
-        if completed.left_out:
-            self.log.warning(
-                "%s: its current resource_spec has fields this provider cannot send, left out of the patch "
-                "(production drops them): %s",
+        if completed.carried:
+            self.log.info(
+                "%s: carried through untouched the fields of its current resource_spec this provider does not know "
+                "(the service's): %s",
                 deployment.name,
-                ", ".join(completed.left_out),
+                ", ".join(completed.carried),
             )
         if completed.discouraged:
             self.log.warning(

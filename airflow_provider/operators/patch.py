@@ -33,6 +33,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import bake_verdict
+from airflow_provider.spec_changes import changes_of, resource_spec_json
 from airflow_provider.tasks.analysis import (
     AnalysisNotMeasured,
     analyse_on_worker,
@@ -67,6 +68,7 @@ from airflow_provider.tasks.patch_retry import (
     record_rollback,
     recorded_patch,
     rollback_record,
+    sets_resource_spec,
     unrestorable_parts,
 )
 from airflow_provider.tasks.patch_verdict import (
@@ -89,7 +91,7 @@ from airflow_provider.tasks.patch_verdict import (
 from airflow_provider.tasks.rollback import (
     RollbackIntent,
     reattach_recorded_rollback,
-    resource_spec_json,
+    recorded_fields,
     revision_config_snapshot,
     start_rollback,
 )
@@ -316,7 +318,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            previous_spec: dict[str, Any] | None = resource_spec_json(current.source_config.resource_spec)
+            spec_before = resource_spec_json(current.source_config.resource_spec)
+            previous_spec: dict[str, Any] | None = spec_before
+            spec_changes: list[str] | None = list(changes_of(to_send, spec_before))
             not_restorable = unrestorable_parts(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
@@ -327,6 +331,10 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
+            # What the earlier try's patch changed in resource_spec: recorded, or (no record) nothing when the
+            # patch sets none; unknown otherwise (and so is the spec before it).
+            unrecorded: list[str] | None = None if sets_resource_spec(to_send) else []
+            spec_changes = recorded.get("resource_spec_changes") if record is not None else unrecorded
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
         patched = {
             "deployment_id": deployment_id,
@@ -336,6 +344,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             "previous_latest_revision_id": previous_latest,
             "previous_source_revision_config": previous_config,
             "previous_resource_spec": previous_spec,
+            "resource_spec_changes": spec_changes,
             "not_restorable": not_restorable,
         }
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
@@ -673,6 +682,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             rolling_back_from=landing["revision_id"],
             fallback_config=landing.get("previous_source_revision_config") or None,
             resource_spec=landing.get("previous_resource_spec"),
+            resource_spec_fields=recorded_fields(landing.get("resource_spec_changes")),
             before_sending=before_sending,
             log=self.log,
         )
@@ -933,11 +943,11 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                         "the new request",
                         ", ".join(merged.dropped),
                     )
-                if merged.left_out:
-                    self.log.warning(
-                        "The deployment's current resource_spec has fields this provider cannot send, left out "
-                        "of the patch (production drops them): %s",
-                        ", ".join(merged.left_out),
+                if merged.carried:
+                    self.log.info(
+                        "Carried through untouched the fields of the deployment's current resource_spec this "
+                        "provider does not know (the service's): %s",
+                        ", ".join(merged.carried),
                     )
         except ValueError as err:
             raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None

@@ -59,6 +59,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
+from airflow_provider.spec_changes import changes_of, resource_spec_json, spec_shows
 from airflow_provider.tasks.analysis import live_since
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
@@ -69,8 +70,6 @@ from airflow_provider.tasks.rollback import (
     RollbackStarted,
     find_earlier_rollback,
     reattach_recorded_rollback,
-    resource_spec_json,
-    spec_shows,
     start_rollback,
 )
 
@@ -227,7 +226,8 @@ class CompletedPatch(NamedTuple):
         (left out).
     :param kept: ``resource_spec`` fields taken from the deployment's current one.
     :param dropped: limits of the current ``resource_spec`` not kept, being below the new request.
-    :param left_out: fields of the current ``resource_spec`` a request cannot carry.
+    :param carried: fields of the current ``resource_spec`` this provider does not know (the service's), carried
+        through untouched.
     :param discouraged: fields production's reference marks "do not use".
     """
 
@@ -235,7 +235,7 @@ class CompletedPatch(NamedTuple):
     unchanged_fixed: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
-    left_out: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
     discouraged: tuple[str, ...] = ()
 
 
@@ -271,7 +271,7 @@ def complete_request(
         unchanged,
         merged.kept,
         merged.dropped,
-        merged.left_out,
+        merged.carried,
         tuple(discouraged_fields(merged.request)),
     )
 
@@ -500,6 +500,7 @@ def patch_wave(
             # A change that does not set resource_spec leaves it as it was: a rollback has none to restore,
             # even on a retry that lost the record of what served before.
             row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+            row.resource_spec_changes = []
         applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
         if earlier_try_since is not None and not applied:
             earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
@@ -540,6 +541,7 @@ def patch_wave(
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
         row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+        row.resource_spec_changes = list(changes_of(to_send, row.previous_resource_spec))
         row.secrets_changed = secrets
         ready.append(_Patch(len(ready), row, to_send, fingerprint))
     if ready:
@@ -1407,6 +1409,7 @@ def _send_rollback(
         rolling_back_from=row.to_revision,
         fallback_config=row.previous_config,
         resource_spec=row.previous_resource_spec,
+        resource_spec_fields=row.resource_spec_changes,
         before_sending=None if records is None else (lambda intent: records.set(row.deployment_id, intent.record())),
         log=log,
     )
@@ -1455,6 +1458,7 @@ def _earlier_rollback(
         rolling_back_from=row.to_revision,
         fallback_config=row.previous_config,
         resource_spec=row.previous_resource_spec,
+        resource_spec_fields=row.resource_spec_changes,
         log=log,
     )
 
@@ -1610,7 +1614,11 @@ def _judge_resource_spec(row: FleetRow, deployment: Deployment | None) -> None:
     :meth:`~airflow_provider.tasks.rollback.RollbackStarted.judged_on` does): one that does not show the
     previous ``resource_spec`` is named in ``not_restored``."""
     kept = [clause for clause in row.not_restored if clause not in RESOURCE_SPEC_VERDICTS]
-    wanted = row.previous_resource_spec
-    if deployment is not None and wanted is not None and not spec_shows(deployment.source_config.resource_spec, wanted):
+    wanted, fields = row.previous_resource_spec, row.resource_spec_changes
+    if (
+        deployment is not None
+        and wanted is not None
+        and not spec_shows(deployment.source_config.resource_spec, wanted, fields)
+    ):
         kept.insert(0, RESOURCE_SPEC_NOT_SHOWN if row.rollback_path == "patch" else RESOURCE_SPEC_NOT_SENT)
     row.not_restored = kept

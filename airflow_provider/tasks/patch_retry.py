@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.client import REVISION_CONFIG_FIELDS
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
+from airflow_provider.spec_changes import resource_spec_json
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_UNKNOWN,
     RollbackStarted,
     find_earlier_rollback,
-    resource_spec_json,
 )
 
 if TYPE_CHECKING:
@@ -551,7 +552,9 @@ def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:
 
 
 def _config_fields(config: SourceRevisionConfig) -> dict[str, str]:
-    return {name: str(value) for name, value in config.model_dump(exclude_none=True).items()}
+    """The revision fields of ``config`` a rollback restores (the service's fields this provider does not know
+    left out: a restore patch cannot name them)."""
+    return {name: str(getattr(config, name)) for name in REVISION_CONFIG_FIELDS if getattr(config, name) is not None}
 
 
 def _listed(revisions: Sequence[Revision]) -> str:

@@ -72,6 +72,8 @@ def landing_of(record: Mapping[str, Any]) -> dict[str, Any]:
         "previous_active_revision_id": record.get("previous_active_revision_id"),
         "previous_source_revision_config": dict(record.get("previous_source_revision_config") or {}),
         "previous_resource_spec": record.get("previous_resource_spec"),
+        # the resource_spec fields the patch changed, which its rollback restores ([]: none; None: unknown, all)
+        "resource_spec_changes": record.get("resource_spec_changes"),
         "not_restorable": list(record.get("not_restorable") or []),
     }
 

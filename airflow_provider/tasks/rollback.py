@@ -13,10 +13,14 @@ What a rollback restores:
   ``source_revision_config`` patched back (an image or a tag is exact; a branch ``repo_ref`` rebuilds the
   branch's current head, named in ``not_restored``);
 - **the resource_spec**, when the caller gives the one that served with the revision (``resource_spec=``,
-  recorded before the change): production replaces ``resource_spec`` whole and makes a revision for it, so
-  when the deployment's current one differs, the rollback patches the config and the previous
-  ``resource_spec`` back in **one** PATCH (one revision; a redeploy is not known to restore it). When it is
-  not given, the rollback leaves ``resource_spec`` alone and says so in ``not_restored`` unless the
+  recorded before the change), and only what the change being rolled back changed in it
+  (``resource_spec_fields=``; unknown: every field the deployment no longer shows as it was, those the service
+  added aside; see :mod:`airflow_provider.spec_changes`). Production replaces ``resource_spec`` whole and makes
+  a revision for it, so when a changed field differs, the rollback patches the config and the whole
+  ``resource_spec`` as the deployment shows it now, the changed fields set back, back in **one** PATCH (one
+  revision; a redeploy is not known to restore it). Fields this provider does not know (the service's, at any
+  depth) go back untouched: never a reason to refuse. A change that left ``resource_spec`` alone sends none.
+  When it is not given, the rollback leaves ``resource_spec`` alone and says so in ``not_restored`` unless the
   deployment shows none (``external_docker`` only has one);
 - **never the secrets**: their values are not kept. A caller that knows which secrets its change set adds
   its own clause.
@@ -56,9 +60,8 @@ Retries (never a second rollback, never a claim that did not happen):
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -70,11 +73,11 @@ from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
 from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
+    CarriedResourceSpec,
     Deployment,
     DeploymentSource,
     PatchDeploymentRequest,
     ResourceSpec,
-    ResourceSpecPatch,
     Revision,
     RevisionSource,
     RevisionStatus,
@@ -82,6 +85,14 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
+from airflow_provider.spec_changes import (
+    fields_not_shown,
+    likely_typos,
+    resource_spec_json,
+    restored_spec,
+    spec_shows,
+    unknown_fields_of,
+)
 from airflow_provider.tasks.base import MISSING_RENDERS
 
 if TYPE_CHECKING:
@@ -101,9 +112,8 @@ __all__ = [
     "find_earlier_rollback",
     "is_branch_ref",
     "reattach_recorded_rollback",
-    "resource_spec_json",
+    "recorded_fields",
     "revision_config_snapshot",
-    "spec_shows",
     "start_rollback",
 ]
 
@@ -147,11 +157,15 @@ class RollbackStarted:
         branch is rebuilt from its current head.
     :param not_restored: short clauses, each naming a part of the change the rollback did not undo (never a
         secret value), e.g. :data:`RESOURCE_SPEC_UNKNOWN`.
-    :param resource_spec: the whole ``resource_spec`` the rollback restores (sent, or already shown);
-        ``None`` when it was not given (left alone).
+    :param resource_spec: the whole ``resource_spec`` that served with ``to_revision_id``, whose
+        ``resource_spec_fields`` the rollback restores (sent, or already shown); ``None`` when it was not given
+        (left alone).
     :param allowed_latest_revision_id: a newer revision allowed to stay the deployment's latest while
         ``revision_id`` goes live (a redeploy that made no revision); ``None``: ``revision_id`` is the latest.
     :param previous_latest_revision_id: the deployment's latest revision when the rollback was sent.
+    :param resource_spec_fields: the fields of ``resource_spec`` the rollback restores (what the change rolled
+        back changed; ``()``: none); ``None``: unknown, every field (see
+        :func:`~airflow_provider.spec_changes.fields_not_shown`).
     """
 
     path: RollbackPath
@@ -165,6 +179,7 @@ class RollbackStarted:
     resource_spec: dict[str, Any] | None = None
     allowed_latest_revision_id: str | None = None
     previous_latest_revision_id: str | None = None
+    resource_spec_fields: tuple[str, ...] | None = None
 
     def summary(self) -> str:
         """One line for logs and messages (never a secret)."""
@@ -173,7 +188,7 @@ class RollbackStarted:
             "patch": "patched its source_revision_config back",
             "none": "it already serves",
         }[self.path]
-        if self.path == "patch" and self.resource_spec is not None:
+        if self.path == "patch" and self.resource_spec is not None and self.resource_spec_fields != ():
             how += " with its resource_spec"
         return (
             f"rollback of deployment {self.deployment.name!r} ({self.deployment.id}) from revision "
@@ -192,7 +207,8 @@ class RollbackStarted:
         :param shown: the deployment as just read.
         """
         kept = tuple(clause for clause in self.not_restored if clause not in RESOURCE_SPEC_VERDICTS)
-        if self.resource_spec is not None and not spec_shows(shown.source_config.resource_spec, self.resource_spec):
+        shown_spec = shown.source_config.resource_spec
+        if self.resource_spec is not None and not spec_shows(shown_spec, self.resource_spec, self.resource_spec_fields):
             kept += (RESOURCE_SPEC_NOT_SHOWN if self.path == "patch" else RESOURCE_SPEC_NOT_SENT,)
         return self if kept == self.not_restored else replace(self, not_restored=kept)
 
@@ -211,6 +227,7 @@ class RollbackStarted:
             "resource_spec": self.resource_spec,
             "allowed_latest_revision_id": self.allowed_latest_revision_id,
             "previous_latest_revision_id": self.previous_latest_revision_id,
+            "resource_spec_fields": _listed(self.resource_spec_fields),
         }
 
     @classmethod
@@ -234,11 +251,25 @@ class RollbackStarted:
             resource_spec=dict(spec) if isinstance(spec, Mapping) else None,
             allowed_latest_revision_id=_text(record.get("allowed_latest_revision_id")),
             previous_latest_revision_id=_text(record.get("previous_latest_revision_id")),
+            resource_spec_fields=recorded_fields(record.get("resource_spec_fields")),
         )
 
 
 def _text(value: Any) -> str | None:
     return str(value) if value else None
+
+
+def _listed(fields: tuple[str, ...] | None) -> list[str] | None:
+    return list(fields) if fields is not None else None
+
+
+def recorded_fields(value: Any) -> tuple[str, ...] | None:
+    """``resource_spec`` field names as a record holds them (a list), or ``None`` (unknown: records of earlier
+    provider versions included).
+
+    :param value: the recorded value.
+    """
+    return tuple(str(item) for item in value) if isinstance(value, (list, tuple)) else None
 
 
 @dataclass(frozen=True)
@@ -254,10 +285,11 @@ class RollbackIntent:
     :param path: ``redeploy`` or ``patch``.
     :param expected_config: the non-secret revision fields the rollback's revision will show (``{}``:
         unknown).
-    :param resource_spec: the whole ``resource_spec`` the rollback restores (``None``: not given, left alone);
-        sent with the request when it differs from the deployment's.
+    :param resource_spec: the whole ``resource_spec`` that served with ``to_revision_id`` (``None``: not
+        given, left alone); its ``resource_spec_fields`` are sent with the request when the deployment's differ.
     :param exact: whether the very build returns (``False``: a branch rebuilt from its head).
     :param not_restored: what the rollback will not restore (see ``RollbackStarted.not_restored``).
+    :param resource_spec_fields: the fields of ``resource_spec`` the rollback restores (``None``: every field).
     """
 
     deployment_id: str
@@ -270,6 +302,7 @@ class RollbackIntent:
     resource_spec: dict[str, Any] | None
     exact: bool
     not_restored: tuple[str, ...] = ()
+    resource_spec_fields: tuple[str, ...] | None = None
 
     def record(self) -> dict[str, Any]:
         """Plain JSON for a task record (no secret)."""
@@ -285,6 +318,7 @@ class RollbackIntent:
             "resource_spec": self.resource_spec,
             "exact": self.exact,
             "not_restored": list(self.not_restored),
+            "resource_spec_fields": _listed(self.resource_spec_fields),
         }
 
 
@@ -429,51 +463,17 @@ def _revision_if_shown(hook: DeploymentServiceHook, deployment_id: str, revision
         return None
 
 
-def resource_spec_json(spec: ResourceSpec | Mapping[str, Any] | None) -> dict[str, Any]:
-    """A ``resource_spec`` as plain JSON without unset fields; ``{}`` for none (what a caller records before a
-    change, and what :func:`start_rollback` compares).
-
-    :param spec: the spec a deployment shows (model or JSON), or ``None``.
-    """
-    if spec is None:
-        return {}
-    model = spec if isinstance(spec, ResourceSpec) else ResourceSpec.model_validate(dict(spec))
-    dumped: dict[str, Any] = model.model_dump(mode="json", exclude_none=True)
-    return dumped
-
-
-_LIMIT_OF = {
-    name.replace("_limit_mb", "_mb") if name.endswith("_limit_mb") else name.removesuffix("_limit"): name
-    for name in ResourceSpec.model_fields
-    if name.endswith(("_limit", "_limit_mb"))
-}
-"""``{request field: its limit field}`` (``cpu``: ``cpu_limit``, ``memory_mb``: ``memory_limit_mb``...)."""
-
-
-def spec_shows(shown: ResourceSpec | Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
-    """Whether a deployment showing ``shown`` has the whole ``resource_spec`` ``wanted``: the same fields and
-    values, a ``*_limit`` that ``wanted`` leaves unset allowed at twice its request (production's default).
-
-    :param shown: the spec the deployment shows.
-    :param wanted: the spec to restore (:func:`resource_spec_json` form).
-    """
-    have = resource_spec_json(shown)
-    filled = dict(wanted)
-    for request, limit in _LIMIT_OF.items():
-        value, default = wanted.get(request), have.get(limit)
-        if limit in wanted or not isinstance(value, (int, float)) or not isinstance(default, (int, float)):
-            continue
-        if math.isclose(default, 2 * value, rel_tol=1e-6):
-            filled[limit] = default
-    return have == filled
-
-
-def checked_resource_spec(spec: Any, field_name: str = "resource_spec") -> dict[str, Any] | None:
+def checked_resource_spec(
+    spec: Any, field_name: str = "resource_spec", *, refuse_typos: bool = False
+) -> dict[str, Any] | None:
     """The whole ``resource_spec`` to restore, checked as a request would carry it; ``None`` when not given.
-    :class:`AirflowFailException` naming the field (before any request) when it cannot be sent.
+    :class:`AirflowFailException` naming the field (before any request) when it cannot be sent. Fields this
+    provider does not know are the service's (the spec is what the deployment showed): kept, at any depth.
 
     :param spec: ``None`` (unknown), a mapping or a model; ``{}`` means the deployment had none.
     :param field_name: the argument's name, for messages.
+    :param refuse_typos: refuse a field this provider does not know that is a near-spelling of one it knows
+        (``cpus``): a task argument a user may have typed (a spec a task recorded itself is never refused).
     """
     if spec is None:
         return None
@@ -493,17 +493,34 @@ def checked_resource_spec(spec: Any, field_name: str = "resource_spec") -> dict[
     if not isinstance(spec, Mapping):
         raise AirflowFailException(f"{field_name} must be a mapping, got {type(spec).__name__}")
     try:
-        parsed = ResourceSpecPatch.model_validate(dict(spec))
+        parsed = CarriedResourceSpec.model_validate(dict(spec))
     except pydantic.ValidationError as err:
         problems = describe_validation_error(err)
         raise AirflowFailException(f"invalid {field_name}: {problems}") from None
-    unknown = [path for path, _known in parsed.unknown_fields()]
-    if unknown:
+    checked = resource_spec_json(parsed)
+    typos = likely_typos(checked) if refuse_typos else []
+    if typos:
+        listed = ", ".join(f"{field} (did you mean {known}?)" for field, known in typos)
         raise AirflowFailException(
-            f"{field_name} has field(s) {', '.join(unknown)} that a PATCH cannot carry; give the resource_spec as "
-            "the deployment showed it, without them"
+            f"{field_name} has field(s) {listed}: a field this provider does not know, spelled like one it knows. "
+            "Fields the service added (the ones the deployment shows) are restored as they are; fix the spelling"
         )
-    return resource_spec_json(parsed)
+    return checked
+
+
+def _warn_unshown_unknown_fields(spec: Mapping[str, Any], current: Mapping[str, Any], name: str, log: Any) -> None:
+    """Say so when the spec to restore has fields this provider does not know that the deployment does not show
+    now: they are restored as given (the service's, when the spec was recorded), never refused; a typo among
+    them would not be shown by the service, and the verdict would say so."""
+    unshown = [field for field in unknown_fields_of(spec) if field not in current]
+    if unshown:
+        log.warning(
+            "%s: the resource_spec to restore has field(s) %s that this provider does not know and the deployment "
+            "does not show now: restoring them as given (the service's own when it was recorded; if one is a typo, "
+            "the deployment will not show it and the rollback says so)",
+            name,
+            ", ".join(unshown),
+        )
 
 
 def _spec_applies(deployment: Deployment) -> bool:
@@ -585,6 +602,7 @@ def find_earlier_rollback(
     rolling_back_from: str | None = None,
     fallback_config: Mapping[str, str] | None = None,
     resource_spec: Mapping[str, Any] | None = None,
+    resource_spec_fields: Collection[str] | None = None,
     secrets_given: bool = False,
     log: logging.Logger | Any,
 ) -> RollbackStarted | None:
@@ -605,7 +623,8 @@ def find_earlier_rollback(
        just before ``L``, which must not be ``to_revision_id`` (``L`` would be the change itself) and must have
        another build than ``to_revision_id`` (``L`` undoes it), unless the deployment shows ``resource_spec``
        (a change of ``resource_spec`` or secrets only, which a revision does not show);
-    5. with ``resource_spec``: the deployment shows it (the earlier try's rollback restored it).
+    5. with ``resource_spec``: the deployment shows it (its ``resource_spec_fields``: the earlier try's rollback
+       restored them).
 
     No earlier rollback (``None``): no latest revision, ``L`` is ``to_revision_id`` or ``rolling_back_from``,
     another config, made before the run or before ``to_revision_id``, or made right after
@@ -619,6 +638,7 @@ def find_earlier_rollback(
     :param rolling_back_from: the revision the task rolls back, when given.
     :param fallback_config: the revision's non-secret fields as the user gave them.
     :param resource_spec: the whole resource_spec the rollback restores (checked), when given.
+    :param resource_spec_fields: the fields of ``resource_spec`` it restores (``None``: every field).
     :param secrets_given: whether the task sends secrets (an earlier try then took the patch path).
     :param log: where to say what was recognised.
     """
@@ -659,7 +679,9 @@ def find_earlier_rollback(
     if target_made is not None and newest is not None and newest.created_at and newest.created_at <= target_made:
         return None  # not newer than the revision returned to
     seen += f" has revision {to_revision_id}'s source_revision_config"
-    spec_matches = resource_spec is not None and spec_shows(deployment.source_config.resource_spec, resource_spec)
+    fields = tuple(resource_spec_fields) if resource_spec_fields is not None else None
+    shown_spec = deployment.source_config.resource_spec
+    spec_matches = resource_spec is not None and spec_shows(shown_spec, resource_spec, fields)
     if rolling_back_from is not None:
         evidence = f"it is newer than revision {rolling_back_from}, the revision rolled back"
     else:
@@ -711,7 +733,8 @@ def find_earlier_rollback(
             f"{seen}, and {evidence}",
             "but the deployment does not show resource_spec= (a rollback by this task would have restored it)",
         )
-    path: RollbackPath = "patch" if secrets_given or resource_spec is not None else "redeploy"
+    restores_spec = resource_spec is not None and fields != ()
+    path: RollbackPath = "patch" if secrets_given or restores_spec else "redeploy"
     log.warning(
         "%s: %s, and %s: it is the rollback to revision %s an earlier try sent (no task_state_store record). "
         "Reattaching to it instead of rolling back again",
@@ -733,6 +756,7 @@ def find_earlier_rollback(
         exact=exact or path == "redeploy",
         not_restored=not_restored,
         resource_spec=dict(resource_spec) if resource_spec is not None else None,
+        resource_spec_fields=fields,
     )
 
 
@@ -780,6 +804,7 @@ def reattach_recorded_rollback(
             resource_spec=dict(spec) if isinstance(spec, Mapping) else None,
             allowed_latest_revision_id=allowed_latest,
             previous_latest_revision_id=previous,
+            resource_spec_fields=recorded_fields(record.get("resource_spec_fields")),
         ).judged_on(deployment)
 
     latest, active = deployment.latest_revision_id, deployment.active_revision_id
@@ -852,6 +877,7 @@ def start_rollback(
     rolling_back_from: str | None = None,
     fallback_config: Mapping[str, Any] | SourceRevisionConfig | None = None,
     resource_spec: Mapping[str, Any] | ResourceSpec | None = None,
+    resource_spec_fields: Collection[str] | None = None,
     secrets: list[dict[str, str]] | None = None,
     force: bool = False,
     before_sending: Callable[[RollbackIntent], None] | None = None,
@@ -876,9 +902,15 @@ def start_rollback(
     :param fallback_config: the revision's non-secret ``source_revision_config`` fields, used for the patch
         path when the revision endpoint is missing (``previous_source_revision_config``).
     :param resource_spec: the whole ``source_config.resource_spec`` that served with ``to_revision_id``
-        (recorded before the change; ``{}`` when there was none). When the deployment's current one differs,
-        it is restored whole, with the config, in one PATCH. ``None``: unknown; left alone, and named in
-        ``not_restored`` when the deployment has one.
+        (recorded before the change, as the deployment showed it; ``{}`` when there was none). When a field of
+        ``resource_spec_fields`` differs from it, the rollback sends, with the config, in one PATCH, the whole
+        ``resource_spec`` as the deployment shows it now with those fields set back (the fields this provider
+        does not know go back untouched). ``None``: unknown; left alone, and named in ``not_restored`` when the
+        deployment has one.
+    :param resource_spec_fields: the fields of ``resource_spec`` the change being rolled back changed
+        (:func:`~airflow_provider.spec_changes.changed_fields`; ``()``: it left ``resource_spec`` alone, nothing
+        is sent for it). ``None`` (default): unknown; every field the deployment does not show as
+        ``resource_spec`` has it is restored, except one the service added that ``resource_spec`` lacks.
     :param secrets: secret values to send with the restore (``[{"name", "value"}]``, already resolved); forces
         the patch path. ``None`` (default) sends none: the deployment keeps its current secrets.
     :param force: roll back even when a newer revision than ``rolling_back_from`` exists.
@@ -893,6 +925,7 @@ def start_rollback(
         raise AirflowFailException(str(err)) from None
     fallback = checked_fallback_config(fallback_config)
     spec = checked_resource_spec(resource_spec)
+    fields = tuple(sorted(resource_spec_fields)) if resource_spec_fields is not None and spec is not None else None
     name = f"deployment {deployment.name!r} ({deployment.id})"
     latest, active = deployment.latest_revision_id, deployment.active_revision_id
     rolled_back_from = source_revision or latest
@@ -906,7 +939,11 @@ def start_rollback(
         if not force:
             raise AirflowFailException(f"{message}; not rolling back over it. Pass force=True to roll back anyway")
         log.warning("%s; rolling back anyway (force=True)", message)
-    spec_differs = spec is not None and not spec_shows(deployment.source_config.resource_spec, spec)
+    current_spec = resource_spec_json(deployment.source_config.resource_spec)
+    to_restore = fields_not_shown(current_spec, spec, fields) if spec is not None else ()
+    spec_differs = bool(to_restore)
+    if spec is not None and fields is None:
+        _warn_unshown_unknown_fields(spec, current_spec, name, log)
     unknown_spec = (RESOURCE_SPEC_UNKNOWN,) if spec is None and _spec_applies(deployment) else ()
 
     def started(
@@ -930,6 +967,7 @@ def start_rollback(
             resource_spec=spec,
             allowed_latest_revision_id=allowed_latest if allowed_latest != revision_id else None,
             previous_latest_revision_id=latest,
+            resource_spec_fields=fields,
         ).judged_on(after)
 
     def intent(path: RollbackPath, config: dict[str, str], exact: bool) -> None:
@@ -946,6 +984,7 @@ def start_rollback(
                     spec,
                     exact,
                     (*_build_clause(config, exact), *unknown_spec),
+                    fields,
                 )
             )
 
@@ -1049,8 +1088,6 @@ def start_rollback(
             "or repo_ref (the patch task pushes it as the XCom previous_source_revision_config)"
         )
     body: dict[str, Any] = {"source_revision_config": restorable}
-    if spec_differs:
-        body["source_config"] = {"resource_spec": spec}
     revision_source = (revision.model_extra or {}).get("source") if revision is not None else None
     if revision_source in {item.value for item in RevisionSource} and revision_source != str(
         getattr(deployment.source, "value", deployment.source)
@@ -1059,6 +1096,10 @@ def start_rollback(
     if secrets is not None:
         body["secrets"] = secrets
     try:
+        if spec_differs:
+            assert spec is not None
+            carried = CarriedResourceSpec.model_validate(restored_spec(current_spec, spec, to_restore))
+            body["source_config"] = {"resource_spec": carried}  # the instance: carried, not read as the user's
         request = PatchDeploymentRequest.model_validate(body)
     except pydantic.ValidationError as err:
         raise AirflowFailException(f"{name}: invalid restore patch: {describe_validation_error(err)}") from None
@@ -1088,7 +1129,7 @@ def start_rollback(
         rolled_back_from,
         target,
         restored,
-        " with its whole resource_spec" if spec_differs else "",
+        f" with resource_spec's {', '.join(to_restore)} set back (the rest as shown)" if spec_differs else "",
         new,
     )
     return started("patch", new, after, config, exact=exact)

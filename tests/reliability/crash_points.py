@@ -38,6 +38,7 @@ import asyncio
 import functools
 import importlib
 import json
+import pkgutil
 import re
 import sys
 import threading
@@ -55,10 +56,7 @@ import httpx._transports.default as httpx_transports
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-# Every trigger module, loaded now: virtual_time() points the clock of the provider's modules loaded when it starts,
-# and a trigger module a task imports later (deferring) would keep the real clock against the virtual deadlines
-# its task gives it (a sweep run alone, without another test module loading the triggers first, hung).
-import airflow_provider.triggers.deployment_service  # noqa: F401
+import airflow_provider
 
 MAX_TRIES = 4
 """Tries per run, the first included (Airflow retries a retryable failure; a killed try counts)."""
@@ -262,9 +260,21 @@ class VirtualClock:
         return getattr(time, name)
 
 
+NOT_PRELOADED = ("airflow_provider.emulator", "airflow_provider.plugins")
+"""Provider packages :func:`virtual_time` does not import beforehand: the emulator (it *is* the clock, never
+patched) and the UI plugin (no task runs it)."""
+
+
 @contextmanager
 def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
-    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names."""
+    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names.
+
+    Every provider module is imported first: the triggers load only when a task first defers, and one loaded
+    after this point would read the real clock (a bake trigger then waited in real time for a deadline the
+    virtual clock had set minutes ahead, when this file ran on its own)."""
+    for found in pkgutil.walk_packages(airflow_provider.__path__, "airflow_provider."):
+        if not found.name.startswith(NOT_PRELOADED):
+            importlib.import_module(found.name)
     patched: list[types.ModuleType] = [
         module
         for name, module in list(sys.modules.items())
@@ -582,11 +592,14 @@ class World:
     :param ids: deployment ids by name.
     :param revisions: revision ids by the setup's names (``R0``: the first deployment's active revision
         before the setup).
+    :param specs: the ``resource_spec`` the first deployment showed with a named revision, as a task records it
+        (the setup's).
     """
 
     state: Any
     ids: dict[str, str]
     revisions: dict[str, str] = field(default_factory=dict)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
