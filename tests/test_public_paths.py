@@ -170,9 +170,23 @@ CLIENT_HANDS_ON = {
     ],
 }
 
+# The Rollouts view's paths, which the plugin, the app and the pages' JSON all build, live in one module now
+# (the app and the JSON imported them from the plugin, which imports the app: a circle).
+VIEW_PATHS = "airflow_provider.plugins.rollouts.paths"
+PLUGIN_NAMES = {
+    name: VIEW_PATHS
+    for name in ("URL_PREFIX", "NAV_ROUTE", "TAB_ROUTE", "airflow_root_path", "view_path", "task_instance_tab_path")
+}
+SHAPES_NAMES = {"task_instance_path": VIEW_PATHS, "dag_run_path": VIEW_PATHS}
+
 PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
-MOVED_NAMES = {**PUBLIC_PATHS, CLIENT: CLIENT_NAMES}
+MOVED_NAMES = {
+    **PUBLIC_PATHS,
+    CLIENT: CLIENT_NAMES,
+    "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
+    "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
+}
 
 DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
 REVISION = "00000000-0000-4000-8000-00000000000b"

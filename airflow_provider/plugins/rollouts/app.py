@@ -26,7 +26,7 @@ from airflow_provider.models import Deployment, canonical_uuid
 from airflow_provider.plugins.rollouts import access, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
-from airflow_provider.plugins.rollouts.plugin import airflow_root_path
+from airflow_provider.plugins.rollouts.paths import airflow_root_path
 
 STATIC = resources.files("airflow_provider.plugins.rollouts") / "static"
 ASSETS = {
