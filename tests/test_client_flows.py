@@ -7,6 +7,7 @@ awaits every step (it never blocks the event loop), and each client sends throug
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import threading
@@ -30,6 +31,7 @@ from airflow_provider.client import (
 from airflow_provider.client.exchange import Emit, Send, Sleep
 from airflow_provider.client.operations import Operations
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment
 from tests.conftest import CONN_ENV, connection_json
 from tests.test_client import (
     API_KEY,
@@ -378,3 +380,41 @@ def test_each_client_of_a_hook_sends_every_request_through_one_pooled_connection
 
     assert asyncio.run(run()) == 250
     assert (keep_alive_service.requests, keep_alive_service.connections) == (9, 2)
+
+
+# ------------------------------------------------------------------------------------ memory
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_listing_holds_no_page_the_caller_let_go_while_it_reads_the_next(twin: str) -> None:
+    """A page the caller is done with is freed before the next is read: kept alive, its thousands of objects
+    would survive the next page's parsing into the garbage collector's oldest generation and make its full
+    collections, which walk every object of a task's process, much more frequent."""
+    alive_at_request: list[int] = []
+    service = ScriptedService()
+    paged_service(service, 25)
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        alive_at_request.append(sum(isinstance(item, Deployment) for item in gc.get_objects()))
+        return service(request)
+
+    settings = ClientSettings(base_url=BASE_URL)
+    if twin == "sync":
+        seen = 0
+        with DeploymentServiceClient(settings, API_KEY, transport=httpx.MockTransport(counting)) as client:
+            for deployment in client.iter_deployments(limit=10):
+                seen += 1
+                del deployment  # done with it
+    else:
+
+        async def run() -> int:
+            async with AsyncDeploymentServiceClient(
+                settings, API_KEY, transport=httpx.MockTransport(counting)
+            ) as client:
+                count = 0
+                async for deployment in client.iter_deployments(limit=10):
+                    count += 1
+                    del deployment  # done with it
+                return count
+
+        seen = asyncio.run(run())
+    assert seen == 25
+    assert alive_at_request == [0, 0, 0], f"deployments alive when each page was asked for: {alive_at_request}"

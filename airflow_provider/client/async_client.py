@@ -93,7 +93,7 @@ class AsyncDeploymentServiceClient(ClientBase):
             if isinstance(step, Emit):
                 for item in step.items:
                     yield item
-                reply = None
+                reply = item = None  # the caller may be done with the last item: not kept while the next page is read
             else:
                 reply = await self._perform(step)
 

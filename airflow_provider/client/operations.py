@@ -63,9 +63,8 @@ class Operations(Exchange):
         if query is None:
             filters.setdefault("limit", MAX_PAGE_SIZE)
         paginator = DeploymentPaginator(calls.deployment_query(query, filters), max_results)
-        while not paginator.done:
-            page = yield from self.exchange(calls.list_deployments(paginator.query))
-            yield Emit(paginator.accept(page))
+        while not paginator.done:  # no page held while the next is read: the caller may have let it go
+            yield Emit(paginator.accept((yield from self.exchange(calls.list_deployments(paginator.query)))))
 
     def get_deployment(self, deployment_id: str) -> Flow[Deployment]:
         return calls.found_in(deployment_id, (yield from self.exchange(calls.get_deployment_via_list(deployment_id))))
@@ -96,8 +95,9 @@ class Operations(Exchange):
         """Emits the revisions of each page, newest first."""
         pager = RevisionPager(max_results)
         while not pager.done:
-            page = yield from self.list_revisions(deployment_id, MAX_PAGE_SIZE, pager.offset, status, None)
-            yield Emit(pager.accept(page))
+            yield Emit(
+                pager.accept((yield from self.list_revisions(deployment_id, MAX_PAGE_SIZE, pager.offset, status, None)))
+            )
 
     def redeploy_revision(
         self,
