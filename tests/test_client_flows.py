@@ -68,7 +68,7 @@ def test_an_operation_is_a_flow_of_steps_that_sends_nothing_itself() -> None:
         {"deployment_ids": DEPLOYMENT_ID, "limit": "1", "offset": "0"},
     )
     step = flow.send(httpx.Response(503, headers={"Retry-After": "2"}))
-    assert step == Sleep(2.0)
+    assert isinstance(step, Sleep) and step.seconds == 2.0, step
     assert isinstance(flow.send(None), Send)  # the same call once more
     with pytest.raises(StopIteration) as done:
         flow.send(httpx.Response(200, json={"resources": [deployment_json()], "offset": 1}))
@@ -392,8 +392,13 @@ def test_a_listing_holds_no_page_the_caller_let_go_while_it_reads_the_next(twin:
     service = ScriptedService()
     paged_service(service, 25)
 
+    def deployments_alive() -> set[int]:
+        return {id(item) for item in gc.get_objects() if isinstance(item, Deployment)}
+
+    earlier = deployments_alive()  # other tests' (this process runs many)
+
     def counting(request: httpx.Request) -> httpx.Response:
-        alive_at_request.append(sum(isinstance(item, Deployment) for item in gc.get_objects()))
+        alive_at_request.append(len(deployments_alive() - earlier))
         return service(request)
 
     settings = ClientSettings(base_url=BASE_URL)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import email.utils
 import ssl
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +46,6 @@ SAFE_RETRY_STATUSES = frozenset({429})
 a gateway can answer them after the service applied the request, so a PATCH is read back first."""
 
 
-@dataclass
 class Outcome:
     """What one attempt came to.
 
@@ -60,12 +58,24 @@ class Outcome:
         have it still.
     """
 
-    result: Any = None
-    error: DeploymentServiceError | None = None
-    retryable: bool = False
-    retry_after: float | None = None
-    ambiguous: bool = False
-    timed_out: bool = False
+    __slots__ = ("ambiguous", "error", "result", "retry_after", "retryable", "timed_out")
+
+    def __init__(
+        self,
+        result: Any = None,
+        error: DeploymentServiceError | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        ambiguous: bool = False,
+        timed_out: bool = False,
+    ) -> None:
+        # A plain class: a dataclass generates its methods when the provider is imported.
+        self.result = result
+        self.error = error
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.ambiguous = ambiguous
+        self.timed_out = timed_out
 
 
 def answer_outcome(

@@ -15,8 +15,7 @@ import random
 import ssl
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,43 +29,59 @@ from airflow_provider.errors import DeploymentServiceError, InvalidRequestError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Item = TypeVar("Item")
 
 USER_AGENT = f"airflow-provider-deployment-service/{__version__} httpx/{httpx.__version__}"
 
 
 # ------------------------------------------------------------------------------------------- steps
-@dataclass(frozen=True)
+# Plain classes: named tuples would compile each (string) annotation and dataclasses generate their methods
+# when the provider is imported, which every DAG file using it pays for.
 class Send:
     """Send ``call`` once; the flow gets back the ``httpx.Response``, or the ``httpx.HTTPError`` raised instead.
 
     :param call: the call to send.
     """
 
-    call: Call[Any]
+    __slots__ = ("call",)
+
+    def __init__(self, call: Call[Any]) -> None:
+        self.call = call
+
+    def __repr__(self) -> str:
+        return f"Send({self.call.label})"
 
 
-@dataclass(frozen=True)
 class Sleep:
     """Wait ``seconds`` before the flow goes on.
 
     :param seconds: how long.
     """
 
-    seconds: float
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        return f"Sleep({self.seconds})"
 
 
-@dataclass(frozen=True)
-class Emit(Generic[Item]):
+class Emit:
     """Hand ``items`` to whoever iterates (a listing, page after page); the flow goes on when they are taken.
 
     :param items: the items of one page.
     """
 
-    items: list[Item]
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __repr__(self) -> str:
+        return f"Emit({len(self.items)} items)"
 
 
-Step: TypeAlias = Send | Sleep | Emit[Any]
+Step: TypeAlias = Send | Sleep | Emit
 Flow: TypeAlias = Generator[Step, Any, T]
 """A sans-I/O flow: yields the steps to perform, is sent each step's reply, returns the operation's result."""
 
