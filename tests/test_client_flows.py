@@ -10,11 +10,9 @@ import asyncio
 import gc
 import json
 import random
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,6 +31,7 @@ from airflow_provider.client.operations import Operations
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 from tests.conftest import CONN_ENV, connection_json
+from tests.reliability.support import StubResponse, StubServer
 from tests.test_client import (
     API_KEY,
     LIST,
@@ -304,73 +303,34 @@ def test_the_asyncio_client_awaits_every_step_and_never_blocks_the_loop(monkeypa
 
 
 # ------------------------------------------------------------------------------ pooled connections
-class KeepAliveService:
-    """An HTTP/1.1 server on 127.0.0.1 that keeps connections open and counts them; it serves 250 deployments."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.requests = 0
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                service.connections += 1
-
-            def do_GET(self) -> None:
-                service.requests += 1
-                query = {key: values[0] for key, values in parse_qs(urlsplit(self.path).query).items()}
-                every = [numbered(index) for index in range(250)]
-                if "deployment_ids" in query:
-                    every = [item for item in every if item["id"] == query["deployment_ids"]]
-                offset, limit = int(query.get("offset", "0")), int(query.get("limit", "100"))
-                chosen = every[offset : offset + limit]
-                body = json.dumps({"resources": chosen, "offset": offset + len(chosen)}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> KeepAliveService:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+def listing(method: str, path: str) -> StubResponse:
+    """250 deployments, paged and filtered by id as the list endpoint does."""
+    query = {key: values[0] for key, values in parse_qs(urlsplit(path).query).items()}
+    every = [numbered(index) for index in range(250)]
+    if "deployment_ids" in query:
+        every = [item for item in every if item["id"] == query["deployment_ids"]]
+    offset, limit = int(query.get("offset", "0")), int(query.get("limit", "100"))
+    chosen = every[offset : offset + limit]
+    body = json.dumps({"resources": chosen, "offset": offset + len(chosen)}).encode()
+    return StubResponse(200, {"Content-Type": "application/json"}, body)
 
 
 @pytest.fixture
-def keep_alive_service(monkeypatch: pytest.MonkeyPatch) -> Iterator[KeepAliveService]:
-    with KeepAliveService() as service:
+def keep_alive_service(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubServer]:
+    with StubServer(listing, keep_alive=True) as service:
         monkeypatch.setenv(CONN_ENV, connection_json(service.base_url, "k-0123456789"))
         yield service
 
 
 def test_each_client_of_a_hook_sends_every_request_through_one_pooled_connection(
-    keep_alive_service: KeepAliveService,
+    keep_alive_service: StubServer,
 ) -> None:
     hook = DeploymentServiceHook()
     with hook:
         assert len(list(hook.iter_deployments())) == 250  # 3 pages
         assert hook.get_deployment(numbered(7)["id"]).name == "svc-7"
         assert hook.list_deployments(limit=5).resources
-    assert (keep_alive_service.requests, keep_alive_service.connections) == (5, 1)
+    assert (len(keep_alive_service.requests), keep_alive_service.connections) == (5, 1)
 
     async def run() -> int:
         async with DeploymentServiceHook() as async_hook:
@@ -379,7 +339,7 @@ def test_each_client_of_a_hook_sends_every_request_through_one_pooled_connection
             return len(found)
 
     assert asyncio.run(run()) == 250
-    assert (keep_alive_service.requests, keep_alive_service.connections) == (9, 2)
+    assert (len(keep_alive_service.requests), keep_alive_service.connections) == (9, 2)
 
 
 # ------------------------------------------------------------------------------------ memory
