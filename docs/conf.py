@@ -90,7 +90,7 @@ nitpick_ignore_regex = [
     # Private helpers (a leading underscore) are deliberately not documented: a public class may still
     # name its private base, and a TypeVar shows up in generic signatures.
     (r"py:.*", r"([\w.]+\.)?_\w+"),
-    (r"py:.*", r"airflow_provider\.client\.T"),
+    (r"py:.*", r"airflow_provider\.client\.\w+\.T"),
 ]
 nitpick_ignore = [
     # An instance attribute set in RevisionCheckSchedule.__init__ without a docstring: autodoc cannot see it.

@@ -35,7 +35,7 @@ from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_
 from airflow_provider.plugins.rollouts import access, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
-from airflow_provider.plugins.rollouts.plugin import airflow_root_path
+from airflow_provider.plugins.rollouts.paths import airflow_root_path
 from airflow_provider.plugins.rollouts.workers import AnswerTooSlow, ViewBusy, ViewWorkers
 
 if TYPE_CHECKING:
