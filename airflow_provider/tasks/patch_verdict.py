@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider.error_text import scrub
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
-from airflow_provider.tasks.rollback import RollbackStarted
+from airflow_provider.tasks.rollback_outcome import RollbackStarted
 
 if TYPE_CHECKING:
     import logging
