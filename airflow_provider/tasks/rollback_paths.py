@@ -56,8 +56,6 @@ __all__ = ["NOT_BUILT", "start_rollback"]
 
 NOT_BUILT = frozenset({RevisionStatus.BUILD_FAILED, RevisionStatus.CREATE_FAILED})
 """Statuses of revisions that have no build to return to."""
-
-
 _REVISION_NOT_FOUND = re.compile(r"\brevision\b.*\bnot found\b", re.IGNORECASE)
 
 
