@@ -13,7 +13,8 @@ revision it made, what served before, no secret), and its automatic rollback in 
   the revision made just before), else a loud failure naming what was seen; never the change applied twice,
   never a success it cannot prove.
 
-Nothing here waits or judges a live revision: the operator does (:mod:`airflow_provider.operators.patch`).
+Nothing here waits or judges a live revision: the operator waits (:mod:`airflow_provider.operators.patch`),
+:mod:`~airflow_provider.tasks.patch_judging` judges, :mod:`~airflow_provider.tasks.patch_rollback` rolls back.
 """
 
 from __future__ import annotations
