@@ -179,10 +179,58 @@ PLUGIN_NAMES = {
 }
 SHAPES_NAMES = {"task_instance_path": VIEW_PATHS, "dag_run_path": VIEW_PATHS}
 
-PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
+# The rollback's entry points stay importable from tasks.rollback, which re-exports them from one module per
+# part (the paths, the evidence a retry reattaches on, the outcome records, the inputs), as fleet rollouts,
+# the rollback operator and the patch task's steps import them.
+ROLLBACK = "airflow_provider.tasks.rollback"
+ROLLBACK_NAMES = {
+    **{name: "airflow_provider.tasks.rollback_paths" for name in ("NOT_BUILT", "start_rollback")},
+    **{
+        name: "airflow_provider.tasks.rollback_evidence"
+        for name in ("find_earlier_rollback", "reattach_recorded_rollback")
+    },
+    **{
+        name: "airflow_provider.tasks.rollback_inputs"
+        for name in ("checked_fallback_config", "checked_resource_spec", "revision_config_snapshot")
+    },
+    **{
+        name: "airflow_provider.tasks.rollback_outcome"
+        for name in (
+            "RESOURCE_SPEC_NOT_SENT",
+            "RESOURCE_SPEC_NOT_SHOWN",
+            "RESOURCE_SPEC_UNKNOWN",
+            "RESOURCE_SPEC_VERDICTS",
+            "RollbackIntent",
+            "RollbackPath",
+            "RollbackStarted",
+            "is_branch_ref",
+            "recorded_fields",
+        )
+    },
+}
+
+# The patch operator's module keeps its names; its steps (judging the live revision, the automatic rollback)
+# stand in the task layer, and the class keeps every method Airflow resumes it in (PATCH_RESUME_METHODS).
+PATCH = "airflow_provider.operators.patch"
+PATCH_NAMES = {
+    "PatchDeploymentOperator": PATCH,
+    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch_retry",
+    "TASK_STATE_KEY": "airflow_provider.tasks.patch_retry",
+    "XCOM_ANALYSIS": "airflow_provider.tasks.patch_verdict",
+}
+PATCH_RESUME_METHODS = (
+    "execute_complete",
+    "execute_analysis_complete",
+    "execute_bake_complete",
+    "execute_rollback_complete",
+    "resume_execution",
+)
+
+PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES, ROLLBACK: ROLLBACK_NAMES}
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
 MOVED_NAMES = {
     **PUBLIC_PATHS,
+    PATCH: PATCH_NAMES,
     CLIENT: CLIENT_NAMES,
     "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
     "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
@@ -261,6 +309,18 @@ def test_the_operators_module_keeps_its_old_star_import() -> None:
 @pytest.mark.parametrize("name, value", sorted(STORED_KEYS.items()))
 def test_the_stored_keys_keep_their_values(name: str, value: str) -> None:
     assert getattr(importlib.import_module(OPERATORS), name) == value
+
+
+def test_the_patch_operator_pushes_its_analysis_under_the_same_key() -> None:
+    assert importlib.import_module(PATCH).XCOM_ANALYSIS == "analysis"
+
+
+@pytest.mark.parametrize("method", PATCH_RESUME_METHODS)
+def test_the_patch_operator_keeps_every_method_airflow_resumes_it_in(method: str) -> None:
+    """A deferred patch task in the metadata database names its resume method; the class itself defines it
+    (its steps live in the task layer, its entry points do not move)."""
+    operator = importlib.import_module(PATCH).PatchDeploymentOperator
+    assert method in vars(operator), f"PatchDeploymentOperator does not define {method} itself"
 
 
 @pytest.mark.parametrize("old", sorted([*PUBLIC_PATHS, CLIENT]))

@@ -1,6 +1,18 @@
 """Patch a deployment and, optionally, wait until its new revision is live, verify, analyse and bake it, and
 roll it back when any fails; a retry reattaches to what an earlier try did instead of patching (or rolling
-back) twice (the record and what a retry finds: :mod:`airflow_provider.tasks.patch_retry`)."""
+back) twice.
+
+The operator holds its arguments, the patch (or the reattach on a retry), its XComs and the methods Airflow
+resumes it in; the steps stand in the shared task layer, one module per concern:
+
+- :mod:`~airflow_provider.tasks.patch_request`: the patch built from the arguments and completed against the
+  deployment as read;
+- :mod:`~airflow_provider.tasks.patch_retry`: the ``task_state_store`` record and what a retry finds;
+- :mod:`~airflow_provider.tasks.patch_judging`: judging the live revision (``verify``, the analysis, the bake);
+- :mod:`~airflow_provider.tasks.patch_rollback`: the automatic rollback, and a retry's earlier rollback or
+  failed verdict;
+- :mod:`~airflow_provider.tasks.patch_verdict`: the verdict recorded, and what the task says.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
+from airflow_provider.analysis import Analysis
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
 from airflow_provider.operators.base import (
@@ -23,30 +35,9 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
-from airflow_provider.patch_rules import (
-    RESOURCE_SPEC_MODES,
-    describe_refusals,
-    discouraged_fields,
-    merge_resource_spec,
-    refusals,
-    unchanged_fixed_fields,
-    without_unchanged_fixed_fields,
-)
-from airflow_provider.rollout import bake_verdict
+from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.spec_changes import changes_of, resource_spec_json
-from airflow_provider.tasks.analysis import (
-    AnalysisNotMeasured,
-    analyse_on_worker,
-    analysis_event_results,
-    analysis_event_subject,
-    analysis_failure_reason,
-    check_analysis_sources,
-    check_custom_urls,
-    defer_analysis,
-    live_since,
-    no_retry_left,
-    not_measured_result,
-)
+from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
 from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
@@ -55,47 +46,41 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
 )
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.events import analysis_extra, emit_revision_event
-from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, describe_patch, resolve_secrets
+from airflow_provider.tasks.events import emit_revision_event
+from airflow_provider.tasks.patch_judging import LiveRevisionJudging
+from airflow_provider.tasks.patch_request import (
+    SecretValue,
+    against_current,
+    build_patch_request,
+    describe_patch,
+    resolve_secrets,
+)
 from airflow_provider.tasks.patch_retry import (
     HISTORY_LOOKBACK,
     TASK_STATE_KEY,
     EarlierTry,
     find_earlier_try,
-    merged_clauses,
     patch_fingerprint,
     record_patch,
-    record_rollback,
     recorded_patch,
-    rollback_record,
     sets_resource_spec,
     unrestorable_parts,
 )
 from airflow_provider.tasks.patch_verdict import (
-    VerdictStep,
+    XCOM_ANALYSIS,
     checked_landing,
-    failed_revision,
-    failed_verdict,
     landing_of,
     may_still_go_live,
     own_xcom,
     read_record,
-    record_verdict,
     recorded_failed_verdict,
     recorded_landing,
     rollback_not_live_message,
     rollback_resumed_unknown,
     rolled_back_message,
-    verify_failure,
 )
-from airflow_provider.tasks.rollback import (
-    RollbackIntent,
-    reattach_recorded_rollback,
-    recorded_fields,
-    revision_config_snapshot,
-    start_rollback,
-)
-from airflow_provider.tasks.waiting import bake, defer_bake, resumed_value
+from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+from airflow_provider.tasks.waiting import resumed_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -107,11 +92,8 @@ __all__ = [
     "PatchDeploymentOperator",
 ]
 
-XCOM_ANALYSIS = "analysis"
-"""The XCom key of the analysis result (an ``AnalysisResult``: verdict, failing check, reason, measurements)."""
 
-
-class PatchDeploymentOperator(_RolloutWaitingOperator):
+class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
     """Patch a deployment and, optionally, wait until the revision it created is live.
 
     The patch is built and validated before any request (a misspelled field fails the task, naming it).
@@ -306,7 +288,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         verdict = recorded_failed_verdict(record)
         if record is not None and verdict is not None:  # judged failed by an earlier try: never judged again
             return self._resume_failed_verdict(context, record, verdict, current)
-        to_send = self._against_current(request, current)
+        to_send = against_current(
+            request,
+            current,
+            check_source_rules=self.check_source_rules,
+            resource_spec_mode=self.resource_spec_mode,
+            log=self.log,
+        )
         earlier = self._earlier_try(request, current, context, record)
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
@@ -404,12 +392,7 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             landing["previous_resource_spec"],
         )
 
-    def _logged(self, message: str) -> str:
-        """``message``, logged as an error (a failure's message, also in the task log)."""
-        self.log.error("%s", message)
-        return message
-
-    # ---- automatic rollback (verify, bake, roll back)
+    # ---- resumes (the steps: tasks.patch_judging, tasks.patch_rollback)
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -434,119 +417,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         finally:
             self.close_hook()
 
-    def _judges_live(self) -> bool:
-        """Whether a live revision is judged (``verify``, an analysis or a bake) before it counts as landed."""
-        return self.verify is not None or bool(self.bake_seconds) or self.analysis is not None
-
-    def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
-        """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
-        any fails."""
-        if landing is None:
-            return self._landed(context, live)
-        reason = verify_failure(self.verify, live, self._known_secret_values, self.log)
-        if reason is None and self.analysis is not None:
-            return self._analyse(context, live, landing)
-        if reason is None:
-            return self._bake_and_land(context, live, landing)
-        return self._roll_back(context, landing, reason, step="verify")
-
-    def _bake_and_land(
-        self,
-        context: Context,
-        live: dict[str, Any],
-        landing: dict[str, Any],
-        analysis: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Bake the live revision when asked (deferred to a trigger when ``deferrable``), then land it; roll
-        back (or fail) when it left. ``analysis``: the result that passed it, for the asset event."""
-        revision_id = landing["revision_id"]
-        reason = None
-        if self._bakes_separately() and revision_id:
-            if self.deferrable:
-                kwargs: dict[str, Any] = {"landing": landing}
-                if analysis is not None:
-                    kwargs["analysis"] = analysis_extra(analysis)
-                defer_bake(
-                    self,
-                    self.hook,
-                    landing["deployment_id"],
-                    revision_id,
-                    self.bake_seconds,
-                    method_name="execute_bake_complete",
-                    kwargs=kwargs,
-                )
-            reason = bake(
-                self.hook, landing["deployment_id"], revision_id, self.bake_seconds, self.poll_interval, self.log
-            )
-        if reason is None:
-            return self._landed(context, live, analysis)
-        return self._roll_back(context, landing, reason, step="bake")
-
-    def _bakes_separately(self) -> bool:
-        """Whether the bake is its own step: there is one, and no analysis whose rounds fill it (an analysis
-        without ``count`` measures for ``bake_seconds`` and checks each round that the revision still
-        serves: that is the bake)."""
-        return bool(self.bake_seconds) and (self.analysis is None or self.analysis.count is not None)
-
-    # ---- the analysis
-    def _analyse(self, context: Context, live: dict[str, Any], landing: dict[str, Any]) -> dict[str, Any]:
-        """Judge the live revision by its analysis: in the triggerer when ``deferrable`` (the landing carried in
-        the trigger's event, which every resume gets), else (or with a ``CallableCheck``) on the worker."""
-        assert self.analysis is not None
-        analysis = self.analysis.with_count_for(self.bake_seconds or None)
-        target = self._analysis_target(live, landing)
-        self.log.info(
-            "Analysing revision %s of %r (live since %s): %d round(s) every %g s",
-            target.revision_id,
-            target.name,
-            target.live_since.isoformat(),
-            analysis.count or 0,
-            analysis.interval_seconds,
-        )
-        if self.deferrable:
-            if not analysis.runs_on_worker:
-                defer_analysis(
-                    self, analysis, [target], method_name="execute_analysis_complete", carry={"landing": landing}
-                )
-            self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
-        try:
-            results = analyse_on_worker(self, analysis, [target])
-        except AnalysisNotMeasured as err:
-            return self._analysis_not_measured(context, landing, str(err))
-        return self._judge_analysis(context, landing, results)
-
-    def _analysis_not_measured(self, context: Context, landing: dict[str, Any], why: str) -> dict[str, Any]:
-        """The analysis could not be measured at all (its trigger reported an error, or it could not run here):
-        with a retry left, fail to retry (the retry reattaches to the revision and analyses it again); on the
-        last try, the revision is inconclusive, a failed revision: roll back (or fail) saying so."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        if not no_retry_left(context, self.retries):
-            raise AirflowException(
-                f"deployment {deployment_id}: the analysis of revision {revision_id} could not be measured ({why}); "
-                "the revision serves, not judged: a retry reattaches to it and analyses it again"
-            )
-        return self._roll_back(
-            context,
-            landing,
-            f"the analysis could not be measured on the task's last try, so it is inconclusive (counted as failed): "
-            f"{why}",
-            step="analysis",
-            analysis=not_measured_result(revision_id or "", why),
-        )
-
-    def _analysis_target(self, live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
-        """The live revision to analyse, its window from when it went live (see
-        :func:`~airflow_provider.tasks.analysis.live_since`)."""
-        deployment = Deployment.model_validate(live)
-        revision_id = landing.get("revision_id") or deployment.active_revision_id or ""
-        return AnalysisTarget(
-            deployment_id=deployment.id,
-            name=deployment.name,
-            revision_id=revision_id,
-            live_since=live_since(self.hook, deployment, revision_id, log=self.log),
-            custom_url=deployment.source_config.custom_url,
-        )
-
     def execute_analysis_complete(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -558,48 +428,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         last try the revision is inconclusive: rolled back (or failed) saying the analysis could not be
         measured."""
         try:
-            subject = analysis_event_subject(event)
-            given = carry.get("landing") if isinstance(carry, dict) else None
-            landing = checked_landing(
-                resumed_value("landing", given, event)
-                or recorded_landing(context.get("task_state_store"), subject, self.log),
-                subject,
-                "execute_analysis_complete",
-            )
-            try:
-                results = analysis_event_results(event)
-            except AnalysisNotMeasured as err:
-                return self._analysis_not_measured(context, landing, str(err))
-            return self._judge_analysis(context, landing, results)
+            return self._analysis_resumed(context, event, carry)
         finally:
             self.close_hook()
-
-    def _judge_analysis(
-        self, context: Context, landing: dict[str, Any], results: Mapping[str, AnalysisResult]
-    ) -> dict[str, Any]:
-        """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
-        else bake (when that is its own step) and land, the deployment read again: the revision must still
-        serve."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        result = results.get(deployment_id)
-        if result is None:
-            raise AirflowException(
-                f"deployment {deployment_id}: the analysis of revision {revision_id} returned no result for it "
-                f"(results for: {', '.join(map(str, results)) or 'none'}); a retry reattaches and analyses again"
-            )
-        if analysis_failure_reason(result) is not None:
-            if result.get("verdict") == "inconclusive":
-                why = "the analysis was inconclusive (counted as failed)"
-            else:
-                why = "the analysis failed"
-            return self._roll_back(context, landing, f"{why}: {result['reason']}", step="analysis", analysis=result)
-        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
-        self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
-        current = self._read(deployment_id)
-        left = bake_verdict(current, revision_id) if revision_id else None
-        if left is not None:
-            return self._roll_back(context, landing, left, step="bake")
-        return self._bake_and_land(context, current.model_dump(mode="json"), landing, dict(result))
 
     def execute_bake_complete(
         self,
@@ -612,107 +443,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         the resume kwargs, else from the trigger's event; ``analysis``: the analysis that passed the revision
         before its bake, for the asset event)."""
         try:
-            if not isinstance(event, dict):
-                raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
-            landing = checked_landing(
-                resumed_value("landing", landing, event)
-                or recorded_landing(context.get("task_state_store"), event, self.log),
-                event,
-                "execute_bake_complete",
-            )
-            message = str(event.get("message", ""))
-            if event.get("status") == "baked":
-                self.log.info("%s", message)
-                return self._landed(context, event.get("deployment") or {}, resumed_value("analysis", analysis, event))
-            if event.get("status") == "left":
-                return self._roll_back(context, landing, message, step="bake")
-            raise AirflowException(f"could not watch the bake: {message}")
+            return self._bake_resumed(context, event, landing, analysis)
         finally:
             self.close_hook()
-
-    def _roll_back(
-        self,
-        context: Context,
-        landing: dict[str, Any],
-        reason: str,
-        *,
-        step: VerdictStep,
-        analysis: AnalysisResult | None = None,
-        current: Deployment | None = None,
-    ) -> dict[str, Any]:
-        """The revision is bad (``step`` said why; ``analysis``: the result that decided): record the verdict
-        before anything else (a retry rolls back from it, never judges again), push the XCom ``analysis``, then
-        fail, after rolling back when ``rollback_on_failure``."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        record_verdict(
-            context.get("task_state_store"), landing, failed_verdict(step, reason, revision_id, analysis), self.log
-        )
-        if analysis is not None:
-            context["ti"].xcom_push(key=XCOM_ANALYSIS, value=analysis)
-        previous = landing.get("previous_active_revision_id")
-        bad = failed_revision(landing, step, reason)
-        if not self.rollback_on_failure:
-            raise AirflowFailException(
-                f"{bad}; not rolling back (rollback_on_failure is off; revision {previous} served before the patch)"
-            )
-        if not revision_id or not previous:
-            what = "the patch created no revision" if not revision_id else "no revision served before the patch"
-            raise AirflowFailException(f"{bad}; cannot roll back: {what}")
-        self.log.error("%s; rolling back to revision %s", bad, previous)
-        return self._send_rollback(context, landing, reason, step, current or self._read(deployment_id))
-
-    def _send_rollback(
-        self, context: Context, landing: dict[str, Any], reason: str, step: Any, current: Deployment
-    ) -> dict[str, Any]:
-        """Roll back to the revision that served before the patch, its resource_spec included; record the
-        rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
-        (a retry waits for it instead of rolling back twice); wait for it; fail."""
-        store = context.get("task_state_store")
-        patch_clauses = list(landing.get("not_restorable") or [])
-
-        def before_sending(intent: RollbackIntent) -> None:
-            record = intent.record()
-            record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
-            record_rollback(store, landing, {"reason": reason, "step": step, **record}, self.log)
-
-        started = start_rollback(
-            self.hook,
-            current,
-            landing["previous_active_revision_id"],
-            rolling_back_from=landing["revision_id"],
-            fallback_config=landing.get("previous_source_revision_config") or None,
-            resource_spec=landing.get("previous_resource_spec"),
-            resource_spec_fields=recorded_fields(landing.get("resource_spec_changes")),
-            before_sending=before_sending,
-            log=self.log,
-        )
-        rollback = rollback_record(started, reason, patch_clauses, step=step)
-        record_rollback(store, landing, rollback, self.log)
-        if rollback["not_restored"]:
-            self.log.warning(
-                "The rollback of revision %s does not undo: %s",
-                landing["revision_id"],
-                "; ".join(rollback["not_restored"]),
-            )
-        return self._wait_for_rollback(landing, rollback, started.deployment)
-
-    def _wait_for_rollback(
-        self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
-    ) -> dict[str, Any]:
-        """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
-        resume_kwargs = {"landing": landing, "rollback": rollback}
-        try:
-            live = self._wait(
-                deployment,
-                rollback["revision_id"],
-                resume="execute_rollback_complete",
-                resume_kwargs=resume_kwargs,
-                allowed_latest_revision_id=rollback.get("allowed_latest_revision_id"),
-                carry=resume_kwargs,
-            )
-        except AirflowSensorTimeout as err:
-            raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
-        raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
 
     def execute_rollback_complete(
         self,
@@ -735,26 +468,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
             raise AirflowFailException(rollback_resumed_unknown(event, landing, rollback))
         raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
-
-    # ---- retries: an earlier verdict, an earlier try's rollback
-    def _resume_failed_verdict(
-        self, context: Context, record: dict[str, Any], verdict: dict[str, Any], current: Deployment
-    ) -> dict[str, Any]:
-        """An earlier try judged the patch's revision failed and recorded it, then stopped before its rollback was
-        recorded: act on that verdict now (roll back, or fail without ``rollback_on_failure``), never judge the
-        revision again (a bad spell that ended since would pass it)."""
-        landing = landing_of(record)
-        self._push_landing_xcoms(context, current, landing)
-        self.log.warning(
-            "An earlier try judged revision %s failed (%s: %s) and stopped before rolling it back: acting on that "
-            "verdict now, without judging the revision again",
-            landing["revision_id"],
-            verdict["step"],
-            verdict["reason"],
-        )
-        analysis = verdict.get("analysis")
-        reason, step = verdict["reason"], verdict["step"]
-        return self._roll_back(context, landing, reason, step=step, analysis=analysis or None, current=current)
 
     # ---- a rollout that did not go live in time, Airflow's deferral timeout
     def _timed_out(
@@ -809,61 +522,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             return self._analysis_not_measured(context, landing, DEFERRAL_TIMEOUT)
         return self._roll_back(context, landing, f"could not be judged: {DEFERRAL_TIMEOUT}", step="unjudged")
 
-    # ---- retries: an earlier try's rollback
-    def _resume_recorded_rollback(
-        self, context: Context, store: Any, record: dict[str, Any], current: Deployment
-    ) -> dict[str, Any]:
-        """An earlier try recorded its rollback: wait for it (sent, or found landed), send it (it never reached
-        the service), or fail saying what the deployment shows; never a second rollback, never success."""
-        landing = landing_of(record)
-        rollback = dict(record["rollback"])
-        self._push_landing_xcoms(context, current, landing)
-        reason = str(rollback.get("reason") or "verify, the analysis or the bake failed in an earlier try")
-        started = reattach_recorded_rollback(self.hook, current, rollback, log=self.log)
-        if started is None:
-            self.log.warning(
-                "An earlier try was rolling revision %s back to revision %s when it stopped, and the rollback did "
-                "not reach the service: rolling back now",
-                landing["revision_id"],
-                landing["previous_active_revision_id"],
-            )
-            return self._send_rollback(context, landing, reason, rollback.get("step"), current)
-        if rollback.get("phase") == "sent":
-            rollback = {**rollback, "not_restored": list(started.not_restored)}
-        else:  # recorded before sending, found landed: record it as sent
-            rollback = rollback_record(
-                started,
-                reason,
-                landing["not_restorable"],
-                origin="an earlier try's, found on the service",
-                step=rollback.get("step"),
-            )
-            record_rollback(store, landing, rollback, self.log)
-        self.log.warning(
-            "An earlier try rolled revision %s back to revision %s: waiting for its revision %s instead of rolling "
-            "back again",
-            landing["revision_id"],
-            landing["previous_active_revision_id"],
-            started.revision_id,
-        )
-        return self._wait_for_rollback(landing, rollback, current)
-
-    def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
-        """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
-        assert earlier.rollback is not None
-        landing = landing_of(earlier.rollback["landing"])
-        rollback = earlier.rollback["rollback"]
-        self._push_landing_xcoms(context, current, landing)
-        self.log.warning(
-            "%s: revision %s (this patch's config) was followed by revision %s, which copies revision %s: an "
-            "earlier try's automatic rollback (no task_state_store record). Waiting for it instead of patching again",
-            current.summary(),
-            landing["revision_id"],
-            rollback["revision_id"],
-            landing["previous_active_revision_id"],
-        )
-        return self._wait_for_rollback(landing, rollback, current)
-
     def _landed(self, context: Context, live: dict[str, Any], analysis: dict[str, Any] | None = None) -> dict[str, Any]:
         """The one place where the patch's revision is known to be live (verified, analysed and baked when
         asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
@@ -909,55 +567,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 self.log.warning("Could not resolve this task's secrets again to scrub them (%s)", type(err).__name__)
                 return None
         return tuple(secret["value"] for secret in resolved or [])
-
-    def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
-        """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
-        off), create-time fields that would not change left out, a partial resource_spec completed."""
-        if self.check_source_rules:
-            found = refusals(request, current)
-            if found:
-                raise AirflowFailException(
-                    f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
-                )
-        try:
-            unchanged = unchanged_fixed_fields(request, current)
-            to_send = without_unchanged_fixed_fields(request, current)
-            if unchanged:
-                self.log.info(
-                    "Not sending source_config.%s: unchanged, and it cannot change after creation",
-                    ", source_config.".join(unchanged),
-                )
-            if self.resource_spec_mode == "merge":
-                merged = merge_resource_spec(to_send, current)
-                to_send = merged.request
-                if merged.kept:
-                    self.log.info(
-                        "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
-                        "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
-                        ", ".join(merged.kept),
-                    )
-                if merged.dropped:
-                    self.log.warning(
-                        "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
-                        "(production set it to twice the old request); left out, so the service sets it to twice "
-                        "the new request",
-                        ", ".join(merged.dropped),
-                    )
-                if merged.carried:
-                    self.log.info(
-                        "Carried through untouched the fields of the deployment's current resource_spec this "
-                        "provider does not know (the service's): %s",
-                        ", ".join(merged.carried),
-                    )
-        except ValueError as err:
-            raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
-        discouraged = discouraged_fields(to_send)
-        if discouraged:
-            self.log.warning(
-                "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
-                ", ".join(discouraged),
-            )
-        return to_send
 
     def _read(self, deployment_id: str) -> Deployment:
         try:

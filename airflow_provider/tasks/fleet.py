@@ -24,7 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.analysis import (
     AnalysisTarget,
 )
-from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.client import same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import (
@@ -46,7 +46,6 @@ from airflow_provider.models import (
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
-    SourceRevisionConfig,
     canonical_uuid,
 )
 from airflow_provider.patch_rules import (
@@ -72,6 +71,7 @@ from airflow_provider.tasks.rollback import (
     reattach_recorded_rollback,
     start_rollback,
 )
+from airflow_provider.tasks.rollback_revisions import revision_fields
 
 if TYPE_CHECKING:
     import logging
@@ -539,7 +539,9 @@ def patch_wave(
             save()
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
-        row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
+        row.previous_config = (
+            None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config) or None
+        )
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
         row.resource_spec_changes = list(changes_of(to_send, row.previous_resource_spec))
         row.secrets_changed = secrets
@@ -729,24 +731,13 @@ def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: lo
     if row.from_revision is None:
         row.from_revision = before.id
     if before.id == row.from_revision:
-        row.previous_config = revision_fields(before.source_revision_config)
+        row.previous_config = revision_fields(before.source_revision_config) or None
 
 
 def _newest_first(revisions: Iterable[Revision]) -> list[Revision]:
     """The revisions that say when they were made, newest first (the service's order is not documented)."""
     dated = [(revision.created_at, revision) for revision in revisions if revision.created_at is not None]
     return [revision for _, revision in sorted(dated, key=lambda item: item[0], reverse=True)]
-
-
-def revision_fields(config: SourceRevisionConfig | None) -> dict[str, str] | None:
-    """The non-secret revision fields a config sets (``None`` when it sets none).
-
-    :param config: a deployment's or a revision's ``source_revision_config``.
-    """
-    if config is None:
-        return None
-    shown = {name: str(getattr(config, name)) for name in REVISION_CONFIG_FIELDS if getattr(config, name) is not None}
-    return shown or None
 
 
 EARLIER_REVISIONS_READ = 50

@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider.error_text import scrub
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
-from airflow_provider.tasks.rollback import RollbackStarted
+from airflow_provider.tasks.rollback_outcome import RollbackStarted
 
 if TYPE_CHECKING:
     import logging
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VERDICT_STEPS",
+    "XCOM_ANALYSIS",
     "VerdictStep",
     "checked_landing",
     "failed_revision",
@@ -58,6 +59,8 @@ VERDICT_STEPS: tuple[VerdictStep, ...] = ("verify", "analysis", "bake", "timeout
 """What reached a failed verdict: ``verify``, the analysis (failed, inconclusive or not measurable on the last try),
 the bake, the rollout's ``timeout`` (the revision did not go live in time), or nothing (``unjudged``: Airflow's
 deferral timeout ended the judging on the last try)."""
+XCOM_ANALYSIS = "analysis"
+"""The XCom key of the analysis result (an ``AnalysisResult``: verdict, failing check, reason, measurements)."""
 
 
 # ------------------------------------------------------------------------------------------ the landing
