@@ -276,6 +276,8 @@ class FleetRow:
     :param previous_resource_spec: the whole ``source_config.resource_spec`` the deployment showed before
         the patch (``{}`` when none; ``None`` when unknown: a retry reattached to a patch whose record was
         lost): what a rollback restores.
+    :param resource_spec_changes: the ``resource_spec`` fields the patch changed (``[]``: none), the ones a
+        rollback restores to ``previous_resource_spec``'s values; ``None`` when unknown (every field).
     :param secrets_changed: names of the secrets the patch set (never their values): a rollback cannot
         restore them, and says so.
     :param rollback_revision: the revision a rollback created (``rollback_on_failure``).
@@ -306,6 +308,7 @@ class FleetRow:
     previous_config: dict[str, str] | None = None
     rollback_requested_after: str | None = None
     previous_resource_spec: dict[str, Any] | None = None
+    resource_spec_changes: list[str] | None = None
     secrets_changed: list[str] = field(default_factory=list)
     rollback_revision: str | None = None
     rollback_allowed_latest: str | None = None

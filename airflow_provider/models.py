@@ -487,6 +487,19 @@ class ResourceSpecPatch(ResourceSpec):
         )
 
 
+class CarriedResourceSpec(ResourceSpecPatch):
+    """A resource spec a request carries back from what the deployment showed (a rollback's restore, the fields
+    a merge keeps from the current spec): the fields this provider knows are held to the request schema, and
+    those it does not know, at any depth, are the service's own, sent back untouched instead of refused as a
+    typo. A spec the user gives is a :class:`ResourceSpecPatch`, where they are refused. Build one with
+    ``CarriedResourceSpec.model_validate(shown)`` and put the instance itself in the request (pydantic keeps it
+    as it is; a plain dict would be read as the user's)."""
+
+    def unknown_fields(self, prefix: str = "") -> Iterator[tuple[str, list[str]]]:
+        """Nothing: the fields this provider does not know are the service's (see the class docstring)."""
+        return iter(())
+
+
 class ListenerConfig(ServiceModel):
     """Settings of a self-hosted listener."""
 

@@ -19,10 +19,10 @@ The ResourceSpec bounds and integer fields are the request models' (:class:`~air
 ResourceSpecPatch`): refused when the patch is built, before the deployment is read.
 
 A partial ``resource_spec`` would replace the whole one in production; :func:`merge_resource_spec`
-completes it from the deployment's current one. A ``*_limit`` below its request is never sent: given so
-by the user it is refused before any request (:func:`limits_below_requests`); kept from the current spec
-(where production had set it to twice the old request) it is left out, so the service sets it to twice
-the new request again.
+completes it from the deployment's current one, the fields this provider does not know (the service's, at any
+depth) carried through untouched. A ``*_limit`` below its request is never sent: given so by the user it is
+refused before any request (:func:`limits_below_requests`); kept from the current spec (where production had
+set it to twice the old request) it is left out, so the service sets it to twice the new request again.
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ from typing import Any
 import pydantic
 
 from airflow_provider.models import (
+    CarriedResourceSpec,
     Deployment,
     DeploymentSource,
     PatchDeploymentRequest,
     ResourceSpecPatch,
     error_message,
 )
+from airflow_provider.spec_changes import LIMIT_OF
 
 FIXED_FIELDS = ("integration_id", "repo_url", "listener_id", "deployment_type")
 """``source_config`` fields that cannot change after the deployment is created."""
@@ -57,14 +59,6 @@ TAG_PREFIX = "refs/tags/"
 
 RESOURCE_SPEC_MODES = ("merge", "replace")
 """How a patch's ``resource_spec`` is sent: completed from the current one, or as given."""
-
-_RESOURCE_PREFIXES = ("", "queue_", "orchestrator_", "executor_", "redis_", "db_")
-LIMIT_OF: dict[str, str] = {
-    **{f"{prefix}cpu": f"{prefix}cpu_limit" for prefix in _RESOURCE_PREFIXES},
-    **{f"{prefix}memory_mb": f"{prefix}memory_limit_mb" for prefix in _RESOURCE_PREFIXES},
-}
-"""Each ``resource_spec`` request field and its limit (``cpu`` -> ``cpu_limit``); production sets an unset
-limit to twice its request, and Kubernetes refuses a limit below its request."""
 
 
 @dataclass(frozen=True)
@@ -278,26 +272,29 @@ class MergedSpec:
     """What :func:`merge_resource_spec` did.
 
     :param request: the patch to send.
-    :param kept: fields taken from the deployment's current ``resource_spec``.
-    :param left_out: fields of the current spec a request cannot carry (unknown to this provider).
+    :param kept: fields this provider knows, taken from the deployment's current ``resource_spec``.
+    :param carried: fields of the current spec this provider does not know (the service's), carried through
+        untouched.
     :param dropped: limits of the current spec not kept because they are below the patch's new request (the
         service sets an unset limit to twice its request), each as ``cpu_limit=2 (below the new cpu=4)``.
     """
 
     request: PatchDeploymentRequest
     kept: tuple[str, ...] = ()
-    left_out: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
 
 
 def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment) -> MergedSpec:
     """Complete a partial ``source_config.resource_spec`` from ``deployment``'s current one.
 
-    Production replaces the whole ``resource_spec`` with the one a patch sends; this keeps every field
-    the patch does not mention. Fields are merged one level deep: a field the patch gives (``labels``,
-    ``sidecars``...) is sent as given; one it sets to ``None`` explicitly is removed. A limit of the current
-    spec below the patch's new request (``cpu_limit`` 2 for a new ``cpu`` 4: production had set it to twice
-    the old request) is not kept (listed in ``dropped``): the service sets it to twice the new request.
+    Production replaces the whole ``resource_spec`` with the one a patch sends; this keeps every field the patch
+    does not mention, those this provider does not know (the service's, at any depth) untouched (the spec sent
+    is a :class:`~airflow_provider.models.CarriedResourceSpec`). Fields are merged one level deep: a field the
+    patch gives (``labels``, ``sidecars``...) is sent as given; one it sets to ``None`` explicitly is removed.
+    A limit of the current spec below the patch's new request (``cpu_limit`` 2 for a new ``cpu`` 4: production
+    had set it to twice the old request) is not kept (listed in ``dropped``): the service sets it to twice the
+    new request.
     Raises ``ValueError`` naming the field when a value kept from the current spec is one a request may not
     carry (a fraction where an integer is required, a bound exceeded), and naming both fields when a limit
     the patch gives is below the request it keeps or gives.
@@ -314,8 +311,8 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
     have = current.model_dump(mode="json", exclude_none=True)
     explicit = {name: getattr(given, name) for name in given.model_fields_set}
     kept = tuple(sorted(name for name in have if name in known and name not in explicit))
-    left_out = tuple(sorted(name for name in have if name not in known))
-    merged: dict[str, Any] = {name: have[name] for name in kept}
+    carried = tuple(sorted(name for name in have if name not in known))
+    merged: dict[str, Any] = {name: have[name] for name in (*kept, *carried)}
     merged.update({name: value for name, value in explicit.items() if value is not None})
     dropped = []
     for below in limits_below_requests(merged):
@@ -333,7 +330,7 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
             )
     kept = tuple(name for name in kept if name in merged)
     try:
-        spec = ResourceSpecPatch.model_validate(merged)
+        spec = CarriedResourceSpec.model_validate(merged)
     except pydantic.ValidationError as err:
         problems = []
         for item in err.errors(include_url=False, include_input=False):
@@ -350,7 +347,7 @@ def merge_resource_spec(request: PatchDeploymentRequest, deployment: Deployment)
             + "; give the field in the patch, or pass resource_spec_mode='replace' to send the resource_spec as given"
         ) from None
     merged_config = config.model_copy(update={"resource_spec": spec})
-    return MergedSpec(request.model_copy(update={"source_config": merged_config}), kept, left_out, tuple(dropped))
+    return MergedSpec(request.model_copy(update={"source_config": merged_config}), kept, carried, tuple(dropped))
 
 
 def discouraged_fields(request: PatchDeploymentRequest) -> list[str]:

@@ -235,7 +235,7 @@ def main() -> None:
             f"{(cost['validate'] - cost['loads']) * 1000:.2f} ms per page more than `json.loads`, of which "
             "the Python UUID validator behind `UuidStr` "
             f"(`canonical_uuid`, called for every id field) is about {cost['uuid'] * 1000:.2f} ms. **Fix** "
-            "(`airflow_provider/client.py`, `airflow_provider/models.py`): parse success bodies with "
+            "(`airflow_provider/client/calls.py`, `airflow_provider/models.py`): parse success bodies with "
             "`model.model_validate_json(response.content)` instead of `response.json()` + `model_validate` "
             f"(saves {(cost['validate'] - cost['validate_json']) * 1000:.2f} ms per page here), and check UUIDs in "
             "pydantic-core first: `UuidStr` as a left-to-right union of a `str` constrained to the canonical "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import re
 import shutil
@@ -90,7 +91,7 @@ nitpick_ignore_regex = [
     # Private helpers (a leading underscore) are deliberately not documented: a public class may still
     # name its private base, and a TypeVar shows up in generic signatures.
     (r"py:.*", r"([\w.]+\.)?_\w+"),
-    (r"py:.*", r"airflow_provider\.client\.T"),
+    (r"py:.*", r"airflow_provider\.client\.\w+\.T"),
 ]
 nitpick_ignore = [
     # An instance attribute set in RevisionCheckSchedule.__init__ without a docstring: autodoc cannot see it.
@@ -110,6 +111,36 @@ def _resolve_short_names(app: Sphinx, env: BuildEnvironment, node: pending_xref,
         node["refspecific"] = False
 
 
+def _defined_at(target: str) -> str | None:
+    """Where an object named through a module that re-exports it is defined (and documented):
+    ``airflow_provider.tasks.rollback.RollbackStarted.record`` -> ``airflow_provider.tasks.rollback_outcome.
+    RollbackStarted.record``; ``None`` when the name is not an importable class or function, or is defined there."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        found = getattr(module, parts[cut], None)
+        home, name = getattr(found, "__module__", None), getattr(found, "__qualname__", None)
+        if not isinstance(home, str) or not isinstance(name, str) or home == module.__name__:
+            return None
+        return ".".join([home, name, *parts[cut + 1 :]])
+    return None
+
+
+def _resolve_re_exports(app: Sphinx, env: BuildEnvironment, node: pending_xref, contnode: Element) -> Element | None:
+    """Resolve a reference written through a public path that re-exports the object (the way code imports it:
+    ``airflow_provider.tasks.rollback.start_rollback``) to the module that defines and documents it."""
+    if node.get("refdomain") != "py":
+        return None
+    defined = _defined_at(node["reftarget"])
+    if defined is None:
+        return None
+    domain = env.domains["py"]
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], defined, node, contnode)
+
+
 _HTML_TAG = re.compile(r"<(?=/?[A-Za-z!])")
 
 
@@ -124,6 +155,7 @@ def _escape_html_in_report_tables(app: Sphinx, docname: str, source: list[str]) 
 
 def setup(app: Sphinx) -> None:
     app.connect("missing-reference", _resolve_short_names)
+    app.connect("missing-reference", _resolve_re_exports)
     app.connect("source-read", _escape_html_in_report_tables)
 
 

@@ -170,3 +170,98 @@ def test_dag_test_analyses_a_deferred_patch_after_the_resume_and_rolls_back(
     assert f"revision {bad['id']} went live but the analysis failed: " in logs
     assert "tracing error_rate" in logs
     assert f"rolled back to revision {before['active_revision_id']}" in logs
+
+
+RETRIED_ANALYSIS_DAG = """
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.emulator.admin_client import EmulatorAdmin
+from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+
+
+def retry_delay_passes(context):
+    # Airflow's default retry delay (5 minutes) passes on the service while the retry waits.
+    with EmulatorAdmin({root_url!r}) as admin:
+        admin.advance(300)
+
+
+with DAG("retried_analysis_rollback", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    PatchDeploymentOperator(
+        task_id="patch",
+        deployment_id={deployment_id!r},
+        image_uri="registry.example.com/acme/checkout-api:9.9.7",
+        wait_for_rollout=True,
+        deferrable=True,
+        analysis=Analysis(
+            checks=[TracingProjectCheck(metric="error_rate", condition="< 0.05", min_run_count=20)],
+            interval_seconds=0.3,
+            count=2,
+        ),
+        rollback_on_failure=True,
+        poll_interval=0.2,
+        timeout=60,
+        retries=1,
+        retry_delay=timedelta(0),
+        max_attempts=2,
+        on_retry_callback=retry_delay_passes,
+    )
+"""
+
+
+def test_dag_test_retry_after_a_lost_rollback_rolls_back_the_recorded_failed_verdict(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_logs: Callable[[], str]
+) -> None:
+    """Issue 28, item 2, under ``dag.test()``: the analysis fails on its first round, the read before the rollback
+    request fails (503 until the client gives up), the try fails; the retry (after Airflow's retry delay, when the
+    bad second is diluted in the tracing statistics) rolls back from the recorded verdict instead of analysing
+    again and landing."""
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+
+    before = emulator.admin.find_deployment("checkout-api-staging")
+    emulator.admin.set_behaviour(
+        before["id"],
+        revision_id="next",
+        error_rate=0.27,
+        requests_per_second=200,
+        after_seconds=1.0,
+        then={"error_rate": 0.0, "requests_per_second": 200},
+    )
+    judge = PatchDeploymentOperator._judge_analysis
+    armed: list[bool] = []
+
+    def judge_then_fail_the_next_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not armed:  # the read that precedes the rollback request: 503 until the client gives up
+            armed.append(True)
+            emulator.admin.add_fault(kind="status", method="GET", path="/v2/deployments", status_code=503, count=2)
+        return judge(self, *args, **kwargs)
+
+    monkeypatch.setattr(PatchDeploymentOperator, "_judge_analysis", judge_then_fail_the_next_read)
+    dag_file = tmp_path / "retried_analysis_rollback.py"
+    dag_file.write_text(RETRIED_ANALYSIS_DAG.format(deployment_id=before["id"], root_url=emulator.root_url))
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+
+    run = bag.get_dag("retried_analysis_rollback").test()
+
+    (ti,) = run.get_task_instances()
+    assert (str(run.state), str(ti.state), ti.try_number) == ("failed", "failed", 2)
+    after = emulator.admin.find_deployment("checkout-api-staging")
+    bad, restored = after["revisions"][-2], after["revisions"][-1]
+    assert len(after["revisions"]) == len(before["revisions"]) + 2  # the patch's revision and one rollback
+    assert bad["source_revision_config"]["image_uri"].endswith(":9.9.7")
+    assert after["active_revision_id"] == restored["id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+    assert [
+        extra for extra in asset_events_of(before["id"]) if extra.get("revision_id") in (bad["id"], restored["id"])
+    ] == []
+    logs = task_logs()
+    assert "The analysis passed" not in logs  # the retry did not analyse again
+    assert f"revision {bad['id']} went live but the analysis failed: " in logs
+    assert f"rolled back to revision {before['active_revision_id']}" in logs

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from airflow_provider.client import _validated
+from airflow_provider.client.calls import validated as _validated
 from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
     _HYPHENATED_UUID_PATTERN,

@@ -99,23 +99,142 @@ TRIGGER_NAMES = {
 
 CLIENT = "airflow_provider.client"
 
-# The names of the client's settings, pagination and error text that code imports from the client -> the
-# module beside it that defines them now.
+# The names the client module defined or imported from its settings, pagination and error text, which code
+# imports from the client -> the module that defines them now (the client is a package of one module per role).
 CLIENT_NAMES = {
+    "DeploymentServiceClient": "airflow_provider.client.sync_client",
+    "AsyncDeploymentServiceClient": "airflow_provider.client.async_client",
+    "Call": "airflow_provider.client.calls",
+    "LogType": "airflow_provider.client.calls",
+    "LogOrder": "airflow_provider.client.calls",
+    "MAX_LOG_LIMIT": "airflow_provider.client.calls",
+    "NEAR_NAMES_SHOWN": "airflow_provider.client.calls",
+    "REVISION_CONFIG_FIELDS": "airflow_provider.client.calls",
+    "same_revision_config": "airflow_provider.client.calls",
+    "USER_AGENT": "airflow_provider.client.exchange",
+    "AmbiguousFailure": "airflow_provider.client.exchange",
+    "READ_BACK_SHARES": "airflow_provider.client.once_only",
+    "READ_BACK_WINDOW_MAX": "airflow_provider.client.once_only",
+    "Landing": "airflow_provider.client.once_only",
+    "read_back_waits": "airflow_provider.client.once_only",
     "ClientSettings": "airflow_provider.client_settings",
     "RetryPolicy": "airflow_provider.client_settings",
     "normalize_base_url": "airflow_provider.client_settings",
     "is_loopback_host": "airflow_provider.client_settings",
     "LOOPBACK_NAMES": "airflow_provider.client_settings",
     "DeploymentPaginator": "airflow_provider.pagination",
+    "RevisionPager": "airflow_provider.pagination",
     "describe_validation_error": "airflow_provider.error_text",
+    "detail_text": "airflow_provider.error_text",
+    "parse_detail": "airflow_provider.error_text",
     "scrub": "airflow_provider.error_text",
+    "scrub_detail": "airflow_provider.error_text",
     "MIN_LENGTH_MASKED_SECRET": "airflow_provider.error_text",
 }
 
-PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES}
+# The errors and models the client module imported, which code imports from it too (``from
+# airflow_provider.client import AuthError``): the client hands them on from the layers below, as the same objects.
+CLIENT_HANDS_ON = {
+    "airflow_provider.errors": [
+        "AmbiguousDeploymentNameError",
+        "ApiError",
+        "AuthError",
+        "ConflictError",
+        "DeploymentNameNotFoundError",
+        "DeploymentServiceError",
+        "InvalidRequestError",
+        "NotFoundError",
+        "RateLimitedError",
+        "RequestRejectedError",
+        "ServerError",
+        "TlsError",
+        "TransportError",
+        "UnexpectedResponseError",
+    ],
+    "airflow_provider.models": [
+        "MAX_PAGE_SIZE",
+        "CreateDeploymentRequest",
+        "Deployment",
+        "DeploymentListPage",
+        "DeploymentPageReader",
+        "ListDeploymentsQuery",
+        "OAuthProvider",
+        "PatchDeploymentRequest",
+        "Repository",
+        "Revision",
+        "RevisionListPage",
+        "RevisionLogPage",
+        "RevisionStatus",
+        "SourceRevisionConfig",
+        "canonical_uuid",
+    ],
+}
+
+# The Rollouts view's paths, which the plugin, the app and the pages' JSON all build, live in one module now
+# (the app and the JSON imported them from the plugin, which imports the app: a circle).
+VIEW_PATHS = "airflow_provider.plugins.rollouts.paths"
+PLUGIN_NAMES = {
+    name: VIEW_PATHS
+    for name in ("URL_PREFIX", "NAV_ROUTE", "TAB_ROUTE", "airflow_root_path", "view_path", "task_instance_tab_path")
+}
+SHAPES_NAMES = {"task_instance_path": VIEW_PATHS, "dag_run_path": VIEW_PATHS}
+
+# The rollback's entry points stay importable from tasks.rollback, which re-exports them from one module per
+# part (the paths, the evidence a retry reattaches on, the outcome records, the inputs), as fleet rollouts,
+# the rollback operator and the patch task's steps import them.
+ROLLBACK = "airflow_provider.tasks.rollback"
+ROLLBACK_NAMES = {
+    **{name: "airflow_provider.tasks.rollback_paths" for name in ("NOT_BUILT", "start_rollback")},
+    **{
+        name: "airflow_provider.tasks.rollback_evidence"
+        for name in ("find_earlier_rollback", "reattach_recorded_rollback")
+    },
+    **{
+        name: "airflow_provider.tasks.rollback_inputs"
+        for name in ("checked_fallback_config", "checked_resource_spec", "revision_config_snapshot")
+    },
+    **{
+        name: "airflow_provider.tasks.rollback_outcome"
+        for name in (
+            "RESOURCE_SPEC_NOT_SENT",
+            "RESOURCE_SPEC_NOT_SHOWN",
+            "RESOURCE_SPEC_UNKNOWN",
+            "RESOURCE_SPEC_VERDICTS",
+            "RollbackIntent",
+            "RollbackPath",
+            "RollbackStarted",
+            "is_branch_ref",
+            "recorded_fields",
+        )
+    },
+}
+
+# The patch operator's module keeps its names; its steps (judging the live revision, the automatic rollback)
+# stand in the task layer, and the class keeps every method Airflow resumes it in (PATCH_RESUME_METHODS).
+PATCH = "airflow_provider.operators.patch"
+PATCH_NAMES = {
+    "PatchDeploymentOperator": PATCH,
+    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch_retry",
+    "TASK_STATE_KEY": "airflow_provider.tasks.patch_retry",
+    "XCOM_ANALYSIS": "airflow_provider.tasks.patch_verdict",
+}
+PATCH_RESUME_METHODS = (
+    "execute_complete",
+    "execute_analysis_complete",
+    "execute_bake_complete",
+    "execute_rollback_complete",
+    "resume_execution",
+)
+
+PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES, ROLLBACK: ROLLBACK_NAMES}
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
-MOVED_NAMES = {**PUBLIC_PATHS, CLIENT: CLIENT_NAMES}
+MOVED_NAMES = {
+    **PUBLIC_PATHS,
+    PATCH: PATCH_NAMES,
+    CLIENT: CLIENT_NAMES,
+    "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
+    "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
+}
 
 DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
 REVISION = "00000000-0000-4000-8000-00000000000b"
@@ -167,6 +286,20 @@ def test_the_old_module_exports_exactly_the_documented_names(old: str) -> None:
     assert sorted(importlib.import_module(old).__all__) == sorted(PUBLIC_PATHS[old])
 
 
+@pytest.mark.parametrize(
+    "name, below",
+    [(name, below) for below, names in CLIENT_HANDS_ON.items() for name in names],
+    ids=lambda value: value.rpartition(".")[2],
+)
+def test_the_client_hands_on_the_errors_and_models_it_imported(name: str, below: str) -> None:
+    assert getattr(importlib.import_module(CLIENT), name) is getattr(importlib.import_module(below), name)
+
+
+def test_the_client_exports_exactly_its_names_and_those_it_hands_on() -> None:
+    handed_on = [name for names in CLIENT_HANDS_ON.values() for name in names]
+    assert sorted(importlib.import_module(CLIENT).__all__) == sorted([*CLIENT_NAMES, *handed_on])
+
+
 def test_the_operators_module_keeps_its_old_star_import() -> None:
     namespace: dict[str, object] = {}
     exec(f"from {OPERATORS} import *", namespace)
@@ -178,7 +311,19 @@ def test_the_stored_keys_keep_their_values(name: str, value: str) -> None:
     assert getattr(importlib.import_module(OPERATORS), name) == value
 
 
-@pytest.mark.parametrize("old", sorted(PUBLIC_PATHS))
+def test_the_patch_operator_pushes_its_analysis_under_the_same_key() -> None:
+    assert importlib.import_module(PATCH).XCOM_ANALYSIS == "analysis"
+
+
+@pytest.mark.parametrize("method", PATCH_RESUME_METHODS)
+def test_the_patch_operator_keeps_every_method_airflow_resumes_it_in(method: str) -> None:
+    """A deferred patch task in the metadata database names its resume method; the class itself defines it
+    (its steps live in the task layer, its entry points do not move)."""
+    operator = importlib.import_module(PATCH).PatchDeploymentOperator
+    assert method in vars(operator), f"PatchDeploymentOperator does not define {method} itself"
+
+
+@pytest.mark.parametrize("old", sorted([*PUBLIC_PATHS, CLIENT]))
 def test_the_old_modules_only_re_export(old: str) -> None:
     module = importlib.import_module(old)
     assert module.__file__ is not None

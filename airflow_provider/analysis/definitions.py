@@ -22,11 +22,13 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields
+from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
 
 __all__ = [
+    "LATENCY_METRICS",
+    "LATENCY_UNITS",
     "TARGET_FIELDS",
     "TRACING_METRICS",
     "VERDICTS",
@@ -47,6 +49,11 @@ VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
 
 TracingMetric = Literal["error_rate", "latency_p50", "latency_p99", "run_count"]
 TRACING_METRICS: tuple[str, ...] = ("error_rate", "latency_p50", "latency_p99", "run_count")
+LATENCY_METRICS: tuple[str, ...] = ("latency_p50", "latency_p99")
+"""The tracing metrics measured in seconds: their conditions take a unit (:data:`LATENCY_UNITS`)."""
+LATENCY_UNITS: dict[str, float] = {"ms": 1000.0, "s": 1.0}
+"""The units a latency condition may carry, each with how many of it make one second (a bare number is
+seconds)."""
 
 TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 """The template fields naming one deployment: a query using one is sent once per deployment."""
@@ -78,15 +85,42 @@ def _condition_field(value: object, field: str) -> str:
     return str(parse_condition(value, field))
 
 
+def tracing_condition(metric: str, text: object) -> Condition:
+    """The condition of a :class:`TracingProjectCheck` on ``metric``, parsed in the metric's terms: a latency
+    takes a unit (``"< 800ms"``, ``"< 2s"``; a bare number is seconds); an error rate is a fraction 0..1;
+    ``ValueError`` naming what is wrong otherwise.
+
+    :param metric: one of :data:`TRACING_METRICS`.
+    :param text: the condition as written.
+    """
+    if metric in LATENCY_METRICS:
+        return parse_condition(text, "condition", units=LATENCY_UNITS, default_unit="s")
+    if isinstance(text, str) and threshold_unit(text):
+        kind = "a fraction of the runs, 0..1" if metric == "error_rate" else "a number of runs"
+        raise ValueError(f"condition: {metric} takes no unit (it is {kind}), got {text!r}")
+    condition = parse_condition(text, "condition")
+    if metric == "error_rate" and not 0 <= condition.threshold <= 1:
+        percent = condition.threshold / 100 if 1 < condition.threshold <= 100 else 0.05
+        raise ValueError(
+            f"condition: error_rate is a fraction of the runs, 0..1 (5 % is 0.05), got {text!r}, a gate that could "
+            f"never fail or never pass; write the threshold as a fraction, e.g. '{condition.operator} {percent:g}'"
+        )
+    return condition
+
+
 class TracingProjectCheck(_CheckBase):
     """Judge a deployment by the run statistics of its tracing project since the revision went live.
 
     The tracing service's ``GET /sessions?name=<project>`` gives the project's id (once per project) and
     ``POST /runs/stats`` its statistics since the revision went live (whole traces, ``is_root``).
 
-    :param metric: the statistic compared with ``condition``: ``error_rate`` (0..1), ``latency_p50`` or
-        ``latency_p99`` (seconds), ``run_count``.
-    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
+    :param metric: the statistic compared with ``condition``: ``error_rate`` (a fraction of the runs, 0..1),
+        ``latency_p50`` or ``latency_p99`` (seconds), ``run_count``.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``. An
+        ``error_rate`` threshold must lie in 0..1 (``"< 5"`` is refused: 5 % is ``"< 0.05"``). A latency
+        threshold takes a unit, ``ms`` or ``s`` (``"< 800ms"``, ``"< 2s"``); a bare number is seconds
+        (``"< 2"`` is kept as ``"< 2s"``), and the measured latency is compared, stored and shown in the
+        condition's unit.
     :param min_run_count: fewer runs than this since the revision went live make the measurement
         inconclusive (too little traffic to judge).
     :param project: the project's name, a template over ``{name}``, ``{deployment_id}``, ``{revision_id}``;
@@ -99,7 +133,7 @@ class TracingProjectCheck(_CheckBase):
 
     kind: Literal["tracing_project"] = "tracing_project"
     metric: TracingMetric = "error_rate"
-    condition: str = "< 0.05"
+    condition: str = Field(default="< 0.05", validate_default=True)
     min_run_count: int = Field(default=20, ge=0)
     project: str = "{name}"
     connection_id: str | None = None
@@ -108,8 +142,11 @@ class TracingProjectCheck(_CheckBase):
 
     @field_validator("condition", mode="before")
     @classmethod
-    def _condition(cls, value: object) -> str:
-        return _condition_field(value, "condition")
+    def _condition(cls, value: object, info: ValidationInfo) -> str:
+        metric = info.data.get("metric")
+        if metric is None:  # the metric itself was refused: that error says enough
+            return _condition_field(value, "condition")
+        return str(tracing_condition(metric, value))
 
     @field_validator("project")
     @classmethod
@@ -128,8 +165,8 @@ class TracingProjectCheck(_CheckBase):
 
     @property
     def parsed_condition(self) -> Condition:
-        """The condition, parsed."""
-        return parse_condition(self.condition)
+        """The condition, parsed in the metric's terms (a latency's in its unit)."""
+        return tracing_condition(self.metric, self.condition)
 
     def _default_label(self) -> str:
         return f"tracing {self.metric}"
@@ -148,7 +185,8 @@ class HttpCheck(_CheckBase):
         ``json_equals``.
     :param json_equals: the value ``json_field`` must have.
     :param max_latency_seconds: an answer slower than this fails the measurement.
-    :param timeout_seconds: how long to wait for an answer (then the measurement is inconclusive).
+    :param timeout_seconds: how long the whole request may take, the last byte of the body included (then
+        the measurement is inconclusive).
     :param name: the check's name in logs and XCom; default ``"http <url>"``.
     """
 
@@ -218,14 +256,15 @@ class MetricQueryCheck(_CheckBase):
     A query with no per-deployment field (``{name}``, ``{deployment_id}``, ``{revision_id}``) is sent once
     per round for every deployment analysed together: it should return a vector labelled by deployment
     (``sum by (name) (...)``), each deployment reading the sample whose ``deployment_label`` names it. A
-    query with such a field is sent once per deployment. An empty result, or ``NaN``, is inconclusive.
+    query with such a field is sent once per deployment. An empty result, ``NaN`` or ``±Inf`` is inconclusive.
 
     :param query: PromQL; may use ``{name}``, ``{deployment_id}``, ``{revision_id}`` and ``{since_seconds}``
         (whole seconds since the revision went live, at least 1). PromQL's own braces stay as written.
     :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
     :param connection_id: the Airflow connection of the Prometheus-compatible API: host (with scheme),
         port and schema (a path prefix) make the base URL; login/password are basic auth; extra
-        ``{"headers": {...}}`` or ``{"bearer_token": "..."}``.
+        ``{"headers": {...}}`` or ``{"bearer_token": "..."}`` (none of them is sent over plain http to
+        another host unless the extra ``allow_insecure_http`` is true); extra ``timeout`` bounds each answer.
     :param deployment_label: the label of a vector sample naming the deployment; its value is matched
         against the deployment's name and id.
     :param name: the check's name in logs and XCom; default ``"metric <query>"``.
@@ -316,9 +355,11 @@ class Analysis(BaseModel):
     """Measure checks every ``interval_seconds`` for ``count`` rounds and judge the revision by them.
 
     One measurement per check per round. A check whose failed measurements reach ``failure_limit`` fails
-    the revision at once; a check inconclusive more than ``inconclusive_limit`` times makes the analysis
-    inconclusive at once; after ``count`` rounds the analysis passed when every check passed at least once,
-    else it is inconclusive. A task treats inconclusive like failed. Round ``k`` is measured
+    the revision at once: ``failure_limit=1`` fails on the first failed measurement, where Argo Rollouts'
+    ``failureLimit: 1`` tolerates one (ours is Argo's plus one); a check inconclusive more than
+    ``inconclusive_limit`` times makes the analysis inconclusive at once (as Argo's ``inconclusiveLimit``);
+    after ``count`` rounds the analysis passed when every check passed at least once, else it is
+    inconclusive. A task treats inconclusive like failed. Round ``k`` is measured
     ``initial_delay_seconds + k * interval_seconds`` after the analysis starts (each round sees an
     interval of traffic).
 
@@ -326,7 +367,8 @@ class Analysis(BaseModel):
         :class:`MetricQueryCheck`, :class:`CallableCheck` (their names must differ).
     :param interval_seconds: seconds between rounds (> 0).
     :param count: number of rounds (>= 1); ``None``: as many as fit in the task's bake window.
-    :param failure_limit: failed measurements of one check that fail the revision (1..count).
+    :param failure_limit: failed measurements of one check that fail the revision (1..count): ``1`` fails on
+        the first one (Argo's ``failureLimit: 0``), ``2`` tolerates one (Argo's ``failureLimit: 1``).
     :param inconclusive_limit: inconclusive measurements of one check tolerated (>= 0).
     :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
     """
@@ -477,9 +519,9 @@ ANALYSIS_ROUND_ALLOWANCE = 60.0
 
 
 def analysis_seconds(analysis: Analysis) -> float:
-    """Longest time the analysis is expected to take (its rounds plus an allowance per round): the trigger
-    then reports an ``error`` event (the analysis could not be measured); the task's deferral timeout, a
-    little longer, is a safety net only.
+    """Longest time the analysis is expected to take (its rounds plus an allowance per round): past it, the
+    trigger reports an ``error`` event and the worker stops the analysis alike (the analysis could not be
+    measured); the task's deferral timeout, a little longer, is a safety net only.
 
     :param analysis: the analysis, ``count`` resolved.
     """

@@ -7,6 +7,7 @@ handed to the analysis's :class:`~airflow_provider.analysis.scrubbing.Scrubber` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,20 +18,25 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider.analysis.scrubbing import Scrubber, without_userinfo
 from airflow_provider.client_settings import is_loopback_host
-from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.errors import InvalidRequestError
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook, extra_flag
 
 __all__ = [
     "TRACING_BASE_URL_EXTRA",
     "AnalysisSetupError",
     "ConnectionLookupError",
     "SourceEndpoint",
+    "http_url_problem",
     "prometheus_endpoint",
+    "refuse_plain_http_credentials",
     "resolve_connection",
     "tracing_endpoint",
 ]
 
 TRACING_BASE_URL_EXTRA = "tracing_base_url"
 """The deployment-service connection's extra naming the tracing service's base URL."""
+API_KEY_FIELD = "the API key (password)"
+"""How a refusal names the tracing service's API key: the password of its connection."""
 
 
 class AnalysisSetupError(ValueError):
@@ -133,13 +139,65 @@ def connection_base_url(conn: Connection, extra: dict[str, Any], what: str) -> s
     return urlunsplit((parts.scheme, netloc, f"/{path}" if path else "", "", "")).rstrip("/")
 
 
-def _refuse_plain_http_key(base_url: str, allow_insecure_http: bool, what: str, conn_id: str) -> None:
+def http_url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being GET as it stands (``"is not an http(s) URL (scheme 'ftp')"``), or ``None``
+    when it is an http(s) URL httpx can send a request to.
+
+    :param url: the URL (e.g. a deployment's ``custom_url``).
+    """
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "is not a valid URL (it holds whitespace or control characters)"
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as err:
+        return f"is not a valid URL ({without_userinfo(str(err))})"
+    if not parsed.scheme:
+        return "is not an http(s) URL (no scheme)"
+    if parsed.scheme not in ("http", "https"):
+        return f"is not an http(s) URL (scheme {parsed.scheme!r})"
+    if not parsed.host:
+        return "is not an http(s) URL (no host)"
+    return None
+
+
+def refuse_plain_http_credentials(
+    base_url: str, *, allow_insecure_http: bool, what: str, connection_id: str, credentials: Sequence[str]
+) -> None:
+    """Refuse to send ``credentials`` over plain http to a host that is not this machine, unless the connection
+    allows it (its extra ``allow_insecure_http``): one rule for every source's secrets (the tracing key,
+    Prometheus's basic auth, bearer token and header values). Checked before any request.
+
+    :param base_url: where the credentials would go.
+    :param allow_insecure_http: the connection allows plain http to another host (a trusted network).
+    :param what: the check kind, for the message.
+    :param connection_id: the connection holding the credentials, for the message.
+    :param credentials: what would be sent, by field (``"the extra bearer_token"``), never the values; empty:
+        nothing secret goes there, any scheme is fine.
+    :raises AnalysisSetupError: naming the connection, the fields and the host.
+    """
     parts = urlsplit(base_url)
-    if parts.scheme == "http" and not allow_insecure_http and not is_loopback_host(parts.hostname or ""):
-        raise AnalysisSetupError(
-            f"{what}: refusing to send the API key of connection {conn_id!r} over plain http to {parts.hostname}; "
-            "use https, or set the extra allow_insecure_http on a trusted network"
+    if not credentials or parts.scheme != "http" or allow_insecure_http or is_loopback_host(parts.hostname or ""):
+        return
+    raise AnalysisSetupError(
+        f"{what}: refusing to send {', '.join(credentials)} of connection {connection_id!r} over plain http to "
+        f"{parts.hostname}; use https, or set the extra allow_insecure_http on a trusted network"
+    )
+
+
+def _refuse_by_extra(
+    base_url: str, extra: dict[str, Any], *, what: str, connection_id: str, credentials: Sequence[str]
+) -> None:
+    """:func:`refuse_plain_http_credentials` for a source's own connection, its extra ``allow_insecure_http``
+    read as a yes/no value (anything else refused, naming it)."""
+    try:
+        allowed = extra_flag(
+            extra.get("allow_insecure_http"), "allow_insecure_http", f"connection {connection_id!r}", default=False
         )
+    except InvalidRequestError as err:
+        raise AnalysisSetupError(f"{what}: {err}") from None
+    refuse_plain_http_credentials(
+        base_url, allow_insecure_http=allowed, what=what, connection_id=connection_id, credentials=credentials
+    )
 
 
 async def tracing_endpoint(
@@ -170,7 +228,13 @@ async def tracing_endpoint(
             raise AnalysisSetupError(
                 f"{what}: the extra {TRACING_BASE_URL_EXTRA!r} of connection {conn_id!r} must be an http(s) URL"
             )
-        _refuse_plain_http_key(base_url, settings.allow_insecure_http, what, conn_id)
+        refuse_plain_http_credentials(
+            base_url,
+            allow_insecure_http=settings.allow_insecure_http,
+            what=what,
+            connection_id=conn_id,
+            credentials=[API_KEY_FIELD],
+        )
         headers = {"X-Api-Key": api_key, "Accept": "application/json"}
         if settings.tenant_id:
             headers["X-Tenant-Id"] = settings.tenant_id
@@ -187,7 +251,7 @@ async def tracing_endpoint(
     scrubber.add(conn.password)
     extra = await _extra(conn)
     base_url = connection_base_url(conn, extra, what)
-    _refuse_plain_http_key(base_url, bool(extra.get("allow_insecure_http")), what, connection_id)
+    _refuse_by_extra(base_url, extra, what=what, connection_id=connection_id, credentials=[API_KEY_FIELD])
     headers = {"X-Api-Key": conn.password, "Accept": "application/json"}
     if extra.get("tenant_id"):
         headers["X-Tenant-Id"] = str(extra["tenant_id"])
@@ -207,28 +271,35 @@ async def prometheus_endpoint(connection_id: str, scrubber: Scrubber) -> SourceE
     conn = await resolve_connection(connection_id, what)
     extra = await _extra(conn)
     headers: dict[str, str] = {"Accept": "application/json"}
+    credentials: list[str] = []
     extra_headers = extra.get("headers") or {}
     if not isinstance(extra_headers, dict):
         raise AnalysisSetupError(f"{what}: the extra 'headers' of connection {connection_id!r} must be a JSON object")
     for name, value in extra_headers.items():
         headers[str(name)] = str(value)
         scrubber.add(str(value))
-    token = extra.get("bearer_token")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-        scrubber.add(str(token))
     auth = None
     if conn.login:
         auth = (conn.login, conn.password or "")
         scrubber.add(conn.password)
+        credentials.append("the password (basic auth)" if conn.password else "the login (basic auth)")
+    token = extra.get("bearer_token")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+        scrubber.add(str(token))
+        credentials.append("the extra bearer_token")
+    if extra_headers:
+        credentials.append(f"the extra headers ({', '.join(map(str, extra_headers))})")
     verify: bool | str = True
     if extra.get("verify") in (False, "false", "False", "0"):
         verify = False
     if extra.get("ca_bundle"):
         verify = str(extra["ca_bundle"])
     timeout = float(extra.get("timeout") or 10.0)
+    base_url = connection_base_url(conn, extra, what)
+    _refuse_by_extra(base_url, extra, what=what, connection_id=connection_id, credentials=credentials)
     return SourceEndpoint(
-        base_url=connection_base_url(conn, extra, what),
+        base_url=base_url,
         connection_id=connection_id,
         headers=headers,
         auth=auth,

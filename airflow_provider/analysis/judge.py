@@ -1,10 +1,12 @@
-"""The verdict rules (pure): per check, like Argo Rollouts' per-metric limits.
+"""The verdict rules (pure): limits per check, as Argo Rollouts has per metric, but counted differently.
 
-One measurement per check per round. A check fails the revision when its failed measurements reach the
-analysis's ``failure_limit``; the analysis is inconclusive as soon as a check is inconclusive more than
-``inconclusive_limit`` times; after ``count`` rounds it passed when every check passed at least once, else
-it is inconclusive. A deployment found no longer serving its revision fails with the check
-:data:`STILL_SERVING`.
+One measurement per check per round. A check fails the revision when its failed measurements **reach** the
+analysis's ``failure_limit``: ``failure_limit=1`` fails on the first failed measurement (Argo's
+``failureLimit: 1`` tolerates one and fails on the second; our ``failure_limit=N`` is Argo's
+``failureLimit: N-1``). The analysis is inconclusive as soon as a check is inconclusive **more than**
+``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds it passed when every
+check passed at least once, else it is inconclusive. A deployment found no longer serving its revision fails
+with the check :data:`STILL_SERVING`.
 
 An analysis can stop after any round and go on later, elsewhere (a trigger yields the verdicts reached so
 far; the task acts on them and hands the rest to another trigger): :class:`AnalysisState` is where it stood
@@ -24,9 +26,8 @@ STILL_SERVING = "still_serving"
 """The failing check of a deployment whose revision stopped serving during the analysis."""
 
 
-def _value_text(measurement: Measurement) -> str:
-    value = measurement["value"]
-    return "no value" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+def _measurements(count: int, kind: str) -> str:
+    return f"{count} {kind} measurement{'' if count == 1 else 's'}"
 
 
 @dataclass
@@ -128,9 +129,9 @@ class Judgement:
                 self._decide(
                     "failed",
                     measurement["check"],
-                    f"check {measurement['check']!r} failed {tally.failed} of {self.analysis.failure_limit} "
-                    f"allowed: {_value_text(measurement)}, needs {measurement['condition']} "
-                    f"({measurement['detail']})",
+                    f"check {measurement['check']!r} failed: {_measurements(tally.failed, 'failed')} reached "
+                    f"the limit of {self.analysis.failure_limit}: {measurement['detail']}, "
+                    f"needs {measurement['condition']}",
                 )
         else:
             tally.inconclusive += 1
@@ -138,8 +139,9 @@ class Judgement:
                 self._decide(
                     "inconclusive",
                     measurement["check"],
-                    f"check {measurement['check']!r} could not be measured {tally.inconclusive} times, more than "
-                    f"the {self.analysis.inconclusive_limit} allowed: {measurement['detail']}",
+                    f"check {measurement['check']!r} could not be measured: "
+                    f"{_measurements(tally.inconclusive, 'inconclusive')} exceeded the limit of "
+                    f"{self.analysis.inconclusive_limit}: {measurement['detail']}",
                 )
 
     def stop_serving(self, round_number: int, reason: str) -> None:
@@ -198,7 +200,7 @@ _MEASUREMENT_FIELDS: dict[str, tuple[type, ...]] = {
 """The fields of a :class:`~airflow_provider.analysis.definitions.Measurement` and the JSON types they take."""
 
 
-def _measurements(data: Any) -> dict[str, list[Measurement]]:
+def _measurements_from_json(data: Any) -> dict[str, list[Measurement]]:
     """``{deployment_id: [Measurement, ...]}`` from JSON, checked; ``ValueError`` naming what is wrong."""
     if not isinstance(data, dict):
         raise ValueError(f"state.measurements must be an object, got {type(data).__name__}")
@@ -225,11 +227,10 @@ def _measurements(data: Any) -> dict[str, list[Measurement]]:
 @dataclass
 class AnalysisState:
     """Where an analysis of several deployments stands between two runs of its rounds (plain JSON through
-    :meth:`to_json`): it goes on with round ``rounds + 1``, its schedule and time budget unchanged.
+    :meth:`to_json`): it goes on with round ``rounds + 1``, its schedule unchanged.
 
     :param started_at: wall-clock time (Unix seconds) the analysis started: round ``k`` is due
-        ``initial_delay_seconds + k * interval_seconds`` after it (plus ``delay``), and its time budget
-        (``analysis_seconds(analysis)``) counts from it.
+        ``initial_delay_seconds + k * interval_seconds`` after it (plus ``delay``).
     :param rounds: the rounds measured so far.
     :param delay: seconds the later rounds were moved when the analysis went on after its next round was due
         (they keep their spacing instead of being measured back to back).
@@ -266,4 +267,4 @@ class AnalysisState:
             raise ValueError(f"state.rounds must be a whole number >= 0, got {rounds!r}")
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
             raise ValueError(f"state.delay must be seconds >= 0, got {delay!r}")
-        return cls(float(started_at), rounds, float(delay), _measurements(data.get("measurements") or {}))
+        return cls(float(started_at), rounds, float(delay), _measurements_from_json(data.get("measurements") or {}))

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider.analysis.definitions import (
     Analysis,
@@ -31,15 +31,34 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.endpoints import prometheus_endpoint, resolve_connection, tracing_endpoint
+from airflow_provider.analysis.endpoints import (
+    AnalysisSetupError,
+    prometheus_endpoint,
+    resolve_connection,
+    tracing_endpoint,
+)
 from airflow_provider.analysis.judge import AnalysisState, Judgement
 from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.analysis.sources import CallableRunner, HttpProbe, PrometheusSource, Reading, TracingSource
+from airflow_provider.analysis.sources import (
+    CallableRunner,
+    HttpProbe,
+    PrometheusSource,
+    Reading,
+    TracingSource,
+    unexpected_reading,
+)
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
 
-__all__ = ["RoundVerdicts", "analyse", "run_analysis", "still_serving"]
+__all__ = [
+    "RoundVerdicts",
+    "analyse",
+    "analysis_not_run_reason",
+    "analysis_overran_reason",
+    "run_analysis",
+    "still_serving",
+]
 
 
 class _Sources:
@@ -63,12 +82,16 @@ class _Sources:
             for check in analysis.checks:  # one connection after the other (the worker's secrets comms)
                 if isinstance(check, TracingProjectCheck) and check.connection_id not in sources.tracing:
                     endpoint = await tracing_endpoint(check.connection_id, hook, scrubber)
-                    sources.tracing[check.connection_id] = await TracingSource.open(endpoint, scrubber)
+                    sources.tracing[check.connection_id] = await _built(
+                        TracingSource.open(endpoint, scrubber), "TracingProjectCheck", endpoint.connection_id, scrubber
+                    )
                 elif isinstance(check, MetricQueryCheck) and check.connection_id not in sources.prometheus:
                     endpoint = await prometheus_endpoint(check.connection_id, scrubber)
-                    sources.prometheus[check.connection_id] = await PrometheusSource.open(endpoint, scrubber)
+                    sources.prometheus[check.connection_id] = await _built(
+                        PrometheusSource.open(endpoint, scrubber), "MetricQueryCheck", endpoint.connection_id, scrubber
+                    )
                 elif isinstance(check, HttpCheck) and sources.http is None:
-                    sources.http = await HttpProbe.open(scrubber)
+                    sources.http = await _built(HttpProbe.open(scrubber), "HttpCheck", None, scrubber)
         except BaseException:
             await sources.aclose()
             raise
@@ -92,6 +115,22 @@ class _Sources:
         now: datetime,
         deployments: dict[str, Deployment],
     ) -> dict[str, Reading]:
+        """One reading of ``check`` per target. Whatever a source raises is an inconclusive reading naming the
+        exception's type (each source already says so per deployment where it can), never the end of the
+        analysis."""
+        try:
+            return await self._measure(check, targets, now, deployments)
+        except Exception as err:
+            reading = unexpected_reading(check.label(), err, self.scrubber)
+            return {target.deployment_id: reading for target in targets}
+
+    async def _measure(
+        self,
+        check: Any,
+        targets: Sequence[AnalysisTarget],
+        now: datetime,
+        deployments: dict[str, Deployment],
+    ) -> dict[str, Reading]:
         if isinstance(check, TracingProjectCheck):
             return await self.tracing[check.connection_id].measure(check, targets, now)
         if isinstance(check, MetricQueryCheck):
@@ -101,6 +140,21 @@ class _Sources:
         if isinstance(check, CallableCheck):
             return await self.callables.measure(check, targets, deployments)
         raise TypeError(f"unknown check {type(check).__name__}")  # pragma: no cover - the union is closed
+
+
+_Source = TypeVar("_Source")
+
+
+async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | None, scrubber: Scrubber) -> _Source:
+    """The source ``opening`` gives, or :class:`AnalysisSetupError` when its client cannot be built (a CA bundle
+    that is not there, TLS settings the ssl module refuses): the analysis cannot run."""
+    try:
+        return await opening
+    except Exception as err:
+        where = f" of connection {connection_id!r}" if connection_id is not None else ""
+        raise AnalysisSetupError(
+            scrubber(f"{kind}: the client{where} could not be built ({type(err).__name__}: {err})")
+        ) from None
 
 
 def _condition_text(check: Any) -> str:
@@ -352,3 +406,26 @@ def _log_measurement(log: Any, measurement: Measurement, count: int) -> None:
         measurement["verdict"],
         measurement["detail"],
     )
+
+
+def analysis_not_run_reason(err: Exception) -> str:
+    """Why an analysis could not run at all, the same words from the trigger (its ``error`` event) and the
+    worker: what the analysis's own errors say (a connection missing or incomplete, the service failing, bad
+    arguments); for anything else, its type only (its text may hold a secret).
+
+    :param err: what ended the analysis.
+    """
+    if isinstance(err, (AnalysisSetupError, DeploymentServiceError, ValueError)):
+        return f"the analysis could not run: {err}"
+    return (
+        f"the analysis could not run: an unexpected {type(err).__name__} (its text is left out: it may hold a secret)"
+    )
+
+
+def analysis_overran_reason(limit: float) -> str:
+    """What the trigger and the worker say of an analysis that did not finish within ``limit`` seconds
+    (``analysis_seconds`` of :mod:`~airflow_provider.analysis.definitions`).
+
+    :param limit: the time limit, in seconds.
+    """
+    return f"the analysis did not finish within {limit:g} s (its rounds and their allowance)"

@@ -12,8 +12,11 @@
 Each source's pooled client is built in a worker thread (creating its TLS context, and reading a CA bundle,
 blocks for tens of milliseconds), and only for the check kinds the analysis has.
 
-A measurement that cannot be taken (timeout, connection error, 5xx or 429 from a source, no data, too few
-runs) is ``inconclusive``; every text produced here is scrubbed of secrets and URL userinfo.
+A measurement that cannot be taken (timeout, connection error, 5xx or 429 from a source, no data, ``NaN`` or
+``±Inf``, too few runs) is ``inconclusive``, and so is one that raised anything no one foresaw (an URL httpx
+cannot parse, JSON too deep for the parser...): its detail names the exception's type. A request's time
+limit bounds the whole answer, its body included (httpx's read timeout starts again with every chunk, so a
+body trickling in would not be cut off). Every text produced here is scrubbed of secrets and URL userinfo.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -48,6 +51,8 @@ __all__ = [
     "PrometheusSource",
     "Reading",
     "TracingSource",
+    "unexpected_reading",
+    "within",
 ]
 
 SOURCE_CONCURRENCY = 20
@@ -68,10 +73,64 @@ class Reading:
     detail: str
 
 
-def _judged(condition: Condition, value: float, detail: str) -> Reading:
+def _judged(condition: Condition, value: float, describe: Callable[[str], str]) -> Reading:
+    """Judge ``value`` (in the metric's own unit) by ``condition``, in the condition's unit; ``NaN`` and ``±Inf``
+    are no data. ``describe`` turns the value as shown into the detail (``"value 0.270"``)."""
     if math.isnan(value):
-        return Reading("inconclusive", None, f"{detail}: NaN (no data to divide)")
-    return Reading("passed" if condition.holds(value) else "failed", value, detail)
+        return Reading("inconclusive", None, f"{describe('NaN')} (no data to divide)")
+    if math.isinf(value):
+        return Reading(
+            "inconclusive", None, f"{describe('+Inf' if value > 0 else '-Inf')} (no data: not a finite number)"
+        )
+    measured = condition.in_unit(value)
+    return Reading("passed" if condition.holds(measured) else "failed", measured, describe(condition.show(measured)))
+
+
+def unexpected_reading(what: str, err: Exception, scrub: Callable[[str], str]) -> Reading:
+    """The inconclusive reading of a measurement that raised what no one foresaw: the exception's type named,
+    its text scrubbed of secrets (before it is cut short) and kept short.
+
+    :param what: what was being measured (``"tracing service"``, ``"GET <url>"``).
+    :param err: the exception.
+    :param scrub: masks secrets and URL userinfo.
+    """
+    said = _snippet(scrub(str(err)))
+    return Reading("inconclusive", None, f"{what}: unexpected {type(err).__name__}{': ' + said if said else ''}")
+
+
+async def _or_unexpected(work: Awaitable[Reading], what: str, scrub: Callable[[str], str]) -> Reading:
+    """``work``'s reading, or :func:`unexpected_reading` when it raises: one deployment's measurement never
+    takes the others (or the analysis) down with it."""
+    try:
+        return await work
+    except Exception as err:
+        return unexpected_reading(what, err, scrub)
+
+
+_Result = TypeVar("_Result")
+
+
+async def within(seconds: float, work: Awaitable[_Result]) -> _Result:
+    """``work``'s result, or :class:`asyncio.TimeoutError` once ``seconds`` passed: ``work`` is then cancelled
+    (an httpx request closes its connection). Bounds a whole request, body included, which httpx's per-chunk
+    read timeout does not.
+
+    Not ``asyncio.wait_for``: on Python < 3.12 it swallows a cancellation that arrives as the work ends, and
+    the triggerer's cancellation of a trigger must always end it.
+
+    :param seconds: the time limit.
+    :param work: the request (or any awaitable).
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # let it close what it opened
+    if task in done:
+        return task.result()
+    raise asyncio.TimeoutError
 
 
 def _snippet(text: str, limit: int = 160) -> str:
@@ -84,15 +143,23 @@ class _SourceFailure(Exception):
 
 
 async def _request(
-    client: httpx.AsyncClient, method: str, path: str, *, what: str, auth_hint: str, **kwargs: Any
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    *,
+    what: str,
+    auth_hint: str,
+    timeout: float,
+    **kwargs: Any,
 ) -> Any:
-    """Send one request to a source and return its JSON, or raise :class:`_SourceFailure` saying why."""
+    """Send one request to a source and return its JSON, or raise :class:`_SourceFailure` saying why. The whole
+    answer, body included, must come within ``timeout`` seconds."""
     label = f"{method} {path}"
     try:
-        response = await client.request(method, path, **kwargs)
-    except httpx.TimeoutException:
-        raise _SourceFailure(f"{what}: {label} timed out") from None
-    except httpx.HTTPError as err:
+        response = await within(timeout, client.request(method, path, **kwargs))
+    except (httpx.TimeoutException, asyncio.TimeoutError):
+        raise _SourceFailure(f"{what}: {label} timed out after {timeout:g}s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as err:
         raise _SourceFailure(f"{what}: {label} failed ({type(err).__name__}: {err})") from None
     if response.status_code in (401, 403):
         raise _SourceFailure(f"{what}: {label} answered {response.status_code}; {auth_hint}")
@@ -102,6 +169,10 @@ async def _request(
         body = response.json()
     except ValueError:
         body = None
+    except Exception as err:  # e.g. RecursionError: JSON nested deeper than the parser goes
+        raise _SourceFailure(
+            f"{what}: {label} answered {response.status_code} with a body that could not be read ({type(err).__name__})"
+        ) from None
     if response.status_code >= 300:
         said = ""
         if isinstance(body, dict):
@@ -163,7 +234,12 @@ class TracingSource:
         """
         if now != self._round:  # a new round: the previous round's statistics are stale
             self._round, self._round_stats = now, {}
-        readings = await asyncio.gather(*(self._measure_one(check, target, now) for target in targets))
+        readings = await asyncio.gather(
+            *(
+                _or_unexpected(self._measure_one(check, target, now), "tracing service", self._scrub)
+                for target in targets
+            )
+        )
         return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
 
     def _stats(self, project: str, start_time: str) -> asyncio.Task[Any]:
@@ -183,6 +259,7 @@ class TracingSource:
                 json={"session": [project_id], "start_time": start_time, "is_root": True},  # until the service's now
                 what="tracing service",
                 auth_hint=self._auth_hint,
+                timeout=self.endpoint.timeout,
             )
 
     async def _project_id(self, project: str) -> str:
@@ -196,6 +273,7 @@ class TracingSource:
                     params={"name": project, "limit": 1},
                     what="tracing service",
                     auth_hint=self._auth_hint,
+                    timeout=self.endpoint.timeout,
                 )
                 found = [item for item in body if isinstance(item, dict)] if isinstance(body, list) else []
                 match = next((item for item in found if item.get("name") == project), None)
@@ -216,6 +294,9 @@ class TracingSource:
         run_count = stats.get("run_count")
         if not isinstance(run_count, int | float) or isinstance(run_count, bool):
             run_count = 0
+        if not math.isfinite(run_count):
+            shown = "NaN" if math.isnan(run_count) else "Infinity" if run_count > 0 else "-Infinity"
+            return Reading("inconclusive", None, f"tracing service: run_count {shown} is not a count (no data)")
         runs = f"{int(run_count)} runs since {since}"
         if run_count < check.min_run_count:
             return Reading(
@@ -226,8 +307,7 @@ class TracingSource:
         value = stats.get(check.metric)
         if not isinstance(value, int | float) or isinstance(value, bool):
             return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
-        detail = f"{check.metric} {float(value):.3f} over {runs}"
-        return _judged(check.parsed_condition, float(value), detail)
+        return _judged(check.parsed_condition, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
 
 
 class PrometheusSource:
@@ -296,14 +376,18 @@ class PrometheusSource:
                     params={"query": query},
                     what="Prometheus",
                     auth_hint=self._auth_hint,
+                    timeout=self.endpoint.timeout,
                 )
             samples = _samples(body)
+            return {
+                target.deployment_id: self._reading(check, samples, target, alone=len(targets) == 1)
+                for target in targets
+            }
         except _SourceFailure as failure:
             reading = Reading("inconclusive", None, self._scrub(str(failure)))
-            return {target.deployment_id: reading for target in targets}
-        return {
-            target.deployment_id: self._reading(check, samples, target, alone=len(targets) == 1) for target in targets
-        }
+        except Exception as err:
+            reading = unexpected_reading("Prometheus", err, self._scrub)
+        return {target.deployment_id: reading for target in targets}
 
     def _reading(
         self,
@@ -337,7 +421,11 @@ class PrometheusSource:
             value = float(raw)
         except ValueError:
             return Reading("inconclusive", None, f"the query returned a value that is not a number: {raw!r}")
-        return _judged(check.parsed_condition, value, f"value {value:.3f}")
+        return _judged(check.parsed_condition, value, lambda shown: f"value {shown}")
+
+
+_ANY_NUMBER = Condition(">=", -math.inf)
+"""What a :class:`CallableCheck` without a condition asks of a number it returns: any finite number passes."""
 
 
 def _samples(body: Any) -> list[tuple[dict[str, str], str]] | str:
@@ -400,14 +488,17 @@ class HttpProbe:
             return Reading("inconclusive", None, f"deployment {target.name!r} has no custom_url to check")
         url = render_template(check.url, target.template_values(now))
         shown = self._scrub(url)
+        return await _or_unexpected(self._probe(check, url, shown), f"GET {shown}", self._scrub)
+
+    async def _probe(self, check: HttpCheck, url: str, shown: str) -> Reading:
         try:
             async with self._limit:
                 started = time.perf_counter()  # after the slot: waiting for one is not the deployment's latency
-                response = await self._client.get(url, timeout=check.timeout_seconds)
+                response = await within(check.timeout_seconds, self._client.get(url, timeout=check.timeout_seconds))
                 latency = time.perf_counter() - started
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, asyncio.TimeoutError):
             return Reading("inconclusive", None, f"GET {shown} timed out after {check.timeout_seconds:g}s")
-        except httpx.HTTPError as err:
+        except (httpx.HTTPError, httpx.InvalidURL) as err:
             return Reading("inconclusive", None, self._scrub(f"GET {shown} failed ({type(err).__name__}: {err})"))
         said = f"GET {shown} -> {response.status_code} in {latency:.3f}s"
         low, high = check.status_range
@@ -475,7 +566,12 @@ class CallableRunner:
         :param targets: the deployments measured this round.
         :param deployments: each target's deployment as this round's list showed it.
         """
-        readings = await asyncio.gather(*(self._measure_one(check, target, deployments) for target in targets))
+        readings = await asyncio.gather(
+            *(
+                _or_unexpected(self._measure_one(check, target, deployments), check.label(), self._scrub)
+                for target in targets
+            )
+        )
         return {target.deployment_id: reading for target, reading in zip(targets, readings, strict=True)}
 
     async def _measure_one(
@@ -493,8 +589,5 @@ class CallableRunner:
         if outcome is None or outcome is True:
             return Reading("passed", None, f"returned {outcome}")
         if isinstance(outcome, int | float):
-            condition = check.parsed_condition
-            if condition is None:
-                return Reading("passed", float(outcome), f"returned {float(outcome):.3f}")
-            return _judged(condition, float(outcome), f"returned {float(outcome):.3f}")
+            return _judged(check.parsed_condition or _ANY_NUMBER, float(outcome), lambda shown: f"returned {shown}")
         return Reading("failed", None, f"returned {type(outcome).__name__}, expected a bool, a number or None")

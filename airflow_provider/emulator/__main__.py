@@ -8,7 +8,9 @@ Switches: ``--resource-spec-mode replace|merge`` (default ``replace``, productio
 ``--disable-endpoint NAME`` (repeatable; ``get_deployment``, ``list_revisions``, ``get_revision``,
 ``redeploy``, ``revision_logs``) answers that production-only endpoint 404 (405 for ``get_deployment``);
 ``--no-optional-endpoints`` leaves them all out; ``--redeploy-mode new_revision|in_place`` (default
-``new_revision``; ``in_place``: a redeploy makes no revision, the old one is deployed again).
+``new_revision``; ``in_place``: a redeploy makes no revision, the old one is deployed again);
+``--unknown-fields`` plays a newer service whose answers carry fields the provider's models lack (see
+``airflow_provider.emulator.unknown_fields``).
 Deployments' apps answer at ``/apps/{deployment_id}``.
 """
 
@@ -69,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="new_revision (default): a redeploy creates a revision; in_place: it creates none, the old revision "
         "is deployed again",
     )
+    parser.add_argument(
+        "--updated-at-on-requests-only",
+        action="store_true",
+        help="a deployment's updated_at moves only on requests (PATCH, redeploy), not as its revisions go live",
+    )
+    parser.add_argument(
+        "--unknown-fields",
+        action="store_true",
+        help="answer fields the provider's models lack (resource_spec, source_config, containers, revisions) and "
+        "keep what a PATCH sends of them, as a newer production service would",
+    )
     parser.add_argument("--frozen-clock", action="store_true", help="time moves only through the admin API")
     parser.add_argument("--path-prefix", default="", help="service path prefix, e.g. /api-host")
     parser.add_argument("--allow-non-loopback", action="store_true", help="allow a non-loopback --host")
@@ -100,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             resource_spec_mode=args.resource_spec_mode,
             disabled_endpoints=args.disable_endpoint,
             redeploy_mode=args.redeploy_mode,
+            updated_at_on_requests_only=args.updated_at_on_requests_only,
+            unknown_fields=args.unknown_fields,
         )
     except (EmulatorDataError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

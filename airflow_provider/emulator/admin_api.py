@@ -18,7 +18,8 @@ Route                                                        Body / answer
 ``POST /_emulator/deployments/{id}/revisions/{rid}/fail``    ``{"status": "DEPLOY_FAILED", "message": null}``
 ``GET|PATCH /_emulator/settings``                            switches: ``{"resource_spec_mode": "merge",
                                                              "redeploy_mode": "in_place",
-                                                             "disabled_endpoints": ["redeploy"]}``
+                                                             "disabled_endpoints": ["redeploy"],
+                                                             "unknown_fields": true}``
 ``POST /_emulator/deployments/{id}/unhealthy-next-revision``  ``{}`` -> ``{"revision_id": ... | null}``
 ``POST /_emulator/deployments/{id}/revisions/{rid}/health``  ``{"healthy": false}`` -> revision
 ``GET|POST|DELETE /_emulator/unhealthy-rules``               list / add ``{"image_uri": "*:bad*"}`` / clear
@@ -37,7 +38,8 @@ Switches (``/settings``): ``resource_spec_mode`` is ``replace`` (production: a P
 field, no revision); ``redeploy_mode`` is ``new_revision`` (default: a redeploy creates a revision) or
 ``in_place`` (it creates none: the old revision is deployed again); ``disabled_endpoints`` names
 production-only endpoints to answer 404/405 (``get_deployment``, ``list_revisions``, ``get_revision``,
-``redeploy``, ``revision_logs``).
+``redeploy``, ``revision_logs``); ``unknown_fields`` (``true``) plays a newer service whose answers carry
+fields the provider's models lack (:mod:`airflow_provider.emulator.unknown_fields`).
 
 Behaviour (see :mod:`airflow_provider.emulator.behaviour`): what a revision's app does while live (error
 rate, latency, health status, requests per second, optionally changing ``after_seconds`` after it went
@@ -123,6 +125,15 @@ class SettingsBody(_Body):
     revision_status_touches_deployment: bool | None = Field(
         default=None,
         description="whether a revision's status change (building, failed...) moves its deployment's updated_at",
+    )
+    updated_at_on_requests_only: bool | None = Field(
+        default=None,
+        description="true: a deployment's updated_at moves only on requests (PATCH, redeploy), not when a revision "
+        "goes live",
+    )
+    unknown_fields: bool | None = Field(
+        default=None,
+        description="answer fields the provider's models lack, nested ones too, and keep what a PATCH sends of them",
     )
 
 
@@ -245,7 +256,7 @@ async def fail_revision(deployment_id: str, revision_id: str, body: FailBody, st
 @admin_router.get(
     "/settings",
     description="The switches: resource_spec_mode, redeploy_mode, optional/disabled endpoints, "
-    "revision_status_touches_deployment.",
+    "revision_status_touches_deployment, updated_at_on_requests_only.",
 )
 async def get_settings(state: State) -> dict[str, Any]:
     return state.settings()

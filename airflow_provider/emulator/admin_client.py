@@ -208,7 +208,7 @@ class EmulatorAdmin:
     # ------------------------------------------------------------------------------ switches
     def settings(self) -> dict[str, Any]:
         """The switches: ``resource_spec_mode``, ``redeploy_mode``, ``optional_endpoints``, ``disabled_endpoints``,
-        ``revision_status_touches_deployment``."""
+        ``revision_status_touches_deployment``, ``updated_at_on_requests_only``, ``unknown_fields``."""
         result: dict[str, Any] = self._call("GET", "/settings")
         return result
 
@@ -219,6 +219,8 @@ class EmulatorAdmin:
         disabled_endpoints: Iterable[str] | None = None,
         redeploy_mode: str | None = None,
         revision_status_touches_deployment: bool | None = None,
+        updated_at_on_requests_only: bool | None = None,
+        unknown_fields: bool | None = None,
     ) -> dict[str, Any]:
         """Change switches (``None``: unchanged); ``disabled_endpoints`` is the complete set.
 
@@ -228,6 +230,10 @@ class EmulatorAdmin:
         :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (a redeploy makes no revision).
         :param revision_status_touches_deployment: whether a revision's status change (building, failed...)
             moves its deployment's ``updated_at``.
+        :param updated_at_on_requests_only: whether a deployment's ``updated_at`` moves only on requests (PATCH,
+            redeploy), not when a revision goes live.
+        :param unknown_fields: answer fields the provider's models lack, nested ones too (see
+            :mod:`airflow_provider.emulator.unknown_fields`).
         """
         body: dict[str, Any] = {}
         if resource_spec_mode is not None:
@@ -238,6 +244,10 @@ class EmulatorAdmin:
             body["disabled_endpoints"] = list(disabled_endpoints)
         if revision_status_touches_deployment is not None:
             body["revision_status_touches_deployment"] = revision_status_touches_deployment
+        if updated_at_on_requests_only is not None:
+            body["updated_at_on_requests_only"] = updated_at_on_requests_only
+        if unknown_fields is not None:
+            body["unknown_fields"] = unknown_fields
         result: dict[str, Any] = self._call("PATCH", "/settings", body)
         return result
 

@@ -297,13 +297,14 @@ class PatchInvalid(ValueError):
         self.errors = errors
 
 
-def parse_patch(body: PatchBody | BaseModel | Mapping[str, Any]) -> PatchBody:
+def parse_patch(body: PatchBody | BaseModel | Mapping[str, Any], schema: type[PatchBody] = PatchBody) -> PatchBody:
     """Read a PATCH body given as :class:`PatchBody`, the provider's request model or plain JSON.
 
     :param body: the body.
+    :param schema: the body's model (a newer service's: :mod:`~airflow_provider.emulator.unknown_fields`).
     :raises PatchInvalid: with FastAPI-style errors when the body breaks the schema.
     """
-    if isinstance(body, PatchBody):
+    if isinstance(body, schema):
         return body
     if isinstance(body, BaseModel):
         to_wire = getattr(body, "to_request_body", None)
@@ -311,7 +312,7 @@ def parse_patch(body: PatchBody | BaseModel | Mapping[str, Any]) -> PatchBody:
     else:
         raw = dict(body)
     try:
-        return PatchBody.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as error:
         errors = json.loads(error.json(include_url=False, include_input=False))
         raise PatchInvalid([{**item, "loc": ["body", *item["loc"]]} for item in errors]) from None

@@ -6,8 +6,10 @@
   ``.state``, ``.admin``).
 * ``deployment_service_emulator_factory``: call it with :class:`EmulatorServer` keyword arguments
   (``tenant_id=...``, ``data=...``, ``optional_endpoints=False``, ``disabled_endpoints=["redeploy"]``,
-  ``resource_spec_mode="merge"``, ``in_subprocess=True``...) to get started servers, all stopped at the
-  end of the test.
+  ``resource_spec_mode="merge"``, ``updated_at_on_requests_only=True``, ``unknown_fields=True``,
+  ``in_subprocess=True``...) to get started servers, all stopped at the end of the test.
+  ``unknown_fields=True`` plays a newer service whose answers carry fields the provider's models lack
+  (:mod:`airflow_provider.emulator.unknown_fields`).
 
 Importing this module is cheap: the server is imported only when a fixture runs.
 """

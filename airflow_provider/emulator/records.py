@@ -249,13 +249,22 @@ class DeploymentRecord:
         return next((rev for rev in self.revisions if not rev.finished), None)
 
     # ------------------------------------------------------------------------------ state machine
-    def settle(self, now: datetime, ready_seconds: float, *, revision_status_touches: bool = True) -> None:
+    def settle(
+        self,
+        now: datetime,
+        ready_seconds: float,
+        *,
+        revision_status_touches: bool = True,
+        going_live_touches: bool = True,
+    ) -> None:
         """Apply, in time order, every transition due at or before ``now``.
 
         :param now: the emulated time.
         :param ready_seconds: the emulator's delay before a new deployment is ``READY``.
         :param revision_status_touches: whether a revision's status change moves the deployment's
             ``updated_at`` (when false only the changes the deployment shows do: a revision going live).
+        :param going_live_touches: whether a revision going live (and the deployment becoming ``READY``) moves
+            it; when false (with ``revision_status_touches`` false too) only requests move it.
         """
         while True:
             build = self.current_build()
@@ -270,10 +279,17 @@ class DeploymentRecord:
                 and (ready_at is None or revision_step[0] <= ready_at)
             ):
                 assert build is not None
-                self._apply(build, revision_step[1], revision_step[0], touch=revision_status_touches)
+                self._apply(
+                    build,
+                    revision_step[1],
+                    revision_step[0],
+                    touch=revision_status_touches,
+                    going_live_touches=going_live_touches,
+                )
             elif ready_at is not None and ready_at <= now:
                 self.resource.status = DeploymentStatus.READY
-                self.touch(ready_at)
+                if going_live_touches:
+                    self.touch(ready_at)
             else:
                 return
 
@@ -290,9 +306,17 @@ class DeploymentRecord:
             return None
         return max(self.resource.created_at + timedelta(seconds=ready_seconds), self.active_since)
 
-    def _apply(self, revision: RevisionRecord, status: RevisionStatus, at: datetime, *, touch: bool = True) -> None:
+    def _apply(
+        self,
+        revision: RevisionRecord,
+        status: RevisionStatus,
+        at: datetime,
+        *,
+        touch: bool = True,
+        going_live_touches: bool = True,
+    ) -> None:
         revision.set_status(status, at)
-        if touch or status is RevisionStatus.DEPLOYED:
+        if touch or (going_live_touches and status is RevisionStatus.DEPLOYED):
             self.touch(at)
         if status is RevisionStatus.DEPLOYED:
             previous = self.resource.active_revision_id

@@ -139,6 +139,9 @@ class EmulatorServer:
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"`` (see :class:`EmulatorState`).
     :param disabled_endpoints: production-only endpoints to answer 404/405 (see ``OPTIONAL_ENDPOINTS``).
     :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"`` (see :class:`EmulatorState`).
+    :param updated_at_on_requests_only: a deployment's ``updated_at`` moves only on requests, not when a revision
+        goes live (see :class:`EmulatorState`).
+    :param unknown_fields: answer fields the provider's models lack, nested ones too (see :class:`EmulatorState`).
     :param startup_timeout: seconds to wait for the server to listen.
     """
 
@@ -161,6 +164,8 @@ class EmulatorServer:
         resource_spec_mode: ResourceSpecMode = "replace",
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
+        updated_at_on_requests_only: bool = False,
+        unknown_fields: bool = False,
         startup_timeout: float = 20.0,
     ) -> None:
         check_host(host, allow_non_loopback)
@@ -183,6 +188,8 @@ class EmulatorServer:
             "resource_spec_mode": resource_spec_mode,
             "disabled_endpoints": tuple(disabled_endpoints),
             "redeploy_mode": redeploy_mode,
+            "updated_at_on_requests_only": updated_at_on_requests_only,
+            "unknown_fields": unknown_fields,
         }
         if state is None and not in_subprocess:
             state = EmulatorState(**self._options)
@@ -333,6 +340,10 @@ class EmulatorServer:
         for name in options["disabled_endpoints"]:
             command += ["--disable-endpoint", name]
         command += ["--redeploy-mode", options["redeploy_mode"]]
+        if options["updated_at_on_requests_only"]:
+            command.append("--updated-at-on-requests-only")
+        if options["unknown_fields"]:
+            command.append("--unknown-fields")
         if self.allow_non_loopback:
             command.append("--allow-non-loopback")
         env = dict(os.environ)

@@ -15,6 +15,9 @@ Switches (constructor arguments, changeable at run time with :meth:`EmulatorStat
 * ``disabled_endpoints``: names from :data:`OPTIONAL_ENDPOINTS` of production-only endpoints that answer
   as if they did not exist (404; ``get_deployment`` 405, since PATCH shares its path), so client
   fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of the app instead.
+* ``unknown_fields``: off (default), or on: the emulator plays a newer service whose answers carry fields the
+  provider's models lack, nested ones too, and keeps what a PATCH sends of them (see
+  :mod:`airflow_provider.emulator.unknown_fields`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from .revision_logs import page as log_page
 from .rules import Current, refusals
 from .seed import DataSource, SeedData, load_data
 from .tracing import RunStatsQuery, project_id, project_json, project_stats
+from .unknown_fields import PatchBodyWithServiceFields, replaced_spec, shown_deployment, shown_revision, stored_dump
 
 DEFAULT_TENANT_ID = "00000000-0000-4000-8000-000000000001"
 """Tenant of seeded deployments that name none, when no ``tenant_id`` is configured."""
@@ -200,6 +204,12 @@ class EmulatorState:
         moves its deployment's ``updated_at`` (default). When false, only what the deployment itself shows
         does (a new latest or active revision, a status): a failed build then leaves the deployment record
         unchanged, which production may do too (it does not document it).
+    :param updated_at_on_requests_only: when true, a deployment's ``updated_at`` moves only on a request that
+        changes it (a PATCH, a redeploy), never as its revisions build and go live, as a service that stamps
+        ``updated_at`` on writes only would (the spec does not say when it moves): the deployment then does not
+        tell when its active revision went live (its revision's own ``updated_at`` does).
+    :param unknown_fields: play a newer service whose answers carry fields the provider's models lack (see
+        :mod:`airflow_provider.emulator.unknown_fields`); default off.
     """
 
     def __init__(
@@ -218,6 +228,8 @@ class EmulatorState:
         disabled_endpoints: Iterable[str] = (),
         redeploy_mode: RedeployMode = "new_revision",
         revision_status_touches_deployment: bool = True,
+        updated_at_on_requests_only: bool = False,
+        unknown_fields: bool = False,
     ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
@@ -236,6 +248,8 @@ class EmulatorState:
         self.disabled_endpoints: frozenset[str] = _endpoint_names(disabled_endpoints)
         self.redeploy_mode: RedeployMode = _redeploy_mode(redeploy_mode)
         self.revision_status_touches_deployment = bool(revision_status_touches_deployment)
+        self.updated_at_on_requests_only = bool(updated_at_on_requests_only)
+        self.unknown_fields = bool(unknown_fields)
         self.public_url: str | None = None
         """Root URL the emulator is served at (set by the server); apps' URLs derive from it."""
         self._unhealthy_rules: list[UnhealthyRule] = []
@@ -278,9 +292,17 @@ class EmulatorState:
         for deployment_id in list(self._moving):
             record = self._deployments.get(deployment_id)
             if record is not None:
-                record.settle(now, self.ready_seconds, revision_status_touches=self.revision_status_touches_deployment)
+                record.settle(
+                    now,
+                    self.ready_seconds,
+                    revision_status_touches=self._revision_status_touches(),
+                    going_live_touches=not self.updated_at_on_requests_only,
+                )
             if record is None or record.quiet(self.ready_seconds):
                 self._moving.discard(deployment_id)
+
+    def _revision_status_touches(self) -> bool:
+        return self.revision_status_touches_deployment and not self.updated_at_on_requests_only
 
     def now(self) -> datetime:
         """The emulated time."""
@@ -313,7 +335,17 @@ class EmulatorState:
         return f"{self.public_url}{APPS_PREFIX}/{deployment_id}" if self.public_url else None
 
     def _render(self, record: DeploymentRecord) -> dict[str, Any]:
-        return record.to_json(self.app_url(record.id))
+        return self._shown(record.to_json(self.app_url(record.id)))
+
+    def _admin_view(self, record: DeploymentRecord) -> dict[str, Any]:
+        return self._shown(record.admin_json(self.app_url(record.id)))
+
+    def _shown(self, deployment: dict[str, Any]) -> dict[str, Any]:
+        """A deployment's JSON as this service shows it (with the ``unknown_fields`` switch, its fields too)."""
+        return shown_deployment(deployment) if self.unknown_fields else deployment
+
+    def _shown_revision(self, revision: dict[str, Any]) -> dict[str, Any]:
+        return shown_revision(revision) if self.unknown_fields else revision
 
     def endpoint_enabled(self, name: str) -> bool:
         """Whether the production-only endpoint ``name`` (see :data:`OPTIONAL_ENDPOINTS`) is served."""
@@ -367,7 +399,7 @@ class EmulatorState:
     @_locked
     def get_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """``GET /v2/deployments/{deployment_id}/revisions/{revision_id}``."""
-        return self._revision(self._record(deployment_id, tenant), revision_id).to_json()
+        return self._shown_revision(self._revision(self._record(deployment_id, tenant), revision_id).to_json())
 
     @_locked
     def list_revisions(
@@ -398,7 +430,8 @@ class EmulatorState:
             and (remote_reconciled is None or revision.remote_reconciled is remote_reconciled)
         ]
         chunk = matching[offset : offset + limit]
-        return {"resources": [revision.to_json() for revision in chunk], "offset": offset + len(chunk)}
+        revisions = [self._shown_revision(revision.to_json()) for revision in chunk]
+        return {"resources": revisions, "offset": offset + len(chunk)}
 
     @_locked
     def revision_logs(
@@ -450,7 +483,7 @@ class EmulatorState:
         """
         record = self._record(deployment_id, tenant)
         try:
-            body = parse_patch(patch)
+            body = parse_patch(patch, PatchBodyWithServiceFields if self.unknown_fields else PatchBody)
         except PatchInvalid as error:
             raise EmulatorError(422, error.errors) from None
         shown = self._render(record)
@@ -497,7 +530,7 @@ class EmulatorState:
         patch = body.source_config
         if patch is None:
             return None
-        stored = known_dump(record.resource.source_config)
+        stored = (stored_dump if self.unknown_fields else known_dump)(record.resource.source_config)
         stored.pop("deployment_type", None)  # kept on the record; shown by DeploymentRecord.to_json
         given = patch.model_dump(exclude_none=True, exclude={"resource_spec", "listener_config", "deployment_type"})
         given = {name: str(value) if isinstance(value, uuid.UUID) else value for name, value in given.items()}
@@ -512,6 +545,8 @@ class EmulatorState:
         if patch.resource_spec is not None:
             if self.resource_spec_mode == "replace":
                 stored["resource_spec"] = stored_resource_spec(patch.resource_spec, default_limits=True)
+                if self.unknown_fields:
+                    stored["resource_spec"] = replaced_spec(stored["resource_spec"])
             else:
                 merged = {**stored.get("resource_spec", {})}
                 merged.update(stored_resource_spec(patch.resource_spec, default_limits=False))
@@ -684,9 +719,9 @@ class EmulatorState:
         revision = self._revision(record, revision_id)
         if revision.finished:
             raise EmulatorError(409, f"Revision {revision.id} already finished with {revision.status.value}.")
-        touch = self.revision_status_touches_deployment
+        touch = self._revision_status_touches()
         record.fail_revision(revision, _failure(status), message, self.clock.now(), touch=touch)
-        return revision.to_json()
+        return self._shown_revision(revision.to_json())
 
     @_locked
     def set_status(self, deployment_id: str, status: DeploymentStatus | str) -> dict[str, Any]:
@@ -726,7 +761,7 @@ class EmulatorState:
         if image_version is not None:
             record.resource.image_version = image_version
             record.touch(self.clock.now())
-        return record.admin_json(self.app_url(record.id))
+        return self._admin_view(record)
 
     @_locked
     def delete_deployment(self, deployment_id: str) -> None:
@@ -737,14 +772,14 @@ class EmulatorState:
     def deployment(self, deployment_id: str) -> dict[str, Any]:
         """Admin view of one deployment: resource, emulator-only data and revisions."""
         record = self._record(deployment_id, None)
-        return record.admin_json(self.app_url(record.id))
+        return self._admin_view(record)
 
     @_locked
     def find_deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
         """Admin view of the deployment named exactly ``name``."""
         for record in self._deployments.values():
             if record.resource.name == name and (tenant is None or record.resource.tenant_id == tenant):
-                return record.admin_json(self.app_url(record.id))
+                return self._admin_view(record)
         raise NotFound(f"Deployment named {name} not found.")
 
     @_locked
@@ -753,7 +788,7 @@ class EmulatorState:
         records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))
         return {
             "now": self.clock.now().isoformat(),
-            "deployments": [record.admin_json(self.app_url(record.id)) for record in records],
+            "deployments": [self._admin_view(record) for record in records],
             "faults": [rule.model_dump(mode="json") for rule in self._faults.rules],
             "chaos": self._faults.chaos.model_dump(mode="json") if self._faults.chaos else None,
             "unhealthy_rules": [rule.model_dump(mode="json") for rule in self._unhealthy_rules],
@@ -781,11 +816,13 @@ class EmulatorState:
             "optional_endpoints": self.optional_endpoints,
             "disabled_endpoints": sorted(self.disabled_endpoints),
             "revision_status_touches_deployment": self.revision_status_touches_deployment,
+            "updated_at_on_requests_only": self.updated_at_on_requests_only,
+            "unknown_fields": self.unknown_fields,
         }
 
     def settings(self) -> dict[str, Any]:
         """``{"resource_spec_mode", "redeploy_mode", "optional_endpoints", "disabled_endpoints",
-        "revision_status_touches_deployment"}``."""
+        "revision_status_touches_deployment", "updated_at_on_requests_only", "unknown_fields"}``."""
         with self._lock:
             return self._settings()
 
@@ -796,6 +833,8 @@ class EmulatorState:
         disabled_endpoints: Iterable[str] | None = None,
         redeploy_mode: RedeployMode | None = None,
         revision_status_touches_deployment: bool | None = None,
+        updated_at_on_requests_only: bool | None = None,
+        unknown_fields: bool | None = None,
     ) -> dict[str, Any]:
         """Change switches at run time (``None``: unchanged); return the settings.
 
@@ -803,6 +842,8 @@ class EmulatorState:
         :param disabled_endpoints: the complete set of disabled endpoint names (``[]`` enables all).
         :param redeploy_mode: ``"new_revision"`` or ``"in_place"`` (see the module docstring).
         :param revision_status_touches_deployment: see :class:`EmulatorState`.
+        :param updated_at_on_requests_only: see :class:`EmulatorState`.
+        :param unknown_fields: see :class:`EmulatorState`.
         :raises EmulatorError: 422 for an unknown mode or endpoint name.
         """
         try:
@@ -818,9 +859,14 @@ class EmulatorState:
                 self.resource_spec_mode = mode
             if names is not None:
                 self.disabled_endpoints = names
-            if revision_status_touches_deployment is not None:
+            if revision_status_touches_deployment is not None or updated_at_on_requests_only is not None:
                 self._settle()  # what happened so far happened under the old setting
+            if revision_status_touches_deployment is not None:
                 self.revision_status_touches_deployment = revision_status_touches_deployment
+            if updated_at_on_requests_only is not None:
+                self.updated_at_on_requests_only = updated_at_on_requests_only
+            if unknown_fields is not None:
+                self.unknown_fields = unknown_fields
             return self._settings()
 
     # ------------------------------------------------------------------------------ app health
@@ -838,7 +884,7 @@ class EmulatorState:
         """Mark one revision unhealthy (``healthy=False``) or clear its mark; return its admin view."""
         revision = self._revision(self._record(deployment_id, None), revision_id)
         revision.unhealthy = not healthy
-        return revision.admin_json()
+        return self._shown_revision(revision.admin_json())
 
     def add_unhealthy_rule(self, rule: UnhealthyRule | None = None, /, **fields: Any) -> UnhealthyRule:
         """Make every revision whose ``image_uri`` or ``repo_ref`` matches a glob unhealthy, existing ones

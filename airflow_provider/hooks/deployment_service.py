@@ -113,7 +113,7 @@ class DeploymentServiceHook(BaseHook):
         numbers = {name: _extra(extra, name) for name in SETTING_OVERRIDES}
         numbers = {name: value for name, value in numbers.items() if value not in (None, "")}
         numbers.update(self.setting_overrides)
-        verify: bool | str = _as_bool(_extra(extra, "verify"), "verify", where, default=True)
+        verify: bool | str = extra_flag(_extra(extra, "verify"), "verify", where, default=True)
         ca_bundle = _extra(extra, "ca_bundle")
         if ca_bundle:
             verify = str(ca_bundle)
@@ -131,7 +131,7 @@ class DeploymentServiceHook(BaseHook):
                 scheme_assumed=scheme_assumed,
                 tenant_id=_extra(extra, "tenant_id") or None,
                 verify=verify,
-                allow_insecure_http=_as_bool(
+                allow_insecure_http=extra_flag(
                     _extra(extra, "allow_insecure_http"), "allow_insecure_http", where, default=False
                 ),
                 retry=retry,
@@ -442,7 +442,15 @@ def _extra(extra: dict[str, Any], name: str) -> Any:
     return extra.get(f"extra__{CONN_TYPE}__{name}")
 
 
-def _as_bool(value: Any, name: str, where: str, *, default: bool) -> bool:
+def extra_flag(value: Any, name: str, where: str, *, default: bool) -> bool:
+    """A yes/no connection extra (``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off``, or a JSON
+    bool), ``default`` when unset; :class:`InvalidRequestError` naming ``where`` and the extra otherwise.
+
+    :param value: the extra's value as the connection holds it.
+    :param name: the extra's name, for the message.
+    :param where: the connection, for the message (``connection 'x'``).
+    :param default: the value when unset.
+    """
     if value is None or value == "":
         return default
     if isinstance(value, bool):

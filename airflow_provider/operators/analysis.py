@@ -18,6 +18,7 @@ from airflow_provider.tasks.analysis import (
     analysis_event_results,
     analysis_failure_reason,
     defer_analysis,
+    live_since,
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
 
@@ -55,7 +56,9 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     :param deployment_ids: deployment id(s) to analyse. Templated.
     :param deployment_names: deployment name(s) to analyse (exact names), instead of ids. Templated.
     :param live_since: when the revisions went live (tracing statistics count from then; a datetime or an
-        ISO 8601 string, UTC when naive); ``None``: when the task starts. Templated.
+        ISO 8601 string, UTC when naive), moved to when each active revision did go live when that is later (see
+        :func:`~airflow_provider.tasks.analysis.live_since`: the window never holds an earlier revision's runs);
+        ``None``: when the task starts. Templated.
     :param deferrable: measure in the triggerer instead of a worker slot.
     :param kwargs: the connection arguments of
         :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask` and ``BaseOperator``'s.
@@ -89,8 +92,8 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     # ------------------------------------------------------------------------------------------ run
     def _run(self, context: Context) -> dict[str, AnalysisResult]:
         deployments = self._deployments()
-        live_since = self._live_since()
-        targets = [self._target(deployment, live_since) for deployment in deployments]
+        since = self._live_since()
+        targets = [self._target(deployment, since) for deployment in deployments]
         names = {deployment.id: deployment.name for deployment in deployments}
         revisions = {target.deployment_id: target.revision_id for target in targets}
         self.log.info(
@@ -202,17 +205,21 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
             )
         return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
-    @staticmethod
-    def _target(deployment: Deployment, live_since: datetime) -> AnalysisTarget:
-        if deployment.active_revision_id is None or deployment.status != DeploymentStatus.READY:
+    def _target(self, deployment: Deployment, since: datetime) -> AnalysisTarget:
+        """The active revision to judge; its window from ``since``, or from when it went live when later (only
+        asked when ``live_since`` was given: the task's start is after it anyway)."""
+        revision_id = deployment.active_revision_id
+        if revision_id is None or deployment.status != DeploymentStatus.READY:
             raise AirflowFailException(
                 f"deployment {deployment.name!r} serves no revision to analyse (status {deployment.status.value}, "
                 f"active revision {deployment.active_revision_id})"
             )
+        if self.live_since not in (None, ""):
+            since = max(since, live_since(self.hook, deployment, revision_id, log=self.log, seen_live_at=since))
         return AnalysisTarget(
             deployment_id=deployment.id,
             name=deployment.name,
-            revision_id=deployment.active_revision_id,
-            live_since=live_since,
+            revision_id=revision_id,
+            live_since=since,
             custom_url=deployment.source_config.custom_url,
         )

@@ -21,6 +21,7 @@ from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
+from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.fleet_analysis import WaveAnalysis
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
@@ -345,7 +346,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     else "this try patched nothing (an earlier try's patches, if any, stay as they are)"
                 )
                 check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
-                check_custom_urls(self.analysis, targets, unchanged=unchanged)
+                check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
             try:
                 plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
             except ValueError as err:
@@ -389,6 +390,26 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Resume as Airflow asks. A wave's analysis whose deferral Airflow's timeout ended (the triggerer down, or
+        restarted too late) could not be measured: a retry analyses the wave's deployments not judged yet again,
+        the last try counts them inconclusive and rolls them back (see
+        :meth:`~airflow_provider.tasks.fleet_analysis.WaveAnalysis.not_measured`), from the progress in
+        ``task_state_store`` (without one, the try fails as Airflow says)."""
+        if deferral_timed_out(next_method, next_kwargs):
+            request_for, change = self._change()
+            store = fleet_tasks.ProgressStore(context.get("task_state_store"), self.log, secrets=self._secret_values())
+            progress = store.load(change)
+            index = progress.current() if progress is not None else None
+            if progress is not None and index is not None and progress.waves[index].phase == "analysing":
+                try:
+                    self._wave_analysis(context, index, progress, store).not_measured(DEFERRAL_TIMEOUT)
+                    store.save(progress, index)
+                    return self._advance(context, progress, store, request_for)
+                finally:
+                    self.close_hook()
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def _resumed_progress(
         self, progress_store: fleet_tasks.ProgressStore, change: str, event: dict[str, Any]
@@ -702,12 +723,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 deployment.name,
                 ", ".join(completed.dropped),
             )
-        if completed.left_out:
-            self.log.warning(
-                "%s: its current resource_spec has fields this provider cannot send, left out of the patch "
-                "(production drops them): %s",
+        if completed.carried:
+            self.log.info(
+                "%s: carried through untouched the fields of its current resource_spec this provider does not know "
+                "(the service's): %s",
                 deployment.name,
-                ", ".join(completed.left_out),
+                ", ".join(completed.carried),
             )
         if completed.discouraged:
             self.log.warning(

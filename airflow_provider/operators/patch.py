@@ -1,6 +1,18 @@
 """Patch a deployment and, optionally, wait until its new revision is live, verify, analyse and bake it, and
 roll it back when any fails; a retry reattaches to what an earlier try did instead of patching (or rolling
-back) twice (the record and what a retry finds: :mod:`airflow_provider.tasks.patch_retry`)."""
+back) twice.
+
+The operator holds its arguments, the patch (or the reattach on a retry), its XComs and the methods Airflow
+resumes it in; the steps stand in the shared task layer, one module per concern:
+
+- :mod:`~airflow_provider.tasks.patch_request`: the patch built from the arguments and completed against the
+  deployment as read;
+- :mod:`~airflow_provider.tasks.patch_retry`: the ``task_state_store`` record and what a retry finds;
+- :mod:`~airflow_provider.tasks.patch_judging`: judging the live revision (``verify``, the analysis, the bake);
+- :mod:`~airflow_provider.tasks.patch_rollback`: the automatic rollback, and a retry's earlier rollback or
+  failed verdict;
+- :mod:`~airflow_provider.tasks.patch_verdict`: the verdict recorded, and what the task says.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
-from airflow_provider.error_text import scrub
+from airflow_provider.analysis import Analysis
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
 from airflow_provider.operators.base import (
@@ -24,27 +35,9 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
-from airflow_provider.patch_rules import (
-    RESOURCE_SPEC_MODES,
-    describe_refusals,
-    discouraged_fields,
-    merge_resource_spec,
-    refusals,
-    unchanged_fixed_fields,
-    without_unchanged_fixed_fields,
-)
-from airflow_provider.rollout import bake_verdict
-from airflow_provider.tasks.analysis import (
-    AnalysisNotMeasured,
-    analyse_on_worker,
-    analysis_event_results,
-    analysis_failure_reason,
-    check_analysis_sources,
-    check_custom_urls,
-    defer_analysis,
-    no_retry_left,
-    not_measured_result,
-)
+from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
+from airflow_provider.spec_changes import changes_of, resource_spec_json
+from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
 from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
@@ -52,30 +45,42 @@ from airflow_provider.tasks.base import (
     exactly_one_target,
     non_negative_seconds,
 )
-from airflow_provider.tasks.events import analysis_extra, emit_revision_event
-from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, describe_patch, resolve_secrets
+from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.events import emit_revision_event
+from airflow_provider.tasks.patch_judging import LiveRevisionJudging
+from airflow_provider.tasks.patch_request import (
+    SecretValue,
+    against_current,
+    build_patch_request,
+    describe_patch,
+    resolve_secrets,
+)
 from airflow_provider.tasks.patch_retry import (
     HISTORY_LOOKBACK,
     TASK_STATE_KEY,
     EarlierTry,
     find_earlier_try,
-    merged_clauses,
     patch_fingerprint,
     record_patch,
-    record_rollback,
     recorded_patch,
-    rollback_record,
+    sets_resource_spec,
     unrestorable_parts,
 )
-from airflow_provider.tasks.rollback import (
-    RollbackIntent,
-    RollbackStarted,
-    reattach_recorded_rollback,
-    resource_spec_json,
-    revision_config_snapshot,
-    start_rollback,
+from airflow_provider.tasks.patch_verdict import (
+    XCOM_ANALYSIS,
+    checked_landing,
+    landing_of,
+    may_still_go_live,
+    own_xcom,
+    read_record,
+    recorded_failed_verdict,
+    recorded_landing,
+    rollback_not_live_message,
+    rollback_resumed_unknown,
+    rolled_back_message,
 )
-from airflow_provider.tasks.waiting import bake, defer_bake, resumed_value
+from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+from airflow_provider.tasks.waiting import resumed_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -87,22 +92,8 @@ __all__ = [
     "PatchDeploymentOperator",
 ]
 
-XCOM_ANALYSIS = "analysis"
-"""The XCom key of the analysis result (an ``AnalysisResult``: verdict, failing check, reason, measurements)."""
 
-
-def _own_xcom(context: Context, key: str, log: Any) -> str | None:
-    """A string this task pushed under ``key`` earlier in this try (``None`` when absent or unreadable)."""
-    ti = context["ti"]
-    try:
-        value = ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=ti.map_index)
-    except Exception as err:  # an asset event still goes out, without this value
-        log.warning("Could not read the XCom %r back (%s)", key, err)
-        return None
-    return value if isinstance(value, str) and value else None
-
-
-class PatchDeploymentOperator(_RolloutWaitingOperator):
+class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
     """Patch a deployment and, optionally, wait until the revision it created is live.
 
     The patch is built and validated before any request (a misspelled field fails the task, naming it).
@@ -171,13 +162,19 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
         a deployment without one). An analysis that could not be measured at all fails the try while a retry is
         left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
-    :param rollback_on_failure: when ``verify``, the analysis or the bake fails, roll back to the revision active before
+    :param rollback_on_failure: when ``verify``, the analysis or the bake fails, or the revision has not gone live
+        within ``timeout`` (the service would deploy it later), roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
         in one revision; secret values cannot be re-sent), wait until it serves again, then fail naming both
-        revisions and, after "except:", what the rollback did not undo (secrets by name). The rollback is
-        recorded in ``task_state_store`` before it is sent: a retry waits for it instead of rolling back (or
-        patching) again. A failed build needs no rollback (the old revision never stopped serving): the task
-        says so and fails; a retry reports the failed build again instead of building the same change again.
+        revisions and, after "except:", what the rollback did not undo (secrets by name). The failed verdict is
+        recorded in ``task_state_store`` the moment it is reached (with the analysis's measurements), and the
+        rollback before it is sent: a retry rolls back from the verdict (never judges the revision again) or
+        waits for the rollback, never rolls back (or patches) twice (without a store, Airflow < 3.3, a try that
+        dies between its verdict and its rollback request leaves the retry to judge the revision again). A
+        timeout without it fails naming the revision that may still go live. A failed build needs no rollback
+        (the old revision never stopped serving): the task says so and fails; a retry reports the failed build
+        again instead of building the same change again. On the last try, Airflow's own deferral timeout (the
+        triggerer down) while the revision is judged rolls it back as an analysis that could not be measured.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -288,7 +285,16 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         record = recorded_patch(store, request, current, self.log)
         if record is not None and isinstance(record.get("rollback"), dict):
             return self._resume_recorded_rollback(context, store, record, current)
-        to_send = self._against_current(request, current)
+        verdict = recorded_failed_verdict(record)
+        if record is not None and verdict is not None:  # judged failed by an earlier try: never judged again
+            return self._resume_failed_verdict(context, record, verdict, current)
+        to_send = against_current(
+            request,
+            current,
+            check_source_rules=self.check_source_rules,
+            resource_spec_mode=self.resource_spec_mode,
+            log=self.log,
+        )
         earlier = self._earlier_try(request, current, context, record)
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
@@ -296,11 +302,13 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             if self.analysis is not None:  # an analysis that cannot run or never pass: fail before patching
                 # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
                 check_analysis_sources(self.hook, self.analysis)
-                check_custom_urls(self.analysis, [current])
+                check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
-            previous_spec: dict[str, Any] | None = resource_spec_json(current.source_config.resource_spec)
+            spec_before = resource_spec_json(current.source_config.resource_spec)
+            previous_spec: dict[str, Any] | None = spec_before
+            spec_changes: list[str] | None = list(changes_of(to_send, spec_before))
             not_restorable = unrestorable_parts(to_send, current)
             self.log.info("Patching %s: %s", current.summary(), describe_patch(to_send))
             deployment = self.hook.patch_deployment(deployment_id, to_send, previous_latest_revision_id=previous_latest)
@@ -311,22 +319,24 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
+            # What the earlier try's patch changed in resource_spec: recorded, or (no record) nothing when the
+            # patch sets none; unknown otherwise (and so is the spec before it).
+            unrecorded: list[str] | None = None if sets_resource_spec(to_send) else []
+            spec_changes = recorded.get("resource_spec_changes") if record is not None else unrecorded
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
+        patched = {
+            "deployment_id": deployment_id,
+            "fingerprint": patch_fingerprint(deployment_id, request),
+            "revision_id": revision_id,
+            "previous_active_revision_id": previous_active,
+            "previous_latest_revision_id": previous_latest,
+            "previous_source_revision_config": previous_config,
+            "previous_resource_spec": previous_spec,
+            "resource_spec_changes": spec_changes,
+            "not_restorable": not_restorable,
+        }
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
-            record_patch(
-                store,
-                {
-                    "deployment_id": deployment_id,
-                    "fingerprint": patch_fingerprint(deployment_id, request),
-                    "revision_id": revision_id,
-                    "previous_active_revision_id": previous_active,
-                    "previous_latest_revision_id": previous_latest,
-                    "previous_source_revision_config": previous_config,
-                    "previous_resource_spec": previous_spec,
-                    "not_restorable": not_restorable,
-                },
-                self.log,
-            )
+            record_patch(store, patched, self.log)
         if earlier is None:
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
@@ -339,11 +349,14 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
             self._explain_failure(deployment_id, revision_id)
             raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
-        landing = self._landing(
-            deployment_id, revision_id, previous_active, previous_config, previous_spec, not_restorable
-        )
+        # What judging the live revision and rolling it back need after a deferral (JSON, no secret): none when
+        # there is nothing to judge and nothing to roll back.
+        landing = landing_of(patched) if self._judges_live() or self.rollback_on_failure else None
         resume_kwargs = {"landing": landing} if landing else None
-        live = self._wait(deployment, revision_id, resume_kwargs=resume_kwargs, carry=resume_kwargs)
+        try:
+            live = self._wait(deployment, revision_id, resume_kwargs=resume_kwargs, carry=resume_kwargs)
+        except AirflowSensorTimeout as err:
+            return self._timed_out(context, err, landing, revision_id, previous_active)
         return self._judge_live(context, live, landing)
 
     def _push_xcoms(
@@ -368,33 +381,18 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         # Pushed even when absent, so the extra link finds a value instead of logging a missing XCom.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
 
-    # ---- automatic rollback (verify, bake, roll back)
-    def _landing(
-        self,
-        deployment_id: str,
-        revision_id: str | None,
-        previous_active: str | None,
-        previous_config: dict[str, str],
-        previous_spec: dict[str, Any] | None = None,
-        not_restorable: Sequence[str] = (),
-    ) -> dict[str, Any] | None:
-        """What judging the live revision and rolling it back need after a deferral or on a retry (JSON, no
-        secret); ``None`` when there is nothing to judge (no ``verify``, no analysis, no bake).
+    def _push_landing_xcoms(self, context: Context, current: Deployment, landing: dict[str, Any]) -> None:
+        """Push the patch's XComs again from a landing (a retry that goes on from an earlier try's record)."""
+        self._push_xcoms(
+            context["ti"],
+            current,
+            landing["revision_id"],
+            landing["previous_active_revision_id"],
+            landing["previous_source_revision_config"],
+            landing["previous_resource_spec"],
+        )
 
-        ``previous_resource_spec`` is the whole resource_spec before the patch (``None``: unknown);
-        ``not_restorable`` names the parts of the patch no rollback undoes (secrets by name).
-        """
-        if not self._judges_live():
-            return None
-        return {
-            "deployment_id": deployment_id,
-            "revision_id": revision_id,
-            "previous_active_revision_id": previous_active,
-            "previous_source_revision_config": previous_config,
-            "previous_resource_spec": previous_spec,
-            "not_restorable": list(not_restorable),
-        }
-
+    # ---- resumes (the steps: tasks.patch_judging, tasks.patch_rollback)
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, landing: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -404,163 +402,20 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         kwargs); a task with ``verify``, an analysis or a bake that gets neither fails instead of declaring
         the revision landed unjudged.
         """
-        landing = resumed_value("landing", landing, event) or self._recorded_landing(context, event)
-        live = super().execute_complete(context, event)
+        landing = resumed_value("landing", landing, event)
+        if landing is None and (self._judges_live() or self.rollback_on_failure):
+            landing = recorded_landing(context.get("task_state_store"), event, self.log)
         try:
+            try:
+                live = super().execute_complete(context, event)
+            except AirflowSensorTimeout as err:
+                seen = event if isinstance(event, dict) else {}
+                return self._timed_out(context, err, landing, seen.get("revision_id"), None)
             if self._judges_live():
-                landing = self._checked_landing(landing, event, "execute_complete")
+                landing = checked_landing(landing, event, "execute_complete")
             return self._judge_live(context, live, landing)
         finally:
             self.close_hook()
-
-    def _recorded_landing(self, context: Context, event: Any) -> dict[str, Any] | None:
-        """The landing of this task's ``task_state_store`` record, when it is the one of the revision ``event``
-        is about (a resume that got the landing neither in its kwargs nor in the trigger's event: a trigger
-        serialized by an earlier provider version); ``None`` otherwise."""
-        store = context.get("task_state_store")
-        if not self._judges_live() or store is None or not isinstance(event, dict):
-            return None
-        try:
-            record = store.get(TASK_STATE_KEY)
-        except Exception as err:  # the store is a fallback here
-            self.log.warning("Could not read task_state_store (%s)", err)
-            return None
-        if not isinstance(record, dict) or record.get("deployment_id") != event.get("deployment_id"):
-            return None
-        if record.get("revision_id") != event.get("revision_id"):
-            return None
-        self.log.info("Resumed without the landing in the kwargs or the event: taking it from task_state_store")
-        return self._landing_of(record)
-
-    def _judges_live(self) -> bool:
-        """Whether a live revision is judged (``verify``, an analysis or a bake) before it counts as landed."""
-        return self.verify is not None or bool(self.bake_seconds) or self.analysis is not None
-
-    @staticmethod
-    def _checked_landing(landing: Any, event: Any, method: str) -> dict[str, Any]:
-        """``landing`` when it has what verify, the bake and the rollback need; else :class:`AirflowException`
-        (a retry reattaches to the revision and judges it again) naming what is missing."""
-        needed = ("deployment_id", "revision_id", "previous_active_revision_id")
-        missing = [key for key in needed if not isinstance(landing, dict) or key not in landing]
-        if not missing:
-            return dict(landing)
-        seen = event if isinstance(event, dict) else {}
-        raise AirflowException(
-            f"deployment {seen.get('deployment_id')}: revision {seen.get('revision_id')} is live, but {method} "
-            f"resumed without {', '.join(missing)} of 'landing' (neither in the resume kwargs nor in the "
-            "trigger's event): without them verify, the analysis, the bake and the rollback cannot run, so the "
-            "revision is not declared landed. A retry reattaches to it and judges it again"
-        )
-
-    def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
-        """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
-        any fails."""
-        if landing is None:
-            return self._landed(context, live)
-        reason = self._verify_failure(live)
-        if reason is None and self.analysis is not None:
-            return self._analyse(context, live, landing)
-        if reason is None:
-            return self._bake_and_land(context, live, landing)
-        return self._roll_back(context, landing, reason)
-
-    def _bake_and_land(
-        self,
-        context: Context,
-        live: dict[str, Any],
-        landing: dict[str, Any],
-        analysis: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Bake the live revision when asked (deferred to a trigger when ``deferrable``), then land it; roll
-        back (or fail) when it left. ``analysis``: the result that passed it, for the asset event."""
-        revision_id = landing["revision_id"]
-        reason = None
-        if self._bakes_separately() and revision_id:
-            if self.deferrable:
-                kwargs: dict[str, Any] = {"landing": landing}
-                if analysis is not None:
-                    kwargs["analysis"] = analysis_extra(analysis)
-                defer_bake(
-                    self,
-                    self.hook,
-                    landing["deployment_id"],
-                    revision_id,
-                    self.bake_seconds,
-                    method_name="execute_bake_complete",
-                    kwargs=kwargs,
-                )
-            reason = bake(
-                self.hook, landing["deployment_id"], revision_id, self.bake_seconds, self.poll_interval, self.log
-            )
-        if reason is None:
-            return self._landed(context, live, analysis)
-        return self._roll_back(context, landing, reason)
-
-    def _bakes_separately(self) -> bool:
-        """Whether the bake is its own step: there is one, and no analysis whose rounds fill it (an analysis
-        without ``count`` measures for ``bake_seconds`` and checks each round that the revision still
-        serves: that is the bake)."""
-        return bool(self.bake_seconds) and (self.analysis is None or self.analysis.count is not None)
-
-    # ---- the analysis
-    def _analyse(self, context: Context, live: dict[str, Any], landing: dict[str, Any]) -> dict[str, Any]:
-        """Judge the live revision by its analysis: in the triggerer when ``deferrable`` (the landing carried in
-        the trigger's event, which every resume gets), else (or with a ``CallableCheck``) on the worker."""
-        assert self.analysis is not None
-        analysis = self.analysis.with_count_for(self.bake_seconds or None)
-        target = self._analysis_target(live, landing)
-        self.log.info(
-            "Analysing revision %s of %r (live since %s): %d round(s) every %g s",
-            target.revision_id,
-            target.name,
-            target.live_since.isoformat(),
-            analysis.count or 0,
-            analysis.interval_seconds,
-        )
-        if self.deferrable:
-            if not analysis.runs_on_worker:
-                defer_analysis(
-                    self, analysis, [target], method_name="execute_analysis_complete", carry={"landing": landing}
-                )
-            self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
-        try:
-            results = analyse_on_worker(self, analysis, [target])
-        except AnalysisNotMeasured as err:
-            return self._analysis_not_measured(context, landing, str(err))
-        return self._judge_analysis(context, landing, results)
-
-    def _analysis_not_measured(self, context: Context, landing: dict[str, Any], why: str) -> dict[str, Any]:
-        """The analysis could not be measured at all (its trigger reported an error, or it could not run here):
-        with a retry left, fail to retry (the retry reattaches to the revision and analyses it again); on the
-        last try, the revision is inconclusive, a failed revision: roll back (or fail) saying so."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        if not no_retry_left(context, self.retries):
-            raise AirflowException(
-                f"deployment {deployment_id}: the analysis of revision {revision_id} could not be measured ({why}); "
-                "the revision serves, not judged: a retry reattaches to it and analyses it again"
-            )
-        result = not_measured_result(revision_id or "", why)
-        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
-        return self._roll_back(
-            context,
-            landing,
-            f"the analysis could not be measured on the task's last try, so it is inconclusive (counted as failed): "
-            f"{why}",
-        )
-
-    @staticmethod
-    def _analysis_target(live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
-        """The live revision to analyse. ``live_since`` is the deployment's ``updated_at`` as the service
-        reports it with the revision live: never before the revision went live (each change moves it), and
-        on the service's clock, as the tracing service's run times are."""
-        deployment = Deployment.model_validate(live)
-        return AnalysisTarget(
-            deployment_id=deployment.id,
-            name=deployment.name,
-            revision_id=landing.get("revision_id") or deployment.active_revision_id or "",
-            live_since=deployment.updated_at,
-            custom_url=deployment.source_config.custom_url,
-        )
 
     def execute_analysis_complete(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
@@ -573,57 +428,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         last try the revision is inconclusive: rolled back (or failed) saying the analysis could not be
         measured."""
         try:
-            subject = self._analysis_subject(event)
-            given = carry.get("landing") if isinstance(carry, dict) else None
-            landing = self._checked_landing(
-                resumed_value("landing", given, event) or self._recorded_landing(context, subject),
-                subject,
-                "execute_analysis_complete",
-            )
-            try:
-                results = analysis_event_results(event)
-            except AnalysisNotMeasured as err:
-                return self._analysis_not_measured(context, landing, str(err))
-            return self._judge_analysis(context, landing, results)
+            return self._analysis_resumed(context, event, carry)
         finally:
             self.close_hook()
-
-    @staticmethod
-    def _analysis_subject(event: Any) -> dict[str, Any]:
-        """The deployment and revision an analysis event is about (``{}`` when it does not say)."""
-        results = event.get("results") if isinstance(event, dict) else None
-        if not isinstance(results, dict) or len(results) != 1:
-            return {}
-        deployment_id, result = next(iter(results.items()))
-        revision_id = result.get("revision_id") if isinstance(result, dict) else None
-        return {"deployment_id": deployment_id, "revision_id": revision_id}
-
-    def _judge_analysis(
-        self, context: Context, landing: dict[str, Any], results: Mapping[str, AnalysisResult]
-    ) -> dict[str, Any]:
-        """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
-        else bake (when that is its own step) and land, the deployment read again: the revision must still
-        serve."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        result = results.get(deployment_id)
-        if result is None:
-            raise AirflowException(
-                f"deployment {deployment_id}: the analysis of revision {revision_id} returned no result for it "
-                f"(results for: {', '.join(map(str, results)) or 'none'}); a retry reattaches and analyses again"
-            )
-        context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
-        if analysis_failure_reason(result) is not None:
-            if result.get("verdict") == "inconclusive":
-                why = "the analysis was inconclusive (counted as failed)"
-            else:
-                why = "the analysis failed"
-            return self._roll_back(context, landing, f"{why}: {result['reason']}")
-        self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
-        current = self._read(deployment_id)
-        left = bake_verdict(current, revision_id) if revision_id else None
-        if left is not None:
-            return self._roll_back(context, landing, left)
-        return self._bake_and_land(context, current.model_dump(mode="json"), landing, dict(result))
 
     def execute_bake_complete(
         self,
@@ -636,106 +443,9 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         the resume kwargs, else from the trigger's event; ``analysis``: the analysis that passed the revision
         before its bake, for the asset event)."""
         try:
-            if not isinstance(event, dict):
-                raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
-            landing = self._checked_landing(
-                resumed_value("landing", landing, event) or self._recorded_landing(context, event),
-                event,
-                "execute_bake_complete",
-            )
-            message = str(event.get("message", ""))
-            if event.get("status") == "baked":
-                self.log.info("%s", message)
-                return self._landed(context, event.get("deployment") or {}, resumed_value("analysis", analysis, event))
-            if event.get("status") == "left":
-                return self._roll_back(context, landing, message)
-            raise AirflowException(f"could not watch the bake: {message}")
+            return self._bake_resumed(context, event, landing, analysis)
         finally:
             self.close_hook()
-
-    def _verify_failure(self, live: dict[str, Any]) -> str | None:
-        """Why ``verify`` says the live revision is bad, or ``None`` (also when there is no ``verify``)."""
-        if self.verify is None:
-            return None
-        deployment = Deployment.model_validate(live)
-        try:
-            verdict = self.verify(deployment)
-        except Exception as err:  # any failure of the user's check means the revision is bad
-            secrets = self._known_secret_values()
-            if secrets is None:  # cannot scrub the text: say what raised, not what it said
-                return (
-                    f"verify raised {type(err).__name__} (its message is not shown: this task's secret values "
-                    "could not be resolved again to scrub it)"
-                )
-            return f"verify raised {scrub(f'{type(err).__name__}: {err}', secrets)}"
-        if verdict is not None and not verdict:  # None passes: an assert-style check returns nothing when good
-            return f"verify returned {verdict!r}"
-        self.log.info("verify accepted revision %s", deployment.active_revision_id)
-        return None
-
-    def _roll_back(self, context: Context, landing: dict[str, Any], reason: str) -> dict[str, Any]:
-        """The live revision is bad: fail, after rolling back when ``rollback_on_failure``."""
-        deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
-        previous = landing.get("previous_active_revision_id")
-        bad = f"deployment {deployment_id}: revision {revision_id} went live but {reason}"
-        if not self.rollback_on_failure:
-            raise AirflowFailException(
-                f"{bad}; not rolling back (rollback_on_failure is off; revision {previous} served before the patch)"
-            )
-        if not revision_id or not previous:
-            what = "the patch created no revision" if not revision_id else "no revision served before the patch"
-            raise AirflowFailException(f"{bad}; cannot roll back: {what}")
-        self.log.error("%s; rolling back to revision %s", bad, previous)
-        return self._send_rollback(context, landing, reason, self._read(deployment_id))
-
-    def _send_rollback(
-        self, context: Context, landing: dict[str, Any], reason: str, current: Deployment
-    ) -> dict[str, Any]:
-        """Roll back to the revision that served before the patch, its resource_spec included; record the
-        rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
-        (a retry waits for it instead of rolling back twice); wait for it; fail."""
-        store = context.get("task_state_store")
-        patch_clauses = list(landing.get("not_restorable") or [])
-
-        def before_sending(intent: RollbackIntent) -> None:
-            record = intent.record()
-            record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
-            record_rollback(store, landing, {"reason": reason, **record}, self.log)
-
-        started = start_rollback(
-            self.hook,
-            current,
-            landing["previous_active_revision_id"],
-            rolling_back_from=landing["revision_id"],
-            fallback_config=landing.get("previous_source_revision_config") or None,
-            resource_spec=landing.get("previous_resource_spec"),
-            before_sending=before_sending,
-            log=self.log,
-        )
-        rollback = rollback_record(started, reason, patch_clauses)
-        record_rollback(store, landing, rollback, self.log)
-        if rollback["not_restored"]:
-            self.log.warning(
-                "The rollback of revision %s does not undo: %s",
-                landing["revision_id"],
-                "; ".join(rollback["not_restored"]),
-            )
-        return self._wait_for_rollback(landing, rollback, started.deployment)
-
-    def _wait_for_rollback(
-        self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
-    ) -> dict[str, Any]:
-        """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
-        resume_kwargs = {"landing": landing, "rollback": rollback}
-        live = self._wait(
-            deployment,
-            rollback["revision_id"],
-            resume="execute_rollback_complete",
-            resume_kwargs=resume_kwargs,
-            allowed_latest_revision_id=rollback.get("allowed_latest_revision_id"),
-            carry=resume_kwargs,
-        )
-        raise AirflowFailException(self._rolled_back_message(landing, rollback, live))
 
     def execute_rollback_complete(
         self,
@@ -749,122 +459,74 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
         fails, saying what it lacks)."""
         landing = resumed_value("landing", landing, event)
         rollback = resumed_value("rollback", rollback, event)
-        live = super().execute_complete(context, event)
+        try:
+            live = super().execute_complete(context, event)
+        except AirflowSensorTimeout as err:
+            if not isinstance(landing, dict) or not isinstance(rollback, dict):
+                raise
+            raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
-            seen = event if isinstance(event, dict) else {}
-            missing = [name for name, value in (("landing", landing), ("rollback", rollback)) if value is None]
-            raise AirflowFailException(
-                f"deployment {seen.get('deployment_id')}: the automatic rollback's revision {seen.get('revision_id')} "
-                f"is live, but execute_rollback_complete resumed without {' and '.join(missing) or 'a valid record'} "
-                "(neither in the resume kwargs nor in the trigger's event): which revision was rolled back, why, and "
-                "what the rollback restored are unknown"
-            )
-        raise AirflowFailException(self._rolled_back_message(landing, rollback, live))
+            raise AirflowFailException(rollback_resumed_unknown(event, landing, rollback))
+        raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
 
-    def _rolled_back_message(self, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]) -> str:
-        """The failure message of a rolled-back patch: "rolled back" only when the previous build serves again
-        with its previous resource_spec (judged again on the live deployment); otherwise "rolled back ...
-        except: <what the rollback did not undo>". Also logged, as an error."""
-        not_restored = list(rollback.get("not_restored") or [])
-        if live:
-            shown = Deployment.model_validate(live)
-            not_restored = list(RollbackStarted.from_record(rollback, shown).judged_on(shown).not_restored)
-        how = rollback.get("path")
-        if rollback.get("origin"):
-            how = f"{how}, {rollback['origin']}"
-        head = (
-            f"deployment {landing.get('deployment_id')}: revision {landing.get('revision_id')} went live but "
-            f"{rollback.get('reason')}; rolled back to revision {landing.get('previous_active_revision_id')} ({how})"
-        )
-        if not not_restored:
-            message = f"{head}, which serves again as revision {rollback.get('revision_id')}"
-        else:
-            message = f"{head} as revision {rollback.get('revision_id')}, except: {'; '.join(not_restored)}"
-        self.log.error("%s", message)
-        return message
-
-    # ---- retries: an earlier try's rollback
-    def _resume_recorded_rollback(
-        self, context: Context, store: Any, record: dict[str, Any], current: Deployment
+    # ---- a rollout that did not go live in time, Airflow's deferral timeout
+    def _timed_out(
+        self,
+        context: Context,
+        err: AirflowSensorTimeout,
+        landing: dict[str, Any] | None,
+        revision_id: str | None,
+        previous: str | None,
     ) -> dict[str, Any]:
-        """An earlier try recorded its rollback: wait for it (sent, or found landed), send it (it never reached
-        the service), or fail saying what the deployment shows; never a second rollback, never success."""
-        landing = self._landing_of(record)
-        rollback = dict(record["rollback"])
-        self._push_xcoms(
-            context["ti"],
-            current,
-            landing["revision_id"],
-            landing["previous_active_revision_id"],
-            landing["previous_source_revision_config"],
-            landing["previous_resource_spec"],
-        )
-        reason = str(rollback.get("reason") or "verify, the analysis or the bake failed in an earlier try")
-        started = reattach_recorded_rollback(self.hook, current, rollback, log=self.log)
-        if started is None:
-            self.log.warning(
-                "An earlier try was rolling revision %s back to revision %s when it stopped, and the rollback did "
-                "not reach the service: rolling back now",
-                landing["revision_id"],
-                landing["previous_active_revision_id"],
-            )
-            return self._send_rollback(context, landing, reason, current)
-        if rollback.get("phase") == "sent":
-            rollback = {**rollback, "not_restored": list(started.not_restored)}
-        else:  # recorded before sending, found landed: record it as sent
-            rollback = rollback_record(
-                started, reason, landing["not_restorable"], origin="an earlier try's, found on the service"
-            )
-            record_rollback(store, landing, rollback, self.log)
-        self.log.warning(
-            "An earlier try rolled revision %s back to revision %s: waiting for its revision %s instead of rolling "
-            "back again",
-            landing["revision_id"],
-            landing["previous_active_revision_id"],
-            started.revision_id,
-        )
-        return self._wait_for_rollback(landing, rollback, current)
+        """The patch's revision did not go live within ``timeout``: the service may still deploy it. With
+        ``rollback_on_failure``, roll back (recorded before sending, waited for) so that it does not end up
+        serving; without, fail naming the revision that may still go live."""
+        if not revision_id:  # waiting for READY only: nothing of this patch is rolling out
+            raise err
+        if self.rollback_on_failure and landing is not None:
+            return self._roll_back(context, landing, str(err), step="timeout")
+        previous = previous or (landing or {}).get("previous_active_revision_id")
+        previous = previous or own_xcom(context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log)
+        why = "rollback_on_failure is off" if not self.rollback_on_failure else "the resume has no record to roll back"
+        raise AirflowSensorTimeout(may_still_go_live(err, revision_id, previous, why))
 
-    def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
-        """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
-        assert earlier.rollback is not None
-        landing = self._landing_of(earlier.rollback["landing"])
-        rollback = earlier.rollback["rollback"]
-        self._push_xcoms(
-            context["ti"],
-            current,
-            landing["revision_id"],
-            landing["previous_active_revision_id"],
-            landing["previous_source_revision_config"],
-            landing["previous_resource_spec"],
-        )
-        self.log.warning(
-            "%s: revision %s (this patch's config) was followed by revision %s, which copies revision %s: an "
-            "earlier try's automatic rollback (no task_state_store record). Waiting for it instead of patching again",
-            current.summary(),
-            landing["revision_id"],
-            rollback["revision_id"],
-            landing["previous_active_revision_id"],
-        )
-        return self._wait_for_rollback(landing, rollback, current)
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Resume as Airflow asks; when Airflow's deferral timeout ended a deferral (the triggerer down or too
+        late), judge what the record says instead of failing with the revision serving unjudged."""
+        if not deferral_timed_out(next_method, next_kwargs):
+            return super().resume_execution(next_method, next_kwargs, context)
+        try:
+            return self._deferral_timed_out(context)
+        finally:
+            self.close_hook()
 
-    @staticmethod
-    def _landing_of(record: dict[str, Any]) -> dict[str, Any]:
-        """The landing stored in (or built from) a record: every key present."""
-        return {
-            "deployment_id": record.get("deployment_id"),
-            "revision_id": record.get("revision_id"),
-            "previous_active_revision_id": record.get("previous_active_revision_id"),
-            "previous_source_revision_config": dict(record.get("previous_source_revision_config") or {}),
-            "previous_resource_spec": record.get("previous_resource_spec"),
-            "not_restorable": list(record.get("not_restorable") or []),
-        }
+    def _deferral_timed_out(self, context: Context) -> dict[str, Any]:
+        """A deferral ended by Airflow's timeout: a retry reattaches and goes on. On the last try, from the
+        ``task_state_store`` record (without one, the try fails): a live revision not judged is rolled back as an
+        analysis not measured (or as unjudged), one not live as a timed-out rollout; a recorded rollback is named."""
+        record = read_record(context.get("task_state_store"), self.log)
+        revision_id = record.get("revision_id") if record else own_xcom(context, XCOM_REVISION_ID, self.log)
+        where = f"deployment {record.get('deployment_id') if record else self.deployment_id}, revision {revision_id}"
+        if not no_retry_left(context, self.retries):
+            raise AirflowException(f"{where}: {DEFERRAL_TIMEOUT}; a retry reattaches to the revision and goes on")
+        if record is None:
+            raise AirflowException(f"{where}: {DEFERRAL_TIMEOUT}; no task_state_store record: it may serve, not judged")
+        landing = landing_of(record)
+        if isinstance(record.get("rollback"), dict):
+            message = rollback_not_live_message(landing, record["rollback"], DEFERRAL_TIMEOUT)
+            raise AirflowFailException(self._logged(message))
+        current = self._read(landing["deployment_id"])
+        if current.active_revision_id != landing["revision_id"]:
+            return self._timed_out(context, AirflowSensorTimeout(DEFERRAL_TIMEOUT), landing, revision_id, None)
+        if self.analysis is not None:
+            return self._analysis_not_measured(context, landing, DEFERRAL_TIMEOUT)
+        return self._roll_back(context, landing, f"could not be judged: {DEFERRAL_TIMEOUT}", step="unjudged")
 
     def _landed(self, context: Context, live: dict[str, Any], analysis: dict[str, Any] | None = None) -> dict[str, Any]:
         """The one place where the patch's revision is known to be live (verified, analysed and baked when
         asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
         changed the revision serving."""
-        previous = getattr(self, "_previous_active_id", None) or _own_xcom(
+        previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )
         if live.get("active_revision_id") and live.get("active_revision_id") != previous:
@@ -905,55 +567,6 @@ class PatchDeploymentOperator(_RolloutWaitingOperator):
                 self.log.warning("Could not resolve this task's secrets again to scrub them (%s)", type(err).__name__)
                 return None
         return tuple(secret["value"] for secret in resolved or [])
-
-    def _against_current(self, request: PatchDeploymentRequest, current: Deployment) -> PatchDeploymentRequest:
-        """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
-        off), create-time fields that would not change left out, a partial resource_spec completed."""
-        if self.check_source_rules:
-            found = refusals(request, current)
-            if found:
-                raise AirflowFailException(
-                    f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
-                )
-        try:
-            unchanged = unchanged_fixed_fields(request, current)
-            to_send = without_unchanged_fixed_fields(request, current)
-            if unchanged:
-                self.log.info(
-                    "Not sending source_config.%s: unchanged, and it cannot change after creation",
-                    ", source_config.".join(unchanged),
-                )
-            if self.resource_spec_mode == "merge":
-                merged = merge_resource_spec(to_send, current)
-                to_send = merged.request
-                if merged.kept:
-                    self.log.info(
-                        "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
-                        "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
-                        ", ".join(merged.kept),
-                    )
-                if merged.dropped:
-                    self.log.warning(
-                        "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
-                        "(production set it to twice the old request); left out, so the service sets it to twice "
-                        "the new request",
-                        ", ".join(merged.dropped),
-                    )
-                if merged.left_out:
-                    self.log.warning(
-                        "The deployment's current resource_spec has fields this provider cannot send, left out "
-                        "of the patch (production drops them): %s",
-                        ", ".join(merged.left_out),
-                    )
-        except ValueError as err:
-            raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
-        discouraged = discouraged_fields(to_send)
-        if discouraged:
-            self.log.warning(
-                "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
-                ", ".join(discouraged),
-            )
-        return to_send
 
     def _read(self, deployment_id: str) -> Deployment:
         try:

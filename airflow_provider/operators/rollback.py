@@ -60,10 +60,13 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     What it restores: the revision's build and, when given, the ``resource_spec`` that served with it. Where
     the service has it, the build is redeployed exactly (``POST .../redeploy``, commit included); otherwise
-    (404/405), or when ``resource_spec`` differs from the current one, the revision's non-secret
+    (404/405), or when the current ``resource_spec`` differs from ``resource_spec=``, the revision's non-secret
     ``source_revision_config`` is patched back, read from the revision endpoint, else from
     ``source_revision_config=`` (the patch task's ``previous_source_revision_config`` XCom), together with
-    the whole ``resource_spec`` (production replaces it whole): one PATCH, one revision. A restored branch
+    the whole ``resource_spec`` (production replaces it whole) as the deployment shows it now, the fields that
+    differ set back: one PATCH, one revision. Fields this provider does not know (the service's, at any depth)
+    are restored as given and carried as shown, never refused; a field the service added that
+    ``resource_spec=`` lacks is left as it is. A restored branch
     ``repo_ref`` rebuilds the branch's current head. Secret values are never restored (they are not kept);
     ``secrets=`` sends the ones given. When ``rolling_back_from`` is given and a newer revision exists
     (someone rolled out meanwhile), the task refuses, naming both revisions, unless ``force``.
@@ -94,9 +97,11 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         the rollback refuses when a newer revision exists. ``None``: the deployment's latest. Templated.
     :param source_revision_config: the revision's non-secret fields, used when the service can neither
         redeploy nor show the revision (``image_uri``, ``repo_ref``...). Templated.
-    :param resource_spec: the whole ``source_config.resource_spec`` that served with ``revision_id`` (the
-        patch task's ``previous_resource_spec`` XCom; ``{}`` when there was none). ``None`` (default): unknown,
-        left as it is and named in ``not_restored`` when the deployment has one. Templated.
+    :param resource_spec: the whole ``source_config.resource_spec`` that served with ``revision_id``, as the
+        deployment showed it (the patch task's ``previous_resource_spec`` XCom; ``{}`` when there was none).
+        ``None`` (default): unknown, left as it is and named in ``not_restored`` when the deployment has one. A
+        field this provider does not know spelled like one it knows (``cpus``) is refused as a typo before any
+        request. Templated.
     :param secrets: secret values to send with the restore (as on :class:`PatchDeploymentOperator`; forces
         the patch path). Not templated. Default: none sent, the deployment keeps its current secrets.
     :param force: roll back even over a newer revision than ``rolling_back_from``.
@@ -192,7 +197,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
         target, source = self._checked_revisions()
         fallback = checked_fallback_config(self.source_revision_config)
-        spec = checked_resource_spec(self.resource_spec)
+        spec = checked_resource_spec(self.resource_spec, refuse_typos=True)
         self._resolved_secrets = resolve_secrets(self.secrets)
         current = self._resolve_deployment()
         ti = context["ti"]

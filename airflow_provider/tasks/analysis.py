@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -25,29 +25,40 @@ from airflow_provider.analysis.definitions import (
     TracingProjectCheck,
     analysis_seconds,
 )
+from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import Deployment
+from airflow_provider.models import Deployment, PatchDeploymentRequest, RevisionStatus
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 
 if TYPE_CHECKING:
+    import logging
+
     from airflow_provider.analysis.run import RoundVerdicts
 
 __all__ = [
+    "ANALYSIS_RESTARTS",
     "ANALYSIS_ROUND_ALLOWANCE",
     "AnalysingTask",
     "AnalysisNotMeasured",
     "analyse_in_steps_on_worker",
     "analyse_on_worker",
     "analysis_event_results",
+    "analysis_event_subject",
     "analysis_failure_reason",
     "analysis_seconds",
     "check_analysis_sources",
     "check_custom_urls",
     "defer_analysis",
+    "live_since",
     "no_retry_left",
     "not_measured_result",
 ]
+
+
+ANALYSIS_RESTARTS = 1
+"""Triggerer restarts a deferred analysis is given time for: a restarted trigger starts its rounds again (its
+arguments cannot change), so its deadline and the deferral timeout allow the rounds this many times more."""
 
 
 class AnalysisNotMeasured(AirflowException):
@@ -70,24 +81,74 @@ class AnalysingTask(Protocol):
     ) -> NoReturn: ...
 
 
+def live_since(
+    hook: DeploymentServiceHook,
+    deployment: Deployment,
+    revision_id: str,
+    *,
+    log: logging.Logger | Any,
+    seen_live_at: datetime | None = None,
+) -> datetime:
+    """When ``revision_id`` went live on ``deployment``: the start of its analysis window (the tracing statistics
+    count from then), so that the window never holds the runs of the revision that served before it.
+
+    The deployment's ``updated_at`` tells only on a service that moves it when a revision goes live (the spec does
+    not say so; a service that moves it only on PATCH would put the build in the window). So: the revision's own
+    ``updated_at`` once it is ``DEPLOYED`` (its last status change; the optional revision endpoint, on the
+    service's clock), else ``seen_live_at`` (the first time the task saw it active, on the task's clock); never
+    earlier than the deployment's ``updated_at`` as read with the revision live (at or after the PATCH was
+    accepted, on the service's clock).
+
+    :param hook: the hook (asked for the revision; a service without that endpoint, or failing, is not an error).
+    :param deployment: the deployment, as read with the revision live.
+    :param revision_id: the live revision to analyse.
+    :param log: the task's logger.
+    :param seen_live_at: when the task first saw the revision active (``None``: now).
+    """
+    went_live = seen_live_at or datetime.fromtimestamp(time.time(), timezone.utc)
+    try:
+        revision = hook.get_revision(deployment.id, revision_id)
+    except DeploymentServiceError as err:  # an optional endpoint: absent (404/405) or failing
+        log.info("The revision endpoint does not say when revision %s went live (%s)", revision_id, err)
+    else:
+        stamped = revision.updated_at
+        created = revision.created_at
+        if (
+            revision.status is RevisionStatus.DEPLOYED
+            and stamped is not None
+            and (created is None or stamped > created)
+        ):
+            went_live = stamped
+    return max(went_live, deployment.updated_at)
+
+
 def analyse_on_worker(
     task: AnalysingTask, analysis: Analysis, targets: Sequence[AnalysisTarget]
 ) -> dict[str, AnalysisResult]:
-    """Run the analysis here, on the worker (poke mode, or an analysis with a :class:`CallableCheck`).
+    """Run the analysis here, on the worker (poke mode, or an analysis with a :class:`CallableCheck`), bounded
+    as in the triggerer: it must end within :func:`analysis_seconds`.
 
     :param task: the task (its hook's settings and its logger are used).
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
     :return: each target's result by deployment id.
-    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused).
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
+        client that cannot be built, anything unexpected outside the measurements) or does not finish in time.
     """
-    from airflow_provider.analysis.endpoints import AnalysisSetupError  # the measuring side: on first use
-    from airflow_provider.analysis.run import run_analysis
+    from airflow_provider.analysis.run import (  # the measuring side: on first use
+        analysis_not_run_reason,
+        analysis_overran_reason,
+        run_analysis,
+    )
 
+    limit = analysis_seconds(analysis)
+    measuring = run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
     try:
-        return asyncio.run(run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log))
-    except (AnalysisSetupError, DeploymentServiceError) as err:
-        raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
+        return asyncio.run(asyncio.wait_for(measuring, timeout=limit))
+    except asyncio.TimeoutError:
+        raise AnalysisNotMeasured(analysis_overran_reason(limit)) from None
+    except Exception as err:
+        raise AnalysisNotMeasured(analysis_not_run_reason(err)) from None
 
 
 def analyse_in_steps_on_worker(
@@ -108,14 +169,18 @@ def analyse_in_steps_on_worker(
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
     :param on_verdicts: given each step; ``False`` stops the analysis there.
-    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused) or did
-        not finish within its time (the verdicts handed over so far stand).
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
+        client that cannot be built, anything unexpected outside the measurements) or does not finish in time (the
+        verdicts handed over so far stand).
     """
-    from airflow_provider.analysis.endpoints import AnalysisSetupError  # the measuring side: on first use
-    from airflow_provider.analysis.run import analyse
+    from airflow_provider.analysis.run import (  # the measuring side: on first use
+        analyse,
+        analysis_not_run_reason,
+        analysis_overran_reason,
+    )
 
-    budget = analysis_seconds(analysis)
-    deadline = time.monotonic() + budget
+    limit = analysis_seconds(analysis)
+    deadline = time.monotonic() + limit
     loop = asyncio.new_event_loop()
     steps = analyse(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
     try:
@@ -127,12 +192,10 @@ def analyse_in_steps_on_worker(
             except StopAsyncIteration:
                 return
             except asyncio.TimeoutError:
-                raise AnalysisNotMeasured(
-                    f"the analysis did not finish within {budget:g} s of its start (its rounds and their allowance)"
-                ) from None
-            except (AnalysisSetupError, DeploymentServiceError) as err:
-                raise AnalysisNotMeasured(f"the analysis could not run: {err}") from None
-            if not on_verdicts(verdicts) or verdicts.over:
+                raise AnalysisNotMeasured(analysis_overran_reason(limit)) from None
+            except Exception as err:
+                raise AnalysisNotMeasured(analysis_not_run_reason(err)) from None
+            if not on_verdicts(verdicts) or verdicts.over:  # what it raises is the task's, not the analysis's
                 return
     finally:
         try:
@@ -151,11 +214,19 @@ def defer_analysis(
     carry: dict[str, Any],
     partial: bool = False,
     state: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> NoReturn:
     """Hand the analysis to a :class:`DeploymentAnalysisTrigger` (raises ``TaskDeferred``).
 
     The task resumes in ``method_name`` with the event; read it with :func:`analysis_event_results` and
     what the resume needs from ``event["carry"]`` (``dag.test()`` in Airflow 3.3 drops defer kwargs).
+
+    Sized for :data:`ANALYSIS_RESTARTS` triggerer restarts: the trigger's wall-clock ``deadline`` is that many
+    more runs of its rounds (:func:`analysis_seconds`) away, and Airflow's deferral timeout comes
+    ``DEFERRAL_GRACE`` later, so a trigger restarted too late to finish reports "could not be measured in time"
+    itself (the task retries, or rolls back on its last try) before Airflow's timeout can end the deferral. An
+    analysis that goes on (``state``) keeps the deadline it was given when it first deferred: its time budget is
+    not restarted.
 
     :param task: the deferring task.
     :param analysis: the analysis, ``count`` resolved; no :class:`CallableCheck` (those run on the worker).
@@ -164,14 +235,19 @@ def defer_analysis(
     :param carry: plain JSON (never a secret) echoed in the event and also given as ``kwargs``.
     :param partial: resume as soon as some targets are judged (a ``partial`` event), not once all are.
     :param state: a ``partial`` event's ``state``: go on with the analysis of ``targets`` where it stopped.
+    :param deadline: a ``partial`` event's ``deadline`` (wall-clock seconds), with ``state``; ``None``: from now.
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 
+    now = time.time()
+    if deadline is None:
+        deadline = now + (1 + ANALYSIS_RESTARTS) * analysis_seconds(analysis)
     trigger = DeploymentAnalysisTrigger(
         analysis=analysis.to_json(),
         targets=[target.model_dump(mode="json") for target in targets],
         hook_params=task.hook.hook_params,
         carry=carry,
+        deadline=deadline,
         partial=partial,
         state=state,
     )
@@ -179,7 +255,7 @@ def defer_analysis(
         trigger=trigger,
         method_name=method_name,
         kwargs={"carry": carry},
-        timeout=timedelta(seconds=analysis_seconds(analysis) + DEFERRAL_GRACE),
+        timeout=timedelta(seconds=max(0.0, deadline - now) + DEFERRAL_GRACE),
     )
 
 
@@ -219,6 +295,19 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
         if not isinstance(result["measurements"], list):
             raise AirflowException(f"the analysis result of {deployment_id} has no measurement list")
     return results
+
+
+def analysis_event_subject(event: Any) -> dict[str, Any]:
+    """The deployment and revision an analysis event of one target is about (``{}`` when it does not say).
+
+    :param event: the event the task resumed with.
+    """
+    results = event.get("results") if isinstance(event, dict) else None
+    if not isinstance(results, dict) or len(results) != 1:
+        return {}
+    deployment_id, result = next(iter(results.items()))
+    revision_id = result.get("revision_id") if isinstance(result, dict) else None
+    return {"deployment_id": deployment_id, "revision_id": revision_id}
 
 
 def analysis_failure_reason(result: AnalysisResult) -> str | None:
@@ -303,28 +392,55 @@ def check_analysis_sources(
 
 
 def check_custom_urls(
-    analysis: Analysis, deployments: Sequence[Deployment], *, unchanged: str = "nothing was patched"
+    analysis: Analysis,
+    deployments: Sequence[Deployment],
+    *,
+    unchanged: str = "nothing was patched",
+    request_for: Callable[[Deployment], PatchDeploymentRequest] | None = None,
 ) -> None:
-    """Refuse an :class:`HttpCheck` whose ``url`` uses ``{custom_url}`` for a deployment that has no
-    ``source_config.custom_url``: every measurement would be inconclusive, and the revision rolled back only
-    after going live. Naming the check and the deployments; no request is sent.
+    """Refuse an :class:`HttpCheck` whose ``url`` uses ``{custom_url}`` for a deployment whose
+    ``source_config.custom_url`` (the one the patch sets, else the one it shows) is missing or is not an http(s)
+    URL: every measurement would be inconclusive, and the revision rolled back only after going live. Names the
+    check, each deployment and what is wrong with its URL; no request is sent.
 
     :param analysis: the analysis.
     :param deployments: the deployments about to be patched, as read before patching.
     :param unchanged: what the message says was left unchanged (true when this is called).
-    :raises AirflowFailException: naming each such check and deployment.
+    :param request_for: the patch each deployment is about to get (a ``custom_url`` it sets is the one checked).
+    :raises AirflowFailException: naming each such check, deployment and URL problem.
     """
-    without = [deployment for deployment in deployments if not (deployment.source_config.custom_url or "").strip()]
-    if not without:
+    from airflow_provider.analysis.endpoints import http_url_problem  # the measuring side: on first use
+
+    checks = [
+        check
+        for check in analysis.checks
+        if isinstance(check, HttpCheck) and "custom_url" in template_fields(check.url, HttpCheck.URL_FIELDS, "url")
+    ]
+    if not checks:
+        return
+    missing, invalid = [], []
+    for deployment in deployments:
+        given = request_for(deployment).source_config if request_for is not None else None
+        set_by_patch = given.custom_url if given is not None else None
+        url = (set_by_patch if set_by_patch is not None else deployment.source_config.custom_url or "").strip()
+        shown = f"{deployment.name!r} ({deployment.id})"
+        problem = http_url_problem(url) if url else None
+        if not url:
+            missing.append(shown)
+        elif problem is not None:
+            after = " after the patch" if set_by_patch is not None else ""
+            invalid.append(f"the custom_url of {shown}{after}, {without_userinfo(url)!r}, {problem}")
+    if not missing and not invalid:
         return
     problems = []
-    for check in analysis.checks:
-        if isinstance(check, HttpCheck) and "custom_url" in template_fields(check.url, HttpCheck.URL_FIELDS, "url"):
-            shown = ", ".join(f"{deployment.name!r} ({deployment.id})" for deployment in without)
-            problems.append(f"HttpCheck {check.label()!r} GETs {check.url!r}, but {shown} has no custom_url")
-    if problems:
-        raise AirflowFailException(
-            f"the analysis can never pass, {unchanged}: {'; '.join(problems)} (source_config.custom_url); give the "
-            "check a url without {custom_url} (e.g. 'https://svc.example.com/health'), or set the deployment's "
-            "custom_url"
-        )
+    for check in checks:
+        if missing:
+            problems.append(
+                f"HttpCheck {check.label()!r} GETs {check.url!r}, but {', '.join(missing)} has no custom_url"
+            )
+        problems.extend(f"HttpCheck {check.label()!r} GETs {check.url!r}, but {what}" for what in invalid)
+    raise AirflowFailException(
+        f"the analysis can never pass, {unchanged}: {'; '.join(problems)} (source_config.custom_url); give the "
+        "check a url without {custom_url} (e.g. 'https://svc.example.com/health'), or set the deployment's "
+        "custom_url to an http(s) URL"
+    )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.client import same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import (
@@ -41,7 +41,6 @@ from airflow_provider.models import (
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
-    SourceRevisionConfig,
     canonical_uuid,
 )
 from airflow_provider.patch_rules import (
@@ -54,6 +53,7 @@ from airflow_provider.patch_rules import (
     without_unchanged_fixed_fields,
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
+from airflow_provider.spec_changes import changes_of, resource_spec_json, spec_shows
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -63,10 +63,9 @@ from airflow_provider.tasks.rollback import (
     RollbackStarted,
     find_earlier_rollback,
     reattach_recorded_rollback,
-    resource_spec_json,
-    spec_shows,
     start_rollback,
 )
+from airflow_provider.tasks.rollback_revisions import revision_fields
 
 if TYPE_CHECKING:
     import logging
@@ -221,7 +220,8 @@ class CompletedPatch(NamedTuple):
         (left out).
     :param kept: ``resource_spec`` fields taken from the deployment's current one.
     :param dropped: limits of the current ``resource_spec`` not kept, being below the new request.
-    :param left_out: fields of the current ``resource_spec`` a request cannot carry.
+    :param carried: fields of the current ``resource_spec`` this provider does not know (the service's), carried
+        through untouched.
     :param discouraged: fields production's reference marks "do not use".
     """
 
@@ -229,7 +229,7 @@ class CompletedPatch(NamedTuple):
     unchanged_fixed: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
-    left_out: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
     discouraged: tuple[str, ...] = ()
 
 
@@ -265,7 +265,7 @@ def complete_request(
         unchanged,
         merged.kept,
         merged.dropped,
-        merged.left_out,
+        merged.carried,
         tuple(discouraged_fields(merged.request)),
     )
 
@@ -494,6 +494,7 @@ def patch_wave(
             # A change that does not set resource_spec leaves it as it was: a rollback has none to restore,
             # even on a retry that lost the record of what served before.
             row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+            row.resource_spec_changes = []
         applied = earlier_try_since is not None and _applied_earlier(request, deployment, earlier_try_since)
         if earlier_try_since is not None and not applied:
             earlier = _earlier_patch_undone(hook, request, deployment, earlier_try_since, row.previous_latest)
@@ -532,8 +533,11 @@ def patch_wave(
             save()
             continue
         row.from_revision, row.previous_latest = deployment.active_revision_id, deployment.latest_revision_id
-        row.previous_config = None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config)
+        row.previous_config = (
+            None if deployment.is_rolling_out else revision_fields(deployment.source_revision_config) or None
+        )
         row.previous_resource_spec = resource_spec_json(deployment.source_config.resource_spec)
+        row.resource_spec_changes = list(changes_of(to_send, row.previous_resource_spec))
         row.secrets_changed = secrets
         ready.append(_Patch(len(ready), row, to_send, fingerprint))
     if ready:
@@ -721,24 +725,13 @@ def _find_what_served_before(hook: DeploymentServiceHook, row: FleetRow, log: lo
     if row.from_revision is None:
         row.from_revision = before.id
     if before.id == row.from_revision:
-        row.previous_config = revision_fields(before.source_revision_config)
+        row.previous_config = revision_fields(before.source_revision_config) or None
 
 
 def _newest_first(revisions: Iterable[Revision]) -> list[Revision]:
     """The revisions that say when they were made, newest first (the service's order is not documented)."""
     dated = [(revision.created_at, revision) for revision in revisions if revision.created_at is not None]
     return [revision for _, revision in sorted(dated, key=lambda item: item[0], reverse=True)]
-
-
-def revision_fields(config: SourceRevisionConfig | None) -> dict[str, str] | None:
-    """The non-secret revision fields a config sets (``None`` when it sets none).
-
-    :param config: a deployment's or a revision's ``source_revision_config``.
-    """
-    if config is None:
-        return None
-    shown = {name: str(getattr(config, name)) for name in REVISION_CONFIG_FIELDS if getattr(config, name) is not None}
-    return shown or None
 
 
 EARLIER_REVISIONS_READ = 50
@@ -1274,6 +1267,7 @@ def _send_rollback(
         rolling_back_from=row.to_revision,
         fallback_config=row.previous_config,
         resource_spec=row.previous_resource_spec,
+        resource_spec_fields=row.resource_spec_changes,
         before_sending=None if records is None else (lambda intent: records.set(row.deployment_id, intent.record())),
         log=log,
     )
@@ -1322,6 +1316,7 @@ def _earlier_rollback(
         rolling_back_from=row.to_revision,
         fallback_config=row.previous_config,
         resource_spec=row.previous_resource_spec,
+        resource_spec_fields=row.resource_spec_changes,
         log=log,
     )
 
@@ -1479,7 +1474,11 @@ def _judge_resource_spec(row: FleetRow, deployment: Deployment | None) -> None:
     :meth:`~airflow_provider.tasks.rollback.RollbackStarted.judged_on` does): one that does not show the
     previous ``resource_spec`` is named in ``not_restored``."""
     kept = [clause for clause in row.not_restored if clause not in RESOURCE_SPEC_VERDICTS]
-    wanted = row.previous_resource_spec
-    if deployment is not None and wanted is not None and not spec_shows(deployment.source_config.resource_spec, wanted):
+    wanted, fields = row.previous_resource_spec, row.resource_spec_changes
+    if (
+        deployment is not None
+        and wanted is not None
+        and not spec_shows(deployment.source_config.resource_spec, wanted, fields)
+    ):
         kept.insert(0, RESOURCE_SPEC_NOT_SHOWN if row.rollback_path == "patch" else RESOURCE_SPEC_NOT_SENT)
     row.not_restored = kept

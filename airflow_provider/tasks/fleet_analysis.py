@@ -6,7 +6,7 @@ the others': after each round that judged some of them, their verdicts are recor
 (``task_state_store``) first, then the failed ones are rolled back at once (``rollback_on_failure``), then the
 failure budget is looked at. Within it, the others are analysed on with the rounds they had (on the worker,
 in the same analysis; in the triggerer, in a new trigger given where the analysis stood: no round lost, the
-schedule and the time budget kept). Over it (or a failed canary), the rest of the wave is not analysed
+schedule and the deadline kept). Over it (or a failed canary), the rest of the wave is not analysed
 further: the wave stops the rollout, and its landed deployments are rolled back with it at once (or kept,
 without ``rollback_on_failure``), each saying it was not judged.
 """
@@ -33,6 +33,7 @@ from airflow_provider.tasks.analysis import (
     analyse_in_steps_on_worker,
     analysis_event_results,
     defer_analysis,
+    live_since,
 )
 from airflow_provider.tasks.fleet import ProgressStore, read_deployments, scrub_messages, start_rollbacks
 
@@ -94,9 +95,9 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
 
     A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
     fails here, not analysed, as :func:`~airflow_provider.tasks.fleet.verify_wave` fails one that no longer
-    serves. The others' ``live_since`` is the deployment's ``updated_at`` (the service's clock, at or after the
-    revision went live: the analysis never counts the previous revision's runs) and ``custom_url`` its
-    ``source_config.custom_url``.
+    serves. The others' ``live_since`` is when their revision went live
+    (:func:`~airflow_provider.tasks.analysis.live_since`: the analysis never counts the previous revision's runs)
+    and ``custom_url`` their ``source_config.custom_url``.
 
     :param hook: the hook.
     :param wave: the wave (rows that no longer serve are decided ``failed`` in place).
@@ -127,7 +128,7 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
                 deployment_id=row.deployment_id,
                 name=row.name,
                 revision_id=row.to_revision,
-                live_since=deployment.updated_at,
+                live_since=live_since(hook, deployment, row.to_revision, log=log),
                 custom_url=deployment.source_config.custom_url,
             )
         )
@@ -267,7 +268,7 @@ class WaveAnalysis:
         if deferrable and not in_triggerer:
             self.task.log.info("The analysis holds a CallableCheck: it runs on the worker, not in the triggerer")
         if in_triggerer:
-            self._defer(targets, method_name, state=None)
+            self._defer(targets, method_name)
         try:
             analyse_in_steps_on_worker(self.task, analysis, targets, self._on_worker_step)
         except AnalysisNotMeasured as err:
@@ -280,9 +281,15 @@ class WaveAnalysis:
             rounds=verdicts.state.rounds if verdicts.state is not None else self.analysis.rounds(),
         )
 
-    def _defer(self, targets: Sequence[AnalysisTarget], method_name: str, state: dict[str, Any] | None) -> NoReturn:
+    def _defer(
+        self,
+        targets: Sequence[AnalysisTarget],
+        method_name: str,
+        state: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> NoReturn:
         """Hand the analysis of ``targets`` to a trigger that yields as soon as some are judged (raises
-        ``TaskDeferred``)."""
+        ``TaskDeferred``); with ``state`` and ``deadline`` (a ``partial`` event's), it goes on where it stood."""
         scrub_messages(self.progress, self.secrets)
         self.save()
         store = self.progress_store
@@ -300,6 +307,7 @@ class WaveAnalysis:
             },
             partial=True,
             state=state,
+            deadline=deadline,
         )
 
     # ---- a resume
@@ -330,6 +338,7 @@ class WaveAnalysis:
             state = event["state"]
             rounds = int(state["rounds"])
             pending = [AnalysisTarget.model_validate(target) for target in event["targets"]]
+            deadline = None if event.get("deadline") is None else float(event["deadline"])
         except (KeyError, TypeError, ValueError) as err:
             raise AirflowException(
                 f"the analysis trigger's partial event lacks the analysis of the rest of {self.wave.name} ({err!r}); "
@@ -347,7 +356,7 @@ class WaveAnalysis:
                 rounds + 1,
                 ", ".join(target.name for target in targets),
             )
-            self._defer(targets, method_name, state=state)
+            self._defer(targets, method_name, state=state, deadline=deadline)
 
     # ---- acting on verdicts
     def record(self, results: Mapping[str, Mapping[str, Any]], *, over: bool, rounds: int) -> bool:

@@ -1,26 +1,39 @@
 """A patch request built from a task's arguments, before any request: secret values resolved (never
-templated) and registered with Airflow's masker, rendered values checked, the request validated.
+templated) and registered with Airflow's masker, rendered values checked, the request validated; and, for the
+patch task, completed against the deployment as read (:func:`against_current`).
 
 The patch and fleet operators build their patches here, so both apply the same rules; the rollback
-
 operator resolves the secrets it re-sends here too."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from airflow.sdk import BaseHook, Variable
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.patch_rules import describe_limits_below_requests, limits_below_requests
+from airflow_provider.models import Deployment, PatchDeploymentRequest
+from airflow_provider.patch_rules import (
+    describe_limits_below_requests,
+    describe_refusals,
+    discouraged_fields,
+    limits_below_requests,
+    merge_resource_spec,
+    refusals,
+    unchanged_fixed_fields,
+    without_unchanged_fixed_fields,
+)
 from airflow_provider.tasks.base import REVISION_VALUE_FIELDS, check_rendered_value, validation_failure
+
+if TYPE_CHECKING:
+    import logging
 
 __all__ = [
     "SecretValue",
+    "against_current",
     "build_patch_request",
     "describe_patch",
     "resolve_secrets",
@@ -172,3 +185,69 @@ def build_patch_request(
     if below:
         raise AirflowFailException(f"invalid {what}: {describe_limits_below_requests(below)}")
     return request
+
+
+def against_current(
+    request: PatchDeploymentRequest,
+    current: Deployment,
+    *,
+    check_source_rules: bool,
+    resource_spec_mode: str,
+    log: logging.Logger | Any,
+) -> PatchDeploymentRequest:
+    """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
+    off), create-time fields that would not change left out, a partial resource_spec completed (``merge``);
+    what was left out, kept or carried is logged. :class:`AirflowFailException` naming the deployment, the
+    field and the rule when it cannot be sent; nothing is sent.
+
+    :param request: the patch as built from the task's arguments (:func:`build_patch_request`).
+    :param current: the deployment as just read.
+    :param check_source_rules: whether to refuse locally what production refuses.
+    :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
+    :param log: the task's logger.
+    """
+    if check_source_rules:
+        found = refusals(request, current)
+        if found:
+            raise AirflowFailException(
+                f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
+            )
+    try:
+        unchanged = unchanged_fixed_fields(request, current)
+        to_send = without_unchanged_fixed_fields(request, current)
+        if unchanged:
+            log.info(
+                "Not sending source_config.%s: unchanged, and it cannot change after creation",
+                ", source_config.".join(unchanged),
+            )
+        if resource_spec_mode == "merge":
+            merged = merge_resource_spec(to_send, current)
+            to_send = merged.request
+            if merged.kept:
+                log.info(
+                    "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
+                    "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
+                    ", ".join(merged.kept),
+                )
+            if merged.dropped:
+                log.warning(
+                    "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
+                    "(production set it to twice the old request); left out, so the service sets it to twice "
+                    "the new request",
+                    ", ".join(merged.dropped),
+                )
+            if merged.carried:
+                log.info(
+                    "Carried through untouched the fields of the deployment's current resource_spec this "
+                    "provider does not know (the service's): %s",
+                    ", ".join(merged.carried),
+                )
+    except ValueError as err:
+        raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
+    discouraged = discouraged_fields(to_send)
+    if discouraged:
+        log.warning(
+            "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+            ", ".join(discouraged),
+        )
+    return to_send

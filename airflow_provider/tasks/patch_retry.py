@@ -7,13 +7,14 @@ revision it made, what served before, no secret), and its automatic rollback in 
 :func:`find_earlier_try` decides what the earlier try left:
 
 - **with a record**: its revision, waited for again (or its rollback: the operator reattaches to it with
-  :func:`~airflow_provider.tasks.rollback.reattach_recorded_rollback`);
+  :func:`~airflow_provider.tasks.rollback_evidence.reattach_recorded_rollback`);
 - **without one** (Airflow < 3.3, or a try that died before recording): what the service shows since the DAG
   run started, taken only on positive evidence (the revision list: revisions made since, the patch's config,
   the revision made just before), else a loud failure naming what was seen; never the change applied twice,
   never a success it cannot prove.
 
-Nothing here waits or judges a live revision: the operator does (:mod:`airflow_provider.operators.patch`).
+Nothing here waits or judges a live revision: the operator waits (:mod:`airflow_provider.operators.patch`),
+:mod:`~airflow_provider.tasks.patch_judging` judges, :mod:`~airflow_provider.tasks.patch_rollback` rolls back.
 """
 
 from __future__ import annotations
@@ -29,14 +30,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus, SourceRevisionConfig
+from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
-from airflow_provider.tasks.rollback import (
-    RESOURCE_SPEC_UNKNOWN,
-    RollbackStarted,
-    find_earlier_rollback,
-    resource_spec_json,
-)
+from airflow_provider.spec_changes import resource_spec_json
+from airflow_provider.tasks.rollback_evidence import find_earlier_rollback
+from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN, RollbackIntent, RollbackStarted
+from airflow_provider.tasks.rollback_revisions import in_progress, revision_fields
 
 if TYPE_CHECKING:
     import logging
@@ -163,19 +162,26 @@ def record_rollback(store: Any, landing: dict[str, Any], rollback: dict[str, Any
 
 
 def rollback_record(
-    started: RollbackStarted, reason: str, patch_clauses: Sequence[str], *, origin: str | None = None
+    started: RollbackStarted | RollbackIntent,
+    reason: str,
+    patch_clauses: Sequence[str],
+    *,
+    origin: str | None = None,
+    step: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON of a sent rollback (``task_state_store``, the trigger's carry): the contract's record, why it
-    was rolled back, and the parts of the patch no rollback undoes (secrets by name).
+    """The JSON of a rollback sent, or about to be (``task_state_store``, the trigger's carry): the contract's
+    record, why it was rolled back, and the parts of the patch no rollback undoes (secrets by name).
 
-    :param started: the rollback sent (or found).
+    :param started: the rollback sent (or found), or the intent recorded just before its request.
     :param reason: why the patch's revision was rolled back.
     :param patch_clauses: :func:`unrestorable_parts` of the patch.
     :param origin: how it was found, when an earlier try sent it.
+    :param step: what failed the revision (see :data:`~airflow_provider.tasks.patch_verdict.VERDICT_STEPS`;
+        ``None``: not known).
     """
     record = started.record()
     record["not_restored"] = merged_clauses(record.get("not_restored"), patch_clauses)
-    return {"reason": reason, **record, **({"origin": origin} if origin else {})}
+    return {"reason": reason, "step": step, **record, **({"origin": origin} if origin else {})}
 
 
 def sets_resource_spec(request: PatchDeploymentRequest) -> bool:
@@ -392,8 +398,7 @@ class _Retry:
         current = self.current
         if previous is None or previous.source_revision_config is None or patched.status is not RevisionStatus.DEPLOYED:
             return None
-        in_progress = not previous.status.is_terminal and previous.status is not RevisionStatus.UNKNOWN
-        if current.active_revision_id != previous.id and not in_progress:
+        if current.active_revision_id != previous.id and not in_progress(previous):
             return None
         started = RollbackStarted(
             "redeploy",
@@ -401,7 +406,7 @@ class _Retry:
             previous.id,
             patched.id,
             current,
-            _config_fields(previous.source_revision_config),
+            revision_fields(previous.source_revision_config),
             not_restored=(RESOURCE_SPEC_UNKNOWN,) if self._spec_before() is None else (),
             allowed_latest_revision_id=patched.id,
             previous_latest_revision_id=patched.id,
@@ -418,7 +423,7 @@ class _Retry:
             served = previous
         else:
             return EarlierTry(patched.id, None)
-        config = _config_fields(served.source_revision_config) if served and served.source_revision_config else None
+        config = revision_fields(served.source_revision_config) if served and served.source_revision_config else None
         return EarlierTry(patched.id, served.id if served else current.active_revision_id, previous_config=config)
 
     def _reflected(self) -> EarlierTry | None:
@@ -437,7 +442,7 @@ class _Retry:
 
     def _found_rollback(self, started: datetime, patched: Revision, previous: Revision) -> EarlierTry | None:
         """The earlier try's automatic rollback of ``patched`` to ``previous`` when the service shows positive
-        evidence of it (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`); ``None`` when it
+        evidence of it (:func:`~airflow_provider.tasks.rollback_evidence.find_earlier_rollback`); ``None`` when it
         shows none."""
         assert previous.source_revision_config is not None
         found = find_earlier_rollback(
@@ -446,7 +451,7 @@ class _Retry:
             previous.id,
             since=started,
             rolling_back_from=patched.id,
-            fallback_config=_config_fields(previous.source_revision_config),
+            fallback_config=revision_fields(previous.source_revision_config),
             log=self.log,
         )
         if found is None:
@@ -456,7 +461,7 @@ class _Retry:
     def _earlier_rollback(self, patched: Revision, previous: Revision, found: RollbackStarted) -> EarlierTry:
         """What a retry without a record reattaches to when it found its earlier try's rollback."""
         assert previous.source_revision_config is not None
-        previous_config = _config_fields(previous.source_revision_config)
+        previous_config = revision_fields(previous.source_revision_config)
         not_restorable = unrestorable_parts(self.request, None)
         spec_before = self._spec_before()
         if spec_before is not None:  # the patch did not change resource_spec: its rollback has none to restore
@@ -541,10 +546,6 @@ def _has_fields(revision: Revision, wanted: dict[str, Any]) -> bool:
     config = revision.source_revision_config
     shown = config.model_dump(exclude_none=True) if config is not None else {}
     return all(shown.get(name) == value for name, value in wanted.items())
-
-
-def _config_fields(config: SourceRevisionConfig) -> dict[str, str]:
-    return {name: str(value) for name, value in config.model_dump(exclude_none=True).items()}
 
 
 def _listed(revisions: Sequence[Revision]) -> str:

@@ -8,17 +8,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisSetupError, AnalysisTarget
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
 from airflow_provider.analysis.judge import AnalysisState
-from airflow_provider.analysis.run import analyse
+from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
 from airflow_provider.error_text import describe_validation_error
-from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.triggers import serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]
@@ -32,21 +32,29 @@ class DeploymentAnalysisTrigger(BaseTrigger):
 
     Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
     carry}`` once every target is judged; with ``partial``, ``{"status": "partial", "results": {...of the
-    targets judged so far}, "targets": [...the others, as JSON], "state": AnalysisState JSON, "carry": carry}``
-    after the first round that judged some while others are still under analysis (hand ``targets`` and
-    ``state`` to a new trigger to go on: the next round, the schedule and the time budget are kept); or
-    ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad arguments, a
-    missing or incomplete connection, the service refusing the key, the rounds not done within
-    :func:`analysis_seconds` of the analysis's start, so that the task decides, not Airflow's deferral
-    timeout). The sources' requests are shared across the targets (one vector query per round, one stats
-    request per deployment, the tracing project ids looked up once per trigger). A trigger resumed on
-    another triggerer starts again from its ``state`` (from round 1 without one).
+    targets judged so far}, "targets": [...the others, as JSON], "state": AnalysisState JSON, "deadline": ...,
+    "carry": carry}`` after the first round that judged some while others are still under analysis (hand
+    ``targets``, ``state`` and ``deadline`` to a new trigger to go on: the next round, the schedule and the
+    deadline are kept); or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run
+    (bad arguments, a missing or incomplete connection, the service refusing the key, a source's client that
+    cannot be built, anything unexpected outside the measurements, the rounds not done within
+    :func:`analysis_seconds` or by ``deadline``, so that the task decides, not Airflow's deferral timeout). The
+    sources' requests are shared across the targets (one vector query per round, one stats request per
+    deployment, the tracing project ids looked up once per trigger).
+
+    A trigger resumed on another triggerer (a restart) starts its rounds again from its ``state`` (from round 1
+    without one: its arguments cannot change, so the rounds it measured are lost); ``deadline`` is wall-clock,
+    fixed when the task first deferred the analysis: a restarted trigger that cannot finish its rounds by then
+    reports that the analysis could not be measured in time, at the deadline, before Airflow's deferral timeout
+    (:func:`~airflow_provider.tasks.analysis.defer_analysis` sizes both for one restart).
 
     :param analysis: :meth:`Analysis.to_json` (``count`` resolved; no :class:`CallableCheck`).
     :param targets: each :class:`~airflow_provider.analysis.AnalysisTarget` as JSON.
     :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and numeric overrides).
     :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
         Airflow 3.3 drops the ``kwargs`` given to ``defer()``). Never a secret.
+    :param deadline: wall-clock time (seconds since the epoch) by which the event must be sent; ``None``: only
+        :func:`analysis_seconds` from the start of the rounds bounds them (triggers serialized before it existed).
     :param partial: yield as soon as a round judged some targets while others are still under analysis (a
         fleet wave: each failed deployment is rolled back at once), instead of once all are judged.
     :param state: where an earlier trigger's analysis of these targets stopped (a ``partial`` event's
@@ -59,6 +67,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         targets: list[dict[str, Any]],
         hook_params: dict[str, Any],
         carry: dict[str, Any] | None = None,
+        deadline: float | None = None,
         partial: bool = False,
         state: dict[str, Any] | None = None,
     ) -> None:
@@ -67,6 +76,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         self.targets = list(targets)
         self.hook_params = dict(hook_params)
         self.carry = carry
+        self.deadline = deadline
         self.partial = bool(partial)
         self.state = state
 
@@ -79,6 +89,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 "targets": self.targets,
                 "hook_params": dict(self.hook_params),
                 "carry": self.carry,
+                "deadline": self.deadline,
                 "partial": self.partial,
                 "state": self.state,
             },
@@ -92,7 +103,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         try:
             analysis = Analysis.from_json(self.analysis)
             targets = [AnalysisTarget.model_validate(target) for target in self.targets]
-            analysis.rounds()
+            count = analysis.rounds()
             state = AnalysisState.from_json(self.state) if self.state is not None else None
         except pydantic.ValidationError as err:
             yield self._event(
@@ -102,17 +113,30 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         except ValueError as err:
             yield self._event({"status": "error", "message": f"invalid trigger arguments: {err}"})
             return
-        budget = analysis_seconds(analysis)
-        left = budget if state is None else state.started_at + budget - time.time()  # the budget is not restarted
+        if state is None:
+            limit = analysis_seconds(analysis)
+        else:  # the rounds left, the next one due now at the latest (the deadline keeps the whole budget)
+            limit = (count - state.rounds) * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
+        left = limit if self.deadline is None else min(limit, self.deadline - time.time())
         try:
-            event = await asyncio.wait_for(self._measure(analysis, targets, state), timeout=max(0.0, left))
+            if left <= 0:
+                raise asyncio.TimeoutError
+            event = await asyncio.wait_for(self._measure(analysis, targets, state), timeout=left)
         except asyncio.TimeoutError:
-            message = f"the analysis did not finish within {budget:g} s of its start (its rounds and their allowance)"
+            if left < limit:
+                assert self.deadline is not None
+                by = datetime.fromtimestamp(self.deadline, timezone.utc).isoformat(timespec="seconds")
+                message = (
+                    f"the analysis could not be measured in time: its rounds started too late to finish by its "
+                    f"deadline ({by}; a triggerer restart starts them again)"
+                )
+            else:
+                message = analysis_overran_reason(limit)
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return
-        except (AnalysisSetupError, DeploymentServiceError, ValueError) as err:
-            message = f"the analysis could not run: {err}"
+        except Exception as err:  # whatever it is, the task decides (retry; on its last try, roll back)
+            message = analysis_not_run_reason(err)
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return
@@ -124,8 +148,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         """The rounds up to the event: every one, or (``partial``) up to the first step that judged some."""
         results: dict[str, AnalysisResult] = {}
         async with contextlib.aclosing(
-            # One clock for the rounds and the time budget: the state's start is on it.
-            analyse(analysis, targets, hook_params=self.hook_params, log=self.log, resume=state, clock=time.time)
+            analyse(analysis, targets, hook_params=self.hook_params, log=self.log, resume=state)
         ) as steps:
             async for verdicts in steps:
                 results.update(verdicts.decided)
@@ -135,5 +158,6 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                         "results": results,
                         "targets": [target.model_dump(mode="json") for target in verdicts.pending],
                         "state": verdicts.state.to_json(),
+                        "deadline": self.deadline,
                     }
         return {"status": "done", "results": results}

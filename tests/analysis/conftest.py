@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -79,3 +81,20 @@ def live_targets(
         )
         for d in deployments
     ]
+
+
+HOOK_PARAMS = {"deployment_service_conn_id": "deployment_service_default"}
+"""The default deployment-service connection (set by :func:`analysis_env`), as a hook's ``hook_params``."""
+
+
+async def _no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+def run_rounds(analysis: Any, targets: list[Any], logger: str = "tests.analysis") -> dict[str, Any]:
+    """``run_analysis`` of ``analysis`` for ``targets`` through the default connection, its rounds not waited
+    for (each round sleeps 0 s)."""
+    from airflow_provider.analysis import run_analysis
+
+    log = logging.getLogger(logger)
+    return asyncio.run(run_analysis(analysis, targets, hook_params=HOOK_PARAMS, log=log, sleep=_no_wait))

@@ -22,7 +22,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from airflow_provider.emulator.server import QuickServer, bind_socket, url_for
 
@@ -61,6 +61,8 @@ class FakeSources:
     """API keys the tracing endpoints accept (its own, and the emulator's: the same key by default)."""
     tracing_status: int | None = None
     """Answer every tracing request with this status instead (e.g. 503)."""
+    raw_stats: str | None = None
+    """Answer ``/runs/stats`` with this JSON text instead (what a JSON encoder would refuse: ``Infinity``)."""
     slow_seconds: float = 0.0
     """How long ``GET /slow/<name>/health`` takes to answer."""
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -122,6 +124,8 @@ class FakeSources:
             body = await request.json()
             (project_id,) = body["session"]
             assert body["is_root"] is True and body["start_time"]
+            if self.raw_stats is not None:
+                return Response(self.raw_stats, media_type="application/json")
             return self.stats[project_id]
 
         @app.get("/slow/{name}/health")

@@ -54,7 +54,9 @@ def test_a_check_failing_failure_limit_times_fails_the_revision_at_once() -> Non
     assert result is not None
     assert result["verdict"] == "failed"
     assert result["failing_check"] == TRACING
-    assert result["reason"] == (f"check {TRACING!r} failed 2 of 2 allowed: 0.100, needs < 0.05 ({TRACING} detail 2)")
+    assert result["reason"] == (
+        f"check {TRACING!r} failed: 2 failed measurements reached the limit of 2: {TRACING} detail 2, needs < 0.05"
+    )
     assert result["revision_id"] == REVISION
     assert [m["round"] for m in result["measurements"]] == [1, 1, 2, 2]
 
@@ -78,13 +80,32 @@ def test_inconclusive_beyond_the_limit_makes_the_analysis_inconclusive() -> None
     assert result is not None
     assert result["verdict"] == "inconclusive"
     assert result["failing_check"] == TRACING
-    assert "could not be measured 2 times, more than the 1 allowed" in result["reason"]
+    assert result["reason"] == (
+        f"check {TRACING!r} could not be measured: 2 inconclusive measurements exceeded the limit of 1: "
+        f"{TRACING} detail 2"
+    )
 
 
 def test_inconclusive_limit_zero_allows_none() -> None:
     judgement = _judgement(count=5, inconclusive_limit=0)
     judgement.record(_measurement(1, HTTP, "inconclusive"))
     assert judgement.result is not None and judgement.result["verdict"] == "inconclusive"
+    assert judgement.result["reason"] == (
+        f"check {HTTP!r} could not be measured: 1 inconclusive measurement exceeded the limit of 0: {HTTP} detail 1"
+    )
+
+
+def test_failure_limit_1_fails_on_the_first_failed_measurement_and_says_it_reached_the_limit() -> None:
+    """Not Argo's reading (its failureLimit: 1 tolerates one failed measurement): the message must not read as
+    if the revision were still within an allowance."""
+    judgement = _judgement(count=5, failure_limit=1)
+    judgement.record(_measurement(1, TRACING, "failed"))
+    result = judgement.result
+    assert result is not None and result["verdict"] == "failed"
+    assert result["reason"] == (
+        f"check {TRACING!r} failed: 1 failed measurement reached the limit of 1: {TRACING} detail 1, needs < 0.05"
+    )
+    assert "allowed" not in result["reason"]
 
 
 def test_after_count_rounds_every_check_passing_once_passes() -> None:
@@ -147,7 +168,7 @@ def test_a_judgement_resumed_from_its_measurements_goes_on_where_it_was() -> Non
     after.record(_measurement(2, TRACING, "failed"))
     result = after.result
     assert result is not None and result["verdict"] == "failed"
-    assert result["reason"].startswith(f"check {TRACING!r} failed 2 of 2 allowed")
+    assert result["reason"].startswith(f"check {TRACING!r} failed: 2 failed measurements reached the limit of 2")
     assert [(m["round"], m["check"]) for m in result["measurements"]] == [
         (1, TRACING),
         (1, HTTP),

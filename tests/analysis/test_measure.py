@@ -68,8 +68,11 @@ def test_tracing_judges_each_deployment_and_looks_each_project_up_once(
     assert [m["value"] for m in results[good.deployment_id]["measurements"]] == [0.01, 0.01, 0.01]
     failed = results[bad.deployment_id]
     assert (failed["verdict"], failed["failing_check"]) == ("failed", "tracing error_rate")
-    assert failed["reason"].startswith("check 'tracing error_rate' failed 1 of 1 allowed: 0.200, needs < 0.05 (")
-    assert "error_rate 0.200 over 140 runs since" in failed["reason"]
+    assert failed["reason"].startswith(
+        "check 'tracing error_rate' failed: 1 failed measurement reached the limit of 1: error_rate 0.200 over 140 "
+        "runs since "
+    )
+    assert failed["reason"].endswith(", needs < 0.05")
     assert len(failed["measurements"]) == 1  # stopped after the failing round
     quiet_result = results[quiet.deployment_id]
     assert (quiet_result["verdict"], quiet_result["failing_check"]) == ("inconclusive", "tracing error_rate")
@@ -140,7 +143,7 @@ def test_tracing_with_a_separate_connection_and_a_project_template(
     check = TracingProjectCheck(metric="latency_p99", condition="< 1", connection_id="tracing", project="{name}-traces")
     result = _run(Analysis(checks=[check], count=1, interval_seconds=0.01), [target])[target.deployment_id]
     assert result["verdict"] == "passed", result
-    assert result["measurements"][0]["detail"] == "latency_p99 0.400 over 50 runs since " + target.live_since.strftime(
+    assert result["measurements"][0]["detail"] == "latency_p99 0.4s over 50 runs since " + target.live_since.strftime(
         "%H:%M:%S"
     )
     assert fake_sources.seen("GET", "/tracing/sessions")[0]["headers"]["x-api-key"] == TRACING_KEY
@@ -198,7 +201,9 @@ def test_a_vector_query_is_sent_once_per_round_for_every_deployment(
 
     assert results[first.deployment_id]["verdict"] == "passed"
     assert results[second.deployment_id]["verdict"] == "failed"
-    assert results[second.deployment_id]["reason"].startswith(f"check {check.label()!r} failed 1 of 1 allowed: 0.300")
+    assert results[second.deployment_id]["reason"].startswith(
+        f"check {check.label()!r} failed: 1 failed measurement reached the limit of 1: value 0.300"
+    )
     assert results[third.deployment_id]["verdict"] == "inconclusive"
     assert "none with name=" in results[third.deployment_id]["measurements"][0]["detail"]
     queries = fake_sources.seen("GET", "/prometheus/api/v1/query")

@@ -82,7 +82,8 @@ def test_the_gate_fails_naming_the_deployment_and_its_check(emulator: Any, defer
     message = str(error)
     assert message.startswith(
         f"the analysis did not pass for 1 of 2 deployment(s): {second['name']!r} (tracing error_rate): analysis "
-        "failed: check 'tracing error_rate' failed 1 of 1 allowed: 0.200, needs < 0.05 (error_rate 0.200 over 300 runs"
+        "failed: check 'tracing error_rate' failed: 1 failed measurement reached the limit of 1: error_rate 0.200 "
+        "over 300 runs"
     )
     pushed = ti.xcoms["analysis"]
     assert pushed[first["name"]]["verdict"] == "passed"

@@ -204,22 +204,26 @@ def test_a_trigger_without_partial_yields_once_every_target_is_judged(
     assert event["status"] == "done" and set(event["results"]) == {good.deployment_id, bad.deployment_id}
 
 
-def test_a_resumed_trigger_keeps_the_time_budget_of_the_analysis_start(
+def test_a_partial_event_carries_the_deadline_and_a_resumed_trigger_keeps_it(
     analysis_env: Any, fake_sources: FakeSources
 ) -> None:
-    (good,) = live_targets(analysis_env, 1)
-    fake_sources.add_project(good.name, run_count=100, error_rate=0.0)
+    """The analysis's deadline is set once, when it first deferred: the partial event hands it on, and a trigger
+    going on after it passed reports the analysis could not be measured in time, measuring nothing."""
+    good, bad = live_targets(analysis_env, 2)
+    _projects(fake_sources, good, bad)
     analysis = Analysis(checks=[TracingProjectCheck()], count=3, interval_seconds=0.01)
-    started = time.time() - analysis_seconds(analysis) - 1  # its budget ran out while the task acted
+    deadline = time.time() + analysis_seconds(analysis)
+    both = [good.model_dump(mode="json"), bad.model_dump(mode="json")]
+    partial = _event(_trigger(analysis, both, partial=True, deadline=deadline))
+    assert partial["status"] == "partial" and partial["deadline"] == deadline
+    fake_sources.requests.clear()
 
-    event = _event(
-        _trigger(analysis, [good.model_dump(mode="json")], partial=True, state={"started_at": started, "rounds": 1})
+    late = _event(
+        _trigger(analysis, partial["targets"], partial=True, state=partial["state"], deadline=time.time() - 1)
     )
 
-    assert event["status"] == "error", event
-    assert event["message"].startswith(
-        f"the analysis did not finish within {analysis_seconds(analysis):g} s of its start"
-    )
+    assert late["status"] == "error", late
+    assert late["message"].startswith("the analysis could not be measured in time"), late["message"]
     assert fake_sources.seen(*STATS) == []
 
 

@@ -17,11 +17,36 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
 from e2e_airflow import ManagedProcess, free_port, wait_until
+
+from tests.docs_snippets import documented_block
 
 PROMETHEUS_BINARY = "prometheus"
 SCRAPE_INTERVAL_SECONDS = 1
 INSTALL_TIMEOUT = 600.0
+DOCUMENTED_TARGET = "127.0.0.1:8900"
+"""The emulator's address in the analysis guide's scrape config (the quickstart's port)."""
+
+
+def scrape_config(metrics_url: str, interval_seconds: float = SCRAPE_INTERVAL_SECONDS) -> str:
+    """The analysis guide's ``prometheus.yml`` (``docs/guides/analysis.md``), pointed at ``metrics_url`` and
+    scraping every ``interval_seconds``: the configuration the guide shows is the one this Prometheus runs.
+
+    :param metrics_url: the URL to scrape (the emulator's ``/metrics``).
+    :param interval_seconds: the scrape and evaluation interval.
+    """
+    config = yaml.safe_load(documented_block("guides/analysis.md", "prometheus:scrape-config"))
+    target = urlsplit(metrics_url)
+    (job,) = config["scrape_configs"]
+    (static,) = job["static_configs"]
+    assert static["targets"] == [DOCUMENTED_TARGET], f"the guide's scrape target changed: {static['targets']}"
+    assert job["metrics_path"] == (target.path or "/metrics"), f"the guide scrapes {job['metrics_path']}"
+    static["targets"] = [target.netloc]
+    every = f"{interval_seconds:g}s"
+    config["global"].update(scrape_interval=every, evaluation_interval=every)
+    job.update(scrape_interval=every, scrape_timeout=every)  # a timeout may not exceed the interval
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -66,20 +91,9 @@ class Prometheus:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        target = urlsplit(metrics_url)
         config = workdir / "prometheus.yml"
         workdir.mkdir(parents=True, exist_ok=True)
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {SCRAPE_INTERVAL_SECONDS}s\n"
-            f"  evaluation_interval: {SCRAPE_INTERVAL_SECONDS}s\n"
-            "scrape_configs:\n"
-            "  - job_name: deployment-service-emulator\n"
-            f"    scrape_interval: {SCRAPE_INTERVAL_SECONDS}s\n"
-            f"    scrape_timeout: {SCRAPE_INTERVAL_SECONDS}s\n"
-            f"    metrics_path: {target.path or '/metrics'}\n"
-            f"    static_configs:\n      - targets: ['{target.netloc}']\n"
-        )
+        config.write_text(scrape_config(metrics_url))
         command = [
             self.binary,
             f"--config.file={config}",

@@ -341,6 +341,8 @@ def test_endpoints_switch_at_run_time_through_the_admin_api(server: EmulatorServ
         "optional_endpoints": True,
         "disabled_endpoints": [],
         "revision_status_touches_deployment": True,
+        "updated_at_on_requests_only": False,
+        "unknown_fields": False,
     }
 
 

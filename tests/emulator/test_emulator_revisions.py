@@ -160,6 +160,33 @@ def test_by_default_a_failed_build_moves_the_deployment(server: EmulatorServer, 
     assert at(deployment(http, target["id"])["updated_at"]) > at(created["updated_at"])
 
 
+@pytest.mark.parametrize("how", ["fixture option", "control API"])
+def test_updated_at_can_move_on_requests_only(
+    deployment_service_emulator_factory: Callable[..., EmulatorServer],
+    make_client: Callable[..., httpx.Client],
+    how: str,
+) -> None:
+    """A service that stamps ``updated_at`` on writes only: a revision going live leaves the deployment's
+    ``updated_at`` at the PATCH; the revision's own ``updated_at`` says when it went live."""
+    server = deployment_service_emulator_factory(
+        build_seconds=BUILD, ready_seconds=5, updated_at_on_requests_only=how == "fixture option"
+    )
+    if how == "control API":
+        assert server.admin.update_settings(updated_at_on_requests_only=True)["updated_at_on_requests_only"] is True
+    http = make_client(server)
+    target = named(http, "checkout-api-dev")
+    patched = patch_ref(http, target["id"], "v2")
+    assert at(patched["updated_at"]) == server.state.now()  # the PATCH moves it
+    server.state.advance(BUILD + 1)
+
+    live = deployment(http, target["id"])
+    went_live = revision(http, target["id"], patched["latest_revision_id"])
+    assert live["active_revision_id"] == patched["latest_revision_id"] and live["status"] == "READY"
+    assert live["updated_at"] == patched["updated_at"], "going live moved the deployment's updated_at"
+    assert went_live["status"] == "DEPLOYED"
+    assert at(went_live["updated_at"]) == at(patched["updated_at"]) + timedelta(seconds=BUILD)
+
+
 def test_fail_next_build_marks_a_build_in_progress(server: EmulatorServer, http: httpx.Client) -> None:
     target = named(http, "search-dev")
     new = patch_ref(http, target["id"], "x")["latest_revision_id"]

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from airflow_provider.plugins.rollouts.app import create_app
 from airflow_provider.plugins.rollouts.listing import ServiceReader
 from airflow_provider.plugins.rollouts.plugin import URL_PREFIX
+from airflow_provider.plugins.rollouts.workers import ViewWorkers
 
 JWT_SECRET = secrets.token_urlsafe(64)
 """One signing key for the session (Airflow caches the signer and validator it builds from it)."""
@@ -47,22 +48,27 @@ def token(auth_manager: Any) -> Callable[[str], str]:
     return make
 
 
-def mounted(reader: ServiceReader | None = None) -> FastAPI:
+def mounted(reader: ServiceReader | None = None, workers: ViewWorkers | None = None) -> FastAPI:
     """An app that mounts the view where the API server does (``/deployment-service``)."""
     parent = FastAPI()
-    parent.mount(URL_PREFIX, create_app(reader))
+    parent.mount(URL_PREFIX, create_app(reader, workers))
     return parent
 
 
 @pytest.fixture
 def view(auth_manager: Any) -> Callable[..., TestClient]:
-    """A test client of the mounted view (a fresh reader: nothing cached), optionally with a JWT in the
-    ``_token`` cookie as the UI's browser sends it, or in an ``Authorization`` header."""
+    """A test client of the mounted view (a fresh reader: nothing cached; the view's own threads unless
+    ``workers`` are given), optionally with a JWT in the ``_token`` cookie as the UI's browser sends it, or in an
+    ``Authorization`` header."""
 
     def client(
-        *, cookie: str | None = None, bearer: str | None = None, reader: ServiceReader | None = None
+        *,
+        cookie: str | None = None,
+        bearer: str | None = None,
+        reader: ServiceReader | None = None,
+        workers: ViewWorkers | None = None,
     ) -> TestClient:
-        test_client = TestClient(mounted(reader or ServiceReader()), base_url="http://airflow.local")
+        test_client = TestClient(mounted(reader or ServiceReader(), workers), base_url="http://airflow.local")
         if cookie is not None:
             test_client.cookies.set("_token", cookie)
         if bearer is not None:

@@ -4,6 +4,7 @@ manager. A refused request never reaches the service."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -114,10 +115,25 @@ def dag_scoped_manager(auth_manager: Any, monkeypatch: pytest.MonkeyPatch) -> It
     yield api_app._AuthManagerState.instance
 
 
+def asset_event(asset_id: int, extra: dict[str, Any], dag_id: str, task_id: str, run_id: str, at: datetime) -> Any:
+    """An asset event as a task of ``dag_id`` emits it."""
+    from airflow.models.asset import AssetEvent
+
+    return AssetEvent(
+        asset_id=asset_id,
+        extra=extra,
+        source_dag_id=dag_id,
+        source_task_id=task_id,
+        source_run_id=run_id,
+        source_map_index=-1,
+        timestamp=at,
+    )
+
+
 def add_dags_and_events(deployment_id: str) -> None:
     """Two DAGs in the metadata database, and one asset event from each on the deployment's asset: the
     hidden DAG's is the newer."""
-    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.models.asset import AssetModel
     from airflow.models.dag import DagModel
     from airflow.models.dagbundle import DagBundleModel
     from airflow.utils.session import create_session
@@ -148,17 +164,7 @@ def add_dags_and_events(deployment_id: str) -> None:
             session.flush()
         for dag_id, at, outcome in ((VISIBLE_DAG, now - timedelta(minutes=5), "rolled_out"), (HIDDEN_DAG, now, "x")):
             extra = {"kind": "revision_live", "deployment_id": deployment_id, "outcome": outcome, "origin": "task"}
-            session.add(
-                AssetEvent(
-                    asset_id=asset.id,
-                    extra=extra,
-                    source_dag_id=dag_id,
-                    source_task_id="roll_out",
-                    source_run_id=f"manual__{uuid.uuid4().hex[:8]}",
-                    source_map_index=-1,
-                    timestamp=at,
-                )
-            )
+            session.add(asset_event(asset.id, extra, dag_id, "roll_out", f"manual__{uuid.uuid4().hex[:8]}", at))
 
 
 def test_rollouts_of_a_dag_the_user_may_not_read_are_left_out(
@@ -248,3 +254,153 @@ def test_the_fleet_tab_needs_read_access_to_the_dags_xcoms(
     assert answer.json()["detail"] == f"you may not read DAG '{VISIBLE_DAG}' (XCOM): ask for read access to it"
     other = client.get("/deployment-service/api/fleet", params={**params, "dag_id": HIDDEN_DAG})
     assert other.status_code == 404  # XComs of that DAG readable: the refusal above was about them
+
+
+# ------------------------------------------------------------------------------------ fleet records need fleet access
+FLEET_MESSAGE = "wave 1: error_rate 0.21 over its limit, rolled back (fleet-row-message-7f3a)"
+"""A fleet row's message, only for users who may read the fleet tab of its DAG."""
+MEASUREMENT = {"round": 1, "check": "error_rate", "value": 0.2137, "condition": "< 0.05", "verdict": "failed"}
+"""A measurement (in the row's analysis and in the task's asset event)."""
+
+
+def add_fleet_rollout(deployment_id: str) -> str:
+    """A run of :data:`VISIBLE_DAG` whose fleet task patched the deployment and rolled it back after a failed
+    analysis: its wave in ``task_state_store`` (the row, its message and measurements) and its asset event
+    (with the analysis' measurements). Returns the run id."""
+    from airflow.models.asset import AssetModel
+    from airflow.models.dagrun import DagRun
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+    from sqlalchemy import select
+
+    from airflow_provider.plugins.rollouts.records import WAVE_KEY_PREFIX
+
+    add_dags_and_events(deployment_id)  # the DAGs (and their bundle)
+    run_id = f"manual__fleet_{uuid.uuid4().hex[:8]}"
+    now = datetime.now(timezone.utc)
+    analysis = {
+        "verdict": "failed",
+        "failing_check": "error_rate",
+        "reason": "error_rate 0.214 not < 0.05",
+        "measurements": [MEASUREMENT],
+        "measurements_total": 1,
+    }
+    row = {
+        "deployment_id": deployment_id,
+        "name": "app-0001",
+        "wave": "wave 1",
+        "from_revision": "rev-before",
+        "to_revision": "rev-rejected",
+        "rollback_revision": "rev-restored",
+        "outcome": "rolled_back",
+        "message": FLEET_MESSAGE,
+        "started_at": (now - timedelta(minutes=2)).timestamp(),
+        "finished_at": (now - timedelta(minutes=1)).timestamp(),
+        "analysis": analysis,
+    }
+    with create_session() as session:
+        run = DagRun(
+            dag_id=VISIBLE_DAG,
+            run_id=run_id,
+            run_type=DagRunType.MANUAL,
+            state=DagRunState.FAILED,
+            run_after=now,
+            start_date=now - timedelta(minutes=3),
+        )
+        session.add(run)
+        session.flush()
+        session.add(
+            TaskStateStoreModel(
+                dag_run_id=run.id,
+                dag_id=VISIBLE_DAG,
+                run_id=run_id,
+                task_id="roll_out_fleet",
+                map_index=-1,
+                key=f"{WAVE_KEY_PREFIX}0",
+                value=json.dumps({"name": "wave 1", "phase": "done", "rows": [row]}),
+                updated_at=now,
+            )
+        )
+        asset = session.scalar(select(AssetModel).where(AssetModel.uri == deployment_asset_uri(deployment_id)))
+        assert asset is not None
+        extra = {
+            "kind": "revision_live",
+            "deployment_id": deployment_id,
+            "revision_id": "rev-restored",
+            "previous_revision_id": "rev-rejected",
+            "outcome": "rolled_back",
+            "origin": "task",
+            "analysis": analysis,
+        }
+        session.add(asset_event(asset.id, extra, VISIBLE_DAG, "roll_out_fleet", run_id, now - timedelta(seconds=30)))
+    return run_id
+
+
+@pytest.fixture(params=["TASK_INSTANCE", "XCOM"])
+def fleet_hidden_manager(request: pytest.FixtureRequest, auth_manager: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An auth manager that lets everyone read connections and every DAG, but not the task instances (or the
+    XComs) of :data:`VISIBLE_DAG`: what its fleet tab needs."""
+    from airflow.api_fastapi import app as api_app
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    denied = DagAccessEntity[request.param]
+
+    class NoFleetTab(SimpleAuthManager):
+        def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+            if access_entity is denied and details is not None and details.id == VISIBLE_DAG:
+                return False
+            return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+    monkeypatch.setattr(api_app._AuthManagerState, "instance", NoFleetTab())
+    return denied
+
+
+def shown_text(client: TestClient, deployment_id: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    listing = client.get("/deployment-service/api/deployments")
+    page = client.get(f"/deployment-service/api/deployments/{deployment_id}")
+    assert listing.status_code == page.status_code == 200, (listing.text[:300], page.text[:300])
+    row = next(row for row in listing.json()["deployments"] if row["id"] == deployment_id)
+    return row, page.json(), listing.text + page.text
+
+
+def test_fleet_rows_messages_and_measurements_need_the_fleet_tabs_access(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, fleet_hidden_manager: Any
+) -> None:
+    deployment_id = fleet_service.admin.find_deployment("app-0001")["id"]
+    run_id = add_fleet_rollout(deployment_id)
+    client = view(cookie=token("op"))
+    row, page, text = shown_text(client, deployment_id)
+    denied = fleet_hidden_manager.value
+    where = text.find(FLEET_MESSAGE)
+    assert where < 0, (
+        f"a fleet row's message was shown without {denied} read: ...{text[max(where - 400, 0) : where + 200]}"
+    )
+    assert "error_rate" not in text and "0.214" not in text, f"measurements shown without {denied} read"
+    assert [rollout for rollout in page["rollouts"] if rollout["source"] == "fleet"] == []
+    ours = [rollout for rollout in page["rollouts"] if rollout["run_id"] == run_id]
+    assert [(rollout["source"], rollout["outcome"], rollout["analysis"]) for rollout in ours] == [
+        ("asset_event", "rolled_back", None)  # the asset event still says what the run did (DAG read suffices)
+    ]
+    assert row["last_rollout"]["source"] == "asset_event" and row["last_rollout"]["analysis"] is None
+    # The fleet tab of that task is refused as well: the same rule on both pages.
+    tab = client.get(
+        "/deployment-service/api/fleet", params={"dag_id": VISIBLE_DAG, "run_id": run_id, "task_id": "roll_out_fleet"}
+    )
+    assert tab.status_code == 403, tab.text[:300]
+
+
+def test_fleet_rows_messages_and_measurements_are_shown_with_the_fleet_tabs_access(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, dag_scoped_manager: Any
+) -> None:
+    deployment_id = fleet_service.admin.find_deployment("app-0001")["id"]
+    run_id = add_fleet_rollout(deployment_id)
+    row, page, text = shown_text(view(cookie=token("op")), deployment_id)
+    assert row["last_rollout"]["analysis"]["verdict"] == "failed"
+    assert FLEET_MESSAGE in text and "round 1 · error_rate · 0.214 (< 0.05): failed" in text
+    fleet = [rollout for rollout in page["rollouts"] if rollout["source"] == "fleet" and rollout["run_id"] == run_id]
+    assert [(rollout["outcome"], rollout["message"]) for rollout in fleet] == [("rolled_back", FLEET_MESSAGE)]
+    event = next(r for r in page["rollouts"] if r["source"] == "asset_event" and r["run_id"] == run_id)
+    assert event["analysis"]["measurements"][0] == MEASUREMENT

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from airflow_provider.plugins.rollouts.listing import ServiceReader
+from airflow_provider.plugins.rollouts.listing import (
+    PAGE_CONNECT_TIMEOUT,
+    PAGE_READ_TIMEOUT,
+    PageBoundHook,
+    ServiceReader,
+)
+from airflow_provider.plugins.rollouts.workers import ViewWorkers
+from tests.conftest import CONN_ENV
 from tests.tasks.conftest import connection_json, seed
 
 LIST_ROUTE = "GET /v2/deployments"
@@ -164,3 +171,78 @@ def test_the_cache_keeps_a_bounded_number_of_answers_and_deployments(
     kept = reader._listings.entries.values()
     assert sum(len(entry.value.deployments) for entry in kept if entry.value) <= 300
     assert client.get(PAGE).status_code == 200 and server.admin.count(LIST_ROUTE) == 11  # the newest stays
+
+
+# ------------------------------------------------------------------------------------ a page's bounds
+def test_a_page_asks_the_service_once_however_many_attempts_the_connection_allows(
+    view: Callable[..., TestClient],
+    token: Callable[[str], str],
+    deployment_service_emulator_factory: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = deployment_service_emulator_factory(data=seed(3))
+    monkeypatch.setenv(  # tasks' retry budget: five attempts
+        CONN_ENV, connection_json(server.base_url, server.api_key, max_attempts=5, backoff_initial=0.01)
+    )
+    server.admin.add_fault("status", method="GET", path="/v2/deployments", count=None, status_code=503)
+    server.admin.reset_requests()
+    answer = view(cookie=token("op")).get(PAGE)
+    assert answer.status_code == 502, answer.text[:300]
+    assert "after 1 attempt(s)" in answer.json()["detail"], answer.json()["detail"]
+    assert server.admin.count(LIST_ROUTE) == 1  # the viewer's next load is the retry
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, (PAGE_CONNECT_TIMEOUT, PAGE_READ_TIMEOUT)),  # the connection's defaults (10 s, 30 s) are cut down
+        ({"connect_timeout": 1.5, "read_timeout": 2}, (1.5, 2.0)),  # shorter ones are kept
+    ],
+)
+def test_the_view_reads_the_service_with_a_pages_timeouts_and_one_attempt(
+    monkeypatch: pytest.MonkeyPatch, extra: dict[str, float], expected: tuple[float, float]
+) -> None:
+    monkeypatch.setenv(CONN_ENV, connection_json("http://127.0.0.1:9", "key", max_attempts=5, **extra))
+    settings = PageBoundHook().client.settings
+    assert (settings.connect_timeout, settings.read_timeout, settings.retry.max_attempts) == (*expected, 1)
+
+
+def test_a_listing_that_outlasts_its_time_stops_asking_for_pages_and_says_so(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(250)  # three pages
+    server.admin.add_fault("delay", method="GET", path="/v2/deployments", count=None, delay_seconds=0.3)
+    reader = ServiceReader(fetch_seconds=0.4)
+    answer = view(cookie=token("op"), reader=reader).get(PAGE)
+    assert answer.status_code == 502, answer.text[:300]
+    assert answer.json()["detail"] == (
+        "the service behind connection 'deployment_service_default' failed: listing the deployments took longer "
+        "than 0.4 s: no further page was asked for; narrow the filters, or retry"
+    )
+    assert server.admin.count(LIST_ROUTE) == 2  # the third page was never asked for
+    assert view(cookie=token("admin"), reader=reader).get(PAGE).status_code == 502  # shared, like any failure
+    assert server.admin.count(LIST_ROUTE) == 2
+
+
+def test_work_that_outlasts_the_answer_time_gets_a_504_and_keeps_its_thread_until_it_ends(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_of: Any
+) -> None:
+    server = fleet_of(3)
+    server.admin.add_fault("delay", method="GET", path="/v2/deployments", count=1, delay_seconds=1.5)
+    workers = ViewWorkers(threads=1, slot_wait_seconds=0.2, answer_seconds=0.3)
+    reader = ServiceReader()
+    started = time.monotonic()
+    slow = view(cookie=token("op"), reader=reader, workers=workers).get(PAGE)
+    waited = time.monotonic() - started
+    assert slow.status_code == 504 and waited < 1.4, (slow.status_code, waited, slow.text[:300])
+    assert slow.json()["detail"].startswith("the Rollouts view gave up on this request after 0.3 s")
+    # Its work still runs on the view's only thread: the next viewer is told the view is busy.
+    busy = view(cookie=token("admin"), reader=reader, workers=workers).get(PAGE, params={"name_contains": "app"})
+    assert busy.status_code == 503 and busy.headers["Retry-After"] == "1", busy.text[:300]
+    assert busy.json()["detail"].startswith("the Rollouts view is busy: its 1 threads stayed taken for 0.2 s")
+    deadline = time.monotonic() + 10
+    while reader._listings.fetching and time.monotonic() < deadline:  # the given-up work ends with the delay
+        time.sleep(0.05)
+    again = view(cookie=token("admin"), reader=reader, workers=workers).get(PAGE)  # and its answer was kept
+    assert again.status_code == 200 and len(again.json()["deployments"]) == 3, again.text[:300]
+    assert server.admin.count(LIST_ROUTE) == 1

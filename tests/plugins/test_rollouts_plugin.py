@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
 from fastapi import FastAPI
@@ -99,3 +100,31 @@ def test_paths_follow_a_base_url_with_a_path(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/team-a")
     assert plugin.view_path("deployments") == "/team-a/deployment-service/deployments"
     assert plugin.task_instance_tab_path("d", "r", "t") == "/team-a/dags/d/runs/r/tasks/t/plugin/fleet-rollout"
+
+
+def ui_tab_src(href: str, dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
+    """The iframe ``src`` Airflow 3.3's UI builds from a ``task_instance`` view's href: ``{DAG_ID}``,
+    ``{RUN_ID}`` and ``{TASK_ID}`` URL-encoded, ``{MAP_INDEX}`` only on a mapped task instance's route
+    (``.../mapped/<index>/plugin/...``); on an unmapped one it stays as it is (``ui/dist``, ``replaceAll``)."""
+    src = href.replace("{DAG_ID}", quote(dag_id, safe="")).replace("{RUN_ID}", quote(run_id, safe=""))
+    src = src.replace("{TASK_ID}", quote(task_id, safe=""))
+    return src if map_index is None else src.replace("{MAP_INDEX}", str(map_index))
+
+
+@pytest.mark.parametrize(("ui_map_index", "expected"), [(None, "-1"), (3, "3")])
+def test_the_fleet_tabs_url_carries_the_real_map_index(
+    view: Any, token: Any, ui_map_index: int | None, expected: str
+) -> None:
+    tab = next(v for v in plugin.RolloutsViewPlugin.external_views if v["destination"] == "task_instance")
+    run_id = "manual__2026-01-01T00:00:00+00:00"
+    src = ui_tab_src(tab["href"], "fleet dag", run_id, "roll_out", ui_map_index)
+    answer = view(cookie=token("viewer")).get(src)
+    assert answer.status_code == 200 and 'data-page="fleet"' in answer.text, answer.text[:300]
+    shown = urlsplit(str(answer.url))
+    assert "MAP_INDEX" not in unquote(str(answer.url)), f"the tab's URL ended as {answer.url}"
+    assert parse_qs(shown.query) == {
+        "dag_id": ["fleet dag"],
+        "run_id": [run_id],
+        "task_id": ["roll_out"],
+        "map_index": [expected],
+    }, f"the tab's URL ended as {answer.url} (from {src})"

@@ -38,6 +38,7 @@ import asyncio
 import functools
 import importlib
 import json
+import pkgutil
 import re
 import sys
 import threading
@@ -54,6 +55,8 @@ import httpx
 import httpx._transports.default as httpx_transports
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
+
+import airflow_provider
 
 MAX_TRIES = 4
 """Tries per run, the first included (Airflow retries a retryable failure; a killed try counts)."""
@@ -85,6 +88,11 @@ INVARIANTS: dict[str, str] = {
         f"every try ends, and the task reaches a verdict (a success, or a failure Airflow does not retry) "
         f"within {MAX_TRIES} tries"
     ),
+    "a recorded failed verdict is never followed by a landing": (
+        "with a task_state_store, once a try of a patch task reached a failed verdict on its revision (verify, the "
+        "analysis, the bake, a timeout: recorded in the store, or said in its log as it started rolling back), no "
+        "later try lands it, however the truth changed since"
+    ),
 }
 """Every invariant, by name: what it promises. :func:`check_run` checks them all after every run."""
 
@@ -109,6 +117,8 @@ SETTLE_YIELDS = 50
 has read it (and, when that look decided the wait, left: the look is then never sent). Without this, how
 many looks a trigger makes after its decision would depend on real timing, and so would the clock."""
 ROLLED_BACK_CLAIM = re.compile(r"\brolled back\b", re.IGNORECASE)
+ROLLING_BACK = re.compile(r"; rolling back to revision ")
+"""How a patch task's log says it reached a failed verdict and starts its rollback."""
 """How a failure message claims a rollback."""
 REASON_UNKNOWN_OUTCOME = "rolled_back_reason_unknown"
 """The fleet row of a deployment a retry found rolled back by an earlier try that left no record of why."""
@@ -250,9 +260,21 @@ class VirtualClock:
         return getattr(time, name)
 
 
+NOT_PRELOADED = ("airflow_provider.emulator", "airflow_provider.plugins")
+"""Provider packages :func:`virtual_time` does not import beforehand: the emulator (it *is* the clock, never
+patched) and the UI plugin (no task runs it)."""
+
+
 @contextmanager
 def virtual_time(clock: VirtualClock) -> Iterator[list[str]]:
-    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names."""
+    """Point the ``time`` name of the provider's modules at ``clock``; yield the modules' names.
+
+    Every provider module is imported first: the triggers load only when a task first defers, and one loaded
+    after this point would read the real clock (a bake trigger then waited in real time for a deadline the
+    virtual clock had set minutes ahead, when this file ran on its own)."""
+    for found in pkgutil.walk_packages(airflow_provider.__path__, "airflow_provider."):
+        if not found.name.startswith(NOT_PRELOADED):
+            importlib.import_module(found.name)
     patched: list[types.ModuleType] = [
         module
         for name, module in list(sys.modules.items())
@@ -381,13 +403,15 @@ class HarnessTI:
 
 
 class HarnessStore:
-    """``context["task_state_store"]``: it outlives the tries; every write is an event.
+    """``context["task_state_store"]``: it outlives the tries; every write is an event. Remembers every failed
+    verdict a write recorded (a record's ``verdict`` with ``passed`` false), whatever later writes hold.
 
     :param transport: whose recorder sees the writes.
     """
 
     def __init__(self, transport: Transport) -> None:
         self.data: dict[str, Any] = {}
+        self.failed_verdicts: list[dict[str, Any]] = []
         self._transport = transport
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -396,6 +420,9 @@ class HarnessStore:
     def set(self, key: str, value: Any) -> None:
         stored = json.loads(json.dumps(value))
         self._transport.recorder.act(Event("store", key), lambda: self.data.__setitem__(key, stored))
+        verdict = stored.get("verdict") if isinstance(stored, dict) else None
+        if isinstance(verdict, dict) and verdict.get("passed") is False and verdict not in self.failed_verdicts:
+            self.failed_verdicts.append(verdict)
 
 
 class TaskLog:
@@ -565,11 +592,14 @@ class World:
     :param ids: deployment ids by name.
     :param revisions: revision ids by the setup's names (``R0``: the first deployment's active revision
         before the setup).
+    :param specs: the ``resource_spec`` the first deployment showed with a named revision, as a task records it
+        (the setup's).
     """
 
     state: Any
     ids: dict[str, str]
     revisions: dict[str, str] = field(default_factory=dict)
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -654,6 +684,10 @@ class Scenario:
         passed one, and ``fleet_analysis`` must agree with the table).
     :param failing_analysis: deployments whose new revision serves but fails its analysis (its error rate is
         high: the setup gives the next revision that behaviour).
+    :param also: other verdicts the task may reach than ``verdict`` (the clean run's), for a scenario whose truth
+        changes over time (the setup gives the next revision a behaviour that changes some seconds after it goes
+        live): a retry that judges the revision again after a crash judges a later truth. A recorded failed verdict
+        still never lands (see :data:`INVARIANTS`).
     """
 
     task: TaskKind
@@ -674,6 +708,7 @@ class Scenario:
     redeploy_mode: str = "new_revision"
     analysed: bool = False
     failing_analysis: tuple[str, ...] = ()
+    also: tuple[Verdict, ...] = ()
 
     @property
     def deployments(self) -> list[str]:
@@ -717,6 +752,8 @@ class RunResult:
     final_now: datetime
     verifier: Verifier
     events: list[Event]
+    failed_verdicts: list[dict[str, Any]] = field(default_factory=list)
+    """Every failed verdict a try recorded in ``task_state_store`` (none without a store)."""
 
     @property
     def last(self) -> TryOutcome:
@@ -820,7 +857,18 @@ class Harness:
         final = {name: state.deployment(world.ids[name]) for name in scenario.deployments}
         point = "clean run" if kill_at is None else point_label(clean or [], kill_at)
         return RunResult(
-            scenario, path, store_mode, point, tries, world, baseline, final, state.now(), verifier, events
+            scenario,
+            path,
+            store_mode,
+            point,
+            tries,
+            world,
+            baseline,
+            final,
+            state.now(),
+            verifier,
+            events,
+            list(store.failed_verdicts) if store is not None else [],
         )
 
 
@@ -983,11 +1031,22 @@ def _check_single(run: RunResult) -> list[Violation]:
         problems = _restored_problems(run, name, target, text)
         if problems:
             found.append(Violation("rolled back is true", f"{'; '.join(problems)} ({told})"))
-    if verdict == "landed" and scenario.verdict != "landed":
+    said = [line for try_ in run.tries[:-1] for line in try_.log if ROLLING_BACK.search(line)]
+    if verdict == "landed" and (run.failed_verdicts or (said and STORE_MODES[run.store_mode])):
+        recorded = "; ".join(f"{item.get('step')}: {item.get('reason')}" for item in run.failed_verdicts)
+        recorded = recorded or f"not recorded, but said: {said[0]}"
+        found.append(
+            Violation(
+                "a recorded failed verdict is never followed by a landing",
+                f"recorded failed ({recorded}), then try {last.try_number} landed ({told})",
+            )
+        )
+    if verdict == "landed" and "landed" not in (scenario.verdict, *scenario.also):
         bad = ", ".join(sorted(scenario.bad))
         found.append(Violation("no success on a failed check", f"{bad} failed a check; the task succeeded ({told})"))
-    elif verdict != scenario.verdict:
-        found.append(Violation("the expected verdict", f"expected {scenario.verdict}, got {verdict} ({told})"))
+    elif verdict not in (scenario.verdict, *scenario.also):
+        expected = " or ".join((scenario.verdict, *scenario.also))
+        found.append(Violation("the expected verdict", f"expected {expected}, got {verdict} ({told})"))
     if last.succeeded:
         found += _single_outputs(run)
     return found

@@ -261,16 +261,25 @@ class StubResponse:
 
 class StubServer:
     """A plain HTTP server on 127.0.0.1 answering every request with ``respond(method, path)`` and
-    recording each request's method, path and headers.
+    recording each request's method, path and headers, and counting the connections it accepted.
 
     :param respond: builds the answer of one request.
+    :param keep_alive: speak HTTP/1.1 and keep each connection open for further requests (else HTTP/1.0:
+        one request per connection).
     """
 
-    def __init__(self, respond: Callable[[str, str], StubResponse]) -> None:
+    def __init__(self, respond: Callable[[str, str], StubResponse], *, keep_alive: bool = False) -> None:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.connections = 0
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                super().setup()
+                stub.connections += 1
+
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 if length:

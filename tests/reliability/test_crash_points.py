@@ -10,10 +10,11 @@ without a ``task_state_store``), records its figures and violations in the ``rep
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -24,6 +25,7 @@ from airflow_provider.operators.deployment_service import (
     PatchDeploymentOperator,
     RollbackDeploymentOperator,
 )
+from airflow_provider.spec_changes import resource_spec_json
 from tests.reliability.crash_points import (
     FLAKY,
     INVARIANTS,
@@ -40,8 +42,17 @@ from tests.reliability.support import CONN_ENV, Report, connection_json
 
 OLD_IMAGE = "registry.example.com/acme/svc:1.0.0"
 NEW_IMAGE = "registry.example.com/acme/svc:2.0.0"
-RESOURCE_SPEC = {"cpu": 1, "cpu_limit": 2, "memory_mb": 512, "memory_limit_mb": 1024}
-"""What the deployments start with: production echoes the limits it defaulted (twice the requests)."""
+RESOURCE_SPEC = {
+    "cpu": 1,
+    "cpu_limit": 2,
+    "memory_mb": 512,
+    "memory_limit_mb": 1024,
+    "sidecars": [{"name": "proxy", "image": "registry.example.com/acme/proxy:1.0"}],
+}
+"""What the deployments start with: production echoes the limits it defaulted (twice the requests). The
+emulator plays a newer service (``unknown_fields=True``): it shows fields the provider does not know besides,
+in the ``resource_spec`` (its own values, which a PATCH replacing the spec without them resets) and inside the
+sidecar, in ``source_config``, on the deployment and its revisions; every invariant holds with them."""
 BIGGER_SPEC = {"cpu": 2, "memory_mb": 1024}
 SECRET_BEFORE = "sv-CrashPoints-Before-2b7d"
 SECRET_AFTER = "sv-CrashPoints-After-91ce"
@@ -79,8 +90,7 @@ def patch_task(**change: Any) -> Callable[[World, Verifier | None, bool], PatchD
             bake_seconds=BAKE_SECONDS,
             rollback_on_failure=True,
             deferrable=deferrable,
-            **WAITING,
-            **change,
+            **{**WAITING, **change},
         )
 
     return make
@@ -97,6 +107,39 @@ def analysed_patch_task(**change: Any) -> Callable[[World, Verifier | None, bool
         return patch_task(analysis=analysis, **change)(world, verify, deferrable)
 
     return make
+
+
+CHANGES_AFTER = 6.0
+"""Virtual seconds after going live at which a changing revision's app changes (two looks and more: past the first
+round of the clean run's analysis, before a retry's)."""
+
+
+def health_changes(first: int, then: int) -> Callable[[World], None]:
+    """The next revision of ``svc`` answers its health check ``first``, then, :data:`CHANGES_AFTER` seconds after it
+    went live, ``then``: a truth that changes over time."""
+
+    def setup(world: World) -> None:
+        world.state.set_behaviour(
+            world.ids["svc"],
+            revision_id="next",
+            health_status=first,
+            after_seconds=CHANGES_AFTER,
+            then={"health_status": then},
+        )
+
+    return setup
+
+
+SLOW_BUILD_SECONDS = 30.0
+"""A build slower than :data:`SHORT_TIMEOUT`: the revision goes live after the task stopped waiting."""
+SHORT_TIMEOUT = 20.0
+"""A patch task's ``timeout`` (virtual seconds) shorter than :data:`SLOW_BUILD_SECONDS`, longer than what is left
+of the build plus the rollback's redeploy once it times out."""
+
+
+def slow_build(world: World) -> None:
+    """``svc`` builds in :data:`SLOW_BUILD_SECONDS`."""
+    world.state.update_deployment_options(world.ids["svc"], build_seconds=SLOW_BUILD_SECONDS)
 
 
 PATCH_SCENARIOS = [
@@ -156,6 +199,15 @@ PATCH_SCENARIOS = [
     ),
     Scenario(
         "patch",
+        "a replacing resource_spec change rolled back",  # its rollback restores the service's fields it dropped
+        patch_task(source_config={"resource_spec": BIGGER_SPEC}, resource_spec_mode="replace"),
+        "rolled back",
+        {"svc": 2},
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+    Scenario(
+        "patch",
         "an analysed revision lands",
         analysed_patch_task(image_uri=NEW_IMAGE),
         "landed",
@@ -173,6 +225,39 @@ PATCH_SCENARIOS = [
     ),
     Scenario(
         "patch",
+        "bad at first, healthy after: rolled back from the recorded verdict",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "rolled back",
+        {"svc": 2},
+        setup=health_changes(500, 200),
+        bake_seconds=BAKE_SECONDS,
+        also=("landed",),  # a crash before the verdict was recorded: the retry judges it healthy
+    ),
+    Scenario(
+        "patch",
+        "healthy at first, bad after",
+        analysed_patch_task(image_uri=NEW_IMAGE),
+        "landed",
+        {"svc": 2},
+        setup=health_changes(200, 500),
+        bake_seconds=BAKE_SECONDS,
+        also=("rolled back",),  # a crash before the analysis passed: the retry judges it bad
+    ),
+    Scenario(
+        "patch",
+        "the build is slower than the timeout: rolled back so that it never ends up serving",
+        patch_task(image_uri=NEW_IMAGE, timeout=SHORT_TIMEOUT),
+        "rolled back",
+        {"svc": 2},
+        setup=slow_build,
+        verify=False,
+        bake_seconds=BAKE_SECONDS,
+        # A crash while the task waits: the retry waits a whole timeout again, in which the build ends (a try's
+        # timeout is its own). Once a try recorded the timeout, no retry lands (the recorded-verdict invariant).
+        also=("landed",),
+    ),
+    Scenario(
+        "patch",
         "a secrets-only change rolled back",
         patch_task(secrets={"TOKEN": SECRET_AFTER}),
         "rolled back",
@@ -185,9 +270,12 @@ PATCH_SCENARIOS = [
 
 # ------------------------------------------------------------------------------------------ rollback
 def earlier_patch(**body: Any) -> Callable[[World], None]:
-    """An earlier task of the same DAG run patched ``svc``; its revision (``R1``) went live."""
+    """An earlier task of the same DAG run patched ``svc`` (recording the ``resource_spec`` it showed before, as
+    the patch task's ``previous_resource_spec`` XCom); its revision (``R1``) went live."""
 
     def setup(world: World) -> None:
+        shown = world.state.get_deployment(world.ids["svc"])["source_config"]["resource_spec"]
+        world.specs["R0"] = resource_spec_json(shown)  # the service's fields included
         patched = world.state.patch_deployment(world.ids["svc"], body)
         world.state.advance(5)
         world.revisions["R1"] = patched["latest_revision_id"]
@@ -196,18 +284,21 @@ def earlier_patch(**body: Any) -> Callable[[World], None]:
 
 
 def rollback_task(
-    *, resource_spec: bool = True
+    *, resource_spec: Literal["shown", "typed"] | None = "shown"
 ) -> Callable[[World, Verifier | None, bool], RollbackDeploymentOperator]:
-    """``RollbackDeploymentOperator`` from ``R1`` back to ``R0``, waiting; given ``resource_spec=`` (what served
-    with ``R0``: the patch task's ``previous_resource_spec`` XCom, as the docs recommend) unless told not to."""
+    """``RollbackDeploymentOperator`` from ``R1`` back to ``R0``, waiting; given ``resource_spec=``: what served
+    with ``R0`` as the deployment showed it (``"shown"``: the patch task's ``previous_resource_spec`` XCom, as the
+    docs recommend, the service's fields included), or as a user writes it (``"typed"``: only the fields the
+    provider knows), or not at all (``None``)."""
 
     def make(world: World, verify: Verifier | None, deferrable: bool) -> RollbackDeploymentOperator:
+        given = {"shown": world.specs.get("R0"), "typed": copy.deepcopy(RESOURCE_SPEC), None: None}[resource_spec]
         return RollbackDeploymentOperator(
             task_id="rollback",
             deployment_id=world.ids["svc"],
             revision_id=world.revisions["R0"],
             rolling_back_from=world.revisions["R1"],
-            resource_spec=dict(RESOURCE_SPEC) if resource_spec else None,
+            resource_spec=given,
             deferrable=deferrable,
             **WAITING,
         )
@@ -219,7 +310,7 @@ ROLLBACK_SCENARIOS = [
     Scenario(
         "rollback",
         "a plain rollback",
-        rollback_task(),
+        rollback_task(resource_spec="typed"),  # the service's fields it lacks are its own: not "not restored"
         "rolled back",
         {"svc": 1},
         setup=earlier_patch(source_revision_config={"image_uri": NEW_IMAGE}),
@@ -252,7 +343,7 @@ ROLLBACK_SCENARIOS = [
     Scenario(
         "rollback",
         "a plain rollback without resource_spec=",
-        rollback_task(resource_spec=False),
+        rollback_task(resource_spec=None),
         "rolled back",
         {"svc": 1},
         setup=earlier_patch(source_revision_config={"image_uri": NEW_IMAGE}),
@@ -421,10 +512,15 @@ SCENARIOS = [*PATCH_SCENARIOS, *ROLLBACK_SCENARIOS, *FLEET_SCENARIOS]
 # ------------------------------------------------------------------------------------------ the sweeps
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
-    """One frozen-clock emulator holding :data:`SEED` (reset before every run) behind the default
-    connection, with the harness installed on it."""
+    """One frozen-clock emulator of a newer service (fields the provider does not know in its answers) holding
+    :data:`SEED` (reset before every run) behind the default connection, with the harness installed on it."""
     server = EmulatorServer(
-        api_key="crash-points-key", data=SEED, frozen_clock=True, build_seconds=2.0, ready_seconds=1.0
+        api_key="crash-points-key",
+        data=SEED,
+        frozen_clock=True,
+        build_seconds=2.0,
+        ready_seconds=1.0,
+        unknown_fields=True,
     )
     server.start()
     saved = os.environ.get(CONN_ENV)

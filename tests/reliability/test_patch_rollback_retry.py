@@ -415,17 +415,25 @@ def fieldless_patch(deployment_id: str, change: str, verdicts: list[str]) -> Pat
     return patch_task(deployment_id, verdicts, **{"image_uri": None, "secrets": None, **FIELDLESS_CHANGES[change]})
 
 
+@pytest.mark.parametrize("unknown_fields", [False, True], ids=["known fields", "newer service"])
 @pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no store"])
 @pytest.mark.parametrize("change", list(FIELDLESS_CHANGES))
 def test_a_retry_finds_the_revision_of_a_patch_whose_answer_was_lost_and_rolls_it_back(
-    emulator: Callable[..., EmulatorServer], kill_in: Callable[[str, str], None], change: str, with_store: bool
+    emulator: Callable[..., EmulatorServer],
+    kill_in: Callable[[str, str], None],
+    change: str,
+    with_store: bool,
+    unknown_fields: bool,
 ) -> None:
     """Try 1 dies right after its PATCH reached the service, before recording it (or with no store): the
     revision list shows one revision made since the DAG run started, which shows this patch, and the revision
     made before the run served. Try 2 (the revision serves by then) judges that revision, rolls it back to the
     one that served (once) and fails rolled back; before, it took the patch for one that made no revision
-    (resource_spec) or found no revision that served before it (secrets), and could not roll back."""
-    server = emulator()
+    (resource_spec) or found no revision that served before it (secrets), and could not roll back. Against a
+    newer service (fields the provider does not know in each ``source_revision_config``) the config it restores
+    holds only the fields a patch can name (before: refused, "source_revision_config has unknown field(s)
+    build_platform")."""
+    server = emulator(unknown_fields=unknown_fields)
     state = server.state
     before = state.find_deployment(EXTERNAL)
     good = before["active_revision_id"]

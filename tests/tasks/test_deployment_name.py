@@ -69,12 +69,12 @@ def test_no_match_at_all_says_so(emulator: Any) -> None:
 
 
 def test_several_exact_matches_name_their_ids() -> None:
-    from airflow_provider.client import _ClientCore
+    from airflow_provider.client.calls import named_exactly
     from tests.tasks.test_rollout import deployment
 
     first, second = deployment(), deployment().model_copy(update={"id": "55555555-5555-4555-8555-555555555555"})
     with pytest.raises(AmbiguousDeploymentNameError) as raised:
-        _ClientCore._named("shop-api", [first, second])
+        named_exactly("shop-api", [first, second])
     assert str(raised.value) == (
         f"2 deployments are named 'shop-api' (ids {first.id}, {second.id}); give deployment_id instead"
     )

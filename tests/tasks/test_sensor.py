@@ -104,7 +104,9 @@ def test_fails_fast(emulator: Any, case: str) -> None:
     started = time.monotonic()
     with pytest.raises(AirflowFailException, match=expected):
         sensor(dep["id"], revision_id, timeout=30).execute(make_context())
-    assert time.monotonic() - started < 2
+    # Fast means at the first look, not at the 30 s timeout: a bound far below it and far above a loaded
+    # machine's scheduling noise (2 s failed once with two other test processes on the two cores).
+    assert time.monotonic() - started < 10
 
 
 def test_build_failure_without_revision_endpoint_falls_back(service: Any, capfd: pytest.CaptureFixture[str]) -> None:

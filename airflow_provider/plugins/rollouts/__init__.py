@@ -2,6 +2,7 @@
 
 - :mod:`~airflow_provider.plugins.rollouts.plugin`: the ``AirflowPlugin`` (light: loaded everywhere);
 - :mod:`~airflow_provider.plugins.rollouts.app`: the FastAPI app the API server mounts (pages, assets, JSON);
+- :mod:`~airflow_provider.plugins.rollouts.paths`: where the view is mounted and the UI paths it links to;
 - :mod:`~airflow_provider.plugins.rollouts.access`: who may see what (the API server's auth manager);
 - :mod:`~airflow_provider.plugins.rollouts.listing`: deployments and revisions through the hook, cached;
 - :mod:`~airflow_provider.plugins.rollouts.records`: Airflow's own records (asset events, task state, XCom);

@@ -9,12 +9,16 @@ Airflow does not protect a plugin's endpoints unless they ask for it. Every endp
 - **read access to the DAG** whose rollouts are shown: its task instances and its XComs for the fleet tab
   (``is_authorized_dag`` with ``TASK_INSTANCE`` and ``XCOM``, as Airflow's own XCom endpoints ask: the
   tab shows the task's result table and analysis), and the DAG for every rollout listed next to a
-  deployment (rollouts of DAGs the user cannot read are left out, not shown as hidden).
+  deployment (rollouts of DAGs the user cannot read are left out, not shown as hidden). What a fleet task
+  recorded (its rows, their messages, and the measurements of an analysis, in a fleet row or a task's asset
+  event) is shown next to a deployment only with the fleet tab's access to that DAG
+  (:func:`fleet_readable_dag_ids`); DAG read alone shows what the asset event says the run did.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from airflow.api_fastapi.auth.managers.models.resource_details import (
@@ -37,6 +41,8 @@ HTTP_422 = 422
 UserDep = GetUserDep
 """The authenticated Airflow user of a request (Airflow's ``GetUserDep``: 401 without a token)."""
 
+FLEET_ENTITIES = (DagAccessEntity.TASK_INSTANCE, DagAccessEntity.XCOM)
+"""What of a DAG a user must be able to read to see its fleet tasks' records (the fleet tab's access)."""
 CONN_ID_PATTERN = re.compile(r"[\w.\-]{1,250}")
 """What a connection id may look like (letters, digits, ``_``, ``.`` and ``-``; Airflow's own rule)."""
 
@@ -89,14 +95,34 @@ def require_dag(dag_id: str, user: BaseUser, entity: DagAccessEntity = DagAccess
     :param user: the request's user.
     :param entity: what of the DAG is read (its task instances by default).
     """
-    from airflow.models.dag import DagModel
-
-    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
-    if not auth_manager().is_authorized_dag(method="GET", access_entity=entity, details=details, user=user):
+    if not may_read_dag(dag_id, user, entity):
         what = "" if entity is DagAccessEntity.TASK_INSTANCE else f" ({entity.value})"
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"you may not read DAG {dag_id!r}{what}: ask for read access to it"
         )
+
+
+def may_read_dag(dag_id: str, user: BaseUser, entity: DagAccessEntity) -> bool:
+    """Whether the user may read ``entity`` of DAG ``dag_id``.
+
+    :param dag_id: the DAG.
+    :param user: the request's user.
+    :param entity: what of the DAG is read.
+    """
+    from airflow.models.dag import DagModel
+
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    return auth_manager().is_authorized_dag(method="GET", access_entity=entity, details=details, user=user)
+
+
+def fleet_readable_dag_ids(user: BaseUser, dag_ids: Iterable[str]) -> set[str]:
+    """Those of ``dag_ids`` whose fleet tasks' records the user may read: the DAG's task instances and XComs
+    (:data:`FLEET_ENTITIES`, what the fleet tab asks).
+
+    :param user: the request's user.
+    :param dag_ids: the DAGs in question (already readable by the user).
+    """
+    return {dag_id for dag_id in set(dag_ids) if all(may_read_dag(dag_id, user, e) for e in FLEET_ENTITIES)}
 
 
 def readable_dag_ids(user: BaseUser) -> set[str]:
@@ -127,8 +153,11 @@ def readable_connections(user: BaseUser, session: Session) -> list[str]:
 
 
 __all__ = [
+    "FLEET_ENTITIES",
     "UserDep",
     "check_conn_id",
+    "fleet_readable_dag_ids",
+    "may_read_dag",
     "readable_connections",
     "readable_dag_ids",
     "require_connection",

@@ -5,14 +5,23 @@ iframe: ``deployments`` (the nav entry), ``deployments/<id>`` and ``fleet`` (the
 data comes from the JSON endpoints under ``api/``. Every route, pages and assets included, needs an
 authenticated Airflow user (:mod:`~airflow_provider.plugins.rollouts.access`); the JSON endpoints also
 check read access to the connection or the DAG they show.
+
+Every endpoint is ``async``: the pages are served from memory, and whatever blocks in a JSON request (the
+metadata database, the auth manager, the service) runs in the view's own threads
+(:mod:`~airflow_provider.plugins.rollouts.workers`), never in the thread pool the API server shares with
+Airflow's own REST API.
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import math
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import pydantic
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -22,11 +31,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from airflow_provider.client import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.models import Deployment, canonical_uuid
+from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.plugins.rollouts import access, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
-from airflow_provider.plugins.rollouts.plugin import airflow_root_path
+from airflow_provider.plugins.rollouts.paths import airflow_root_path
+from airflow_provider.plugins.rollouts.workers import AnswerTooSlow, ViewBusy, ViewWorkers
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+    from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
+
+T = TypeVar("T")
 
 STATIC = resources.files("airflow_provider.plugins.rollouts") / "static"
 ASSETS = {
@@ -38,6 +55,8 @@ ASSETS = {
 HTTP_422 = 422
 """Unprocessable content: a parameter that can never be right, named in the answer."""
 PAGES = ("deployments", "deployment", "fleet")
+MAP_INDEX_PLACEHOLDER = "{MAP_INDEX}"
+"""What Airflow 3.3's UI leaves in a task-instance tab's URL on an unmapped task instance."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -50,10 +69,12 @@ SECURITY_HEADERS = {
 """Sent with every page and answer: scripts and data from this origin only, framed only by the Airflow UI."""
 
 
-def create_app(reader: ServiceReader | None = None) -> FastAPI:
+def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None = None) -> FastAPI:
     """The view's app.
 
     :param reader: what reads the service (default: a :class:`ServiceReader` with its shared cache).
+    :param workers: the view's own threads, where every blocking part of a request runs (default: a
+        :class:`ViewWorkers` of :data:`~airflow_provider.plugins.rollouts.workers.VIEW_THREADS` threads).
     """
     app = FastAPI(
         title="Deployment service: Rollouts view",
@@ -62,6 +83,7 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
         openapi_url=None,
     )
     app.state.reader = reader or ServiceReader()
+    app.state.workers = workers or ViewWorkers()
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Any) -> Response:
@@ -72,42 +94,49 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------------------ pages
     @app.get("/", include_in_schema=False)
-    def index(request: Request, user: UserDep) -> RedirectResponse:
+    async def index(request: Request, user: UserDep) -> RedirectResponse:
         return RedirectResponse(f"{_app_path(request)}deployments", status.HTTP_307_TEMPORARY_REDIRECT)
 
     @app.get("/deployments", response_class=HTMLResponse)
-    def deployments_page(request: Request, user: UserDep) -> HTMLResponse:
+    async def deployments_page(request: Request, user: UserDep) -> HTMLResponse:
         """The Deployments page (the nav entry)."""
         return _page(request, "deployments")
 
     @app.get("/deployments/{deployment_id}", response_class=HTMLResponse)
-    def deployment_page(request: Request, deployment_id: str, user: UserDep) -> HTMLResponse:
+    async def deployment_page(request: Request, deployment_id: str, user: UserDep) -> HTMLResponse:
         """One deployment's page."""
         return _page(request, "deployment")
 
     @app.get("/fleet", response_class=HTMLResponse)
-    def fleet_page(request: Request, user: UserDep) -> HTMLResponse:
-        """The Fleet rollout tab of a task instance."""
+    async def fleet_page(request: Request, user: UserDep) -> Response:
+        """The Fleet rollout tab of a task instance.
+
+        Airflow 3.3's UI fills the tab's ``{MAP_INDEX}`` only on a mapped task instance's route; on an
+        unmapped one it leaves it as it is: that URL is redirected to the one with the real map index (-1).
+        """
+        if request.query_params.get("map_index") == MAP_INDEX_PLACEHOLDER:
+            query = [
+                (name, "-1" if name == "map_index" else value) for name, value in request.query_params.multi_items()
+            ]
+            location = f"{_app_path(request)}fleet?{urlencode(query, quote_via=quote)}"
+            return RedirectResponse(location, status.HTTP_307_TEMPORARY_REDIRECT)
         return _page(request, "fleet")
 
     @app.get("/static/{name}")
-    def asset(name: str, user: UserDep) -> Response:
+    async def asset(name: str, user: UserDep) -> Response:
         """One of the pages' assets (:data:`ASSETS`)."""
         if name not in ASSETS:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
-        return Response((STATIC / name).read_bytes(), media_type=ASSETS[name])
+        return Response(_static(name), media_type=ASSETS[name])
 
     # ------------------------------------------------------------------------------ data
     @app.get("/api/connections")
-    def connections(user: UserDep) -> dict[str, Any]:
+    async def connections(request: Request, user: UserDep) -> dict[str, Any]:
         """The ``deployment_service`` connections of the metadata database the user may read."""
-        from airflow.utils.session import create_session
-
-        with create_session() as session:
-            return {"connections": access.readable_connections(user, session), "default": DEFAULT_CONN_ID}
+        return await _in_view_threads(request, lambda: _connections(user))
 
     @app.get("/api/deployments")
-    def deployments(
+    async def deployments(
         request: Request,
         user: UserDep,
         conn_id: str = DEFAULT_CONN_ID,
@@ -117,8 +146,6 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
         deployment_type: str | None = None,
     ) -> dict[str, Any]:
         """Every deployment of a connection (filtered by the service), with the last rollout of each."""
-        from airflow.utils.session import create_session
-
         conn_id = access.check_conn_id(conn_id)
         filters = {
             "name_contains": name_contains,
@@ -130,79 +157,31 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
             query = list_query(filters)
         except pydantic.ValidationError as err:
             raise HTTPException(HTTP_422, describe_validation_error(err)) from None
-        with create_session() as session:
-            access.require_connection(conn_id, user, session)
-        listing = _service(request, conn_id, lambda reader: reader.deployments(conn_id, query))
-        dag_ids = access.readable_dag_ids(user)
-        ids = [deployment.id for deployment in listing.deployments]
-        with create_session() as session:
-            events = records.latest_events(session, ids, dag_ids)
-            touches = records.latest_touches(records.fleet_touches(session, dag_ids))
-            running = records.running_task_keys(session, touches.values())
-        rows = []
-        for deployment in listing.deployments:
-            rollouts = []
-            if deployment.id in events:
-                rollouts.append(shapes.event_rollout(events[deployment.id]))
-            touch = touches.get(deployment.id)
-            if touch is not None:
-                key = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index)
-                rollouts.append(shapes.touch_rollout(touch, key in running))
-            serving = shapes.serving_from_events(deployment, rollouts)
-            summary = shapes.deployment_summary(deployment, serving)
-            rows.append({**summary, "last_rollout": shapes.newest_rollout(rollouts)})
+        reader = request.app.state.reader
+        listing = await _in_view_threads(request, lambda: _deployments(reader, user, conn_id, query))
         return {
             "conn_id": conn_id,
             "filters": {name: value for name, value in filters.items() if value},
-            "deployments": rows,
-            "truncated": listing.truncated,
-            "max_deployments": MAX_DEPLOYMENTS,
-            "fetched_at": _iso(listing.fetched_at),
+            **listing,
         }
 
     @app.get("/api/deployments/{deployment_id}")
-    def deployment(
+    async def deployment(
         request: Request, deployment_id: str, user: UserDep, conn_id: str = DEFAULT_CONN_ID
     ) -> dict[str, Any]:
         """One deployment: its revisions marked with the rollouts that rolled them out or back, and the
         rollouts running on it."""
-        from airflow.utils.session import create_session
-
         conn_id = access.check_conn_id(conn_id)
         try:
             deployment_id = canonical_uuid(deployment_id, "deployment_id")
         except ValueError as err:
             raise HTTPException(HTTP_422, str(err)) from None
-        with create_session() as session:
-            access.require_connection(conn_id, user, session)
-        found = _service(request, conn_id, lambda reader: reader.deployment(conn_id, deployment_id))
-        if found is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} has no deployment {deployment_id}")
-        history = _service(request, conn_id, lambda reader: reader.revisions(conn_id, deployment_id))
-        dag_ids = access.readable_dag_ids(user)
-        with create_session() as session:
-            events = records.deployment_events(session, deployment_id, dag_ids)
-            touches = records.fleet_touches(session, dag_ids, deployment_id=deployment_id)
-            running = records.running_task_keys(session, touches)
-        rollouts = [shapes.event_rollout(event) for event in events]
-        for touch in touches:
-            live = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index) in running
-            if touch.row.get("outcome") == "not_patched" or (touch.row.get("outcome") == "pending" and not live):
-                continue  # never patched by that rollout; a pending row of a running one is queued: shown
-            rollouts.append(shapes.touch_rollout(touch, live))
-        rollouts.sort(key=lambda rollout: rollout["at"] or "", reverse=True)
-        return {
-            "conn_id": conn_id,
-            "deployment": shapes.deployment_summary(found, _serving(found, history.revisions, rollouts)),
-            "revisions": _history(found, history.revisions, rollouts),
-            "revisions_available": history.available,
-            "rollouts": rollouts,
-            "running": [rollout for rollout in rollouts if rollout["running"]],
-            "fetched_at": _iso(history.fetched_at),
-        }
+        reader = request.app.state.reader
+        return await _in_view_threads(request, lambda: _deployment(reader, user, conn_id, deployment_id))
 
     @app.get("/api/fleet")
-    def fleet(
+    async def fleet(
+        request: Request,
         user: UserDep,
         dag_id: str,
         run_id: str,
@@ -210,28 +189,118 @@ def create_app(reader: ServiceReader | None = None) -> FastAPI:
         map_index: str = "-1",
     ) -> dict[str, Any]:
         """One fleet task's waves, outcomes, budget, pauses and approvals (read while it runs)."""
-        from airflow.utils.session import create_session
-
         index = _map_index(map_index)
-        access.require_dag(dag_id, user, DagAccessEntity.TASK_INSTANCE)
-        access.require_dag(dag_id, user, DagAccessEntity.XCOM)  # the result table and analysis come from XCom
-        hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
-        try:
-            if hitl is not None:
-                access.require_dag(dag_id, user, hitl)
-            with_approvals = hitl is not None
-        except HTTPException:
-            with_approvals = False
-        with create_session() as session:
-            record = records.fleet_task(session, dag_id, run_id, task_id, index, with_approvals=with_approvals)
-        if record is None:
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND,
-                f"no task instance {task_id!r} (map index {index}) in run {run_id!r} of DAG {dag_id!r}",
-            )
-        return shapes.fleet_view(record)
+        return await _in_view_threads(request, lambda: _fleet(user, dag_id, run_id, task_id, index))
 
     return app
+
+
+# ------------------------------------------------------------------------------------ blocking parts
+# Each runs in one of the view's own threads (:mod:`~airflow_provider.plugins.rollouts.workers`).
+def _connections(user: BaseUser) -> dict[str, Any]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {"connections": access.readable_connections(user, session), "default": DEFAULT_CONN_ID}
+
+
+def _deployments(reader: ServiceReader, user: BaseUser, conn_id: str, query: ListDeploymentsQuery) -> dict[str, Any]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        access.require_connection(conn_id, user, session)
+    listing = _service(conn_id, lambda: reader.deployments(conn_id, query))
+    dag_ids = access.readable_dag_ids(user)
+    ids = [deployment.id for deployment in listing.deployments]
+    with create_session() as session:
+        events = records.latest_events(session, ids, dag_ids)
+        all_touches = records.fleet_touches(session, dag_ids)
+        fleet_dag_ids = _fleet_readable(user, events.values(), all_touches)
+        touches = records.latest_touches(touch for touch in all_touches if touch.dag_id in fleet_dag_ids)
+        running = records.running_task_keys(session, touches.values())
+    rows = []
+    for deployment in listing.deployments:
+        rollouts = []
+        if deployment.id in events:
+            rollouts.append(_event_rollout(events[deployment.id], fleet_dag_ids))
+        touch = touches.get(deployment.id)
+        if touch is not None:
+            key = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index)
+            rollouts.append(shapes.touch_rollout(touch, key in running))
+        serving = shapes.serving_from_events(deployment, rollouts)
+        summary = shapes.deployment_summary(deployment, serving)
+        rows.append({**summary, "last_rollout": shapes.newest_rollout(rollouts)})
+    return {
+        "deployments": rows,
+        "truncated": listing.truncated,
+        "max_deployments": MAX_DEPLOYMENTS,
+        "fetched_at": _iso(listing.fetched_at),
+    }
+
+
+def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_id: str) -> dict[str, Any]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        access.require_connection(conn_id, user, session)
+    found = _service(conn_id, lambda: reader.deployment(conn_id, deployment_id))
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} has no deployment {deployment_id}")
+    history = _service(conn_id, lambda: reader.revisions(conn_id, deployment_id))
+    dag_ids = access.readable_dag_ids(user)
+    with create_session() as session:
+        events = records.deployment_events(session, deployment_id, dag_ids)
+        touches = records.fleet_touches(session, dag_ids, deployment_id=deployment_id)
+        fleet_dag_ids = _fleet_readable(user, events, touches)
+        touches = [touch for touch in touches if touch.dag_id in fleet_dag_ids]
+        running = records.running_task_keys(session, touches)
+    rollouts = [_event_rollout(event, fleet_dag_ids) for event in events]
+    for touch in touches:
+        live = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index) in running
+        if touch.row.get("outcome") == "not_patched" or (touch.row.get("outcome") == "pending" and not live):
+            continue  # never patched by that rollout; a pending row of a running one is queued: shown
+        rollouts.append(shapes.touch_rollout(touch, live))
+    rollouts.sort(key=lambda rollout: rollout["at"] or "", reverse=True)
+    return {
+        "conn_id": conn_id,
+        "deployment": shapes.deployment_summary(found, _serving(found, history.revisions, rollouts)),
+        "revisions": _history(found, history.revisions, rollouts),
+        "revisions_available": history.available,
+        "rollouts": rollouts,
+        "running": [rollout for rollout in rollouts if rollout["running"]],
+        "fetched_at": _iso(history.fetched_at),
+    }
+
+
+def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -> dict[str, Any]:
+    from airflow.utils.session import create_session
+
+    for entity in access.FLEET_ENTITIES:  # the result table and analysis come from XCom
+        access.require_dag(dag_id, user, entity)
+    hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
+    with_approvals = hitl is not None and access.may_read_dag(dag_id, user, hitl)
+    with create_session() as session:
+        record = records.fleet_task(session, dag_id, run_id, task_id, index, with_approvals=with_approvals)
+    if record is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no task instance {task_id!r} (map index {index}) in run {run_id!r} of DAG {dag_id!r}",
+        )
+    return shapes.fleet_view(record)
+
+
+def _fleet_readable(user: BaseUser, events: Iterable[EventRecord], touches: Iterable[FleetTouch]) -> set[str]:
+    """The DAGs, of those named by ``events`` and ``touches``, whose fleet records the user may read."""
+    named = {touch.dag_id for touch in touches} | {event.dag_id for event in events if event.dag_id}
+    return access.fleet_readable_dag_ids(user, named)
+
+
+def _event_rollout(event: EventRecord, fleet_dag_ids: Collection[str]) -> dict[str, Any]:
+    """A rollout as its asset event tells it; the analysis' measurements only with the fleet tab's access."""
+    rollout = shapes.event_rollout(event)
+    if event.dag_id not in fleet_dag_ids:
+        rollout["analysis"] = None
+    return rollout
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -241,22 +310,41 @@ def _app_path(request: Request) -> str:
     return root.rstrip("/") + "/"
 
 
+@functools.cache
+def _static(name: str) -> bytes:
+    """A file of ``static/``, read once (the pages' endpoints run on the event loop: nothing there blocks)."""
+    return (STATIC / name).read_bytes()
+
+
 def _page(request: Request, page: str) -> HTMLResponse:
     assert page in PAGES
-    template = (STATIC / "page.html").read_text(encoding="utf-8")
+    template = _static("page.html").decode("utf-8")
     values = {"app_path": _app_path(request), "airflow_root": airflow_root_path(), "page": page}
     for name, value in values.items():
         template = template.replace("{{" + name + "}}", html.escape(value, quote=True))
     return HTMLResponse(template)
 
 
-def _service(request: Request, conn_id: str, read: Any) -> Any:
+async def _in_view_threads(request: Request, work: Callable[[], T]) -> T:
+    """``work()`` in the app's own threads; no free thread within the slot wait is a 503 (retry), work that
+    outlasts the answer time a 504."""
+    try:
+        return await request.app.state.workers.run(work)
+    except ViewBusy as err:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, str(err), headers={"Retry-After": str(math.ceil(err.waited))}
+        ) from None
+    except AnswerTooSlow as err:
+        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, str(err)) from None
+
+
+def _service(conn_id: str, read: Callable[[], T]) -> T:
     """Call the service through the app's reader; its failures become 502 (or 404 for a missing connection), and
     a wait for another request's fetch that runs out becomes 503 (retry)."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
-        return read(request.app.state.reader)
+        return read()
     except AirflowNotFoundException:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} is not defined") from None
     except StillFetching as err:
@@ -271,7 +359,7 @@ def _service(request: Request, conn_id: str, read: Any) -> Any:
 
 def _map_index(value: str) -> int:
     """The ``map_index`` query value: a number, or the UI's unreplaced ``{MAP_INDEX}`` (an unmapped task)."""
-    if value in ("", "{MAP_INDEX}"):
+    if value in ("", MAP_INDEX_PLACEHOLDER):
         return -1
     try:
         index = int(value)

@@ -7,6 +7,11 @@ asking for the same thing wait for it instead of fetching too (ten people watchi
 most :data:`WAIT_SECONDS` (then :class:`StillFetching`: the view answers 503, retry). At most
 :data:`MAX_ENTRIES` answers holding :data:`MAX_CACHED_DEPLOYMENTS` deployments in all are kept.
 The cache lives in the API server process; each API server worker has its own.
+
+A page never waits long for the service (:class:`PageBoundHook`): one attempt per request (no retry
+budget: the viewer's next load is the retry), at most :data:`PAGE_CONNECT_TIMEOUT` s to connect and
+:data:`PAGE_READ_TIMEOUT` s for each answer (the connection's own timeouts when shorter), and no more pages
+asked for once a listing has taken :data:`FETCH_SECONDS`.
 """
 
 from __future__ import annotations
@@ -15,13 +20,20 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.errors import DeploymentServiceError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, ListDeploymentsQuery, Revision
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from airflow.sdk import Connection
+
+    from airflow_provider.client_settings import ClientSettings
 
 LISTING_TTL_SECONDS = 10.0
 """How long one answer of the service serves every viewer."""
@@ -36,6 +48,13 @@ MAX_CACHED_DEPLOYMENTS = 20_000
 the newest answer is always kept)."""
 WAIT_SECONDS = 20.0
 """Longest a request waits for another request's fetch of the same answer before a 503 asks to retry."""
+PAGE_CONNECT_TIMEOUT = 5.0
+"""Most seconds a page's request waits to connect to the service (the connection's own when shorter)."""
+PAGE_READ_TIMEOUT = 10.0
+"""Most seconds a page's request waits for the service's answer (the connection's own when shorter)."""
+FETCH_SECONDS = 15.0
+"""Once a listing (or a revision history) has taken this long, no further page is asked for: the fetch fails
+(shared like any failure) and the view answers 502 saying so."""
 LIST_FILTERS = ("name_contains", "tag_value_ids", "status", "deployment_type", "deployment_ids")
 """The list endpoint's filters the view offers."""
 
@@ -175,6 +194,24 @@ class _Cache(Generic[T]):
             self.entries.clear()
 
 
+class PageBoundHook(DeploymentServiceHook):
+    """The hook the view reads the service through: the connection's settings, with one attempt per request
+    and timeouts of at most :data:`PAGE_CONNECT_TIMEOUT` and :data:`PAGE_READ_TIMEOUT` seconds.
+
+    :param deployment_service_conn_id: the Airflow connection to use.
+    """
+
+    def settings_from_connection(self, conn: Connection) -> tuple[ClientSettings, str]:
+        """The connection's settings (and API key), bounded for a page (see the class)."""
+        settings, api_key = super().settings_from_connection(conn)
+        bounded = replace(
+            settings,
+            connect_timeout=min(settings.connect_timeout, PAGE_CONNECT_TIMEOUT),
+            read_timeout=min(settings.read_timeout, PAGE_READ_TIMEOUT),
+        ).with_retry(max_attempts=1)
+        return bounded, api_key
+
+
 class ServiceReader:
     """Deployments and revisions of the service for the view, through :class:`DeploymentServiceHook`, cached.
 
@@ -186,19 +223,23 @@ class ServiceReader:
         histories).
     :param wait_seconds: longest a request waits for another's fetch of the same answer
         (:class:`StillFetching` then).
+    :param fetch_seconds: longest one fetch keeps asking for pages (:data:`FETCH_SECONDS`).
     """
 
     def __init__(
         self,
         *,
         ttl: float = LISTING_TTL_SECONDS,
-        hook_factory: Callable[[str], DeploymentServiceHook] = DeploymentServiceHook,
+        hook_factory: Callable[[str], DeploymentServiceHook] = PageBoundHook,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = MAX_ENTRIES,
         max_cached_deployments: int = MAX_CACHED_DEPLOYMENTS,
         wait_seconds: float = WAIT_SECONDS,
+        fetch_seconds: float = FETCH_SECONDS,
     ) -> None:
         self.hook_factory = hook_factory
+        self.fetch_seconds = fetch_seconds
+        self._clock = clock
         self._listings: _Cache[DeploymentListing] = _Cache(
             "deployment listing",
             ttl,
@@ -253,18 +294,39 @@ class ServiceReader:
     def _list(self, conn_id: str, query: ListDeploymentsQuery) -> DeploymentListing:
         query = query.model_copy(update={"limit": MAX_PAGE_SIZE, "offset": 0})
         with self.hook_factory(conn_id) as hook:
-            found = list(hook.iter_deployments(query, max_results=MAX_DEPLOYMENTS + 1))
+            found = self._within_time(
+                hook.iter_deployments(query, max_results=MAX_DEPLOYMENTS + 1),
+                "the deployments",
+                "narrow the filters, or retry",
+            )
         return DeploymentListing(found[:MAX_DEPLOYMENTS], time.time(), truncated=len(found) > MAX_DEPLOYMENTS)
 
     def _history(self, conn_id: str, deployment_id: str) -> RevisionHistory:
         with self.hook_factory(conn_id) as hook:
             try:
-                revisions = list(hook.iter_revisions(deployment_id, max_results=REVISIONS_SHOWN))
+                revisions = self._within_time(
+                    hook.iter_revisions(deployment_id, max_results=REVISIONS_SHOWN),
+                    "the deployment's revisions",
+                    "retry",
+                )
             except DeploymentServiceError as err:
                 if err.transient or err.status_code not in REVISION_ENDPOINT_MISSING:
                     raise
                 return RevisionHistory([], False, time.time())
         return RevisionHistory(revisions, True, time.time())
+
+    def _within_time(self, items: Iterable[T], what: str, hint: str) -> list[T]:
+        """Every item of a paged listing, unless it takes longer than ``fetch_seconds`` (a ``TransportError``
+        then: no further page is asked for)."""
+        deadline = self._clock() + self.fetch_seconds
+        found: list[T] = []
+        for item in items:
+            found.append(item)
+            if self._clock() > deadline:
+                raise TransportError(
+                    f"listing {what} took longer than {self.fetch_seconds:g} s: no further page was asked for; {hint}"
+                )
+        return found
 
 
 def list_query(filters: Mapping[str, Any]) -> ListDeploymentsQuery:
@@ -285,14 +347,18 @@ def list_query(filters: Mapping[str, Any]) -> ListDeploymentsQuery:
 
 
 __all__ = [
+    "FETCH_SECONDS",
     "LISTING_TTL_SECONDS",
     "LIST_FILTERS",
     "MAX_CACHED_DEPLOYMENTS",
     "MAX_DEPLOYMENTS",
     "MAX_ENTRIES",
+    "PAGE_CONNECT_TIMEOUT",
+    "PAGE_READ_TIMEOUT",
     "REVISIONS_SHOWN",
     "WAIT_SECONDS",
     "DeploymentListing",
+    "PageBoundHook",
     "RevisionHistory",
     "ServiceReader",
     "StillFetching",

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
 
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
+
+from airflow_provider.plugins.rollouts.paths import NAV_ROUTE, TAB_ROUTE, URL_PREFIX, task_instance_tab_path, view_path
+from airflow_provider.plugins.rollouts.paths import airflow_root_path as airflow_root_path
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -29,50 +31,12 @@ if TYPE_CHECKING:
 
 PLUGIN_NAME = "deployment_service_rollouts"
 """The plugin's name (``airflow plugins`` lists it under this name)."""
-URL_PREFIX = "/deployment-service"
-"""Where the API server mounts the view's FastAPI app (pages, assets and JSON)."""
-NAV_ROUTE = "rollouts"
-"""The UI route of the navigation entry: ``<airflow>/plugin/rollouts``."""
-TAB_ROUTE = "fleet-rollout"
-"""The UI route of the task-instance tab: ``.../tasks/<task_id>/plugin/fleet-rollout``."""
 FLEET_OPERATOR = ("airflow_provider.operators.deployment_service", "FleetRolloutOperator")
 """Module and name of the operator whose tasks get the extra link."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-def airflow_root_path() -> str:
-    """The path under which Airflow's UI and API are served (``[api] base_url``'s path, ``/`` by default),
-    with a trailing slash."""
-    from airflow.configuration import conf
-
-    path = urlsplit(conf.get("api", "base_url", fallback="") or "").path or "/"
-    return path if path.endswith("/") else path + "/"
-
-
-def view_path(page: str = "") -> str:
-    """The absolute path of one of the view's pages (``deployments``, ``fleet``...), base URL's path included.
-
-    :param page: the page's path under the app, without a leading slash.
-    """
-    return f"{airflow_root_path()}{URL_PREFIX.strip('/')}/{page}"
-
-
-def task_instance_tab_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """The UI path of the Fleet rollout tab of one task instance.
-
-    :param dag_id: the DAG.
-    :param run_id: the DAG run.
-    :param task_id: the task.
-    :param map_index: the map index (``-1``: not mapped).
-    """
-    path = f"{airflow_root_path()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-    path += f"/tasks/{quote(task_id, safe='')}"
-    if map_index >= 0:
-        path += f"/mapped/{map_index}"
-    return f"{path}/plugin/{TAB_ROUTE}"
 
 
 class _LazyApp:

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
 
 from airflow_provider.fleet import (
     ANALYSIS_FAILED_VERDICTS,
@@ -26,7 +25,7 @@ from airflow_provider.fleet import (
     WaveRecord,
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
-from airflow_provider.plugins.rollouts.plugin import airflow_root_path, task_instance_tab_path
+from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
 BUILD_FIELDS = ("image_uri", "repo_ref", "repo_commit_sha", "source_tarball_path", "graph_config_path")
@@ -63,28 +62,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(item) for item in value]
     return None
-
-
-def task_instance_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """The Airflow UI path of a task instance.
-
-    :param dag_id: the DAG.
-    :param run_id: the DAG run.
-    :param task_id: the task.
-    :param map_index: the map index (``-1``: not mapped).
-    """
-    path = f"{airflow_root_path()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-    path += f"/tasks/{quote(task_id, safe='')}"
-    return f"{path}/mapped/{map_index}" if map_index >= 0 else path
-
-
-def dag_run_path(dag_id: str, run_id: str) -> str:
-    """The Airflow UI path of a DAG run.
-
-    :param dag_id: the DAG.
-    :param run_id: the DAG run.
-    """
-    return f"{airflow_root_path()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
 # ------------------------------------------------------------------------------------ rollouts
