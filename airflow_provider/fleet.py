@@ -284,7 +284,8 @@ class FleetRow:
     :param rollback_path: how the rollback was sent (``redeploy``, ``patch``, ``none``).
     :param rollback_allowed_latest: a newer revision allowed to stay the latest while ``rollback_revision``
         goes live (a redeploy that made no revision).
-    :param rollback_decided: whether the rollback's outcome was recorded (until then a retry watches it).
+    :param rollback_decided: whether the rollback's outcome was recorded: it went live, failed, or could not
+        be started (until then a retry watches it, or starts it).
     :param not_restored: what the rollback did not undo, one clause each (never a secret value).
     :param analysis: the analysis of its new revision (an ``AnalysisResult``: ``verdict``, ``failing_check``,
         ``reason``, ``revision_id``, ``measurements``, at most :data:`ROW_MEASUREMENTS` of them), once judged;

@@ -27,6 +27,7 @@ SCRIPTS = (
     "fleet_rollout",
     "rollouts_view",
     "analysis_cost",
+    "fleet_abort",
 )
 
 

@@ -7,15 +7,20 @@ analysis's ``failure_limit``: ``failure_limit=1`` fails on the first failed meas
 ``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds it passed when every
 check passed at least once, else it is inconclusive. A deployment found no longer serving its revision fails
 with the check :data:`STILL_SERVING`.
+
+An analysis can stop after any round and go on later, elsewhere (a trigger yields the verdicts reached so
+far; the task acts on them and hands the rest to another trigger): :class:`AnalysisState` is where it stood
+(plain JSON), and :meth:`Judgement.resumed` rebuilds each deployment's running verdict from its measurements.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from airflow_provider.analysis.definitions import Analysis, AnalysisResult, Measurement, Verdict
+from airflow_provider.analysis.definitions import VERDICTS, Analysis, AnalysisResult, Measurement, Verdict
 
-__all__ = ["STILL_SERVING", "CheckTally", "Judgement"]
+__all__ = ["STILL_SERVING", "AnalysisState", "CheckTally", "Judgement"]
 
 STILL_SERVING = "still_serving"
 """The failing check of a deployment whose revision stopped serving during the analysis."""
@@ -58,6 +63,33 @@ class Judgement:
     def __post_init__(self) -> None:
         self.tallies = {label: CheckTally() for label in self.check_labels}
         self._round = 0
+
+    @classmethod
+    def resumed(
+        cls, analysis: Analysis, revision_id: str, check_labels: list[str], measurements: list[Measurement]
+    ) -> Judgement:
+        """The running verdict of a deployment measured ``measurements`` so far (an analysis going on after a
+        stop): each is counted again, in order, as when it was taken.
+
+        :param analysis: the analysis (``count`` resolved).
+        :param revision_id: the revision judged.
+        :param check_labels: the name of every check, in order.
+        :param measurements: its measurements so far (the ``measurements`` of an :class:`AnalysisState`).
+        :raises ValueError: a measurement of a check the analysis does not have, or out of round order.
+        """
+        judgement = cls(analysis, revision_id, check_labels)
+        for measurement in measurements:
+            if measurement["check"] not in judgement.tallies:
+                raise ValueError(
+                    f"a measurement of check {measurement['check']!r}, which the analysis does not have "
+                    f"({', '.join(check_labels)})"
+                )
+            if measurement["round"] < judgement._round:
+                raise ValueError(
+                    f"measurements out of round order (round {measurement['round']} after {judgement._round})"
+                )
+            judgement.record(measurement)
+        return judgement
 
     @property
     def decided(self) -> bool:
@@ -152,3 +184,87 @@ class Judgement:
         if self.verdict is None:
             self.verdict, self.failing_check, self.reason = verdict, failing_check, reason
             self.decided_round = self._round
+
+
+_MEASUREMENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "round": (int,),
+    "check": (str,),
+    "deployment_id": (str,),
+    "name": (str,),
+    "at": (str,),
+    "value": (int, float, type(None)),
+    "condition": (str,),
+    "verdict": (str,),
+    "detail": (str,),
+}
+"""The fields of a :class:`~airflow_provider.analysis.definitions.Measurement` and the JSON types they take."""
+
+
+def _measurements_from_json(data: Any) -> dict[str, list[Measurement]]:
+    """``{deployment_id: [Measurement, ...]}`` from JSON, checked; ``ValueError`` naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"state.measurements must be an object, got {type(data).__name__}")
+    checked: dict[str, list[Measurement]] = {}
+    for deployment_id, taken in data.items():
+        if not isinstance(taken, list):
+            raise ValueError(f"state.measurements.{deployment_id} must be a list, got {type(taken).__name__}")
+        for position, item in enumerate(taken):
+            where = f"state.measurements.{deployment_id}.{position}"
+            if not isinstance(item, dict):
+                raise ValueError(f"{where} must be an object, got {type(item).__name__}")
+            for name, types in _MEASUREMENT_FIELDS.items():
+                value = item.get(name)
+                if isinstance(value, bool) or not isinstance(value, types):
+                    raise ValueError(
+                        f"{where}.{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r}"
+                    )
+            if item["verdict"] not in VERDICTS:
+                raise ValueError(f"{where}.verdict: expected one of {', '.join(VERDICTS)}, got {item['verdict']!r}")
+        checked[str(deployment_id)] = [Measurement(**item) for item in taken]  # type: ignore[typeddict-item]
+    return checked
+
+
+@dataclass
+class AnalysisState:
+    """Where an analysis of several deployments stands between two runs of its rounds (plain JSON through
+    :meth:`to_json`): it goes on with round ``rounds + 1``, its schedule unchanged.
+
+    :param started_at: wall-clock time (Unix seconds) the analysis started: round ``k`` is due
+        ``initial_delay_seconds + k * interval_seconds`` after it (plus ``delay``).
+    :param rounds: the rounds measured so far.
+    :param delay: seconds the later rounds were moved when the analysis went on after its next round was due
+        (they keep their spacing instead of being measured back to back).
+    :param measurements: the measurements so far of each deployment still under analysis, by deployment id.
+    """
+
+    started_at: float
+    rounds: int = 0
+    delay: float = 0.0
+    measurements: dict[str, list[Measurement]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (no secret: measurements are scrubbed when taken)."""
+        return {
+            "started_at": self.started_at,
+            "rounds": self.rounds,
+            "delay": self.delay,
+            "measurements": {key: [dict(item) for item in value] for key, value in self.measurements.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> AnalysisState:
+        """Back from :meth:`to_json`.
+
+        :param data: the JSON form.
+        :raises ValueError: naming the field that is missing or of the wrong shape.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"state must be an object, got {type(data).__name__}")
+        started_at, rounds, delay = data.get("started_at"), data.get("rounds", 0), data.get("delay", 0.0)
+        if isinstance(started_at, bool) or not isinstance(started_at, (int, float)):
+            raise ValueError(f"state.started_at must be Unix seconds, got {started_at!r}")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise ValueError(f"state.rounds must be a whole number >= 0, got {rounds!r}")
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ValueError(f"state.delay must be seconds >= 0, got {delay!r}")
+        return cls(float(started_at), rounds, float(delay), _measurements_from_json(data.get("measurements") or {}))

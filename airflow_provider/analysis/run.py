@@ -1,11 +1,13 @@
-"""The rounds of an analysis: :func:`run_analysis`, the same code in the triggerer and on the worker.
+"""The rounds of an analysis: :func:`analyse` (the verdicts as they are reached, each step resumable) and
+:func:`run_analysis` (all of them at the end), the same code in the triggerer and on the worker.
 
 Each round: one batched list request (through the deployment-service hook's asyncio client) checks that every
 deployment still serves the revision judged; then every check is measured for every deployment still under
 analysis, the sources sharing their requests (one vector query per :class:`MetricQueryCheck` per round;
 one tracing statistics request per deployment per round for all the tracing checks of a project; the
 tracing project ids looked up once). Sharing is within one call: each call (one trigger, one task) opens
-its own sources. Each measurement is logged once, scrubbed of secrets.
+its own sources, so an analysis resumed in another call looks its tracing projects up again. Each measurement
+is logged once, scrubbed of secrets.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -34,7 +37,7 @@ from airflow_provider.analysis.endpoints import (
     resolve_connection,
     tracing_endpoint,
 )
-from airflow_provider.analysis.judge import Judgement
+from airflow_provider.analysis.judge import AnalysisState, Judgement
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.analysis.sources import (
     CallableRunner,
@@ -48,7 +51,14 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
 
-__all__ = ["analysis_not_run_reason", "analysis_overran_reason", "run_analysis", "still_serving"]
+__all__ = [
+    "RoundVerdicts",
+    "analyse",
+    "analysis_not_run_reason",
+    "analysis_overran_reason",
+    "run_analysis",
+    "still_serving",
+]
 
 
 class _Sources:
@@ -185,6 +195,147 @@ def _not_serving(target: AnalysisTarget, deployment: Deployment | None) -> str |
     return None
 
 
+@dataclass(frozen=True)
+class RoundVerdicts:
+    """What one step of :func:`analyse` reached.
+
+    :param decided: ``{deployment_id: AnalysisResult}`` of the deployments judged in this step.
+    :param pending: the deployments still under analysis (none once the analysis is over).
+    :param state: where their analysis stands (to go on with it in another call, another trigger), ``None``
+        once the analysis is over.
+    """
+
+    decided: dict[str, AnalysisResult]
+    pending: list[AnalysisTarget]
+    state: AnalysisState | None
+
+    @property
+    def over(self) -> bool:
+        """Whether every deployment is judged."""
+        return self.state is None
+
+
+async def analyse(
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    *,
+    hook_params: dict[str, Any],
+    log: logging.Logger | logging.LoggerAdapter[Any] | Any,
+    resume: AnalysisState | None = None,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    clock: Callable[[], float] = time.time,
+) -> AsyncGenerator[RoundVerdicts, None]:
+    """Measure every check of ``analysis`` for every target, round after round, yielding the verdicts as they
+    are reached: after each round that judged a target while others are still under analysis (with their
+    :class:`~airflow_provider.analysis.judge.AnalysisState`), and once at the end (every target left judged).
+
+    Round ``k`` starts ``initial_delay_seconds + k * interval_seconds`` after the analysis started. A target
+    whose verdict is known (failed, inconclusive, no longer serving) is not measured again. The caller may stop
+    after any step (close the generator: ``contextlib.aclosing``) and go on later with the pending targets and
+    ``resume=step.state``: the next round is ``state.rounds + 1``, each target's verdict is rebuilt from its
+    measurements, and the rounds keep their schedule (moved later by how late the call is, never bunched).
+
+    :param analysis: the analysis, its ``count`` resolved (:meth:`Analysis.with_count_for`).
+    :param targets: the revisions to judge (distinct deployments).
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params` (connection id and overrides).
+    :param log: where each measurement and each verdict is logged (the task's or the trigger's logger).
+    :param resume: where an earlier call stopped (its targets still pending are ``targets``); ``None``: start.
+    :param sleep: awaits a number of seconds (tests pass a fake one).
+    :param clock: wall-clock seconds since the epoch (tests pass a fake one).
+    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+        incomplete (before any measurement).
+    :raises ValueError: targets that are not distinct, or a ``resume`` state that does not fit the analysis.
+    """
+    count = analysis.rounds()
+    if len({target.deployment_id for target in targets}) != len(targets):
+        raise ValueError("targets must name distinct deployments")
+    labels = [check.label() for check in analysis.checks]
+    state = resume if resume is not None else AnalysisState(started_at=clock())
+    judgements = {
+        target.deployment_id: Judgement.resumed(
+            analysis, target.revision_id, labels, state.measurements.get(target.deployment_id, [])
+        )
+        for target in targets
+    }
+    rounds, delay = state.rounds, state.delay
+    if rounds < count:  # going on late: the later rounds keep their spacing, from now
+        delay += max(0.0, clock() - _round_due(analysis, state.started_at, delay, rounds + 1))
+    reported: set[str] = set()
+
+    def step(final: bool) -> RoundVerdicts:
+        """The verdicts reached and not yet reported (every one left, when ``final``), and the rest's state."""
+        decided: dict[str, AnalysisResult] = {}
+        for target in targets:
+            judgement = judgements[target.deployment_id]
+            if target.deployment_id in reported or not (final or judgement.decided):
+                continue
+            result = decided[target.deployment_id] = judgement.finish(rounds)
+            log.info(
+                "Analysis of %r revision %s: %s (%s)",
+                target.name,
+                target.revision_id,
+                result["verdict"],
+                result["reason"],
+            )
+        reported.update(decided)
+        pending = [target for target in targets if target.deployment_id not in reported]
+        if not pending:
+            return RoundVerdicts(decided, [], None)
+        measured = {target.deployment_id: list(judgements[target.deployment_id].measurements) for target in pending}
+        return RoundVerdicts(decided, pending, AnalysisState(state.started_at, rounds, delay, measured))
+
+    if any(judgement.decided for judgement in judgements.values()):  # decided by the measurements resumed
+        early = step(final=False)
+        yield early
+        if early.over:
+            return
+    scrubber = Scrubber()
+    hook = DeploymentServiceHook(**hook_params)
+    sources = await _Sources.open(analysis, hook, scrubber)
+    try:
+        for round_number in range(rounds + 1, count + 1):
+            active = [target for target in targets if not judgements[target.deployment_id].decided]
+            if not active:
+                break
+            await sleep(max(0.0, _round_due(analysis, state.started_at, delay, round_number) - clock()))
+            rounds = round_number
+            deployments = await _check_still_serving(hook, active, judgements, round_number, count, log, scrubber)
+            active = [target for target in active if not judgements[target.deployment_id].decided]
+            if active:
+                now = datetime.fromtimestamp(clock(), tz=timezone.utc)
+                readings = await asyncio.gather(
+                    *(sources.measure(check, active, now, deployments) for check in analysis.checks)
+                )
+                for target in active:
+                    for check, label, by_target in zip(analysis.checks, labels, readings, strict=True):
+                        reading = by_target[target.deployment_id]
+                        measurement = Measurement(
+                            round=round_number,
+                            check=label,
+                            deployment_id=target.deployment_id,
+                            name=target.name,
+                            at=now.isoformat(),
+                            value=reading.value,
+                            condition=_condition_text(check),
+                            verdict=reading.verdict,
+                            detail=scrubber(reading.detail),
+                        )
+                        _log_measurement(log, measurement, count)
+                        judgements[target.deployment_id].record(measurement)
+            decided = [target for target in targets if judgements[target.deployment_id].decided]
+            if round_number < count and len(reported) < len(decided) < len(targets):  # new verdicts, others go on
+                yield step(final=False)
+    finally:
+        await sources.aclose()
+        await hook.aclose()
+    yield step(final=True)
+
+
+def _round_due(analysis: Analysis, started_at: float, delay: float, round_number: int) -> float:
+    """Wall-clock time round ``round_number`` of an analysis started at ``started_at`` is due."""
+    return started_at + delay + analysis.initial_delay_seconds + round_number * analysis.interval_seconds
+
+
 async def run_analysis(
     analysis: Analysis,
     targets: Sequence[AnalysisTarget],
@@ -194,10 +345,7 @@ async def run_analysis(
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, AnalysisResult]:
-    """Measure every check of ``analysis`` for every target, round after round, and judge each target.
-
-    Round ``k`` starts ``initial_delay_seconds + k * interval_seconds`` after the call. A target whose
-    verdict is known (failed, inconclusive, no longer serving) is not measured again.
+    """Every round of :func:`analyse` to the end: each target's verdict.
 
     :param analysis: the analysis, its ``count`` resolved (:meth:`Analysis.with_count_for`).
     :param targets: the revisions to judge (distinct deployments).
@@ -209,58 +357,13 @@ async def run_analysis(
     :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     """
-    count = analysis.rounds()
-    if len({target.deployment_id for target in targets}) != len(targets):
-        raise ValueError("targets must name distinct deployments")
-    labels = [check.label() for check in analysis.checks]
-    judgements = {target.deployment_id: Judgement(analysis, target.revision_id, labels) for target in targets}
-    scrubber = Scrubber()
-    hook = DeploymentServiceHook(**hook_params)
-    sources = await _Sources.open(analysis, hook, scrubber)
-    start = clock()
-    rounds = 0
-    try:
-        for round_number in range(1, count + 1):
-            active = [target for target in targets if not judgements[target.deployment_id].decided]
-            if not active:
-                break
-            due = start + analysis.initial_delay_seconds + round_number * analysis.interval_seconds
-            await sleep(max(0.0, due - clock()))
-            rounds = round_number
-            deployments = await _check_still_serving(hook, active, judgements, round_number, count, log, scrubber)
-            active = [target for target in active if not judgements[target.deployment_id].decided]
-            if not active:
-                continue
-            now = datetime.fromtimestamp(clock(), tz=timezone.utc)
-            readings = await asyncio.gather(
-                *(sources.measure(check, active, now, deployments) for check in analysis.checks)
-            )
-            for target in active:
-                for check, label, by_target in zip(analysis.checks, labels, readings, strict=True):
-                    reading = by_target[target.deployment_id]
-                    measurement = Measurement(
-                        round=round_number,
-                        check=label,
-                        deployment_id=target.deployment_id,
-                        name=target.name,
-                        at=now.isoformat(),
-                        value=reading.value,
-                        condition=_condition_text(check),
-                        verdict=reading.verdict,
-                        detail=scrubber(reading.detail),
-                    )
-                    _log_measurement(log, measurement, count)
-                    judgements[target.deployment_id].record(measurement)
-    finally:
-        await sources.aclose()
-        await hook.aclose()
-    results = {deployment_id: judgement.finish(rounds) for deployment_id, judgement in judgements.items()}
-    for target in targets:
-        result = results[target.deployment_id]
-        log.info(
-            "Analysis of %r revision %s: %s (%s)", target.name, target.revision_id, result["verdict"], result["reason"]
-        )
-    return results
+    results: dict[str, AnalysisResult] = {}
+    async with contextlib.aclosing(
+        analyse(analysis, targets, hook_params=hook_params, log=log, sleep=sleep, clock=clock)
+    ) as steps:
+        async for verdicts in steps:
+            results.update(verdicts.decided)
+    return {target.deployment_id: results[target.deployment_id] for target in targets}
 
 
 async def _check_still_serving(

@@ -19,18 +19,11 @@ from airflow_provider.models import MAX_PAGE_SIZE, Deployment, PatchDeploymentRe
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks import fleet as fleet_tasks
-from airflow_provider.tasks.analysis import (
-    AnalysisNotMeasured,
-    analyse_on_worker,
-    analysis_event_results,
-    check_analysis_sources,
-    check_custom_urls,
-    defer_analysis,
-    no_retry_left,
-)
+from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE, non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.events import emit_revision_event
+from airflow_provider.tasks.fleet_analysis import WaveAnalysis
 from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, resolve_secrets
 
 if TYPE_CHECKING:
@@ -156,13 +149,17 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         (``rolled_back_with_wave`` for one that had landed; ``..._partially`` when part of the change stays).
     :param analysis: an :class:`~airflow_provider.analysis.Analysis` judging each wave's landed deployments by
         what the application does (their tracing projects, an HTTP check, a Prometheus query, a callable), all
-        of a wave together, after ``verify`` and before the wave is counted, its rollbacks sent and the next
-        wave started (so before ``pause_seconds``): one
-        :class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger` per wave when deferrable (on
-        the worker when the analysis holds a ``CallableCheck``), sharing its requests (one vector query per
-        ``MetricQueryCheck`` and round for the whole wave). A ``failed`` or ``inconclusive`` verdict fails the
-        deployment as a failed ``verify`` does: rolled back with ``rollback_on_failure``, counted against
-        ``max_failures``, and a canary failing it stops the rollout. ``count=None`` makes the analysis's
+        of a wave together, after ``verify`` and before the wave is counted and the next wave started (so
+        before ``pause_seconds``): one :class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger`
+        per wave when deferrable (on the worker when the analysis holds a ``CallableCheck``), sharing its
+        requests (one vector query per ``MetricQueryCheck`` and round for the whole wave). A ``failed`` or
+        ``inconclusive`` verdict fails the deployment as a failed ``verify`` does: counted against
+        ``max_failures`` (a canary failing it stops the rollout) and, with ``rollback_on_failure``, rolled back
+        at once, at the end of the round that reached it (recorded first), while the rest of the wave is
+        analysed on with the rounds it had (a new trigger goes on from where the analysis stood). Once the
+        wave stops the rollout (the budget spent, a failed canary), the rest of it is not analysed further and
+        is rolled back with it at once (kept without ``rollback_on_failure``; its message says it was not
+        judged). ``count=None`` makes the analysis's
         rounds fill ``bake_seconds`` (each round checks that the revision still serves: the analysis is the
         bake, and the watch does not bake first); with a ``count`` the wave bakes, then is analysed. Each
         row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
@@ -396,8 +393,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Resume as Airflow asks. A wave's analysis whose deferral Airflow's timeout ended (the triggerer down, or
-        restarted too late) could not be measured: a retry analyses the wave again, the last try counts its
-        deployments inconclusive and rolls them back (see :meth:`_analysis_not_measured`), from the progress in
+        restarted too late) could not be measured: a retry analyses the wave's deployments not judged yet again,
+        the last try counts them inconclusive and rolls them back (see
+        :meth:`~airflow_provider.tasks.fleet_analysis.WaveAnalysis.not_measured`), from the progress in
         ``task_state_store`` (without one, the try fails as Airflow says)."""
         if deferral_timed_out(next_method, next_kwargs):
             request_for, change = self._change()
@@ -406,7 +404,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             index = progress.current() if progress is not None else None
             if progress is not None and index is not None and progress.waves[index].phase == "analysing":
                 try:
-                    self._analysis_not_measured(context, progress.waves[index], DEFERRAL_TIMEOUT)
+                    self._wave_analysis(context, index, progress, store).not_measured(DEFERRAL_TIMEOUT)
                     store.save(progress, index)
                     return self._advance(context, progress, store, request_for)
                 finally:
@@ -560,87 +558,33 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self, context: Context, index: int, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore
     ) -> None:
         """Judge the wave's landed deployments with the analysis, all together (in the triggerer when deferrable
-        and the analysis can run there, else on the worker), and record each verdict; a failed or inconclusive
-        one fails its row. Rows already judged (an earlier try, or the resume) are not judged again."""
-        assert self.analysis is not None
-        wave = progress.waves[index]
-        targets = fleet_tasks.analysis_targets(self.hook, wave, self.log)
-        if not targets:
-            return
-        analysis = self._resolved_analysis()
-        where = "in the triggerer" if self.deferrable and not analysis.runs_on_worker else "on the worker"
-        self.log.info(
-            "%s: analysing %d deployment(s) %s: %s every %g s, %d round(s): %s",
-            wave.name,
-            len(targets),
-            where,
-            ", ".join(self._check_names(analysis)),
-            analysis.interval_seconds,
-            analysis.count or 0,
-            ", ".join(target.name for target in targets),
+        and the analysis can run there, else on the worker), each verdict recorded and acted on as it comes (see
+        :mod:`~airflow_provider.tasks.fleet_analysis`). Rows already judged (an earlier try, or the resume) are
+        not judged again."""
+        self._wave_analysis(context, index, progress, progress_store).run(
+            deferrable=self.deferrable, method_name="execute_complete_analysis"
         )
-        if self.deferrable:
-            if analysis.runs_on_worker:
-                self.log.info("The analysis holds a CallableCheck: it runs on the worker, not in the triggerer")
-            else:
-                fleet_tasks.scrub_messages(progress, self._secret_values())
-                progress_store.save(progress, index)  # the rows the targets left out (no longer served)
-                defer_analysis(
-                    self,
-                    analysis,
-                    targets,
-                    method_name="execute_complete_analysis",
-                    carry={
-                        "fleet_wave": index,
-                        "change": progress.change,
-                        # Without a task state store, or when its last save failed, the progress travels with the
-                        # trigger (JSON, no secrets), as for the waves' watches.
-                        "progress": (
-                            progress.to_json() if progress_store.store is None or progress_store.behind else None
-                        ),
-                    },
-                )
-        try:
-            results = analyse_on_worker(self, analysis, targets)
-        except AnalysisNotMeasured as err:
-            self._analysis_not_measured(context, wave, str(err))
-        else:
-            fleet_tasks.apply_analysis(wave, results, self.log)
-        progress_store.save(progress, index)
 
-    def _analysis_not_measured(self, context: Context, wave: fleet.WaveRecord, why: str) -> None:
-        """The wave's analysis could not be measured at all (its trigger reported an error, or it could not run
-        on the worker): with a retry left, fail to retry (the retry analyses the wave again); on the last try
-        every deployment it was to judge is inconclusive, a failed deployment (rolled back with
-        ``rollback_on_failure``, counted against the budget)."""
-        waiting = len(fleet_tasks.awaiting_analysis(wave))
-        if not no_retry_left(context, self.retries):
-            raise AirflowException(
-                f"the analysis of {wave.name} could not be measured ({why}); its {waiting} deployment(s) serve "
-                "their new revision, not judged (a retry analyses them again)"
-            )
-        self.log.error(
-            "%s: the analysis could not be measured on the task's last try (%s): its %d deployment(s) are "
-            "inconclusive, counted as failed",
-            wave.name,
-            why,
-            waiting,
-        )
-        fleet_tasks.apply_analysis(
-            wave,
-            {},
-            self.log,
-            missing_reason=f"the analysis could not be measured on the task's last try ({why})",
+    def _wave_analysis(
+        self, context: Context, index: int, progress: fleet.FleetProgress, progress_store: fleet_tasks.ProgressStore
+    ) -> WaveAnalysis:
+        return WaveAnalysis(
+            task=self,
+            progress=progress,
+            progress_store=progress_store,
+            index=index,
+            analysis=self._resolved_analysis(),
+            rollback_on_failure=self.rollback_on_failure,
+            stop_reason=lambda: self._stop_reason(progress, progress.waves[index]),
+            last_try=no_retry_left(context, self.retries),
+            earlier_try_since=self._earlier_try_since(context),
+            secrets=self._secret_values(),
         )
 
     def _resolved_analysis(self) -> Analysis:
         """The analysis with its ``count`` resolved (``None``: as many rounds as fit in ``bake_seconds``)."""
         assert self.analysis is not None
         return self.analysis.with_count_for(self.bake_seconds)
-
-    @staticmethod
-    def _check_names(analysis: Analysis) -> list[str]:
-        return [check.label() for check in analysis.checks]
 
     def _watch_bake_seconds(self) -> float:
         """The bake a wave's watch waits: none when the analysis's rounds fill ``bake_seconds`` (``count=None``:
@@ -652,13 +596,15 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
     def execute_complete_analysis(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """Resume after a wave's analysis in the triggerer: record each verdict, go on with the rollout.
+        """Resume after a step of a wave's analysis in the triggerer: record each verdict, act on it, and go on
+        with the analysis (deferring again) or the rollout.
 
         As for :meth:`execute_complete`, everything comes from the event (its ``carry`` names the wave, and holds
-        the progress when the task has no store or its last save failed) and ``task_state_store``, never from
-        ``defer()`` kwargs. An ``error`` event (the analysis could not run) fails the try while a retry is left
-        (the retry analyses the wave again, its deployments still serving their new revisions unjudged); on the
-        last try the wave's deployments are inconclusive, failed, and rolled back as a failed analysis is.
+        the progress when the task has no store or its last save failed; a ``partial`` event holds the rest of
+        the analysis) and ``task_state_store``, never from ``defer()`` kwargs. An ``error`` event (the analysis
+        could not run) fails the try while a retry is left (the retry analyses the wave's deployments not judged
+        yet again, they still serve their new revisions); on the last try they are inconclusive, failed, and
+        rolled back as a failed analysis is.
 
         :param context: the task context.
         :param event: the trigger's event.
@@ -686,19 +632,9 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     f"the DeploymentAnalysisTrigger event reports the analysis of wave {index}, but the progress shows "
                     f"it {shown} (a save was lost): not resuming from it; a retry analyses the wave again"
                 )
-            wave = progress.waves[index]
-            try:
-                results = analysis_event_results(event)
-            except AnalysisNotMeasured as err:
-                self._analysis_not_measured(context, wave, str(err))
-            except AirflowException as err:
-                waiting = len(fleet_tasks.awaiting_analysis(wave))
-                raise AirflowException(
-                    f"the analysis of {wave.name} could not run: {err}; its {waiting} deployment(s) serve their new "
-                    "revision, not judged (a retry analyses them again)"
-                ) from None
-            else:
-                fleet_tasks.apply_analysis(wave, results, self.log)
+            self._wave_analysis(context, index, progress, progress_store).resume(
+                event, method_name="execute_complete_analysis"
+            )
             progress_store.save(progress, index)
             return self._advance(context, progress, progress_store, request_for)
         finally:

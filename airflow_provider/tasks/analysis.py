@@ -34,11 +34,14 @@ from airflow_provider.tasks.base import DEFERRAL_GRACE
 if TYPE_CHECKING:
     import logging
 
+    from airflow_provider.analysis.run import RoundVerdicts
+
 __all__ = [
     "ANALYSIS_RESTARTS",
     "ANALYSIS_ROUND_ALLOWANCE",
     "AnalysingTask",
     "AnalysisNotMeasured",
+    "analyse_in_steps_on_worker",
     "analyse_on_worker",
     "analysis_event_results",
     "analysis_event_subject",
@@ -148,6 +151,60 @@ def analyse_on_worker(
         raise AnalysisNotMeasured(analysis_not_run_reason(err)) from None
 
 
+def analyse_in_steps_on_worker(
+    task: AnalysingTask,
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    on_verdicts: Callable[[RoundVerdicts], bool],
+) -> None:
+    """Run the analysis here, on the worker, handing the verdicts to ``on_verdicts`` as they are reached (a
+    :class:`~airflow_provider.analysis.run.RoundVerdicts` after each round that judged some targets, and one
+    at the end): on this thread, between two rounds, so it may act on them at once (send requests); it
+    returns whether the analysis of the others goes on. The requests stay shared by the whole analysis (one
+    set of sources, the tracing projects looked up once).
+
+    Bounded as in the triggerer: the rounds must be done within :func:`analysis_seconds` of the start.
+
+    :param task: the task (its hook's settings and its logger are used).
+    :param analysis: the analysis, ``count`` resolved.
+    :param targets: the revisions to judge.
+    :param on_verdicts: given each step; ``False`` stops the analysis there.
+    :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
+        client that cannot be built, anything unexpected outside the measurements) or does not finish in time (the
+        verdicts handed over so far stand).
+    """
+    from airflow_provider.analysis.run import (  # the measuring side: on first use
+        analyse,
+        analysis_not_run_reason,
+        analysis_overran_reason,
+    )
+
+    limit = analysis_seconds(analysis)
+    deadline = time.monotonic() + limit
+    loop = asyncio.new_event_loop()
+    steps = analyse(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
+    try:
+        while True:
+            try:
+                verdicts = loop.run_until_complete(
+                    asyncio.wait_for(anext(steps), max(0.0, deadline - time.monotonic()))
+                )
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise AnalysisNotMeasured(analysis_overran_reason(limit)) from None
+            except Exception as err:
+                raise AnalysisNotMeasured(analysis_not_run_reason(err)) from None
+            if not on_verdicts(verdicts) or verdicts.over:  # what it raises is the task's, not the analysis's
+                return
+    finally:
+        try:
+            loop.run_until_complete(steps.aclose())  # closes the sources' clients
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
 def defer_analysis(
     task: AnalysingTask,
     analysis: Analysis,
@@ -155,6 +212,9 @@ def defer_analysis(
     *,
     method_name: str,
     carry: dict[str, Any],
+    partial: bool = False,
+    state: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> NoReturn:
     """Hand the analysis to a :class:`DeploymentAnalysisTrigger` (raises ``TaskDeferred``).
 
@@ -164,34 +224,44 @@ def defer_analysis(
     Sized for :data:`ANALYSIS_RESTARTS` triggerer restarts: the trigger's wall-clock ``deadline`` is that many
     more runs of its rounds (:func:`analysis_seconds`) away, and Airflow's deferral timeout comes
     ``DEFERRAL_GRACE`` later, so a trigger restarted too late to finish reports "could not be measured in time"
-    itself (the task retries, or rolls back on its last try) before Airflow's timeout can end the deferral.
+    itself (the task retries, or rolls back on its last try) before Airflow's timeout can end the deferral. An
+    analysis that goes on (``state``) keeps the deadline it was given when it first deferred: its time budget is
+    not restarted.
 
     :param task: the deferring task.
     :param analysis: the analysis, ``count`` resolved; no :class:`CallableCheck` (those run on the worker).
     :param targets: the revisions to judge.
     :param method_name: the task method to resume in.
     :param carry: plain JSON (never a secret) echoed in the event and also given as ``kwargs``.
+    :param partial: resume as soon as some targets are judged (a ``partial`` event), not once all are.
+    :param state: a ``partial`` event's ``state``: go on with the analysis of ``targets`` where it stopped.
+    :param deadline: a ``partial`` event's ``deadline`` (wall-clock seconds), with ``state``; ``None``: from now.
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 
-    allowed = (1 + ANALYSIS_RESTARTS) * analysis_seconds(analysis)
+    now = time.time()
+    if deadline is None:
+        deadline = now + (1 + ANALYSIS_RESTARTS) * analysis_seconds(analysis)
     trigger = DeploymentAnalysisTrigger(
         analysis=analysis.to_json(),
         targets=[target.model_dump(mode="json") for target in targets],
         hook_params=task.hook.hook_params,
         carry=carry,
-        deadline=time.time() + allowed,
+        deadline=deadline,
+        partial=partial,
+        state=state,
     )
     task.defer(
         trigger=trigger,
         method_name=method_name,
         kwargs={"carry": carry},
-        timeout=timedelta(seconds=allowed + DEFERRAL_GRACE),
+        timeout=timedelta(seconds=max(0.0, deadline - now) + DEFERRAL_GRACE),
     )
 
 
 def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
-    """The results of a :class:`DeploymentAnalysisTrigger` event, checked.
+    """The results of a :class:`DeploymentAnalysisTrigger` event, checked (of a ``partial`` event: the targets
+    judged so far).
 
     :param event: the event the task resumed with.
     :raises AnalysisNotMeasured: the trigger reported an error (its message).
@@ -202,8 +272,10 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
     status = event.get("status")
     if status == "error":
         raise AnalysisNotMeasured(str(event.get("message") or "the analysis trigger reported an error"))
-    if status != "done":
-        raise AirflowException(f"the analysis trigger sent an event with status {status!r}, expected 'done' or 'error'")
+    if status not in ("done", "partial"):
+        raise AirflowException(
+            f"the analysis trigger sent an event with status {status!r}, expected 'done', 'partial' or 'error'"
+        )
     results = event.get("results")
     if not isinstance(results, dict):
         raise AirflowException("the analysis trigger's event has no 'results' object")

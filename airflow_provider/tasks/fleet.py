@@ -21,16 +21,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.analysis import (
-    AnalysisTarget,
-)
 from airflow_provider.client import same_revision_config
 from airflow_provider.error_text import describe_validation_error, scrub
 from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.fleet import (
     REASON_UNKNOWN,
     REASON_UNKNOWN_OUTCOMES,
-    ROW_MEASUREMENTS,
     SUCCESS_OUTCOMES,
     FleetProgress,
     FleetRow,
@@ -42,7 +38,6 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     Deployment,
-    DeploymentStatus,
     ListDeploymentsQuery,
     PatchDeploymentRequest,
     Revision,
@@ -59,7 +54,6 @@ from airflow_provider.patch_rules import (
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 from airflow_provider.spec_changes import changes_of, resource_spec_json, spec_shows
-from airflow_provider.tasks.analysis import live_since
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
@@ -1142,135 +1136,6 @@ def verify_wave(
             log.warning("%s: %s: %s", wave.name, row.name, row.message)
 
 
-# ------------------------------------------------------------------------------------ analysing
-def awaiting_analysis(wave: WaveRecord) -> list[FleetRow]:
-    """The rows of the wave the analysis is to judge: landed on a new revision, not judged yet, and no rollback
-    asked for (a row whose rollback was asked for was judged by an earlier try: its deployment may already
-    serve the rollback, which is not what the analysis is to judge).
-
-    :param wave: the wave.
-    """
-    return [
-        row
-        for row in wave.rows
-        if row.outcome == Outcome.LANDED
-        and row.to_revision
-        and row.analysis is None
-        and row.rollback_requested_after is None
-    ]
-
-
-def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging.Logger | Any) -> list[AnalysisTarget]:
-    """What the analysis of the wave judges: each row of :func:`awaiting_analysis`, read live (one list request
-    per 100).
-
-    A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
-    fails here, not analysed, as :func:`verify_wave` fails one that no longer serves. The others' ``live_since``
-    is when their revision went live (:func:`~airflow_provider.tasks.analysis.live_since`: the analysis never
-    counts the previous revision's runs) and ``custom_url`` their ``source_config.custom_url``.
-
-    :param hook: the hook.
-    :param wave: the wave (rows that no longer serve are decided ``failed`` in place).
-    :param log: the task's logger.
-    """
-    rows = awaiting_analysis(wave)
-    live = read_deployments(hook, [row.deployment_id for row in rows]) if rows else {}
-    targets: list[AnalysisTarget] = []
-    for row in rows:
-        deployment = live.get(row.deployment_id)
-        now = time.time()
-        if deployment is None:
-            row.decide(Outcome.FAILED, f"deployment {row.name!r} disappeared before its analysis", now)
-            log.warning("%s: %s", wave.name, row.message)
-            continue
-        if deployment.active_revision_id != row.to_revision or deployment.status != DeploymentStatus.READY:
-            row.decide(
-                Outcome.FAILED,
-                f"revision {row.to_revision} no longer served when its analysis was to start (active: "
-                f"{deployment.active_revision_id}; status {deployment.status.value}): not analysed",
-                now,
-            )
-            log.warning("%s: %s: %s", wave.name, row.name, row.message)
-            continue
-        assert row.to_revision is not None
-        targets.append(
-            AnalysisTarget(
-                deployment_id=row.deployment_id,
-                name=row.name,
-                revision_id=row.to_revision,
-                live_since=live_since(hook, deployment, row.to_revision, log=log),
-                custom_url=deployment.source_config.custom_url,
-            )
-        )
-    return targets
-
-
-NO_RESULT = "no analysis result came back for it: not judged, so treated as inconclusive"
-"""The reason of a row the analysis was to judge and that got no result (never landed unjudged)."""
-
-
-def apply_analysis(
-    wave: WaveRecord,
-    results: Mapping[str, Mapping[str, Any]],
-    log: logging.Logger | Any,
-    *,
-    missing_reason: str = NO_RESULT,
-) -> None:
-    """Record the analysis of the wave: each row of :func:`awaiting_analysis` keeps its result (its latest
-    :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive`` verdict
-    fails the row, which is then rolled back as a failed ``verify`` is (``rollback_on_failure``) and counts
-    against the budget. A row the results leave out (or judge on another revision) is ``inconclusive``: a
-    revision is never called landed without a verdict.
-
-    :param wave: the wave (its rows are updated in place).
-    :param results: ``{deployment_id: AnalysisResult}``.
-    :param log: the task's logger.
-    :param missing_reason: the reason recorded for a row the results leave out.
-    """
-    for row in awaiting_analysis(wave):
-        now = time.time()
-        result = results.get(row.deployment_id)
-        if not isinstance(result, Mapping) or result.get("revision_id") not in (None, row.to_revision):
-            result = {
-                "verdict": "inconclusive",
-                "failing_check": None,
-                "reason": missing_reason,
-                "revision_id": row.to_revision,
-                "measurements": [],
-            }
-        row.analysis = kept_result(result)
-        verdict = str(result.get("verdict"))
-        if verdict == "passed":
-            log.info(
-                "%s: %s passed its analysis on revision %s (%d measurement(s))",
-                wave.name,
-                row.name,
-                row.to_revision,
-                len(result.get("measurements") or []),
-            )
-            continue
-        reason = str(result.get("reason") or "no reason given")
-        shown = {"failed": "failed", "inconclusive": "inconclusive (treated as failed)"}.get(
-            verdict, f"verdict {verdict!r} (not passed)"
-        )
-        row.decide(Outcome.FAILED, f"analysis {shown} on revision {row.to_revision}: {reason}", now)
-        log.warning("%s: %s: %s", wave.name, row.name, row.message)
-
-
-def kept_result(result: Mapping[str, Any]) -> dict[str, Any]:
-    """An analysis result as a row keeps it: plain JSON, its latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
-    measurements (``measurements_left_out`` counts the others).
-
-    :param result: an ``AnalysisResult``.
-    """
-    kept = json.loads(json.dumps(dict(result), default=str))
-    measurements = kept.get("measurements") or []
-    if len(measurements) > ROW_MEASUREMENTS:
-        kept["measurements_left_out"] = len(measurements) - ROW_MEASUREMENTS
-        kept["measurements"] = measurements[-ROW_MEASUREMENTS:]
-    return kept
-
-
 # ------------------------------------------------------------------------------------ rolling back
 ROLLBACK_SAVE_EVERY = 20
 """The wave is saved after this many rollbacks started (and at the end): each rollback's own record, written
@@ -1318,7 +1183,8 @@ def start_rollbacks(
     start) on (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`, positive evidence only).
     When neither can tell, the row keeps its outcome and says so; nothing is sent again. A rollback that
     cannot start (refused, the deployment gone, the service's 4xx) leaves its row ``failed`` (or ``landed``)
-    with the reason and the others go on; a transient failure that outlived the client's retries fails the
+    with the reason, is not asked for again (a wave with an analysis calls this as each verdict comes, then
+    once more at its end) and the others go on; a transient failure that outlived the client's retries fails the
     task once what was sent is recorded (a retry resumes here).
 
     :param hook: the hook.
@@ -1340,6 +1206,7 @@ def start_rollbacks(
         if (row.went_live or row.timed_out)
         and row.to_revision
         and row.rollback_revision is None
+        and not row.rollback_decided  # one that could not be started is not asked for again
         and (row.outcome == Outcome.FAILED or (stopping is not None and row.outcome == Outcome.LANDED))
     ]
     for row in [row for row in wanted if not row.from_revision]:
@@ -1469,7 +1336,9 @@ def _rollback_started(
 
 def _rollback_not_started(wave: WaveRecord, row: FleetRow, reason: str, log: logging.Logger | Any) -> None:
     """Record a rollback that was never sent: a failed row stays ``failed``; a row that landed keeps its
-    outcome (its new revision still serves), the reason in its message either way."""
+    outcome (its new revision still serves), the reason in its message either way. Decided: it is not asked
+    for again (a wave's failed rows are rolled back as their verdicts come, then the wave's at its end)."""
+    row.rollback_decided = True
     if row.outcome == Outcome.FAILED:
         row.decide(Outcome.FAILED, f"{row.message}; the rollback {reason}", time.time())
     else:

@@ -1,9 +1,11 @@
-"""Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): every round of
-:func:`~airflow_provider.analysis.run.run_analysis` for the deployments of one task, then one event."""
+"""Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): the rounds of
+:func:`~airflow_provider.analysis.run.analyse` for the deployments of one task, then one event (with
+``partial``, as soon as some are judged: the task acts on them and goes on with the rest in another trigger)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -12,15 +14,16 @@ from typing import Any
 import pydantic
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider.analysis import Analysis, AnalysisTarget
+from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
-from airflow_provider.analysis.run import analysis_not_run_reason, analysis_overran_reason, run_analysis
+from airflow_provider.analysis.judge import AnalysisState
+from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
 from airflow_provider.error_text import describe_validation_error
 from airflow_provider.triggers import serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]
 
-ANALYSIS_EVENT_STATUSES = ("done", "error")
+ANALYSIS_EVENT_STATUSES = ("done", "partial", "error")
 """The ``status`` values of a :class:`DeploymentAnalysisTrigger` event."""
 
 
@@ -28,18 +31,22 @@ class DeploymentAnalysisTrigger(BaseTrigger):
     """Run an analysis's rounds for a set of live revisions and yield their verdicts.
 
     Yields exactly one event: ``{"status": "done", "results": {deployment_id: AnalysisResult}, "carry":
-    carry}``, or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run (bad
-    arguments, a missing or incomplete connection, the service refusing the key, a source's client that cannot
-    be built, anything unexpected outside the measurements, the rounds not done within
+    carry}`` once every target is judged; with ``partial``, ``{"status": "partial", "results": {...of the
+    targets judged so far}, "targets": [...the others, as JSON], "state": AnalysisState JSON, "deadline": ...,
+    "carry": carry}`` after the first round that judged some while others are still under analysis (hand
+    ``targets``, ``state`` and ``deadline`` to a new trigger to go on: the next round, the schedule and the
+    deadline are kept); or ``{"status": "error", "message": ..., "carry": carry}`` when the analysis cannot run
+    (bad arguments, a missing or incomplete connection, the service refusing the key, a source's client that
+    cannot be built, anything unexpected outside the measurements, the rounds not done within
     :func:`analysis_seconds` or by ``deadline``, so that the task decides, not Airflow's deferral timeout). The
-    sources' requests are shared across the targets (one vector query per round, one stats request per deployment,
-    the tracing project ids looked up once).
+    sources' requests are shared across the targets (one vector query per round, one stats request per
+    deployment, the tracing project ids looked up once per trigger).
 
-    A trigger resumed on another triggerer (a restart) starts its rounds again (its arguments cannot change, so
-    the rounds already measured are lost); ``deadline`` is wall-clock, fixed when the task deferred: a restarted
-    trigger that cannot finish its rounds by then reports that the analysis could not be measured in time, at the
-    deadline, before Airflow's deferral timeout (:func:`~airflow_provider.tasks.analysis.defer_analysis` sizes both
-    for one restart).
+    A trigger resumed on another triggerer (a restart) starts its rounds again from its ``state`` (from round 1
+    without one: its arguments cannot change, so the rounds it measured are lost); ``deadline`` is wall-clock,
+    fixed when the task first deferred the analysis: a restarted trigger that cannot finish its rounds by then
+    reports that the analysis could not be measured in time, at the deadline, before Airflow's deferral timeout
+    (:func:`~airflow_provider.tasks.analysis.defer_analysis` sizes both for one restart).
 
     :param analysis: :meth:`Analysis.to_json` (``count`` resolved; no :class:`CallableCheck`).
     :param targets: each :class:`~airflow_provider.analysis.AnalysisTarget` as JSON.
@@ -48,6 +55,10 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         Airflow 3.3 drops the ``kwargs`` given to ``defer()``). Never a secret.
     :param deadline: wall-clock time (seconds since the epoch) by which the event must be sent; ``None``: only
         :func:`analysis_seconds` from the start of the rounds bounds them (triggers serialized before it existed).
+    :param partial: yield as soon as a round judged some targets while others are still under analysis (a
+        fleet wave: each failed deployment is rolled back at once), instead of once all are judged.
+    :param state: where an earlier trigger's analysis of these targets stopped (a ``partial`` event's
+        ``state``); ``None``: the analysis starts now.
     """
 
     def __init__(
@@ -57,6 +68,8 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         hook_params: dict[str, Any],
         carry: dict[str, Any] | None = None,
         deadline: float | None = None,
+        partial: bool = False,
+        state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.analysis = analysis
@@ -64,6 +77,8 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         self.hook_params = dict(hook_params)
         self.carry = carry
         self.deadline = deadline
+        self.partial = bool(partial)
+        self.state = state
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and JSON-only keyword arguments (connection ids, never a key or password)."""
@@ -75,6 +90,8 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 "hook_params": dict(self.hook_params),
                 "carry": self.carry,
                 "deadline": self.deadline,
+                "partial": self.partial,
+                "state": self.state,
             },
         )
 
@@ -82,11 +99,12 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         return TriggerEvent({**payload, "carry": self.carry})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Measure every round, then yield the one event."""
+        """Measure the rounds (every one, or until some targets are judged), then yield the one event."""
         try:
             analysis = Analysis.from_json(self.analysis)
             targets = [AnalysisTarget.model_validate(target) for target in self.targets]
-            analysis.rounds()
+            count = analysis.rounds()
+            state = AnalysisState.from_json(self.state) if self.state is not None else None
         except pydantic.ValidationError as err:
             yield self._event(
                 {"status": "error", "message": f"invalid trigger arguments: {describe_validation_error(err)}"}
@@ -95,14 +113,15 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         except ValueError as err:
             yield self._event({"status": "error", "message": f"invalid trigger arguments: {err}"})
             return
-        limit = analysis_seconds(analysis)
+        if state is None:
+            limit = analysis_seconds(analysis)
+        else:  # the rounds left, the next one due now at the latest (the deadline keeps the whole budget)
+            limit = (count - state.rounds) * (analysis.interval_seconds + ANALYSIS_ROUND_ALLOWANCE)
         left = limit if self.deadline is None else min(limit, self.deadline - time.time())
         try:
             if left <= 0:
                 raise asyncio.TimeoutError
-            results = await asyncio.wait_for(
-                run_analysis(analysis, targets, hook_params=self.hook_params, log=self.log), timeout=left
-            )
+            event = await asyncio.wait_for(self._measure(analysis, targets, state), timeout=left)
         except asyncio.TimeoutError:
             if left < limit:
                 assert self.deadline is not None
@@ -121,4 +140,24 @@ class DeploymentAnalysisTrigger(BaseTrigger):
             self.log.error("%s", message)
             yield self._event({"status": "error", "message": message})
             return
-        yield self._event({"status": "done", "results": results})
+        yield self._event(event)
+
+    async def _measure(
+        self, analysis: Analysis, targets: list[AnalysisTarget], state: AnalysisState | None
+    ) -> dict[str, Any]:
+        """The rounds up to the event: every one, or (``partial``) up to the first step that judged some."""
+        results: dict[str, AnalysisResult] = {}
+        async with contextlib.aclosing(
+            analyse(analysis, targets, hook_params=self.hook_params, log=self.log, resume=state)
+        ) as steps:
+            async for verdicts in steps:
+                results.update(verdicts.decided)
+                if verdicts.state is not None and self.partial:
+                    return {
+                        "status": "partial",
+                        "results": results,
+                        "targets": [target.model_dump(mode="json") for target in verdicts.pending],
+                        "state": verdicts.state.to_json(),
+                        "deadline": self.deadline,
+                    }
+        return {"status": "done", "results": results}

@@ -170,7 +170,7 @@ def test_defer_analysis_hands_the_analysis_and_the_carry_to_the_trigger() -> Non
     "event, words",
     [
         ("done", "no event dict, got str"),
-        ({"status": "success"}, "status 'success', expected 'done' or 'error'"),
+        ({"status": "success"}, "status 'success', expected 'done', 'partial' or 'error'"),
         ({"status": "done"}, "no 'results' object"),
         ({"status": "done", "results": {"d": {"verdict": "passed"}}}, "the analysis result of d lacks failing_check"),
         (

@@ -1,12 +1,16 @@
-"""The verdict rules: failure_limit, inconclusive_limit, and passed/inconclusive after count."""
+"""The verdict rules: failure_limit, inconclusive_limit, and passed/inconclusive after count; a verdict that
+goes on from the measurements of an analysis stopped earlier (its JSON state)."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import pytest
 
 from airflow_provider.analysis import Analysis, HttpCheck, Measurement, TracingProjectCheck
 from airflow_provider.analysis.definitions import Verdict
-from airflow_provider.analysis.judge import STILL_SERVING, Judgement
+from airflow_provider.analysis.judge import STILL_SERVING, AnalysisState, Judgement
 
 REVISION = "00000000-0000-4000-8000-00000000000b"
 TRACING = "tracing error_rate"
@@ -145,3 +149,69 @@ def test_a_revision_that_stops_serving_fails_with_still_serving(before: int) -> 
     result = judgement.finish(3)
     assert (result["verdict"], result["failing_check"]) == ("failed", STILL_SERVING)
     assert result["reason"].startswith("revision r is no longer active")
+
+
+# ------------------------------------------------------------------------------------------ going on later
+def test_a_judgement_resumed_from_its_measurements_goes_on_where_it_was() -> None:
+    """failure_limit=2: one failed measurement before the stop, one after: the revision fails at the second,
+    as it would have without the stop, and the result keeps every measurement."""
+    before = _judgement(count=5, failure_limit=2)
+    _play(before, [{TRACING: "failed", HTTP: "passed"}])
+    assert not before.decided
+    state = AnalysisState(started_at=1000.0, rounds=1, measurements={"d": list(before.measurements)})
+
+    carried = AnalysisState.from_json(json.loads(json.dumps(state.to_json())))
+    assert carried == state
+    after = Judgement.resumed(before.analysis, REVISION, before.check_labels, carried.measurements["d"])
+    assert not after.decided
+    after.record(_measurement(2, HTTP, "passed"))
+    after.record(_measurement(2, TRACING, "failed"))
+    result = after.result
+    assert result is not None and result["verdict"] == "failed"
+    assert result["reason"].startswith(f"check {TRACING!r} failed: 2 failed measurements reached the limit of 2")
+    assert [(m["round"], m["check"]) for m in result["measurements"]] == [
+        (1, TRACING),
+        (1, HTTP),
+        (2, HTTP),
+        (2, TRACING),
+    ]
+
+
+def test_a_judgement_resumed_from_measurements_that_decide_it_is_decided() -> None:
+    judgement = _judgement(count=5)
+    judgement.record(_measurement(1, TRACING, "failed"))
+    resumed = Judgement.resumed(judgement.analysis, REVISION, judgement.check_labels, list(judgement.measurements))
+    assert resumed.decided and resumed.result == judgement.result
+
+
+def test_a_judgement_refuses_measurements_it_cannot_have_taken() -> None:
+    judgement = _judgement(count=5)
+    with pytest.raises(ValueError, match=r"a measurement of check 'latency', which the analysis does not have"):
+        Judgement.resumed(judgement.analysis, REVISION, judgement.check_labels, [_measurement(1, "latency", "passed")])
+    with pytest.raises(ValueError, match=r"out of round order \(round 1 after 2\)"):
+        Judgement.resumed(
+            judgement.analysis,
+            REVISION,
+            judgement.check_labels,
+            [_measurement(2, TRACING, "passed"), _measurement(1, HTTP, "passed")],
+        )
+
+
+@pytest.mark.parametrize(
+    "state, words",
+    [
+        ([], "state must be an object, got list"),
+        ({"rounds": 1}, "state.started_at must be Unix seconds, got None"),
+        ({"started_at": 1.0, "rounds": -1}, "state.rounds must be a whole number >= 0, got -1"),
+        ({"started_at": 1.0, "delay": "soon"}, "state.delay must be seconds >= 0, got 'soon'"),
+        ({"started_at": 1.0, "measurements": {"d": {}}}, "state.measurements.d must be a list, got dict"),
+        ({"started_at": 1.0, "measurements": {"d": [{"round": 1}]}}, "state.measurements.d.0.check: expected str"),
+        (
+            {"started_at": 1.0, "measurements": {"d": [{**_measurement(1, TRACING, "passed"), "verdict": "ok"}]}},
+            "state.measurements.d.0.verdict: expected one of passed, failed, inconclusive, got 'ok'",
+        ),
+    ],
+)
+def test_a_bad_analysis_state_names_what_is_wrong(state: object, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        AnalysisState.from_json(state)

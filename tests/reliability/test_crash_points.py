@@ -490,6 +490,20 @@ FLEET_SCENARIOS = [
         bake_seconds=BAKE_SECONDS,
         fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": LANDED},
     ),
+    # fleet-2's verdict (round 1) spends the budget while fleet-3 is still being analysed: fleet-2 is rolled
+    # back at once, fleet-3 is not analysed further and is rolled back with its wave.
+    Scenario(
+        "fleet",
+        "one fails its analysis while another is still analysed, over the budget",
+        fleet_task(3, max_failures=0, analysis=ANALYSIS),
+        "failed",
+        {"fleet-1": 1, "fleet-2": 2, "fleet-3": 2},
+        setup=failing_analysis("fleet-2"),
+        failing_analysis=("fleet-2",),
+        analysed=True,
+        bake_seconds=BAKE_SECONDS,
+        fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-3": ("rolled_back_with_wave",)},
+    ),
 ]
 
 SCENARIOS = [*PATCH_SCENARIOS, *ROLLBACK_SCENARIOS, *FLEET_SCENARIOS]

@@ -316,8 +316,10 @@ def test_one_bad_deployment_of_a_wave_is_rolled_back_and_the_rest_land_one_query
     assert set(ti.xcoms["fleet_analysis"]) == set(ids)
     if deferrable:
         analyses = [trigger for trigger in triggers if isinstance(trigger, DeploymentAnalysisTrigger)]
-        assert len(analyses) == 2  # one per wave, every landed deployment of the wave in it
-        assert [len(trigger.targets) for trigger in analyses] == [1, 4]
+        # One per wave, every landed deployment of the wave in it; wave 1's goes on without app-0002 once its
+        # verdict came (round 1), and app-0002 is rolled back meanwhile.
+        assert [len(trigger.targets) for trigger in analyses] == [1, 4, 3]
+        assert analyses[2].state is not None and analyses[2].state["rounds"] == 1
         assert any(isinstance(trigger, FleetWaveTrigger) for trigger in triggers)
 
 
@@ -453,10 +455,20 @@ def test_dag_test_resumes_every_analysis_from_the_event_alone_and_rolls_the_bad_
     assert str(run.state) == "success", [(ti.task_id, ti.state) for ti in run.get_task_instances()]
     logs = task_logs()
     # Every wait went through the triggerer and back with the event only: per wave its watch and its analysis,
-    # wave 1's rollback, and the two pauses.
+    # wave 1's analysis going on once fleet-0002's verdict came, wave 1's rollback, and the two pauses.
     in_caplog = caplog.text.count("[DAG TEST] running trigger in line")
     in_streams = logs.count("[DAG TEST] running trigger in line") - in_caplog
-    assert max(in_caplog, in_streams) == 9, (in_caplog, in_streams)
+    assert max(in_caplog, in_streams) == 10, (in_caplog, in_streams)
+    # fleet-0002's rollback was sent after the round that failed it, before fleet-0001's next round.
+    log = emulator.state.request_log
+    bad_changes = [
+        position
+        for position, record in enumerate(log)
+        if record.path.startswith(f"/v2/deployments/{ids[DAG_BAD]}") and record.method in ("PATCH", "POST")
+    ]
+    stats = [position for position, record in enumerate(log) if record.route == "POST /tracing/runs/stats"]
+    assert len(bad_changes) == 2 and len(stats) == 2 + 2 + 1 + 2, (bad_changes, stats)
+    assert sum(1 for position in stats if position < bad_changes[1]) == 2 + 2  # the canary's, wave 1's first
     table = {row["name"]: row for row in xcom(run, "return_value")}
     bad = table[DAG_BAD]
     after = {name: emulator.state.deployment(ids[name]) for name in DAG_NAMES}
