@@ -335,8 +335,9 @@ def fleet_row_entries(row: Mapping[str, Any], phase: str | None = None) -> list[
 
 
 def _failure_entry(row: Mapping[str, Any], at: float | None) -> dict[str, Any]:
-    """The verdict of a fleet row that failed: rejected by its analysis, ``verify`` or the bake, timed out, or a
-    rollout that never served (its build failed, it was superseded or deleted)."""
+    """The verdict of a fleet row that failed: rejected by its analysis, ``verify`` or the bake (or, once live, for
+    another reason its message gives), timed out, or a rollout that never served (its build failed, it was
+    superseded or deleted)."""
     revision, deployment_id, wave = row.get("to_revision"), row.get("deployment_id"), row.get("wave")
     message, analysis = str(row.get("message") or ""), row.get("analysis")
     shared: dict[str, Any] = {"at": at, "message": message or None, "wave": wave}
@@ -348,7 +349,10 @@ def _failure_entry(row: Mapping[str, Any], at: float | None) -> dict[str, Any]:
         return entry(Kind.REJECTED, deployment_id, revision, step="bake", **shared)
     if row.get("timed_out") or message.startswith("timed out"):
         return entry(Kind.TIMED_OUT, deployment_id, revision, step="timeout", **shared)
-    return entry(Kind.FAILED, deployment_id, revision, status=failure_status(message), **shared)
+    status = failure_status(message)
+    if status is None and (row.get("went_live") or row.get("rollback_revision")):  # it served: judged bad
+        return entry(Kind.REJECTED, deployment_id, revision, **shared)
+    return entry(Kind.FAILED, deployment_id, revision, status=status, **shared)
 
 
 def failure_status(message: str) -> str | None:

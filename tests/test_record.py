@@ -146,6 +146,20 @@ def test_a_fleet_row_that_landed_while_its_wave_is_analysed_is_judging_not_lande
         ({"outcome": "failed", "message": "left service during the bake: x"}, Kind.REJECTED, {"step": "bake"}),
         ({"outcome": "failed", "message": "timed out: x", "timed_out": True}, Kind.TIMED_OUT, {"step": "timeout"}),
         (
+            {"outcome": "failed", "message": "revision r1 no longer served when its analysis was to start"},
+            Kind.FAILED,
+            {"status": None},
+        ),
+        (
+            {
+                "outcome": "failed",
+                "message": "revision r1 no longer served when its analysis was to start",
+                "went_live": True,
+            },
+            Kind.REJECTED,
+            {"step": None},
+        ),
+        (
             {"outcome": "failed", "message": "revision r1 ended with status BUILD_FAILED"},
             Kind.FAILED,
             {"status": "BUILD_FAILED"},
