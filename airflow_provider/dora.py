@@ -122,10 +122,10 @@ def rollout_facts(entries: Iterable[Mapping[str, Any]]) -> list[RolloutFacts]:
         elif kind == Kind.ROLLED_BACK and item.get("rolled_back_from"):
             rollbacks.append(item)
     for item in rollbacks:
-        fact = facts.get((str(item.get("deployment_id")), str(item.get("rolled_back_from"))))
-        if fact is not None:
-            fact.rolled_back = True
-            fact.restored_at = _earliest(fact.restored_at, item.get("at"))
+        restored = facts.get((str(item.get("deployment_id")), str(item.get("rolled_back_from"))))
+        if restored is not None:
+            restored.rolled_back = True
+            restored.restored_at = _earliest(restored.restored_at, item.get("at"))
     return [fact for fact in facts.values() if fact.rolled_out_at is not None or fact.landed]
 
 

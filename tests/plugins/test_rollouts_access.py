@@ -402,5 +402,7 @@ def test_fleet_rows_messages_and_measurements_are_shown_with_the_fleet_tabs_acce
     assert FLEET_MESSAGE in text and "round 1 · error_rate · 0.214 (< 0.05): failed" in text
     fleet = [rollout for rollout in page["rollouts"] if rollout["source"] == "fleet" and rollout["run_id"] == run_id]
     assert [(rollout["outcome"], rollout["message"]) for rollout in fleet] == [("rolled_back", FLEET_MESSAGE)]
-    event = next(r for r in page["rollouts"] if r["source"] == "asset_event" and r["run_id"] == run_id)
-    assert event["analysis"]["measurements"][0] == MEASUREMENT
+    # The task's asset event tells the same rollout as its row: one rollout (the row), with the measurements.
+    assert [rollout["source"] for rollout in page["rollouts"] if rollout["run_id"] == run_id] == ["fleet"]
+    [rejected] = [item for item in fleet[0]["entries"] if item["kind"] == "rejected"]
+    assert rejected["verdict"]["measurements"][0] == MEASUREMENT

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.plugins import rollouts as rollouts_package
 from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
-from airflow_provider.plugins.rollouts.shapes import fleet_view, revision_marks
+from airflow_provider.plugins.rollouts.shapes import fleet_view
 
 
 def record(**fields: Any) -> FleetTaskRecord:
@@ -83,18 +83,6 @@ def test_the_store_references_of_a_worker_side_backend_are_not_read_as_progress(
     assert _stored_json(json.dumps({"__airflow_state_ref__": "s3://bucket/key"})) is None
     assert _stored_json("not json") is None
     assert _stored_json(json.dumps({"name": "wave 1", "rows": []})) == {"name": "wave 1", "rows": []}
-
-
-def test_a_rollback_marks_the_revision_it_restored_and_the_one_it_replaced() -> None:
-    rolled_back = {
-        "source": "asset_event",
-        "outcome": "rolled_back",
-        "revision_id": "old",
-        "previous_revision_id": "bad",
-    }
-    rolled_back.update(dag_id="d", run_id="r", task_id="t", map_index=-1)
-    assert [mark["role"] for mark in revision_marks("old", [rolled_back])] == ["rolled back to"]
-    assert [mark["role"] for mark in revision_marks("bad", [rolled_back])] == ["rolled back from"]
 
 
 def test_every_fleet_outcome_has_a_tone_in_the_view() -> None:

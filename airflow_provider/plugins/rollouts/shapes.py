@@ -123,17 +123,6 @@ def _task_fields(
     return fields
 
 
-def newest_rollout(rollouts: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The rollout that touched the deployment last (a running one first).
-
-    :param rollouts: rollouts from :func:`event_rollout` and :func:`touch_rollout`.
-    """
-    known = [rollout for rollout in rollouts if rollout]
-    if not known:
-        return None
-    return max(known, key=lambda rollout: (rollout["running"], rollout["at"] or ""))
-
-
 # ------------------------------------------------------------------------------------ deployments
 def deployment_summary(deployment: Deployment, serving: dict[str, str] | None = None) -> dict[str, Any]:
     """A deployment as the list shows it.
@@ -202,50 +191,6 @@ def revision_entry(
         "latest": revision_id == deployment.latest_revision_id,
         "rollouts": marks,
     }
-
-
-def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rollouts that name a revision, each with what they did to it (``role``).
-
-    :param revision_id: the revision.
-    :param rollouts: the deployment's rollouts.
-    """
-    marks = []
-    for rollout in rollouts:
-        role = None
-        if rollout.get("rollback_revision_id") == revision_id:
-            role = "rolled back to"
-        elif rollout.get("revision_id") == revision_id:
-            outcome = str(rollout.get("outcome") or "")
-            role = "rolled back to" if outcome == "rolled_back" and rollout["source"] == "asset_event" else outcome
-        elif rollout.get("previous_revision_id") == revision_id and rollout.get("outcome") == "rolled_back":
-            role = "rolled back from"
-        if role:
-            marks.append({**rollout, "role": role})
-    return _merged(marks)
-
-
-def _merged(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One mark per task instance: a task's asset event and its fleet row tell the same rollout (the event
-    is kept, with the row's wave and message)."""
-    by_task: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for mark in marks:
-        key: tuple[Any, ...] = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
-        if key[0] is None:  # a watcher's event: no task to merge with
-            key = (id(mark),)
-        kept = by_task.get(key)
-        if kept is None:
-            by_task[key] = dict(mark)
-        elif kept["source"] == "fleet" and mark["source"] == "asset_event":
-            by_task[key] = {
-                **mark,
-                "wave": kept.get("wave"),
-                "message": kept.get("message"),
-                "tab_path": kept.get("tab_path"),
-            }
-        elif kept["source"] == "asset_event" and mark["source"] == "fleet":
-            kept.update({"wave": mark.get("wave"), "message": mark.get("message"), "tab_path": mark.get("tab_path")})
-    return list(by_task.values())
 
 
 # ------------------------------------------------------------------------------------ fleet
@@ -441,9 +386,7 @@ __all__ = [
     "deployment_summary",
     "event_rollout",
     "fleet_view",
-    "newest_rollout",
     "revision_entry",
-    "revision_marks",
     "row_analysis",
     "touch_rollout",
 ]
