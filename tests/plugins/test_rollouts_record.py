@@ -17,7 +17,6 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
