@@ -22,12 +22,15 @@ from airflow_provider.fleet import (
     REASON_UNKNOWN_OUTCOMES,
     FleetProgress,
     FleetRow,
+    Outcome,
     WaveRecord,
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
 from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
+ANALYSING = "analysing"
+"""How the view shows a fleet row that landed and waits for its wave's analysis (no verdict yet)."""
 BUILD_FIELDS = ("image_uri", "repo_ref", "repo_commit_sha", "source_tarball_path", "graph_config_path")
 """The revision settings shown as a revision's build."""
 
@@ -212,7 +215,19 @@ def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at
     }.get(wave.phase, wave.phase)
 
 
-def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
+def shown_outcome(row: FleetRow, phase: str) -> str:
+    """A fleet row's outcome as the view shows it: ``analysing`` for a row that landed while its wave's analysis
+    is under way and has no verdict yet (never ``landed`` before its verdict).
+
+    :param row: the row.
+    :param phase: its wave's phase.
+    """
+    if phase == "analysing" and row.outcome == Outcome.LANDED and row.analysis is None:
+        return ANALYSING
+    return row.outcome
+
+
+def _row(row: FleetRow | Mapping[str, Any], phase: str = "") -> dict[str, Any]:
     values = row.to_json() if isinstance(row, FleetRow) else dict(row)
     seconds = values.get("seconds")
     if seconds is None and isinstance(row, FleetRow):
@@ -220,7 +235,7 @@ def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": values.get("name"),
         "deployment_id": values.get("deployment_id"),
-        "outcome": values.get("outcome"),
+        "outcome": shown_outcome(row, phase) if isinstance(row, FleetRow) else values.get("outcome"),
         "from_revision": values.get("from_revision"),
         "to_revision": values.get("to_revision"),
         "rollback_revision": values.get("rollback_revision"),
@@ -333,12 +348,12 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
                 "name": wave.name,
                 "phase": wave.phase,
                 "state": _wave_state(progress, index, wave, record.resume_at),
-                "counts": dict(Counter(row.outcome for row in wave.rows)),
-                "rows": [_row(row) for row in wave.rows],
+                "counts": dict(Counter(shown_outcome(row, wave.phase) for row in wave.rows)),
+                "rows": [_row(row, wave.phase) for row in wave.rows],
             }
             for index, wave in enumerate(progress.waves)
         ]
-        view["counts"] = progress.counts()
+        view["counts"] = dict(Counter(shown_outcome(row, wave.phase) for wave in progress.waves for row in wave.rows))
         view["current_wave"] = progress.current()
         view["budget"] = {
             "allowed_failures": progress.allowed_failures,
@@ -380,6 +395,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 
 __all__ = [
+    "ANALYSING",
     "BUILD_FIELDS",
     "ROW_MEASUREMENTS_SHOWN",
     "build_of",
@@ -388,5 +404,6 @@ __all__ = [
     "fleet_view",
     "revision_entry",
     "row_analysis",
+    "shown_outcome",
     "touch_rollout",
 ]
