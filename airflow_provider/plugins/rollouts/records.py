@@ -561,6 +561,7 @@ __all__ = [
     "EventRecord",
     "FleetTaskRecord",
     "FleetTouch",
+    "TaskNamed",
     "deployment_events",
     "fleet_task",
     "fleet_touches",
