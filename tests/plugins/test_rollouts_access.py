@@ -269,11 +269,7 @@ def add_fleet_rollout(deployment_id: str) -> str:
     analysis: its wave in ``task_state_store`` (the row, its message and measurements) and its asset event
     (with the analysis' measurements). Returns the run id."""
     from airflow.models.asset import AssetModel
-    from airflow.models.dagrun import DagRun
-    from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunType
     from sqlalchemy import select
 
     from airflow_provider.plugins.rollouts.records import WAVE_KEY_PREFIX
@@ -301,29 +297,8 @@ def add_fleet_rollout(deployment_id: str) -> str:
         "finished_at": (now - timedelta(minutes=1)).timestamp(),
         "analysis": analysis,
     }
+    add_failed_run(run_id, "roll_out_fleet", f"{WAVE_KEY_PREFIX}0", {"name": "wave 1", "phase": "done", "rows": [row]})
     with create_session() as session:
-        run = DagRun(
-            dag_id=VISIBLE_DAG,
-            run_id=run_id,
-            run_type=DagRunType.MANUAL,
-            state=DagRunState.FAILED,
-            run_after=now,
-            start_date=now - timedelta(minutes=3),
-        )
-        session.add(run)
-        session.flush()
-        session.add(
-            TaskStateStoreModel(
-                dag_run_id=run.id,
-                dag_id=VISIBLE_DAG,
-                run_id=run_id,
-                task_id="roll_out_fleet",
-                map_index=-1,
-                key=f"{WAVE_KEY_PREFIX}0",
-                value=json.dumps({"name": "wave 1", "phase": "done", "rows": [row]}),
-                updated_at=now,
-            )
-        )
         asset = session.scalar(select(AssetModel).where(AssetModel.uri == deployment_asset_uri(deployment_id)))
         assert asset is not None
         extra = {
@@ -418,12 +393,6 @@ def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, st
     """A failed run of :data:`VISIBLE_DAG` whose patch task recorded its revision rejected by the analysis and
     rolled back (its record in ``task_state_store``; a failed task emits no asset event), on two revisions made on
     the emulator. Returns the run id and the revisions (``good``, ``bad``, ``restored``)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.task_state_store import TaskStateStoreModel
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunType
-
     from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
 
     add_dags_and_events(deployment_id)
@@ -457,9 +426,28 @@ def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, st
             entry(Kind.ROLLED_BACK, deployment_id, restored, at=start + 90, **rollback),
         ],
     )
+    add_failed_run(run_id, "patch", RECORD_KEY, record)
+    return run_id, revisions
+
+
+def add_failed_run(run_id: str, task_id: str, key: str, value: Any) -> None:
+    """A failed run of :data:`VISIBLE_DAG` whose task ``task_id`` wrote ``value`` under ``key`` in its
+    ``task_state_store``."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    now = datetime.now(timezone.utc)
     with create_session() as session:
         run = DagRun(
-            dag_id=VISIBLE_DAG, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.FAILED, run_after=now
+            dag_id=VISIBLE_DAG,
+            run_id=run_id,
+            run_type=DagRunType.MANUAL,
+            state=DagRunState.FAILED,
+            run_after=now,
+            start_date=now - timedelta(minutes=3),
         )
         session.add(run)
         session.flush()
@@ -468,14 +456,13 @@ def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, st
                 dag_run_id=run.id,
                 dag_id=VISIBLE_DAG,
                 run_id=run_id,
-                task_id="patch",
+                task_id=task_id,
                 map_index=-1,
-                key=RECORD_KEY,
-                value=json.dumps(record),
+                key=key,
+                value=json.dumps(value),
                 updated_at=now,
             )
         )
-    return run_id, revisions
 
 
 def test_a_tasks_record_shows_its_outcomes_with_dag_read_but_its_messages_and_measurements_only_with_more(
