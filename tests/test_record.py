@@ -231,6 +231,7 @@ def test_the_writer_stamps_each_try_and_adds_only_what_is_new() -> None:
     ]
     assert entries[0]["previous_revision_id"] == "r0" and log.warnings == []
     record_entry({"ti": FakeTI(1), "task_state_store": store}, log, Kind.LANDED, "d", None)  # no revision: nothing
+    record_entries({"ti": FakeTI(1), "task_state_store": store}, log, [entry(Kind.PASSED, "d", "", at=1.0)])
     assert len(entries_of(store.data[RECORD_KEY])) == 2
 
 

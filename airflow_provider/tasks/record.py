@@ -39,13 +39,15 @@ __all__ = [
 
 def record_entries(context: Mapping[str, Any], log: logging.Logger | Any, entries: list[dict[str, Any]]) -> None:
     """Add ``entries`` (from :func:`~airflow_provider.record.entry`, without ``try_number``) to the task's record
-    in one write, each stamped with the try; nothing is written when the record holds them all already.
+    in one write, each stamped with the try; nothing is written when the record holds them all already, and an
+    entry without a revision is left out.
 
     :param context: the task's context (its ``task_state_store`` and ``ti``).
     :param log: the task's logger (where a store failure is said).
     :param entries: the entries.
     """
     store = context.get("task_state_store")
+    entries = [item for item in entries if item.get("revision_id")]  # no revision: nothing of it to record
     if store is None or not entries:
         return
     try_number = getattr(context.get("ti"), "try_number", None)
@@ -81,8 +83,7 @@ def record_entry(
     :param revision_id: the revision.
     :param fields: the entry's optional fields.
     """
-    if revision_id:  # a patch that made no revision: nothing of it to record
-        record_entries(context, log, [entry(kind, deployment_id, revision_id, at=time.time(), **fields)])
+    record_entries(context, log, [entry(kind, deployment_id, revision_id, at=time.time(), **fields)])
 
 
 def record_landing_entry(
