@@ -225,9 +225,10 @@ def _deployments(
         access.require_connection(conn_id, user, session)
     listing = _service(conn_id, lambda: reader.deployments(conn_id, query))
     ids = [deployment.id for deployment in listing.deployments]
+    dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
-        events = records.latest_events(session, ids, access.readable_dag_ids(user))
-        found = _histories(session, user, list(events.values()), days)
+        events = records.latest_events(session, ids, dag_ids)
+        found = _histories(session, user, dag_ids, list(events.values()), days)
     listed = set(ids)
     by_deployment: dict[str, list[dict[str, Any]]] = {}
     for rollout in found.rollouts:
@@ -257,9 +258,10 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} has no deployment {deployment_id}")
     shown = _service(conn_id, lambda: reader.revisions(conn_id, deployment_id))
+    dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
-        events = records.deployment_events(session, deployment_id, access.readable_dag_ids(user))
-        told = _histories(session, user, events, days, deployment_id=deployment_id)
+        events = records.deployment_events(session, deployment_id, dag_ids)
+        told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
     rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
     return {
         "conn_id": conn_id,
@@ -277,8 +279,8 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
 class _Told:
     """What Airflow's records tell of some deployments, as the user may see it.
 
-    :param rollouts: one per task instance and deployment (:func:`~airflow_provider.plugins.rollouts.credits.
-        history_rollout`), newest first.
+    :param rollouts: one per task instance and deployment (see
+        :func:`~airflow_provider.plugins.rollouts.credits.history_rollout`).
     :param event_rollouts: every provider asset event read, as a rollout (the serving build comes from there).
     :param entries: the record entries the figures count (tasks' records and fleet rows).
     :param window: the figures' window (Unix seconds).
@@ -298,6 +300,7 @@ class _Told:
 def _histories(
     session: Session,
     user: BaseUser,
+    dag_ids: Collection[str],
     events: list[EventRecord],
     days: float,
     *,
@@ -309,7 +312,6 @@ def _histories(
     end = time.time()
     start = end - days * dora.DAY
     since = datetime.fromtimestamp(min(start, end - records.FLEET_LOOKBACK.total_seconds()), tz=timezone.utc)
-    dag_ids = access.readable_dag_ids(user)
     tasks = history.task_histories(session, dag_ids, deployment_id=deployment_id, since=since)
     touches = records.fleet_touches(
         session, dag_ids, deployment_id=deployment_id, since=since, limit=history.RECORDS_SCANNED
