@@ -7,7 +7,8 @@ One run of each, module-wide:
 - ``record_rejected``: a patch whose analysis fails (the error rate rises once live), rolled back automatically
   (deferrable: under ``dag.test()`` the defer kwargs are dropped);
 - ``record_landed``: a patch verified and baked;
-- ``record_timeout``: a patch whose revision is not live within its ``timeout`` (no rollback);
+- ``record_timeout``: a patch whose revision is not live within its ``timeout`` (its build takes an hour; no
+  rollback);
 - ``record_fleet``: a fleet wave of two, one rejected by its analysis, both rolled back (the budget is 0);
 - ``record_rollback``: a rollback by hand while the deployment's latest revision is a failed build.
 """
@@ -73,7 +74,7 @@ with dag("record_landed"):
 with dag("record_timeout"):
     PatchDeploymentOperator(
         task_id="patch", deployment_id={timeout!r}, image_uri="registry.example.com/acme/billing-worker:9.3.0",
-        wait_for_rollout=True, poll_interval=0.1, timeout=0.3, retries=0,
+        wait_for_rollout=True, poll_interval=0.1, timeout=1, retries=0,
     )
 
 with dag("record_fleet"):
@@ -138,6 +139,7 @@ def runs(airflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         )
         admin.set_behaviour(ids[FLEET_BAD], revision_id="next", requests_per_second=200, error_rate=0.5)
         admin.set_behaviour(ids[FLEET[1]], revision_id="next", requests_per_second=200)
+        state.update_deployment_options(ids[TIMEOUT], build_seconds=3600)  # never live within its timeout
         # The rollback's deployment: a revision rolled out and serving, then a patch whose build failed on top.
         good = admin.find_deployment(ROLLBACK)["active_revision_id"]
         serving = roll_out(state, ids[ROLLBACK], "registry.example.com/acme/ledger-service:bad-but-live")
