@@ -290,6 +290,8 @@ class FleetRow:
     :param analysis: the analysis of its new revision (an ``AnalysisResult``: ``verdict``, ``failing_check``,
         ``reason``, ``revision_id``, ``measurements``, at most :data:`ROW_MEASUREMENTS` of them), once judged;
         ``None`` without an analysis, or before it.
+    :param failed_at: wall-clock time it was first decided ``failed`` (kept when a rollback decides it again: the
+        record's time to restore runs from it).
     """
 
     deployment_id: str
@@ -316,6 +318,7 @@ class FleetRow:
     rollback_decided: bool = False
     not_restored: list[str] = field(default_factory=list)
     analysis: dict[str, Any] | None = None
+    failed_at: float | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -355,6 +358,8 @@ class FleetRow:
     def decide(self, outcome: str, message: str, at: float) -> None:
         """Record the outcome."""
         self.outcome, self.message, self.finished_at = outcome, message, at
+        if outcome == Outcome.FAILED and self.failed_at is None:
+            self.failed_at = at
 
     def to_json(self) -> dict[str, Any]:
         """Every field as plain JSON (a string, number, boolean, ``None``, or a flat mapping or list of

@@ -36,6 +36,9 @@ LAYERS = {
     "airflow_provider.client_settings": 3,
     "airflow_provider.pagination": 3,
     "airflow_provider.fleet": 3,
+    # The record of what tasks did to revisions (fleet rows read as entries), and the DORA figures computed from it.
+    "airflow_provider.record": 3.2,
+    "airflow_provider.dora": 3.4,
     "airflow_provider.client": 4,
     "airflow_provider.hooks": 5,
     # Analysis gates: pure definitions over models, measured through the hook's client and connections; the

@@ -21,6 +21,7 @@ from airflow_provider.tasks.analysis import (
     live_since,
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
+from airflow_provider.tasks.record import judging_entry, record_entries, verdict_entry
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -104,6 +105,7 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
             self.analysis.rounds(),
             self.analysis.interval_seconds,
         )
+        record_entries(context, self.log, [judging_entry(target) for target in targets])
         if self.deferrable and not self.analysis.runs_on_worker:
             defer_analysis(
                 self,
@@ -151,6 +153,9 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
                     "measurements": [],
                 }
         by_name = {names.get(deployment_id, deployment_id): result for deployment_id, result in judged.items()}
+        record_entries(
+            context, self.log, [verdict_entry(deployment_id, result) for deployment_id, result in judged.items()]
+        )
         context["ti"].xcom_push(key=XCOM_ANALYSIS, value=by_name)
         failures = []
         for name, result in sorted(by_name.items()):

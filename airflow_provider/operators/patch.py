@@ -36,6 +36,7 @@ from airflow_provider.operators.base import (
     _RolloutWaitingOperator,
 )
 from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
+from airflow_provider.record import Kind
 from airflow_provider.spec_changes import changes_of, resource_spec_json
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
 from airflow_provider.tasks.base import (
@@ -69,6 +70,7 @@ from airflow_provider.tasks.patch_retry import (
 from airflow_provider.tasks.patch_verdict import (
     XCOM_ANALYSIS,
     checked_landing,
+    judged_not_restored,
     landing_of,
     may_still_go_live,
     own_xcom,
@@ -79,6 +81,7 @@ from airflow_provider.tasks.patch_verdict import (
     rollback_resumed_unknown,
     rolled_back_message,
 )
+from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
 from airflow_provider.tasks.waiting import resumed_value
 
@@ -337,6 +340,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         }
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
             record_patch(store, patched, self.log)
+        record_landing_entry(context, self.log, Kind.ROLLED_OUT, patched)
         if earlier is None:
             if revision_id:
                 self.log.info("Patched; new revision %s (was active: %s)", revision_id, previous_active)
@@ -347,6 +351,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             return deployment.model_dump(mode="json")
         if earlier is not None and earlier.failed:  # the earlier try's revision failed: report it again
             self._explain_failure(deployment_id, revision_id)
+            record_landing_entry(context, self.log, Kind.FAILED, patched, message=earlier.failed)
             raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
         # What judging the live revision and rolling it back need after a deferral (JSON, no secret): none when
@@ -357,6 +362,9 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             live = self._wait(deployment, revision_id, resume_kwargs=resume_kwargs, carry=resume_kwargs)
         except AirflowSensorTimeout as err:
             return self._timed_out(context, err, landing, revision_id, previous_active)
+        except AirflowFailException as err:  # the rollout failed: its build, superseded, deleted
+            record_landing_entry(context, self.log, Kind.FAILED, patched, message=str(err))
+            raise
         return self._judge_live(context, live, landing)
 
     def _push_xcoms(
@@ -406,11 +414,14 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         if landing is None and (self._judges_live() or self.rollback_on_failure):
             landing = recorded_landing(context.get("task_state_store"), event, self.log)
         try:
+            seen = event if isinstance(event, dict) else {}
             try:
                 live = super().execute_complete(context, event)
             except AirflowSensorTimeout as err:
-                seen = event if isinstance(event, dict) else {}
                 return self._timed_out(context, err, landing, seen.get("revision_id"), None)
+            except AirflowFailException as err:  # the rollout failed: its build, superseded, deleted
+                record_landing_entry(context, self.log, Kind.FAILED, landing or seen, message=str(err))
+                raise
             if self._judges_live():
                 landing = checked_landing(landing, event, "execute_complete")
             return self._judge_live(context, live, landing)
@@ -467,6 +478,9 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
             raise AirflowFailException(rollback_resumed_unknown(event, landing, rollback))
+        record_rollback_entry(
+            context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)
+        )
         raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
 
     # ---- a rollout that did not go live in time, Airflow's deferral timeout
@@ -487,6 +501,17 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             return self._roll_back(context, landing, str(err), step="timeout")
         previous = previous or (landing or {}).get("previous_active_revision_id")
         previous = previous or own_xcom(context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log)
+        deployment_id = (landing or {}).get("deployment_id") or own_xcom(context, XCOM_DEPLOYMENT_ID, self.log)
+        record_entry(
+            context,
+            self.log,
+            Kind.TIMED_OUT,
+            deployment_id,
+            revision_id,
+            previous_revision_id=previous,
+            step="timeout",
+            message=str(err),
+        )
         why = "rollback_on_failure is off" if not self.rollback_on_failure else "the resume has no record to roll back"
         raise AirflowSensorTimeout(may_still_go_live(err, revision_id, previous, why))
 
@@ -530,6 +555,15 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )
         if live.get("active_revision_id") and live.get("active_revision_id") != previous:
+            record_entry(
+                context,
+                self.log,
+                Kind.LANDED,
+                live.get("id"),
+                live.get("active_revision_id"),
+                previous_revision_id=previous,
+                verdict=analysis,
+            )
             emit_revision_event(
                 context,
                 live,

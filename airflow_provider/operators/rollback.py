@@ -21,9 +21,11 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
+from airflow_provider.record import Kind
 from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
+from airflow_provider.tasks.record import record_rollback_entry
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_UNKNOWN,
     RESOURCE_SPEC_VERDICTS,
@@ -230,6 +232,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         ti.xcom_push(key=XCOM_NOT_RESTORED, value=list(started.not_restored))
         url = started.deployment.source_config.custom_url
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
+        if started.path != "none":  # a rollback sent (now, or by an earlier try): the view shows it under way
+            record_rollback_entry(context, self.log, Kind.ROLLING_BACK, started.record())
         if not self.wait_for_rollout:
             if started.not_restored:
                 self.log.warning("Started the %s", started.summary())
@@ -276,6 +280,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """The one place where the restored revision is known to be live: judge what it restored."""
         deployment = Deployment.model_validate(live)
         judged = started.judged_on(deployment)
+        record_rollback_entry(context, self.log, Kind.ROLLED_BACK, judged.record())
         context["ti"].xcom_push(key=XCOM_NOT_RESTORED, value=list(judged.not_restored))
         serves = (
             f"deployment {deployment.name!r} ({deployment.id}) serves revision {judged.to_revision_id}'s build "

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.models import Deployment
+from airflow_provider.record import Kind
 from airflow_provider.rollout import bake_verdict
 from airflow_provider.tasks.analysis import (
     AnalysisNotMeasured,
@@ -36,6 +37,7 @@ from airflow_provider.tasks.analysis import (
 from airflow_provider.tasks.events import analysis_extra
 from airflow_provider.tasks.patch_rollback import AutomaticRollback
 from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, recorded_landing, verify_failure
+from airflow_provider.tasks.record import record_landing_entry
 from airflow_provider.tasks.waiting import bake, defer_bake, resumed_value
 
 if TYPE_CHECKING:
@@ -72,12 +74,22 @@ class LiveRevisionJudging(AutomaticRollback):
         any fails."""
         if landing is None:
             return self._landed(context, live)
+        record_landing_entry(context, self.log, Kind.JUDGING, landing, steps=self._judging_steps())
         reason = verify_failure(self.verify, live, self._known_secret_values, self.log)
         if reason is None and self.analysis is not None:
             return self._analyse(context, live, landing)
         if reason is None:
             return self._bake_and_land(context, live, landing)
         return self._roll_back(context, landing, reason, step="verify")
+
+    def _judging_steps(self) -> list[str]:
+        """What judges a live revision, in order: ``verify``, ``analysis``, ``bake``."""
+        given = (
+            ("verify", self.verify is not None),
+            ("analysis", self.analysis is not None),
+            ("bake", self.bake_seconds),
+        )
+        return [step for step, on in given if on]
 
     def _bake_and_land(
         self,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_provider.record import Kind, verdict_kind
 from airflow_provider.tasks.base import DeploymentServiceBaseTask
 from airflow_provider.tasks.patch_retry import EarlierTry, record_rollback, rollback_record
 from airflow_provider.tasks.patch_verdict import (
@@ -25,11 +26,13 @@ from airflow_provider.tasks.patch_verdict import (
     VerdictStep,
     failed_revision,
     failed_verdict,
+    judged_not_restored,
     landing_of,
     record_verdict,
     rollback_not_live_message,
     rolled_back_message,
 )
+from airflow_provider.tasks.record import record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_evidence import reattach_recorded_rollback
 from airflow_provider.tasks.rollback_outcome import RollbackIntent, recorded_fields
 from airflow_provider.tasks.rollback_paths import start_rollback
@@ -89,6 +92,9 @@ class AutomaticRollback(DeploymentServiceBaseTask):
         record_verdict(
             context.get("task_state_store"), landing, failed_verdict(step, reason, revision_id, analysis), self.log
         )
+        record_landing_entry(
+            context, self.log, verdict_kind(step), landing, step=step, message=reason, verdict=analysis
+        )
         if analysis is not None:
             context["ti"].xcom_push(key=XCOM_ANALYSIS, value=analysis)
         previous = landing.get("previous_active_revision_id")
@@ -134,12 +140,13 @@ class AutomaticRollback(DeploymentServiceBaseTask):
                 landing["revision_id"],
                 "; ".join(rollback["not_restored"]),
             )
-        return self._wait_for_rollback(landing, rollback, started.deployment)
+        return self._wait_for_rollback(context, landing, rollback, started.deployment)
 
     def _wait_for_rollback(
-        self, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
+        self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
     ) -> dict[str, Any]:
         """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
+        record_rollback_entry(context, self.log, Kind.ROLLING_BACK, rollback)
         resume_kwargs = {"landing": landing, "rollback": rollback}
         try:
             live = self._wait(
@@ -152,6 +159,9 @@ class AutomaticRollback(DeploymentServiceBaseTask):
             )
         except AirflowSensorTimeout as err:
             raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
+        record_rollback_entry(
+            context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)
+        )
         raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
 
     # ---- retries: an earlier verdict, an earlier try's rollback
@@ -210,7 +220,7 @@ class AutomaticRollback(DeploymentServiceBaseTask):
             landing["previous_active_revision_id"],
             started.revision_id,
         )
-        return self._wait_for_rollback(landing, rollback, current)
+        return self._wait_for_rollback(context, landing, rollback, current)
 
     def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
         """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
@@ -226,4 +236,4 @@ class AutomaticRollback(DeploymentServiceBaseTask):
             rollback["revision_id"],
             landing["previous_active_revision_id"],
         )
-        return self._wait_for_rollback(landing, rollback, current)
+        return self._wait_for_rollback(context, landing, rollback, current)

@@ -41,6 +41,7 @@ __all__ = [
     "checked_landing",
     "failed_revision",
     "failed_verdict",
+    "judged_not_restored",
     "landing_of",
     "may_still_go_live",
     "own_xcom",
@@ -275,10 +276,7 @@ def rolled_back_message(landing: Mapping[str, Any], rollback: Mapping[str, Any],
     :param rollback: the rollback's record (:func:`~airflow_provider.tasks.patch_retry.rollback_record`).
     :param live: the deployment JSON with the rollback's revision live (``{}``: not known).
     """
-    not_restored = list(rollback.get("not_restored") or [])
-    if live:
-        shown = Deployment.model_validate(live)
-        not_restored = list(RollbackStarted.from_record(rollback, shown).judged_on(shown).not_restored)
+    not_restored = judged_not_restored(rollback, live)
     how = rollback.get("path")
     if rollback.get("origin"):
         how = f"{how}, {rollback['origin']}"
@@ -291,6 +289,19 @@ def rolled_back_message(landing: Mapping[str, Any], rollback: Mapping[str, Any],
     if not not_restored:
         return f"{head}, which serves again as revision {rollback.get('revision_id')}"
     return f"{head} as revision {rollback.get('revision_id')}, except: {'; '.join(not_restored)}"
+
+
+def judged_not_restored(rollback: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """What the rollback did not undo, judged again on the live deployment (its ``resource_spec``); the record's
+    clauses when the deployment is not known.
+
+    :param rollback: the rollback's record.
+    :param live: the deployment JSON with the rollback's revision live (``{}``: not known).
+    """
+    if not live:
+        return list(rollback.get("not_restored") or [])
+    shown = Deployment.model_validate(live)
+    return list(RollbackStarted.from_record(rollback, shown).judged_on(shown).not_restored)
 
 
 def rollback_not_live_message(landing: Mapping[str, Any], rollback: Mapping[str, Any], why: Any) -> str:

@@ -118,17 +118,27 @@ def start_rollback(
     fields = tuple(sorted(resource_spec_fields)) if resource_spec_fields is not None and spec is not None else None
     name = f"deployment {deployment.name!r} ({deployment.id})"
     latest, active = deployment.latest_revision_id, deployment.active_revision_id
-    rolled_back_from = source_revision or latest
+    never_served = _latest_never_served(hook, deployment, target, source_revision, log)
+    rolled_back_from = source_revision or (active if never_served and active not in (None, target) else latest)
     if rolled_back_from == target:
         raise AirflowFailException(f"{name}: cannot roll revision {target} back to itself; give an earlier revision")
     if source_revision is not None and latest not in (source_revision, target):
-        message = (
-            f"{name}: revision {source_revision} was to be rolled back to {target}, but the latest revision is now "
-            f"{latest} (someone rolled out meanwhile; active {active})"
-        )
-        if not force:
-            raise AirflowFailException(f"{message}; not rolling back over it. Pass force=True to roll back anyway")
-        log.warning("%s; rolling back anyway (force=True)", message)
+        if never_served is not None and active == source_revision:
+            log.info(
+                "%s: the latest revision %s never served (status %s); revision %s, which serves, is rolled back",
+                name,
+                latest,
+                never_served.status.value,
+                source_revision,
+            )
+        else:
+            message = (
+                f"{name}: revision {source_revision} was to be rolled back to {target}, but the latest revision is "
+                f"now {latest} (someone rolled out meanwhile; active {active})"
+            )
+            if not force:
+                raise AirflowFailException(f"{message}; not rolling back over it. Pass force=True to roll back anyway")
+            log.warning("%s; rolling back anyway (force=True)", message)
     current_spec = resource_spec_json(deployment.source_config.resource_spec)
     to_restore = fields_not_shown(current_spec, spec, fields) if spec is not None else ()
     spec_differs = bool(to_restore)
@@ -179,7 +189,7 @@ def start_rollback(
             )
 
     if not spec_differs and active == target and latest is not None:
-        newest = None if latest == target else read_revision(hook, deployment.id, latest, log)
+        newest = never_served or (None if latest == target else read_revision(hook, deployment.id, latest, log))
         if latest == target:
             log.info("%s already serves revision %s; nothing to roll back", name, target)
             return started("none", target, deployment, {})
@@ -323,6 +333,24 @@ def start_rollback(
         new,
     )
     return started("patch", new, after, config, exact=exact)
+
+
+def _latest_never_served(
+    hook: DeploymentServiceHook,
+    deployment: Deployment,
+    target: str,
+    source_revision: str | None,
+    log: logging.Logger | Any,
+) -> Revision | None:
+    """The deployment's latest revision when it ended without ever serving (its build failed: ``BUILD_FAILED``,
+    ``CREATE_FAILED``, ``DEPLOY_FAILED``...), read only when it is neither the revision serving, nor the one to
+    return to, nor the one named as rolled back; ``None`` otherwise, and when the revision endpoint cannot say.
+    What a rollback rolls back is then the revision that serves, not that failed build."""
+    latest, active = deployment.latest_revision_id, deployment.active_revision_id
+    if latest is None or latest in (active, target, source_revision):
+        return None
+    revision = read_revision(hook, deployment.id, latest, log)
+    return revision if revision is not None and revision.status.is_failed else None
 
 
 def _redeploy(

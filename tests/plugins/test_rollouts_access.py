@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.models import PatchDeploymentRequest
 from tests.tasks.conftest import connection_json, seed
 
 ROUTES = [
@@ -268,11 +269,7 @@ def add_fleet_rollout(deployment_id: str) -> str:
     analysis: its wave in ``task_state_store`` (the row, its message and measurements) and its asset event
     (with the analysis' measurements). Returns the run id."""
     from airflow.models.asset import AssetModel
-    from airflow.models.dagrun import DagRun
-    from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunType
     from sqlalchemy import select
 
     from airflow_provider.plugins.rollouts.records import WAVE_KEY_PREFIX
@@ -300,29 +297,8 @@ def add_fleet_rollout(deployment_id: str) -> str:
         "finished_at": (now - timedelta(minutes=1)).timestamp(),
         "analysis": analysis,
     }
+    add_failed_run(run_id, "roll_out_fleet", f"{WAVE_KEY_PREFIX}0", {"name": "wave 1", "phase": "done", "rows": [row]})
     with create_session() as session:
-        run = DagRun(
-            dag_id=VISIBLE_DAG,
-            run_id=run_id,
-            run_type=DagRunType.MANUAL,
-            state=DagRunState.FAILED,
-            run_after=now,
-            start_date=now - timedelta(minutes=3),
-        )
-        session.add(run)
-        session.flush()
-        session.add(
-            TaskStateStoreModel(
-                dag_run_id=run.id,
-                dag_id=VISIBLE_DAG,
-                run_id=run_id,
-                task_id="roll_out_fleet",
-                map_index=-1,
-                key=f"{WAVE_KEY_PREFIX}0",
-                value=json.dumps({"name": "wave 1", "phase": "done", "rows": [row]}),
-                updated_at=now,
-            )
-        )
         asset = session.scalar(select(AssetModel).where(AssetModel.uri == deployment_asset_uri(deployment_id)))
         assert asset is not None
         extra = {
@@ -402,5 +378,123 @@ def test_fleet_rows_messages_and_measurements_are_shown_with_the_fleet_tabs_acce
     assert FLEET_MESSAGE in text and "round 1 · error_rate · 0.214 (< 0.05): failed" in text
     fleet = [rollout for rollout in page["rollouts"] if rollout["source"] == "fleet" and rollout["run_id"] == run_id]
     assert [(rollout["outcome"], rollout["message"]) for rollout in fleet] == [("rolled_back", FLEET_MESSAGE)]
-    event = next(r for r in page["rollouts"] if r["source"] == "asset_event" and r["run_id"] == run_id)
-    assert event["analysis"]["measurements"][0] == MEASUREMENT
+    # The task's asset event tells the same rollout as its row: one rollout (the row), with the measurements.
+    assert [rollout["source"] for rollout in page["rollouts"] if rollout["run_id"] == run_id] == ["fleet"]
+    [rejected] = [item for item in fleet[0]["entries"] if item["kind"] == "rejected"]
+    assert rejected["verdict"]["measurements"][0] == MEASUREMENT
+
+
+# ------------------------------------------------------------------------------------ a task's record
+RECORD_MESSAGE = "the analysis failed: error_rate 0.31 not < 0.05 (patch-record-message-2c9e)"
+"""The message of a patch task's rejection, only for users who may read the DAG's task instances and XComs."""
+
+
+def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, str]]:
+    """A failed run of :data:`VISIBLE_DAG` whose patch task recorded its revision rejected by the analysis and
+    rolled back (its record in ``task_state_store``; a failed task emits no asset event), on two revisions made on
+    the emulator. Returns the run id and the revisions (``good``, ``bad``, ``restored``)."""
+    from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
+
+    add_dags_and_events(deployment_id)
+    revisions = {"good": server.state.deployment(deployment_id)["active_revision_id"]}
+    for name in ("bad", "restored"):
+        request = PatchDeploymentRequest.model_validate({"source_revision_config": {"repo_ref": f"v-{name}"}})
+        revisions[name] = server.state.patch_deployment(deployment_id, request)["latest_revision_id"]
+    good, bad, restored = revisions["good"], revisions["bad"], revisions["restored"]
+    run_id = f"manual__patch_{uuid.uuid4().hex[:8]}"
+    now = datetime.now(timezone.utc)
+    start = (now - timedelta(minutes=3)).timestamp()
+    verdict = {"verdict": "failed", "failing_check": "error_rate", "reason": "error_rate 0.31"}
+    verdict["measurements"] = [MEASUREMENT]
+    rollback = {"rolled_back_from": bad, "rolled_back_to": good, "try_number": 1}
+    record = with_entries(
+        None,
+        [
+            entry(Kind.ROLLED_OUT, deployment_id, bad, at=start, previous_revision_id=good, try_number=1),
+            entry(Kind.JUDGING, deployment_id, bad, at=start + 30, steps=["analysis"], try_number=1),
+            entry(
+                Kind.REJECTED,
+                deployment_id,
+                bad,
+                at=start + 60,
+                step="analysis",
+                verdict=verdict,
+                message=RECORD_MESSAGE,
+                try_number=1,
+            ),
+            entry(Kind.ROLLING_BACK, deployment_id, restored, at=start + 61, **rollback),
+            entry(Kind.ROLLED_BACK, deployment_id, restored, at=start + 90, **rollback),
+        ],
+    )
+    add_failed_run(run_id, "patch", RECORD_KEY, record)
+    return run_id, revisions
+
+
+def add_failed_run(run_id: str, task_id: str, key: str, value: Any) -> None:
+    """A failed run of :data:`VISIBLE_DAG` whose task ``task_id`` wrote ``value`` under ``key`` in its
+    ``task_state_store``."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    now = datetime.now(timezone.utc)
+    with create_session() as session:
+        run = DagRun(
+            dag_id=VISIBLE_DAG,
+            run_id=run_id,
+            run_type=DagRunType.MANUAL,
+            state=DagRunState.FAILED,
+            run_after=now,
+            start_date=now - timedelta(minutes=3),
+        )
+        session.add(run)
+        session.flush()
+        session.add(
+            TaskStateStoreModel(
+                dag_run_id=run.id,
+                dag_id=VISIBLE_DAG,
+                run_id=run_id,
+                task_id=task_id,
+                map_index=-1,
+                key=key,
+                value=json.dumps(value),
+                updated_at=now,
+            )
+        )
+
+
+def test_a_tasks_record_shows_its_outcomes_with_dag_read_but_its_messages_and_measurements_only_with_more(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, fleet_hidden_manager: Any
+) -> None:
+    deployment_id = fleet_service.admin.find_deployment("app-0002")["id"]
+    run_id, revisions = add_patch_record(fleet_service, deployment_id)
+    _row, page, text = shown_text(view(cookie=token("op")), deployment_id)
+    assert RECORD_MESSAGE not in text and "0.2137" not in text, f"shown without {fleet_hidden_manager.value} read"
+    [ours] = [rollout for rollout in page["rollouts"] if rollout["run_id"] == run_id]
+    assert (ours["source"], ours["outcome"], ours["message"], ours["analysis"]) == ("record", "rolled_back", "", None)
+    assert all("message" not in item and "verdict" not in item for item in ours["entries"])
+    roles = {
+        revision["id"]: [
+            (mark["role"], mark["message"], mark["analysis"])
+            for mark in revision["rollouts"]
+            if mark["run_id"] == run_id
+        ]
+        for revision in page["revisions"]
+    }
+    assert roles[revisions["bad"]] == [("rejected", "", None)]
+    assert roles[revisions["good"]] == [("rolled_back_to", "", None)]
+    assert roles[revisions["restored"]] == [("rollback_revision", "", None)]
+
+
+def test_a_tasks_record_shows_its_messages_and_measurements_with_the_fleet_tabs_access(
+    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, dag_scoped_manager: Any
+) -> None:
+    deployment_id = fleet_service.admin.find_deployment("app-0002")["id"]
+    run_id, revisions = add_patch_record(fleet_service, deployment_id)
+    _row, page, text = shown_text(view(cookie=token("op")), deployment_id)
+    assert RECORD_MESSAGE in text
+    [mark] = next(revision["rollouts"] for revision in page["revisions"] if revision["id"] == revisions["bad"])
+    assert (mark["run_id"], mark["label"], mark["message"]) == (run_id, "rejected (analysis failed)", RECORD_MESSAGE)
+    assert mark["analysis"]["measurements"] == ["round 1 · error_rate · 0.214 (< 0.05): failed"]

@@ -98,8 +98,8 @@ def test_deployments_list_shows_what_serves_and_the_last_rollout_of_each(
     assert canary["revisions_differ"] is False
     last = canary["last_rollout"]
     assert (last["source"], last["outcome"], last["dag_id"], last["run_id"], last["task_id"]) == (
-        "asset_event",
-        "rolled_out",
+        "fleet",  # the canary task's row: its record (its asset event tells the same rollout)
+        "landed",
         "progressive_rollout",
         run_id,
         "canary",
@@ -154,8 +154,8 @@ def test_a_deployment_page_marks_each_revision_with_the_run_that_rolled_it_out_o
     assert set(revisions) == {revision["id"] for revision in served["revisions"]}
     failed = revisions[served["latest_revision_id"]]
     assert failed["status"] == "BUILD_FAILED" and failed["latest"] and not failed["active"]
-    assert [(mark["role"], mark["run_id"], mark["task_id"]) for mark in failed["rollouts"]] == [
-        ("failed", blown_budget.run_id, "roll_out_fleet")
+    assert [(mark["role"], mark["label"], mark["run_id"], mark["task_id"]) for mark in failed["rollouts"]] == [
+        ("failed", "failed (BUILD_FAILED)", blown_budget.run_id, "roll_out_fleet")
     ]
     assert revisions[served["active_revision_id"]]["active"] is True
     assert page["deployment"]["revisions_differ"] is True and page["running"] == []
@@ -163,10 +163,10 @@ def test_a_deployment_page_marks_each_revision_with_the_run_that_rolled_it_out_o
     canary = blown_budget.after[CANARY]
     canary_page = get(admin, f"api/deployments/{canary['id']}")
     live = next(revision for revision in canary_page["revisions"] if revision["id"] == canary["active_revision_id"])
-    # The canary task's asset event and its fleet row tell one rollout: one mark, with the wave.
+    # The canary task's asset event and its fleet row tell one rollout: one mark, from the row, with the wave.
     marks = [mark for mark in live["rollouts"] if mark["run_id"] == blown_budget.run_id]
     assert [(mark["role"], mark["source"], mark["task_id"], mark["wave"]) for mark in marks] == [
-        ("rolled_out", "asset_event", "canary", "wave 1")
+        ("landed", "fleet", "canary", "wave 1")
     ]
     assert live["status"] == "DEPLOYED" and live["build"]["repo_ref"] == "v7.0.0"
     assert canary_page["deployment"]["serving"]["repo_ref"] == "v7.0.0"

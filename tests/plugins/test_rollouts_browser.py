@@ -6,7 +6,10 @@ The test logs in through Airflow's login page, opens the Rollouts entry of the n
 deployments appear), opens the Fleet rollout tab of a ``FleetRolloutOperator`` task that ``airflow dags
 test`` runs meanwhile (``tests/plugins/dags/rollouts_view_fleet.py``: held until the browser is on the tab),
 and watches the waves go from nothing to done without a reload; then the deployment list and a deployment's
-page show that rollout, and requests without a user are refused.
+page show that rollout. Then ``rollouts_view_rejected`` (``tests/plugins/dags/rollouts_view_rejected.py``) rolls a
+revision out on the canary that its ``verify`` rejects and rolls itself back: the task fails (no asset event),
+and its record credits every revision it touched, read the right way round; the DORA figures count both runs.
+Requests without a user are refused.
 
 Screenshots go to ``.e2e/rollouts-view/``; with ``ROLLOUTS_VIEW_SCREENSHOTS=docs/_static`` they also
 replace the documentation's (``docs/_static/rollouts-view-*.png``).
@@ -51,6 +54,8 @@ CHROMIUM_ARGS = [
 SHOTS = REPO_ROOT / ".e2e" / "rollouts-view"
 SHOTS_ENV = "ROLLOUTS_VIEW_SCREENSHOTS"
 DAG_ID = "rollouts_view_fleet"
+REJECTED_DAG_ID = "rollouts_view_rejected"
+CANARY = "checkout-api-dev"
 FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "search-dev", "support-bot-staging"]
 FLEET.append("support-bot-prod")
 FAILING = "search-dev"
@@ -335,21 +340,69 @@ def test_the_fleet_tab_follows_the_rollout_and_the_pages_show_it(stack: Stack, b
                 assert deployment["source_revision_config"]["repo_ref"] == "v2.0.0", name
         save_shot(page, "fleet-done")
 
-        # The deployments list and a deployment's page show the rollout.
+        # A rollout its verify rejects, rolled back by its own task, which fails.
+        landed = stack.emulator.deployment(CANARY)["active_revision_id"]
+        rejected_run = run_dag_test(stack, REJECTED_DAG_ID)
+        after = stack.emulator.deployment(CANARY)
+        rejected, restored = after["revisions"][-2]["id"], after["revisions"][-1]["id"]
+        assert after["active_revision_id"] == restored and after["status"] == "READY"
+        assert after["source_revision_config"]["repo_ref"] == "v2.0.0"  # the fleet's build serves again
+
+        # The deployments list: the last rollout is the failed run; the connection's figures count both runs.
         page.goto(f"{stack.base_url}/plugin/rollouts/deployment-service/deployments?name_contains=checkout-api")
         frame = view_frame(page, "Rollouts")
-        canary = frame.locator("tr[data-deployment='checkout-api-dev'] [data-last-rollout]")
+        canary = frame.locator(f"tr[data-deployment='{CANARY}'] [data-last-rollout]")
         canary.wait_for()
-        assert canary.get_attribute("data-last-rollout") == "rolled_out", page_text(frame)
-        assert DAG_ID in canary.inner_text()
+        assert canary.get_attribute("data-last-rollout") == "rolled_back", page_text(frame)
+        assert REJECTED_DAG_ID in canary.inner_text()
+        figures = frame.locator("#dora")
+        figures.wait_for()
+        # checkout-api-dev twice (the fleet's landed, the rejected one), checkout-api-prod and -sandbox once
+        assert figures.get_attribute("data-rollouts") == "4", page_text(frame)
+        assert "Change failure rate" in figures.inner_text() and "25 %" in figures.inner_text(), figures.inner_text()
         save_shot(page, "deployments")
-        frame.get_by_role("link", name="checkout-api-dev", exact=True).click()
-        marks = frame.locator("#revisions [data-role='rolled_out']")
-        marks.first.wait_for()
-        active = stack.emulator.deployment("checkout-api-dev")["active_revision_id"]
-        assert frame.locator(f"#revisions tr[data-revision='{active}'] [data-role='rolled_out']").count() == 1
+
+        # The canary's page: every revision a task made or rejected names its run, read the right way round.
+        frame.get_by_role("link", name=CANARY, exact=True).click()
+        frame.locator("#revisions [data-role='rejected']").first.wait_for()
+
+        def roles(revision: str) -> list[tuple[str, str]]:
+            marks = frame.locator(f"#revisions tr[data-revision='{revision}'] [data-role]")
+            found = marks.evaluate_all("marks => marks.map(m => [m.dataset.role, m.dataset.run])")
+            return [(str(role), str(run)) for role, run in found]
+
+        assert roles(rejected) == [("rejected", rejected_run)], page_text(frame)
+        assert roles(restored) == [("rollback_revision", rejected_run)], page_text(frame)
+        assert roles(landed) == [("rolled_back_to", rejected_run), ("landed", run_id)], page_text(frame)
+        shown = frame.locator(f"#revisions tr[data-revision='{rejected}']").inner_text()
+        assert "rejected (verify failed)" in shown and "not by Airflow" not in shown, shown
+        assert frame.locator("#dora").get_attribute("data-rollouts") == "2"
         assert "deployments/" in page.url, page.url  # the UI's address follows the view's page
-        save_shot(page, "deployment")
+        save_shot(page, "deployment", full_page=True)
         stack.timings["test"] = time.monotonic()
     finally:
         page.context.close()
+
+
+def run_dag_test(stack: Stack, dag_id: str) -> str:
+    """Run ``airflow dags test dag_id`` to its end (it may fail: a failed task is what some runs show); its run id."""
+    home, env = stack.home, stack.dag_test.env
+    airflow = str(Path(sys.executable).parent / "airflow")
+    process = ManagedProcess(dag_id, [airflow, "dags", "test", dag_id], env, home / f"{dag_id}.log", home).start()
+    try:
+        wait_until(
+            lambda: not process.alive,
+            timeout=STEP_TIMEOUT,
+            what=f"airflow dags test {dag_id} ends",
+            interval=0.25,
+            diagnostics=lambda: process.tail(60),
+        )
+    finally:
+        stop_all([process])
+    token = api_token(stack)
+    answer = httpx.get(
+        f"{stack.base_url}/api/v2/dags/{dag_id}/dagRuns", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    runs = answer.json().get("dag_runs", []) if answer.status_code == 200 else []
+    assert runs, f"no run of {dag_id}: {answer.status_code} {answer.text[:300]}\n{process.tail(60)}"
+    return str(runs[0]["dag_run_id"])

@@ -13,8 +13,10 @@ from typing import Any
 
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.plugins import rollouts as rollouts_package
+from airflow_provider.plugins.rollouts.credits import ROLES, revision_marks
 from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
-from airflow_provider.plugins.rollouts.shapes import fleet_view, revision_marks
+from airflow_provider.plugins.rollouts.shapes import fleet_view
+from airflow_provider.record import KINDS, Kind, entry, event_entries
 
 
 def record(**fields: Any) -> FleetTaskRecord:
@@ -85,23 +87,12 @@ def test_the_store_references_of_a_worker_side_backend_are_not_read_as_progress(
     assert _stored_json(json.dumps({"name": "wave 1", "rows": []})) == {"name": "wave 1", "rows": []}
 
 
-def test_a_rollback_marks_the_revision_it_restored_and_the_one_it_replaced() -> None:
-    rolled_back = {
-        "source": "asset_event",
-        "outcome": "rolled_back",
-        "revision_id": "old",
-        "previous_revision_id": "bad",
-    }
-    rolled_back.update(dag_id="d", run_id="r", task_id="t", map_index=-1)
-    assert [mark["role"] for mark in revision_marks("old", [rolled_back])] == ["rolled back to"]
-    assert [mark["role"] for mark in revision_marks("bad", [rolled_back])] == ["rolled back from"]
-
-
 def test_every_fleet_outcome_has_a_tone_in_the_view() -> None:
     """A new outcome shown without a tone would look like an unknown status: each has its colour."""
     script = (Path(rollouts_package.__file__).parent / "static" / "rollouts.js").read_text()
     tones = script[script.index("const STATUS_TONE = {") : script.index("};", script.index("const STATUS_TONE"))]
     outcomes = [value for name, value in vars(Outcome).items() if name.isupper()]
+    outcomes += [*ROLES, *KINDS]  # a revision's role in a task's record, a record's newest outcome
     missing = [outcome for outcome in outcomes if not re.search(rf"\b{outcome}\s*:", tones)]
     assert not missing, f"outcomes with no STATUS_TONE in rollouts.js: {missing}"
 
@@ -152,6 +143,10 @@ def test_an_analysed_fleet_shows_each_verdict_its_failing_check_and_the_measurem
     assert shown["measurements_total"] == 15 and len(shown["measurements"]) == 10
     assert shown["measurements"][0] == "round 1 · tracing error_rate · 0.25 (< 0.05): failed"
     assert view["waves"][1]["rows"][1]["analysis"] is None
+    # c landed and waits for its wave's analysis: "analysing", never "landed" before its verdict
+    assert view["waves"][1]["rows"][1]["outcome"] == "analysing"
+    assert view["waves"][1]["counts"] == {"rolled_back": 1, "analysing": 1}
+    assert view["counts"] == {"landed": 1, "rolled_back": 1, "analysing": 1}
     # Known from the result table only (XCom): the summary each row carries.
     table = [{**row.table_row()} for row in rows]
     from_table = fleet_view(record(state="success", table=table, source="xcom"))
@@ -162,3 +157,39 @@ def test_an_analysed_fleet_shows_each_verdict_its_failing_check_and_the_measurem
         "reason": failed["reason"],
     }
     json.dumps(view)
+
+
+def test_a_rollback_marks_the_revision_it_restored_and_the_one_it_replaced() -> None:
+    """A rollback task's asset event alone (a task that kept no record): the revision serving again is "rolled back
+    to", the one it replaced "rolled back from"."""
+    payload = {"kind": "revision_live", "origin": "task", "outcome": "rolled_back", "deployment_id": "d"}
+    payload.update(revision_id="old", previous_revision_id="bad")
+    rolled_back = {"source": "asset_event", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+    rolled_back["entries"] = event_entries(payload, 1.0)
+    assert [mark["label"] for mark in revision_marks("old", [rolled_back])] == ["rolled back to"]
+    assert [mark["label"] for mark in revision_marks("bad", [rolled_back])] == ["rolled back from"]
+
+
+def test_a_patch_tasks_record_reads_the_right_way_round_and_a_retry_adds_no_second_mark() -> None:
+    """The record of a patch whose analysis failed and whose rollback made a new revision: the rejected revision is
+    "rejected (analysis failed)" (not "rolled back from"), the original "rolled back to", the rollback's own revision
+    "rollback revision"; another task's record of the same revisions is its own mark."""
+    entries = [
+        entry(Kind.ROLLED_OUT, "d", "bad", at=1.0, previous_revision_id="good", try_number=1),
+        entry(Kind.JUDGING, "d", "bad", at=2.0, steps=["analysis"], try_number=1),
+        entry(Kind.REJECTED, "d", "bad", at=3.0, step="analysis", verdict={"verdict": "inconclusive"}, try_number=1),
+        entry(Kind.ROLLING_BACK, "d", "new", at=4.0, rolled_back_from="bad", rolled_back_to="good", try_number=2),
+        entry(Kind.ROLLED_BACK, "d", "new", at=5.0, rolled_back_from="bad", rolled_back_to="good", try_number=2),
+    ]
+    ours = {"source": "record", "dag_id": "d", "run_id": "r", "task_id": "patch", "map_index": -1, "entries": entries}
+    later = {**ours, "run_id": "r2", "entries": [entry(Kind.LANDED, "d", "good", at=9.0)]}
+    labels = {
+        rev: [(m["run_id"], m["label"]) for m in revision_marks(rev, [ours, later])] for rev in ("bad", "good", "new")
+    }
+    assert labels == {
+        "bad": [("r", "rejected (analysis inconclusive)")],
+        "good": [("r2", "landed"), ("r", "rolled back to")],
+        "new": [("r", "rollback revision")],
+    }
+    judging = {**ours, "entries": entries[:2]}
+    assert [mark["label"] for mark in revision_marks("bad", [judging])] == ["analysing"]

@@ -57,6 +57,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, T
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 import airflow_provider
+from airflow_provider.record import RECORD_KEY, entries_of
 
 MAX_TRIES = 4
 """Tries per run, the first included (Airflow retries a retryable failure; a killed try counts)."""
@@ -87,6 +88,11 @@ INVARIANTS: dict[str, str] = {
     "a verdict within the retries": (
         f"every try ends, and the task reaches a verdict (a success, or a failure Airflow does not retry) "
         f"within {MAX_TRIES} tries"
+    ),
+    "what the task reports is in its record": (
+        "with a task_state_store, a patch or rollback task's verdict is in its record (what the Rollouts view reads): "
+        "a landing as the serving revision's 'landed' entry, a rollback as the serving revision's 'rolled_back' entry, "
+        "a failure as the verdict that failed it ('rejected', 'timed_out' or 'failed')"
     ),
     "a recorded failed verdict is never followed by a landing": (
         "with a task_state_store, once a try of a patch task reached a failed verdict on its revision (verify, the "
@@ -754,6 +760,8 @@ class RunResult:
     events: list[Event]
     failed_verdicts: list[dict[str, Any]] = field(default_factory=list)
     """Every failed verdict a try recorded in ``task_state_store`` (none without a store)."""
+    record: list[dict[str, Any]] = field(default_factory=list)
+    """The task's record (:data:`~airflow_provider.record.RECORD_KEY`) once the tries ended (none without a store)."""
 
     @property
     def last(self) -> TryOutcome:
@@ -869,6 +877,7 @@ class Harness:
             verifier,
             events,
             list(store.failed_verdicts) if store is not None else [],
+            entries_of(store.data.get(RECORD_KEY)) if store is not None else [],
         )
 
 
@@ -1049,7 +1058,27 @@ def _check_single(run: RunResult) -> list[Violation]:
         found.append(Violation("the expected verdict", f"expected {expected}, got {verdict} ({told})"))
     if last.succeeded:
         found += _single_outputs(run)
+    if STORE_MODES[run.store_mode]:
+        found += _record_problems(run, verdict, view["active_revision_id"])
     return found
+
+
+RECORDED_FAILURES = frozenset({"rejected", "timed_out", "failed"})
+"""The record's kinds of a verdict that failed a revision."""
+
+
+def _record_problems(run: RunResult, verdict: Verdict, serving: str) -> list[Violation]:
+    """What a patch or rollback task reported that its record does not say (with a store: the record is what the
+    Rollouts view shows of the run)."""
+    kinds = {(item.get("kind"), item.get("revision_id")) for item in run.record}
+    told = f"record: {sorted((str(kind), str(revision)) for kind, revision in kinds)}"
+    if verdict == "landed" and ("landed", serving) not in kinds:
+        return [Violation("what the task reports is in its record", f"landed {serving}, not in its {told}")]
+    if verdict == "rolled back" and ("rolled_back", serving) not in kinds:
+        return [Violation("what the task reports is in its record", f"rolled back to {serving}, not in its {told}")]
+    if verdict == "failed" and run.scenario.task == "patch" and not any(kind in RECORDED_FAILURES for kind, _ in kinds):
+        return [Violation("what the task reports is in its record", f"failed ({run.last.message}), not in its {told}")]
+    return []
 
 
 def _single_outputs(run: RunResult) -> list[Violation]:

@@ -912,3 +912,51 @@ def test_dag_test_runs_a_deferrable_rollback_to_its_verdict(
     [event] = _asset_events(run)
     assert event["outcome"] == "rolled_back" and event["revision_id"] == now["active_revision_id"]
     assert event["previous_revision_id"] == bad and event["not_restored"] == []
+
+
+# ------------------------------------------------------------------------------ past a failed build
+def failed_build_on_top(emulator: Any, deployment_id: str) -> tuple[str, str, str]:
+    """``(good, serving, failed)``: ``serving`` rolled out over ``good``, then a patch whose build failed (the
+    deployment's latest, it never served)."""
+    good = serving(emulator, deployment_id)["active_revision_id"]
+    live = roll_out(emulator, deployment_id, image_uri="registry.example.com/acme/checkout-api:bad-but-live")
+    emulator.state.fail_next_build(deployment_id, status="BUILD_FAILED")
+    failed = roll_out(emulator, deployment_id, image_uri="registry.example.com/acme/checkout-api:never-built")
+    shown = serving(emulator, deployment_id)
+    assert (shown["active_revision_id"], shown["latest_revision_id"]) == (live, failed)
+    assert emulator.state.deployment(deployment_id)["revisions"][-1]["status"] == "BUILD_FAILED"
+    return good, live, failed
+
+
+def test_a_rollback_past_a_failed_build_names_the_revision_that_served(
+    emulator: Any, ticking: Any, task_logs: Callable[[], str]
+) -> None:
+    """The latest revision's build failed: it never served, so what is rolled back is the revision serving
+    (in the XCom, the asset event and the log), not the failed build."""
+    dep = deployment_named(emulator, DOCKER)
+    good, live, failed = failed_build_on_top(emulator, dep["id"])
+    ticking(emulator)
+    ti = FakeTI()
+    context = with_events(ti)
+    rollback_op(deployment_id=dep["id"], revision_id=good).execute(context)
+    assert ti.xcoms["rolled_back_from"] == live, f"named {ti.xcoms['rolled_back_from']} (failed build: {failed})"
+    [event] = emitted(context)
+    assert (event["previous_revision_id"], event["outcome"]) == (live, "rolled_back")
+    logs = task_logs()
+    assert f"from revision {live} to revision {good}" in logs
+    assert f"from revision {failed}" not in logs and f"(was {failed}" not in logs
+    assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+
+def test_rolling_back_from_the_serving_revision_is_not_refused_over_a_failed_build(emulator: Any, ticking: Any) -> None:
+    """``rolling_back_from=<the serving revision>`` while a newer revision failed to build: nobody rolled out
+    anything that served meanwhile, so the rollback goes ahead (not "someone rolled out meanwhile")."""
+    dep = deployment_named(emulator, DOCKER)
+    good, live, _failed = failed_build_on_top(emulator, dep["id"])
+    ticking(emulator)
+    ti = FakeTI()
+    rollback_op(deployment_id=dep["id"], revision_id=good, rolling_back_from=live).execute(with_events(ti))
+    assert ti.xcoms["rolled_back_from"] == live
+    now = serving(emulator, dep["id"])
+    assert now["source_revision_config"]["image_uri"] == OLD_IMAGE
+    assert now["active_revision_id"] == ti.xcoms["revision_id"]

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import html
 import math
+import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -28,11 +30,12 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from airflow_provider import dora
 from airflow_provider.client import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import access, records, shapes
+from airflow_provider.plugins.rollouts import access, credits, history, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -40,6 +43,7 @@ from airflow_provider.plugins.rollouts.workers import AnswerTooSlow, ViewBusy, V
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from sqlalchemy.orm import Session
 
     from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
 
@@ -55,6 +59,10 @@ ASSETS = {
 HTTP_422 = 422
 """Unprocessable content: a parameter that can never be right, named in the answer."""
 PAGES = ("deployments", "deployment", "fleet")
+DORA_DAYS = 30
+"""The DORA figures' window by default, in days (the task state store keeps records 30 days by default)."""
+MAX_DORA_DAYS = 365
+"""The longest window the figures may be asked for, in days."""
 MAP_INDEX_PLACEHOLDER = "{MAP_INDEX}"
 """What Airflow 3.3's UI leaves in a task-instance tab's URL on an unmapped task instance."""
 SECURITY_HEADERS = {
@@ -144,9 +152,12 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         tag_value_ids: str | None = None,
         deployment_status: Annotated[str | None, Query(alias="status")] = None,
         deployment_type: str | None = None,
+        days: str = str(DORA_DAYS),
     ) -> dict[str, Any]:
-        """Every deployment of a connection (filtered by the service), with the last rollout of each."""
+        """Every deployment of a connection (filtered by the service), with the last rollout of each, and the DORA
+        figures of the deployments listed over the last ``days``."""
         conn_id = access.check_conn_id(conn_id)
+        window = _days(days)
         filters = {
             "name_contains": name_contains,
             "tag_value_ids": tag_value_ids,
@@ -158,7 +169,7 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         except pydantic.ValidationError as err:
             raise HTTPException(HTTP_422, describe_validation_error(err)) from None
         reader = request.app.state.reader
-        listing = await _in_view_threads(request, lambda: _deployments(reader, user, conn_id, query))
+        listing = await _in_view_threads(request, lambda: _deployments(reader, user, conn_id, query, window))
         return {
             "conn_id": conn_id,
             "filters": {name: value for name, value in filters.items() if value},
@@ -167,17 +178,18 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
 
     @app.get("/api/deployments/{deployment_id}")
     async def deployment(
-        request: Request, deployment_id: str, user: UserDep, conn_id: str = DEFAULT_CONN_ID
+        request: Request, deployment_id: str, user: UserDep, conn_id: str = DEFAULT_CONN_ID, days: str = str(DORA_DAYS)
     ) -> dict[str, Any]:
-        """One deployment: its revisions marked with the rollouts that rolled them out or back, and the
-        rollouts running on it."""
+        """One deployment: its revisions marked with what the provider's tasks did to them, the rollouts running
+        on it, and its DORA figures over the last ``days``."""
         conn_id = access.check_conn_id(conn_id)
+        window = _days(days)
         try:
             deployment_id = canonical_uuid(deployment_id, "deployment_id")
         except ValueError as err:
             raise HTTPException(HTTP_422, str(err)) from None
         reader = request.app.state.reader
-        return await _in_view_threads(request, lambda: _deployment(reader, user, conn_id, deployment_id))
+        return await _in_view_threads(request, lambda: _deployment(reader, user, conn_id, deployment_id, window))
 
     @app.get("/api/fleet")
     async def fleet(
@@ -204,41 +216,40 @@ def _connections(user: BaseUser) -> dict[str, Any]:
         return {"connections": access.readable_connections(user, session), "default": DEFAULT_CONN_ID}
 
 
-def _deployments(reader: ServiceReader, user: BaseUser, conn_id: str, query: ListDeploymentsQuery) -> dict[str, Any]:
+def _deployments(
+    reader: ServiceReader, user: BaseUser, conn_id: str, query: ListDeploymentsQuery, days: float
+) -> dict[str, Any]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
         access.require_connection(conn_id, user, session)
     listing = _service(conn_id, lambda: reader.deployments(conn_id, query))
-    dag_ids = access.readable_dag_ids(user)
     ids = [deployment.id for deployment in listing.deployments]
+    dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
         events = records.latest_events(session, ids, dag_ids)
-        all_touches = records.fleet_touches(session, dag_ids)
-        fleet_dag_ids = _fleet_readable(user, events.values(), all_touches)
-        touches = records.latest_touches(touch for touch in all_touches if touch.dag_id in fleet_dag_ids)
-        running = records.running_task_keys(session, touches.values())
+        found = _histories(session, user, dag_ids, list(events.values()), days)
+    listed = set(ids)
+    by_deployment: dict[str, list[dict[str, Any]]] = {}
+    for rollout in found.rollouts:
+        if rollout["deployment_id"] in listed:
+            by_deployment.setdefault(rollout["deployment_id"], []).append(rollout)
     rows = []
     for deployment in listing.deployments:
-        rollouts = []
-        if deployment.id in events:
-            rollouts.append(_event_rollout(events[deployment.id], fleet_dag_ids))
-        touch = touches.get(deployment.id)
-        if touch is not None:
-            key = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index)
-            rollouts.append(shapes.touch_rollout(touch, key in running))
-        serving = shapes.serving_from_events(deployment, rollouts)
+        rollouts = by_deployment.get(deployment.id, [])
+        serving = shapes.serving_from_events(deployment, found.event_rollouts)
         summary = shapes.deployment_summary(deployment, serving)
-        rows.append({**summary, "last_rollout": shapes.newest_rollout(rollouts)})
+        rows.append({**summary, "last_rollout": credits.newest_rollout(rollouts)})
     return {
         "deployments": rows,
         "truncated": listing.truncated,
         "max_deployments": MAX_DEPLOYMENTS,
         "fetched_at": _iso(listing.fetched_at),
+        "dora": found.dora(listed),
     }
 
 
-def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_id: str) -> dict[str, Any]:
+def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_id: str, days: float) -> dict[str, Any]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
@@ -246,30 +257,78 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     found = _service(conn_id, lambda: reader.deployment(conn_id, deployment_id))
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} has no deployment {deployment_id}")
-    history = _service(conn_id, lambda: reader.revisions(conn_id, deployment_id))
+    shown = _service(conn_id, lambda: reader.revisions(conn_id, deployment_id))
     dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
         events = records.deployment_events(session, deployment_id, dag_ids)
-        touches = records.fleet_touches(session, dag_ids, deployment_id=deployment_id)
-        fleet_dag_ids = _fleet_readable(user, events, touches)
-        touches = [touch for touch in touches if touch.dag_id in fleet_dag_ids]
-        running = records.running_task_keys(session, touches)
-    rollouts = [_event_rollout(event, fleet_dag_ids) for event in events]
-    for touch in touches:
-        live = (touch.dag_id, touch.run_id, touch.task_id, touch.map_index) in running
-        if touch.row.get("outcome") == "not_patched" or (touch.row.get("outcome") == "pending" and not live):
-            continue  # never patched by that rollout; a pending row of a running one is queued: shown
-        rollouts.append(shapes.touch_rollout(touch, live))
-    rollouts.sort(key=lambda rollout: rollout["at"] or "", reverse=True)
+        told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
+    rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
     return {
         "conn_id": conn_id,
-        "deployment": shapes.deployment_summary(found, _serving(found, history.revisions, rollouts)),
-        "revisions": _history(found, history.revisions, rollouts),
-        "revisions_available": history.available,
+        "deployment": shapes.deployment_summary(found, _serving(found, shown.revisions, told.event_rollouts)),
+        "revisions": _history(found, shown.revisions, rollouts),
+        "revisions_available": shown.available,
         "rollouts": rollouts,
         "running": [rollout for rollout in rollouts if rollout["running"]],
-        "fetched_at": _iso(history.fetched_at),
+        "fetched_at": _iso(shown.fetched_at),
+        "dora": told.dora({deployment_id}),
     }
+
+
+@dataclass
+class _Told:
+    """What Airflow's records tell of some deployments, as the user may see it.
+
+    :param rollouts: one per task instance and deployment (see
+        :func:`~airflow_provider.plugins.rollouts.credits.history_rollout`).
+    :param event_rollouts: every provider asset event read, as a rollout (the serving build comes from there).
+    :param entries: the record entries the figures count (tasks' records and fleet rows).
+    :param window: the figures' window (Unix seconds).
+    """
+
+    rollouts: list[dict[str, Any]]
+    event_rollouts: list[dict[str, Any]]
+    entries: list[dict[str, Any]]
+    window: tuple[float, float]
+
+    def dora(self, deployment_ids: Collection[str]) -> dict[str, Any]:
+        """The DORA figures of ``deployment_ids`` over the window."""
+        counted = [item for item in self.entries if item.get("deployment_id") in deployment_ids]
+        return dora.figures(counted, *self.window)
+
+
+def _histories(
+    session: Session,
+    user: BaseUser,
+    dag_ids: Collection[str],
+    events: list[EventRecord],
+    days: float,
+    *,
+    deployment_id: str | None = None,
+) -> _Told:
+    """The rollouts Airflow's records tell (every deployment's, or one's) for the DAGs the user may read: the tasks'
+    records (detailed with the fleet tab's access), fleet rows (only with it), and the asset events of tasks that
+    kept no record."""
+    end = time.time()
+    start = end - days * dora.DAY
+    since = datetime.fromtimestamp(min(start, end - records.FLEET_LOOKBACK.total_seconds()), tz=timezone.utc)
+    tasks = history.task_histories(session, dag_ids, deployment_id=deployment_id, since=since)
+    touches = records.fleet_touches(
+        session, dag_ids, deployment_id=deployment_id, since=since, limit=history.RECORDS_SCANNED
+    )
+    detailed = _fleet_readable(user, events, touches) | access.fleet_readable_dag_ids(user, {t.dag_id for t in tasks})
+    fleets = history.fleet_histories(touch for touch in touches if touch.dag_id in detailed)
+    told = history.without_duplicates([*tasks, *fleets, *history.event_histories(events)])
+    running = records.running_task_keys(session, told)
+    rollouts = []
+    for item in told:
+        live = item.key in running
+        if item.source == "fleet" and not item.entries and not live:
+            continue  # a fleet's queued row: shown while the rollout runs
+        rollouts.append(credits.history_rollout(item, running=live, detailed=item.dag_id in detailed))
+    event_rollouts = [shapes.event_rollout(event) for event in events]
+    entries = [entry for item in told if item.source != "asset_event" for entry in item.entries]
+    return _Told(rollouts, event_rollouts, entries, (start, end))
 
 
 def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -> dict[str, Any]:
@@ -293,14 +352,6 @@ def _fleet_readable(user: BaseUser, events: Iterable[EventRecord], touches: Iter
     """The DAGs, of those named by ``events`` and ``touches``, whose fleet records the user may read."""
     named = {touch.dag_id for touch in touches} | {event.dag_id for event in events if event.dag_id}
     return access.fleet_readable_dag_ids(user, named)
-
-
-def _event_rollout(event: EventRecord, fleet_dag_ids: Collection[str]) -> dict[str, Any]:
-    """A rollout as its asset event tells it; the analysis' measurements only with the fleet tab's access."""
-    rollout = shapes.event_rollout(event)
-    if event.dag_id not in fleet_dag_ids:
-        rollout["analysis"] = None
-    return rollout
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -374,6 +425,19 @@ def _iso(value: float) -> str:
     return datetime.fromtimestamp(value, tz=timezone.utc).isoformat()
 
 
+def _days(value: str) -> float:
+    """The ``days`` query value: the DORA figures' window, from 1 to :data:`MAX_DORA_DAYS` days."""
+    try:
+        days = float(value)
+    except ValueError:
+        raise HTTPException(
+            HTTP_422, f"days must be a number of days from 1 to {MAX_DORA_DAYS}, got {value!r}"
+        ) from None
+    if not 1 <= days <= MAX_DORA_DAYS:
+        raise HTTPException(HTTP_422, f"days must be from 1 to {MAX_DORA_DAYS}, got {value!r}")
+    return days
+
+
 def _serving(deployment: Deployment, revisions: list[Any], rollouts: list[dict[str, Any]]) -> dict[str, str] | None:
     active = next((revision for revision in revisions if revision.id == deployment.active_revision_id), None)
     if active is not None and active.source_revision_config is not None:
@@ -390,10 +454,12 @@ def _history(deployment: Deployment, revisions: list[Any], rollouts: list[dict[s
         named = [deployment.latest_revision_id, deployment.active_revision_id]
         for rollout in rollouts:
             named += [rollout.get(name) for name in ("revision_id", "rollback_revision_id", "previous_revision_id")]
+            for item in rollout.get("entries") or []:
+                named += [item.get(name) for name in ("revision_id", "rolled_back_from", "rolled_back_to")]
         ids = list(dict.fromkeys(revision_id for revision_id in named if revision_id))
     entries = []
     for revision_id in ids:
-        marks = shapes.revision_marks(revision_id, rollouts)
+        marks = credits.revision_marks(revision_id, rollouts)
         entries.append(shapes.revision_entry(by_id.get(revision_id), revision_id, deployment, marks))
     return entries
 

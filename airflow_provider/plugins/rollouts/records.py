@@ -22,7 +22,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import func, or_, select
 
@@ -174,6 +174,7 @@ class FleetTouch:
     :param wave: the wave the deployment is in.
     :param row: the row (:class:`~airflow_provider.fleet.FleetRow` as JSON).
     :param updated_at: when the wave was last written.
+    :param phase: the wave's phase (``analysing``: the rows that landed are being judged).
     """
 
     dag_id: str
@@ -183,6 +184,7 @@ class FleetTouch:
     wave: str
     row: dict[str, Any]
     updated_at: datetime
+    phase: str | None = None
 
     @property
     def at(self) -> float:
@@ -252,7 +254,14 @@ def fleet_touches(
                 continue
             touches.append(
                 FleetTouch(
-                    dag_id, run_id, task_id, map_index, str(wave.get("name", "")), row, _aware(updated_at) or since
+                    dag_id,
+                    run_id,
+                    task_id,
+                    map_index,
+                    str(wave.get("name", "")),
+                    row,
+                    _aware(updated_at) or since,
+                    phase=str(wave.get("phase") or "") or None,
                 )
             )
     return touches
@@ -274,11 +283,20 @@ def latest_touches(touches: Iterable[FleetTouch]) -> dict[str, FleetTouch]:
     return newest
 
 
-def running_task_keys(session: Session, touches: Iterable[FleetTouch]) -> set[tuple[str, str, str, int]]:
-    """Which of the touches' fleet tasks are still running (``(dag_id, run_id, task_id, map_index)``).
+class TaskNamed(Protocol):
+    """Something that names a task instance (a fleet row, a task's history)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+
+
+def running_task_keys(session: Session, touches: Iterable[TaskNamed]) -> set[tuple[str, str, str, int]]:
+    """Which of the touches' tasks are still running (``(dag_id, run_id, task_id, map_index)``).
 
     :param session: a metadata database session.
-    :param touches: rows from :func:`fleet_touches`.
+    :param touches: rows from :func:`fleet_touches`, or anything naming a task instance.
     """
     from airflow.models.taskinstance import TaskInstance
 
@@ -543,6 +561,7 @@ __all__ = [
     "EventRecord",
     "FleetTaskRecord",
     "FleetTouch",
+    "TaskNamed",
     "deployment_events",
     "fleet_task",
     "fleet_touches",

@@ -22,12 +22,15 @@ from airflow_provider.fleet import (
     REASON_UNKNOWN_OUTCOMES,
     FleetProgress,
     FleetRow,
+    Outcome,
     WaveRecord,
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
 from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
+ANALYSING = "analysing"
+"""How the view shows a fleet row that landed and waits for its wave's analysis (no verdict yet)."""
 BUILD_FIELDS = ("image_uri", "repo_ref", "repo_commit_sha", "source_tarball_path", "graph_config_path")
 """The revision settings shown as a revision's build."""
 
@@ -123,17 +126,6 @@ def _task_fields(
     return fields
 
 
-def newest_rollout(rollouts: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The rollout that touched the deployment last (a running one first).
-
-    :param rollouts: rollouts from :func:`event_rollout` and :func:`touch_rollout`.
-    """
-    known = [rollout for rollout in rollouts if rollout]
-    if not known:
-        return None
-    return max(known, key=lambda rollout: (rollout["running"], rollout["at"] or ""))
-
-
 # ------------------------------------------------------------------------------------ deployments
 def deployment_summary(deployment: Deployment, serving: dict[str, str] | None = None) -> dict[str, Any]:
     """A deployment as the list shows it.
@@ -204,50 +196,6 @@ def revision_entry(
     }
 
 
-def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rollouts that name a revision, each with what they did to it (``role``).
-
-    :param revision_id: the revision.
-    :param rollouts: the deployment's rollouts.
-    """
-    marks = []
-    for rollout in rollouts:
-        role = None
-        if rollout.get("rollback_revision_id") == revision_id:
-            role = "rolled back to"
-        elif rollout.get("revision_id") == revision_id:
-            outcome = str(rollout.get("outcome") or "")
-            role = "rolled back to" if outcome == "rolled_back" and rollout["source"] == "asset_event" else outcome
-        elif rollout.get("previous_revision_id") == revision_id and rollout.get("outcome") == "rolled_back":
-            role = "rolled back from"
-        if role:
-            marks.append({**rollout, "role": role})
-    return _merged(marks)
-
-
-def _merged(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One mark per task instance: a task's asset event and its fleet row tell the same rollout (the event
-    is kept, with the row's wave and message)."""
-    by_task: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for mark in marks:
-        key: tuple[Any, ...] = (mark.get("dag_id"), mark.get("run_id"), mark.get("task_id"), mark.get("map_index"))
-        if key[0] is None:  # a watcher's event: no task to merge with
-            key = (id(mark),)
-        kept = by_task.get(key)
-        if kept is None:
-            by_task[key] = dict(mark)
-        elif kept["source"] == "fleet" and mark["source"] == "asset_event":
-            by_task[key] = {
-                **mark,
-                "wave": kept.get("wave"),
-                "message": kept.get("message"),
-                "tab_path": kept.get("tab_path"),
-            }
-        elif kept["source"] == "asset_event" and mark["source"] == "fleet":
-            kept.update({"wave": mark.get("wave"), "message": mark.get("message"), "tab_path": mark.get("tab_path")})
-    return list(by_task.values())
-
-
 # ------------------------------------------------------------------------------------ fleet
 def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at: float | None) -> str:
     if wave.phase == "planned":
@@ -267,7 +215,19 @@ def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at
     }.get(wave.phase, wave.phase)
 
 
-def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
+def shown_outcome(row: FleetRow, phase: str) -> str:
+    """A fleet row's outcome as the view shows it: ``analysing`` for a row that landed while its wave's analysis
+    is under way and has no verdict yet (never ``landed`` before its verdict).
+
+    :param row: the row.
+    :param phase: its wave's phase.
+    """
+    if phase == "analysing" and row.outcome == Outcome.LANDED and row.analysis is None:
+        return ANALYSING
+    return row.outcome
+
+
+def _row(row: FleetRow | Mapping[str, Any], phase: str = "") -> dict[str, Any]:
     values = row.to_json() if isinstance(row, FleetRow) else dict(row)
     seconds = values.get("seconds")
     if seconds is None and isinstance(row, FleetRow):
@@ -275,7 +235,7 @@ def _row(row: FleetRow | Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": values.get("name"),
         "deployment_id": values.get("deployment_id"),
-        "outcome": values.get("outcome"),
+        "outcome": shown_outcome(row, phase) if isinstance(row, FleetRow) else values.get("outcome"),
         "from_revision": values.get("from_revision"),
         "to_revision": values.get("to_revision"),
         "rollback_revision": values.get("rollback_revision"),
@@ -388,12 +348,12 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
                 "name": wave.name,
                 "phase": wave.phase,
                 "state": _wave_state(progress, index, wave, record.resume_at),
-                "counts": dict(Counter(row.outcome for row in wave.rows)),
-                "rows": [_row(row) for row in wave.rows],
+                "counts": dict(Counter(shown_outcome(row, wave.phase) for row in wave.rows)),
+                "rows": [_row(row, wave.phase) for row in wave.rows],
             }
             for index, wave in enumerate(progress.waves)
         ]
-        view["counts"] = progress.counts()
+        view["counts"] = dict(Counter(shown_outcome(row, wave.phase) for wave in progress.waves for row in wave.rows))
         view["current_wave"] = progress.current()
         view["budget"] = {
             "allowed_failures": progress.allowed_failures,
@@ -435,15 +395,15 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 
 __all__ = [
+    "ANALYSING",
     "BUILD_FIELDS",
     "ROW_MEASUREMENTS_SHOWN",
     "build_of",
     "deployment_summary",
     "event_rollout",
     "fleet_view",
-    "newest_rollout",
     "revision_entry",
-    "revision_marks",
     "row_analysis",
+    "shown_outcome",
     "touch_rollout",
 ]

@@ -20,6 +20,9 @@ const STATUS_TONE = {
   rolled_back_with_wave: "warn", rolled_back_partially: "bad", rolled_back_with_wave_partially: "bad",
   rolled_back_reason_unknown: "warn", analysing: "run", passed: "ok", inconclusive: "warn",
   not_patched: "off", pending: "off",
+  // what the record says a task did to a revision (a mark's role) and a task's newest outcome
+  judging: "run", rejected: "bad", timed_out: "bad", rolling_back: "warn", rolling_back_to: "run",
+  rolled_back_to: "ok", rollback_revision: "ok", rolled_back_from: "warn",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
 };
@@ -40,9 +43,31 @@ function h(tag, attrs, ...children) {
   return element;
 }
 
-function badge(text, title) {
+function badge(text, title, tone) {
   const label = text === null || text === undefined || text === "" ? "—" : String(text);
-  return h("span", { class: `badge ${STATUS_TONE[label] || ""}`, title: title || null, "data-badge": label }, label.replaceAll("_", " "));
+  return h("span", { class: `badge ${STATUS_TONE[tone || label] || ""}`, title: title || null, "data-badge": label }, label.replaceAll("_", " "));
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "—";
+  if (value < 90) return `${Math.round(value)} s`;
+  if (value < 5400) return `${Math.round(value / 60)} min`;
+  return `${(value / 3600).toFixed(1)} h`;
+}
+
+function doraCards(dora, id) {
+  // The DORA figures from the record: what counts is on the view's documentation page.
+  if (!dora) return null;
+  const card = (label, value, extra) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), extra ? h("div", { class: "small muted" }, extra) : null);
+  const rate = dora.change_failure_rate === null ? "—" : `${Math.round(dora.change_failure_rate * 100)} %`;
+  const restore = dora.time_to_restore, live = dora.patch_to_live;
+  return h("section", { id, "data-rollouts": dora.rollouts },
+    h("h2", {}, `Last ${Math.round(dora.window.days)} days`, h("span", { class: "muted small" }, " · DORA figures from the record")),
+    h("div", { class: "cards" },
+      card("Rollouts per day", String(dora.rollouts_per_day), `${dora.rollouts} rollout${dora.rollouts === 1 ? "" : "s"} on ${dora.deployments} deployment${dora.deployments === 1 ? "" : "s"}${dora.never_served ? ` · ${dora.never_served} never served` : ""}`),
+      card("Change failure rate", rate, `${dora.failed} failed · ${dora.landed} landed${dora.in_progress ? ` · ${dora.in_progress} in progress` : ""}`),
+      card("Time to restore", seconds(restore.median_seconds), restore.count ? `median of ${restore.count} · longest ${seconds(restore.max_seconds)}` : "no rollback of a failed rollout"),
+      card("PATCH to live", seconds(live.median_seconds), live.count ? `median of ${live.count} · longest ${seconds(live.max_seconds)}` : "none went live")));
 }
 
 function shortId(id) {
@@ -141,6 +166,7 @@ async function deploymentsPage() {
     tag_value_ids: params.get("tag_value_ids") || "",
     status: params.get("status") || "",
     deployment_type: params.get("deployment_type") || "",
+    days: params.get("days") || "",
   };
   let known = { connections: [], default: "deployment_service_default" };
   try {
@@ -159,12 +185,13 @@ async function deploymentsPage() {
     tag_value_ids: h("input", { name: "tag_value_ids", value: state.tag_value_ids, placeholder: "tag value ids, comma-separated" }),
     status: h("select", { name: "status" }, ["", "READY", "AWAITING_DATABASE", "UNUSED", "AWAITING_DELETE", "UNKNOWN"].map((value) => h("option", { value, selected: value === state.status }, value || "any"))),
     deployment_type: h("select", { name: "deployment_type" }, ["", "dev_free", "dev", "prod"].map((value) => h("option", { value, selected: value === state.deployment_type }, value || "any"))),
+    days: h("select", { name: "days" }, ["", "7", "90", "365"].map((value) => h("option", { value, selected: value === state.days }, value ? `${value} days` : "30 days"))),
   };
   const results = h("section", { id: "results" }, h("p", { class: "muted" }, "Loading deployments…"));
   const form = h("form", { class: "toolbar", onsubmit: (event) => { event.preventDefault(); load(); } },
     field("Connection", inputs.conn_id), connections,
     field("Name", inputs.name_contains), field("Tag value", inputs.tag_value_ids),
-    field("Status", inputs.status), field("Type", inputs.deployment_type),
+    field("Status", inputs.status), field("Type", inputs.deployment_type), field("Figures over", inputs.days),
     h("button", { class: "primary", type: "submit" }, "Show"));
   VIEW.replaceChildren(
     h("div", { class: "row" }, h("h1", {}, "Deployments"), h("span", { class: "spacer" }),
@@ -208,7 +235,7 @@ function renderDeployments(target, data, connId) {
     more.hidden = shown >= rows.length;
   }
   page();
-  target.replaceChildren(summary, rows.length ? table : h("p", { class: "muted" }, "No deployment matches."), more);
+  target.replaceChildren(summary, doraCards(data.dora, "dora"), rows.length ? table : h("p", { class: "muted" }, "No deployment matches."), more);
 }
 
 function deploymentRow(row, connId) {
@@ -229,7 +256,7 @@ function deploymentRow(row, connId) {
 
 function lastRollout(rollout) {
   if (!rollout) return h("span", { class: "muted" }, "none recorded");
-  const label = rollout.running ? "rolling out" : rollout.outcome;
+  const label = rollout.running && rollout.outcome === "rolled_out" ? "rolling out" : rollout.outcome;
   return h("div", { "data-last-rollout": label },
     badge(label, rollout.message || null), " ", when(rollout.at),
     h("div", { class: "small" }, taskLink(rollout), rollout.wave ? h("span", { class: "muted" }, ` · ${rollout.wave}`) : null),
@@ -240,13 +267,14 @@ function lastRollout(rollout) {
 async function deploymentPage() {
   const id = decodeURIComponent(window.location.pathname.replace(/\/+$/, "").split("/").pop());
   const connId = query().get("conn_id") || "";
+  const days = query().get("days") || "";
   const back = `${APP}deployments${connId ? `?conn_id=${encodeURIComponent(connId)}` : ""}`;
   const content = h("div", {}, h("p", { class: "muted" }, "Loading…"));
   VIEW.replaceChildren(h("div", { class: "crumbs" }, h("a", { href: back }, "← Deployments")), content);
   let timer = null;
   async function load() {
     try {
-      const data = await getJSON(`api/deployments/${encodeURIComponent(id)}`, { conn_id: connId });
+      const data = await getJSON(`api/deployments/${encodeURIComponent(id)}`, { conn_id: connId, days });
       renderDeployment(content, data);
       const busy = data.running.length > 0 || data.deployment.revisions_differ;
       timer = setTimeout(load, busy ? DEPLOYMENT_POLL_MS.busy : DEPLOYMENT_POLL_MS.idle);
@@ -296,10 +324,12 @@ function renderDeployment(target, data) {
       h("td", {}, revision.status ? badge(revision.status) : h("span", { class: "muted" }, "—")),
       h("td", {}, when(revision.created_at)),
       h("td", {}, buildText(revision.build)),
-      h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role },
-        badge(mark.role, mark.message || null), " ", taskLink(mark), " ", when(mark.at), analysisDetails(mark.analysis)))
+      h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role, "data-run": mark.run_id || "" },
+        badge(mark.label || mark.role, mark.message || null, mark.role), " ", taskLink(mark),
+        mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis)))
         : h("span", { class: "muted" }, "not by Airflow")))))));
-  pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · rollouts from the provider's asset events and fleet progress, for the DAGs you may read."));
+  pieces.push(doraCards(data.dora, "dora"));
+  pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · what the provider's tasks did, from their records (failed tasks included), fleet progress and asset events, for the DAGs you may read."));
   target.replaceChildren(...pieces);
 }
 
