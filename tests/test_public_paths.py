@@ -246,6 +246,95 @@ MODEL_NAMES = {
     ),
 }
 
+EMULATOR_STATE = "airflow_provider.emulator.state"
+
+# What the emulator's state module defined -> the module of the state package that defines it now (the state
+# is made of parts, one module each).
+EMULATOR_STATE_NAMES = {
+    "EmulatorState": EMULATOR_STATE,
+    "DEFAULT_TENANT_ID": "airflow_provider.emulator.state.store",
+    "EmulatorError": "airflow_provider.emulator.state.errors",
+    "NotFound": "airflow_provider.emulator.state.errors",
+    "StatusName": "airflow_provider.emulator.state.service",
+    "DeploymentFilters": "airflow_provider.emulator.state.service",
+    "EmulatorCreateRequest": "airflow_provider.emulator.state.service",
+    **dict.fromkeys(
+        ["ResourceSpecMode", "RedeployMode", "OptionalEndpoint", "OPTIONAL_ENDPOINTS"],
+        "airflow_provider.emulator.state.switches",
+    ),
+}
+
+# The public methods and properties of the state before it was split: every one is still the state's.
+EMULATOR_STATE_API = [
+    "add_behaviour_rule",
+    "add_fault",
+    "add_unhealthy_rule",
+    "advance",
+    "app_answer",
+    "app_health",
+    "app_url",
+    "behaviour",
+    "behaviour_rules",
+    "clear_behaviour_rules",
+    "clear_faults",
+    "clear_unhealthy_rules",
+    "count",
+    "count_request",
+    "counters",
+    "create_deployment",
+    "default_tenant_id",
+    "delete_deployment",
+    "deployment",
+    "endpoint_enabled",
+    "fail_next_build",
+    "fail_revision",
+    "faults",
+    "find_deployment",
+    "get_deployment",
+    "get_revision",
+    "list_deployments",
+    "list_oauth_providers",
+    "list_repositories",
+    "list_revisions",
+    "mark_next_revision_unhealthy",
+    "metrics_text",
+    "now",
+    "patch_deployment",
+    "record_request",
+    "redeploy_revision",
+    "request_log",
+    "reset",
+    "reset_requests",
+    "revision_logs",
+    "run_stats",
+    "set_behaviour",
+    "set_chaos",
+    "set_revision_health",
+    "set_status",
+    "settings",
+    "snapshot",
+    "take_fault",
+    "tracing_projects",
+    "unhealthy_rules",
+    "update_deployment_options",
+    "update_settings",
+]
+
+# The plans and rules of the emulated apps moved from the behaviour module to their own (the records hold
+# plans, and the behaviour module reads the records: a circle).
+BEHAVIOUR_NAMES = dict.fromkeys(
+    [
+        "Behaviour",
+        "BehaviourPlan",
+        "BehaviourRule",
+        "RevisionGlob",
+        "DEFAULT_BEHAVIOUR",
+        "FAILING",
+        "MAX_HEALTH_SLEEP_SECONDS",
+    ],
+    "airflow_provider.emulator.plans",
+)
+
 # The Rollouts view's paths, which the plugin, the app and the pages' JSON all build, live in one module now
 # (the app and the JSON imported them from the plugin, which imports the app: a circle).
 VIEW_PATHS = "airflow_provider.plugins.rollouts.paths"
@@ -262,6 +351,8 @@ MOVED_NAMES = {
     CLIENT: CLIENT_NAMES,
     "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
     "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
+    EMULATOR_STATE: EMULATOR_STATE_NAMES,
+    "airflow_provider.emulator.behaviour": BEHAVIOUR_NAMES,
 }
 
 DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
@@ -354,6 +445,13 @@ def test_the_old_modules_only_re_export(old: str) -> None:
             continue
         defined.append(ast.unparse(node).splitlines()[0])
     assert defined == [], f"{old} should only re-export, but defines: {defined}"
+
+
+def test_the_emulator_state_keeps_every_method_it_had() -> None:
+    from airflow_provider.emulator.state import EmulatorState
+
+    public = sorted(name for name in dir(EmulatorState) if not name.startswith("_"))
+    assert public == EMULATOR_STATE_API
 
 
 @pytest.mark.parametrize("name", sorted(TRIGGER_ARGUMENTS))

@@ -39,8 +39,8 @@ from airflow_provider.models import (
     SourceRevisionConfig,
 )
 
-from .behaviour import BehaviourPlan
 from .contract import render_resource_spec
+from .plans import BehaviourPlan
 
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.AWAITING_BUILD: (0.2, RevisionStatus.BUILDING),
