@@ -145,7 +145,7 @@ class HealthBody(_Body):
 
 class BehaviourBody(BehaviourPlan):
     """A revision's behaviour: ``revision_id`` null (the latest revision), ``"next"`` (the next one created)
-    or an id, then the :class:`~airflow_provider.emulator.behaviour.BehaviourPlan` fields."""
+    or an id, then the :class:`~airflow_provider.emulator.plans.BehaviourPlan` fields."""
 
     revision_id: str | None = None
 

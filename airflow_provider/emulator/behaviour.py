@@ -5,7 +5,7 @@ what its app does while it is live: the share of requests that fail (``error_rat
 takes (``latency_ms``), what its health check answers (``health_status``), how many requests it serves per
 second of emulated time (``requests_per_second``), and optionally another :class:`Behaviour` (``then``) from
 ``after_seconds`` after it went live. A plan is set per revision
-(:meth:`~airflow_provider.emulator.state.EmulatorState.set_behaviour`), for the next revision created, or by
+(:meth:`~airflow_provider.emulator.state.apps.AppSide.set_behaviour`), for the next revision created, or by
 a :class:`BehaviourRule` (a glob over ``image_uri`` / ``repo_ref``); a revision with none behaves like
 :data:`DEFAULT_BEHAVIOUR` (no errors, instant answers, healthy), and a revision marked unhealthy (see
 :mod:`airflow_provider.emulator.health`) fails every request. A change applies from when it is made (traffic

@@ -17,7 +17,8 @@ time, so the service, the admin API and Python tests always see the same, up-to-
 - :mod:`~airflow_provider.emulator.state.switches` and :mod:`~airflow_provider.emulator.state.errors`: the
   switches' values, and the refusals the parts raise.
 
-Switches (constructor arguments, changeable at run time with :meth:`EmulatorState.update_settings`):
+Switches (constructor arguments, changeable at run time with
+:meth:`~airflow_provider.emulator.state.admin.AdminSide.update_settings`):
 
 * ``resource_spec_mode``: ``"replace"`` (default, production): a PATCH with a non-null
   ``source_config.resource_spec`` creates a revision and replaces the whole spec (unset ``*_limit`` fields
@@ -26,9 +27,10 @@ Switches (constructor arguments, changeable at run time with :meth:`EmulatorStat
 * ``redeploy_mode``: ``"new_revision"`` (default): ``POST .../redeploy`` creates a revision copying the old
   one; ``"in_place"``: it creates none, the old revision itself is deployed again and becomes active while
   the newer one stays the latest (production does not document which it does).
-* ``disabled_endpoints``: names from :data:`OPTIONAL_ENDPOINTS` of production-only endpoints that answer
-  as if they did not exist (404; ``get_deployment`` 405, since PATCH shares its path), so client
-  fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of the app instead.
+* ``disabled_endpoints``: names from :data:`~airflow_provider.emulator.state.switches.OPTIONAL_ENDPOINTS` of
+  production-only endpoints that answer as if they did not exist (404; ``get_deployment`` 405, since PATCH
+  shares its path), so client fallbacks can be tested. ``optional_endpoints=False`` leaves them all out of
+  the app instead.
 * ``unknown_fields``: off (default), or on: the emulator plays a newer service whose answers carry fields the
   provider's models lack, nested ones too, and keeps what a PATCH sends of them (see
   :mod:`airflow_provider.emulator.unknown_fields`).
@@ -55,6 +57,13 @@ from .switches import ResourceSpecMode as ResourceSpecMode
 class EmulatorState(ServiceSide, AdminSide, AppSide, RequestLog):
     """Everything the emulator knows; thread-safe; shared by the service app, the admin API and tests.
 
+    Its methods are those of its parts: :class:`~airflow_provider.emulator.state.service.ServiceSide` (the
+    service's endpoints), :class:`~airflow_provider.emulator.state.admin.AdminSide` (the clock, builds,
+    statuses, snapshot, reset, the switches), :class:`~airflow_provider.emulator.state.apps.AppSide` (the
+    emulated apps' health, behaviour, tracing and metrics) and
+    :class:`~airflow_provider.emulator.state.request_log.RequestLog` (faults, the request log and counters),
+    all standing on :class:`~airflow_provider.emulator.state.store.StateStore`.
+
     :param api_key: the key requests must send in ``X-Api-Key``.
     :param tenant_id: when set, the key is organization-scoped: every service request must name its
         workspace in ``X-Tenant-Id`` (403 otherwise) and sees only that tenant's deployments. It is also
@@ -67,11 +76,12 @@ class EmulatorState(ServiceSide, AdminSide, AppSide, RequestLog):
         deployed too).
     :param optional_endpoints: serve the production-only ``GET /v2/deployments/{id}`` and
         ``GET /v2/deployments/{id}/revisions/{revision_id}`` (when false they answer 405 / 404).
-    :param frozen_clock: time moves only through :meth:`advance`.
+    :param frozen_clock: time moves only through :meth:`~airflow_provider.emulator.state.admin.AdminSide.advance`.
     :param start_time: start of a frozen clock (default: now).
     :param path_prefix: path prefix of the service endpoints, e.g. ``/api-host`` (self-hosted style).
     :param resource_spec_mode: ``"replace"`` (production, default) or ``"merge"``; see the package docstring.
-    :param disabled_endpoints: names from :data:`OPTIONAL_ENDPOINTS` to answer as missing.
+    :param disabled_endpoints: names from :data:`~airflow_provider.emulator.state.switches.OPTIONAL_ENDPOINTS` to
+        answer as missing.
     :param redeploy_mode: ``"new_revision"`` (default) or ``"in_place"``; see the package docstring.
     :param revision_status_touches_deployment: whether a revision's status change (building, failed...)
         moves its deployment's ``updated_at`` (default). When false, only what the deployment itself shows

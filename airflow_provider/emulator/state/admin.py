@@ -13,7 +13,7 @@ from airflow_provider.models import DeploymentStatus, DeploymentType, RevisionSt
 from ..behaviour import EPOCH
 from ..records import FAILURE_STATUSES, DeploymentRecord
 from .errors import EmulatorError, NotFound
-from .store import StateStore, locked
+from .store import StateStore, _locked
 from .switches import (
     RedeployMode,
     ResourceSpecMode,
@@ -33,7 +33,7 @@ class AdminSide(StateStore):
             self._settle()
             return now
 
-    @locked
+    @_locked
     def fail_next_build(
         self, deployment_id: str, status: RevisionStatus | str = RevisionStatus.BUILD_FAILED, message: str | None = None
     ) -> str | None:
@@ -44,7 +44,7 @@ class AdminSide(StateStore):
         """
         return self._record(deployment_id, None).fail_next_build(_failure(status), message)
 
-    @locked
+    @_locked
     def fail_revision(
         self,
         deployment_id: str,
@@ -64,7 +64,7 @@ class AdminSide(StateStore):
         record.fail_revision(revision, _failure(status), message, self.clock.now(), touch=touch)
         return self._shown_revision(revision.to_json())
 
-    @locked
+    @_locked
     def set_status(self, deployment_id: str, status: DeploymentStatus | str) -> dict[str, Any]:
         """Set a deployment's status (e.g. ``AWAITING_DELETE``); it then stays until set again."""
         record = self._record(deployment_id, None)
@@ -76,7 +76,7 @@ class AdminSide(StateStore):
         record.touch(self.clock.now())
         return self._render(record)
 
-    @locked
+    @_locked
     def update_deployment_options(
         self,
         deployment_id: str,
@@ -104,18 +104,18 @@ class AdminSide(StateStore):
             record.touch(self.clock.now())
         return self._admin_view(record)
 
-    @locked
+    @_locked
     def delete_deployment(self, deployment_id: str) -> None:
         """Remove a deployment at once (it then answers 404)."""
         del self._deployments[self._record(deployment_id, None).id]
 
-    @locked
+    @_locked
     def deployment(self, deployment_id: str) -> dict[str, Any]:
         """Admin view of one deployment: resource, emulator-only data and revisions."""
         record = self._record(deployment_id, None)
         return self._admin_view(record)
 
-    @locked
+    @_locked
     def find_deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
         """Admin view of the deployment named exactly ``name``."""
         for record in self._deployments.values():
@@ -123,7 +123,7 @@ class AdminSide(StateStore):
                 return self._admin_view(record)
         raise NotFound(f"Deployment named {name} not found.")
 
-    @locked
+    @_locked
     def snapshot(self) -> dict[str, Any]:
         """Everything, as JSON: time, deployments with their revisions, faults, chaos."""
         records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))

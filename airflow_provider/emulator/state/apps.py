@@ -15,23 +15,24 @@ from ..plans import BehaviourPlan, BehaviourRule
 from ..records import RevisionRecord
 from ..tracing import RunStatsQuery, project_id, project_json, project_stats
 from .errors import NotFound
-from .store import StateStore, locked
+from .store import StateStore, _locked
 
 
 class AppSide(StateStore):
     """The emulated apps, on the state (a part of :class:`~airflow_provider.emulator.state.EmulatorState`)."""
 
     # ------------------------------------------------------------------------------ app health
-    @locked
+    @_locked
     def mark_next_revision_unhealthy(self, deployment_id: str) -> str | None:
         """Make the next revision of a deployment to go live unhealthy (its app answers 500).
 
-        Like :meth:`fail_next_build`: the earliest unfinished revision not yet marked, else the next
-        revision created. Returns the id of the revision already marked, if any.
+        Like :meth:`~airflow_provider.emulator.state.admin.AdminSide.fail_next_build`: the earliest unfinished
+        revision not yet marked, else the next revision created. Returns the id of the revision already marked,
+        if any.
         """
         return self._record(deployment_id, None).mark_next_unhealthy()
 
-    @locked
+    @_locked
     def set_revision_health(self, deployment_id: str, revision_id: str, *, healthy: bool = False) -> dict[str, Any]:
         """Mark one revision unhealthy (``healthy=False``) or clear its mark; return its admin view."""
         revision = self._revision(self._record(deployment_id, None), revision_id)
@@ -61,7 +62,7 @@ class AppSide(StateStore):
         with self._lock:
             self._unhealthy_rules.clear()
 
-    @locked
+    @_locked
     def app_health(self, deployment_id: str) -> tuple[int, dict[str, Any]]:
         """What the deployment's app answers now: ``(status code, body)``; see
         :mod:`airflow_provider.emulator.health`.
@@ -71,7 +72,7 @@ class AppSide(StateStore):
         answer = self.app_answer(deployment_id)
         return answer.status_code, answer.body
 
-    @locked
+    @_locked
     def app_answer(self, deployment_id: str) -> AppAnswer:
         """What the deployment's app answers now, and how long it takes (its live behaviour's latency).
 
@@ -84,7 +85,7 @@ class AppSide(StateStore):
         unhealthy = is_unhealthy(revision, self._unhealthy_rules)
         return plan_timeline(revision, self._rule_history, unhealthy=unhealthy)
 
-    @locked
+    @_locked
     def set_behaviour(
         self, deployment_id: str, plan: BehaviourPlan | None = None, /, *, revision_id: str | None = None, **fields: Any
     ) -> dict[str, Any]:
@@ -92,7 +93,7 @@ class AppSide(StateStore):
         ``{"revision_id": id | None, "behaviour": plan}``.
 
         :param deployment_id: the deployment.
-        :param plan: the :class:`~airflow_provider.emulator.behaviour.BehaviourPlan` (or its fields as keywords).
+        :param plan: the :class:`~airflow_provider.emulator.plans.BehaviourPlan` (or its fields as keywords).
         :param revision_id: the revision; ``None``: the latest one; ``"next"``: the next revision created
             (answered with ``revision_id`` null).
         :raises NotFound: unknown deployment or revision, or no revision yet.
@@ -111,7 +112,7 @@ class AppSide(StateStore):
         revision.behaviour_changes.append((self.clock.now(), plan))
         return {"revision_id": revision.id, "behaviour": plan.model_dump(mode="json")}
 
-    @locked
+    @_locked
     def behaviour(self, deployment_id: str, revision_id: str | None = None) -> BehaviourPlan:
         """The plan a revision follows (its own, a rule's, the default; failing when marked unhealthy).
 
@@ -127,7 +128,7 @@ class AppSide(StateStore):
 
     def add_behaviour_rule(self, rule: BehaviourRule | None = None, /, **fields: Any) -> BehaviourRule:
         """Give every revision whose ``image_uri`` or ``repo_ref`` matches a glob a plan, existing ones included
-        (a :class:`~airflow_provider.emulator.behaviour.BehaviourRule`, or its fields as keywords); a plan set
+        (a :class:`~airflow_provider.emulator.plans.BehaviourRule`, or its fields as keywords); a plan set
         for a revision itself wins, and the newest matching rule wins over older ones.
 
         Example: ``state.add_behaviour_rule(image_uri="*:bad*", error_rate=0.2)``.
@@ -150,7 +151,7 @@ class AppSide(StateStore):
             self._rule_history.append((self.clock.now(), ()))
 
     # ------------------------------------------------------------------------------ tracing, metrics
-    @locked
+    @_locked
     def tracing_projects(
         self, *, name: str | None = None, tenant: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
@@ -164,7 +165,7 @@ class AppSide(StateStore):
         ]
         return [project_json(record) for record in matching[offset : offset + limit]]
 
-    @locked
+    @_locked
     def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:
         """``POST /tracing/runs/stats``: statistics of the projects' runs in the query's window.
 
@@ -183,7 +184,7 @@ class AppSide(StateStore):
             records.append(record)
         return project_stats(records, self._timeline, query, self.clock.now())
 
-    @locked
+    @_locked
     def metrics_text(self) -> str:
         """``GET /metrics``: every revision's traffic so far, in the Prometheus text format."""
         return metrics_text(self._deployments.values(), self._timeline, self.clock.now())

@@ -35,7 +35,7 @@ from ..revision_logs import page as log_page
 from ..rules import Current, refusals
 from ..unknown_fields import PatchBodyWithServiceFields, replaced_spec, stored_dump
 from .errors import EmulatorError, NotFound
-from .store import StateStore, locked
+from .store import StateStore, _locked
 
 StatusName = Literal["AWAITING_DATABASE", "READY", "UNUSED", "AWAITING_DELETE", "UNKNOWN"]
 """The deployment statuses, strictly (the response enum maps an unknown value to UNKNOWN instead)."""
@@ -101,12 +101,12 @@ class EmulatorCreateRequest(CreateDeploymentRequest):
 class ServiceSide(StateStore):
     """The service's endpoints, on the state (a part of :class:`~airflow_provider.emulator.state.EmulatorState`)."""
 
-    @locked
+    @_locked
     def list_oauth_providers(self) -> list[dict[str, Any]]:
         """``GET /v2/auth/providers``."""
         return [provider.model_dump(mode="json") for provider in self._oauth_providers]
 
-    @locked
+    @_locked
     def list_repositories(self, integration_id: str) -> list[dict[str, Any]]:
         """``GET /v1/integrations/forge/codehost/{integration_id}/repos``."""
         repos = self._integrations.get(canonical_uuid(integration_id))
@@ -114,7 +114,7 @@ class ServiceSide(StateStore):
             raise NotFound(f"Integration {integration_id} not found.")
         return [repo.model_dump(mode="json") for repo in repos]
 
-    @locked
+    @_locked
     def list_deployments(
         self,
         filters: DeploymentFilters | None = None,
@@ -140,17 +140,17 @@ class ServiceSide(StateStore):
         page = matching[offset : offset + limit]
         return {"resources": [self._render(record) for record in page], "offset": offset + len(page)}
 
-    @locked
+    @_locked
     def get_deployment(self, deployment_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """``GET /v2/deployments/{deployment_id}``: the deployment resource, secrets in clear."""
         return self._render(self._record(deployment_id, tenant))
 
-    @locked
+    @_locked
     def get_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """``GET /v2/deployments/{deployment_id}/revisions/{revision_id}``."""
         return self._shown_revision(self._revision(self._record(deployment_id, tenant), revision_id).to_json())
 
-    @locked
+    @_locked
     def list_revisions(
         self,
         deployment_id: str,
@@ -182,7 +182,7 @@ class ServiceSide(StateStore):
         revisions = [self._shown_revision(revision.to_json()) for revision in chunk]
         return {"resources": revisions, "offset": offset + len(chunk)}
 
-    @locked
+    @_locked
     def revision_logs(
         self,
         deployment_id: str,
@@ -208,7 +208,7 @@ class ServiceSide(StateStore):
             problem = {"type": "value_error", "loc": ["query", "offset"], "msg": str(error), "input": offset}
             raise EmulatorError(422, [problem]) from None
 
-    @locked
+    @_locked
     def patch_deployment(
         self,
         deployment_id: str,
@@ -305,7 +305,7 @@ class ServiceSide(StateStore):
                 raise EmulatorError(422, below)
         return SourceConfig.model_validate(stored)
 
-    @locked
+    @_locked
     def redeploy_revision(self, deployment_id: str, revision_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """``POST .../revisions/{revision_id}/redeploy``: deploy an earlier build again (a rollback).
 
@@ -387,7 +387,7 @@ class ServiceSide(StateStore):
         record.add_revision(revision, now)
         return revision
 
-    @locked
+    @_locked
     def create_deployment(self, request: EmulatorCreateRequest, *, tenant: str | None = None) -> dict[str, Any]:
         """``POST /v2/deployments`` (emulator-only contract): create a deployment and its first revision.
 

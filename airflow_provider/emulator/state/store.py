@@ -2,7 +2,7 @@
 the clock, the switches, and how a deployment is looked up and shown.
 
 Every public method of the parts (:mod:`.service`, :mod:`.admin`, :mod:`.apps`, :mod:`.request_log`) takes
-the state lock and first settles every deployment to the clock's current time (:func:`locked`), so the
+the state lock and first settles every deployment to the clock's current time (``_locked``), so the
 service, the admin API and Python tests always see the same, up-to-date state.
 """
 
@@ -40,7 +40,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def locked(method: Callable[P, R]) -> Callable[P, R]:
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
     """Run ``method`` under the state lock after settling every deployment to now (see ``_settle``)."""
 
     @functools.wraps(method)
