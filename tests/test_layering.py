@@ -212,16 +212,6 @@ def _imported_modules(path: Path, modules: set[str]) -> set[str]:
     return {module for module in found if module in modules and module != name}
 
 
-# Circles other changes of issue 29 remove (the emulator's records and behaviour, its state and metrics):
-# allowed until they land, then this set is empty. No other circle may appear.
-CIRCLES_BEING_REMOVED = {
-    frozenset({"airflow_provider.emulator.behaviour", "airflow_provider.emulator.records"}),
-    frozenset(
-        {"airflow_provider.emulator.metrics", "airflow_provider.emulator.state", "airflow_provider.emulator.tracing"}
-    ),
-}
-
-
 def test_no_two_modules_import_each_other() -> None:
     """A circle means a third module is missing: imports in functions and under ``TYPE_CHECKING`` count too."""
     paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
@@ -242,5 +232,5 @@ def test_no_two_modules_import_each_other() -> None:
         for name in graph
         if name in reach[name]
     }
-    unexpected = sorted(sorted(circle) for circle in circles - CIRCLES_BEING_REMOVED)
-    assert not unexpected, f"modules that import each other (through the others listed): {unexpected}"
+    found = sorted(sorted(circle) for circle in circles)
+    assert not found, f"modules that import each other (through the others listed): {found}"

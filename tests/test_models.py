@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from airflow_provider.client.calls import validated as _validated
 from airflow_provider.errors import InvalidRequestError
 from airflow_provider.models import (
-    _HYPHENATED_UUID_PATTERN,
     REDACTED,
     STRICT_READING,
     CreateDeploymentRequest,
@@ -35,6 +34,7 @@ from airflow_provider.models import (
     canonical_uuid,
     error_message,
 )
+from airflow_provider.models.fields import _HYPHENATED_UUID_PATTERN
 
 DEPLOYMENT_ID = "7f4b6c2e-3a51-4a8e-9d2c-0f1e2d3c4b5a"
 TENANT_ID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"

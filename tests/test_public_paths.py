@@ -170,6 +170,171 @@ CLIENT_HANDS_ON = {
     ],
 }
 
+MODELS = "airflow_provider.models"
+_SPEC = "airflow_provider.models.resource_spec"
+_RESOURCES = "airflow_provider.models.resources"
+
+# Every public name of the one-module schema (``models.py``) -> the module of the package that defines it now.
+MODEL_NAMES = {
+    "canonical_uuid": "airflow_provider.models.fields",
+    "error_message": "airflow_provider.models.fields",
+    "UuidStr": "airflow_provider.models.fields",
+    "Timestamp": "airflow_provider.models.fields",
+    **dict.fromkeys(
+        ["DeploymentSource", "RevisionSource", "DeploymentStatus", "DeploymentType", "RevisionStatus"],
+        "airflow_provider.models.enums",
+    ),
+    "ServiceModel": "airflow_provider.models.base",
+    "RequestModel": "airflow_provider.models.base",
+    **dict.fromkeys(
+        [
+            "ImagePullSecret",
+            "Volume",
+            "VolumeMount",
+            "EnvVar",
+            "ContainerResources",
+            "Container",
+            "Number",
+            "ResourceSpec",
+            "WholeNumber",
+            "Cpu",
+            "CpuLimit",
+            "OtherCpu",
+            "DISCOURAGED_RESOURCE_PREFIXES",
+            "KubernetesQuantity",
+            "ContainerResourcesPatch",
+            "VolumeMountPatch",
+            "ContainerPatch",
+            "ResourceSpecPatch",
+            "CarriedResourceSpec",
+        ],
+        _SPEC,
+    ),
+    **dict.fromkeys(
+        ["ListenerConfig", "SourceConfig", "SourceConfigPatch", "SourceRevisionConfigPatch", "SourceRevisionConfig"],
+        "airflow_provider.models.source_config",
+    ),
+    "REDACTED": "airflow_provider.models.secrets",
+    "Secret": "airflow_provider.models.secrets",
+    "SecretReference": "airflow_provider.models.secrets",
+    **dict.fromkeys(
+        [
+            "STRICT_READING",
+            "OAuthProvider",
+            "DeploymentCreationValues",
+            "Repository",
+            "Deployment",
+            "DeploymentListPage",
+            "DeploymentPageReader",
+            "Revision",
+            "RevisionListPage",
+            "LogLine",
+            "RevisionLogPage",
+            "ErrorDetail",
+        ],
+        _RESOURCES,
+    ),
+    **dict.fromkeys(
+        [
+            "MAX_PAGE_SIZE",
+            "DEFAULT_PAGE_SIZE",
+            "PatchDeploymentRequest",
+            "CreateDeploymentRequest",
+            "ListDeploymentsQuery",
+        ],
+        "airflow_provider.models.requests",
+    ),
+}
+
+EMULATOR_STATE = "airflow_provider.emulator.state"
+
+# What the emulator's state module defined -> the module of the state package that defines it now (the state
+# is made of parts, one module each).
+EMULATOR_STATE_NAMES = {
+    "EmulatorState": EMULATOR_STATE,
+    "DEFAULT_TENANT_ID": "airflow_provider.emulator.state.store",
+    "EmulatorError": "airflow_provider.emulator.state.errors",
+    "NotFound": "airflow_provider.emulator.state.errors",
+    "StatusName": "airflow_provider.emulator.state.service",
+    "DeploymentFilters": "airflow_provider.emulator.state.service",
+    "EmulatorCreateRequest": "airflow_provider.emulator.state.service",
+    **dict.fromkeys(
+        ["ResourceSpecMode", "RedeployMode", "OptionalEndpoint", "OPTIONAL_ENDPOINTS"],
+        "airflow_provider.emulator.state.switches",
+    ),
+}
+
+# The public methods and properties of the state before it was split: every one is still the state's.
+EMULATOR_STATE_API = [
+    "add_behaviour_rule",
+    "add_fault",
+    "add_unhealthy_rule",
+    "advance",
+    "app_answer",
+    "app_health",
+    "app_url",
+    "behaviour",
+    "behaviour_rules",
+    "clear_behaviour_rules",
+    "clear_faults",
+    "clear_unhealthy_rules",
+    "count",
+    "count_request",
+    "counters",
+    "create_deployment",
+    "default_tenant_id",
+    "delete_deployment",
+    "deployment",
+    "endpoint_enabled",
+    "fail_next_build",
+    "fail_revision",
+    "faults",
+    "find_deployment",
+    "get_deployment",
+    "get_revision",
+    "list_deployments",
+    "list_oauth_providers",
+    "list_repositories",
+    "list_revisions",
+    "mark_next_revision_unhealthy",
+    "metrics_text",
+    "now",
+    "patch_deployment",
+    "record_request",
+    "redeploy_revision",
+    "request_log",
+    "reset",
+    "reset_requests",
+    "revision_logs",
+    "run_stats",
+    "set_behaviour",
+    "set_chaos",
+    "set_revision_health",
+    "set_status",
+    "settings",
+    "snapshot",
+    "take_fault",
+    "tracing_projects",
+    "unhealthy_rules",
+    "update_deployment_options",
+    "update_settings",
+]
+
+# The plans and rules of the emulated apps moved from the behaviour module to their own (the records hold
+# plans, and the behaviour module reads the records: a circle).
+BEHAVIOUR_NAMES = dict.fromkeys(
+    [
+        "Behaviour",
+        "BehaviourPlan",
+        "BehaviourRule",
+        "RevisionGlob",
+        "DEFAULT_BEHAVIOUR",
+        "FAILING",
+        "MAX_HEALTH_SLEEP_SECONDS",
+    ],
+    "airflow_provider.emulator.plans",
+)
+
 # The Rollouts view's paths, which the plugin, the app and the pages' JSON all build, live in one module now
 # (the app and the JSON imported them from the plugin, which imports the app: a circle).
 VIEW_PATHS = "airflow_provider.plugins.rollouts.paths"
@@ -226,7 +391,7 @@ PATCH_RESUME_METHODS = (
     "resume_execution",
 )
 
-PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES, ROLLBACK: ROLLBACK_NAMES}
+PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES, ROLLBACK: ROLLBACK_NAMES, MODELS: MODEL_NAMES}
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
 MOVED_NAMES = {
     **PUBLIC_PATHS,
@@ -234,6 +399,8 @@ MOVED_NAMES = {
     CLIENT: CLIENT_NAMES,
     "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
     "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
+    EMULATOR_STATE: EMULATOR_STATE_NAMES,
+    "airflow_provider.emulator.behaviour": BEHAVIOUR_NAMES,
 }
 
 DEPLOYMENT = "00000000-0000-4000-8000-00000000000a"
@@ -338,6 +505,13 @@ def test_the_old_modules_only_re_export(old: str) -> None:
             continue
         defined.append(ast.unparse(node).splitlines()[0])
     assert defined == [], f"{old} should only re-export, but defines: {defined}"
+
+
+def test_the_emulator_state_keeps_every_method_it_had() -> None:
+    from airflow_provider.emulator.state import EmulatorState
+
+    public = sorted(name for name in dir(EmulatorState) if not name.startswith("_"))
+    assert public == EMULATOR_STATE_API
 
 
 @pytest.mark.parametrize("name", sorted(TRIGGER_ARGUMENTS))

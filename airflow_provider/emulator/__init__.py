@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .admin_client import EmulatorAdmin, EmulatorAdminError
     from .app import create_app
-    from .behaviour import Behaviour, BehaviourPlan, BehaviourRule
     from .clock import Clock
     from .contract import PatchBody
     from .faults import CHAOS_KINDS, ChaosSettings, FaultKind, FaultRule, RequestRecord
     from .health import UnhealthyRule
+    from .plans import Behaviour, BehaviourPlan, BehaviourRule
     from .seed import EmulatorDataError, example_data_path, load_data
     from .server import EmulatorServer
     from .state import (
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 
 # Exports load on first use, so importing a light submodule (state, clock) does not load the web stack.
 _EXPORTS = {
-    "Behaviour": "behaviour",
-    "BehaviourPlan": "behaviour",
-    "BehaviourRule": "behaviour",
+    "Behaviour": "plans",
+    "BehaviourPlan": "plans",
+    "BehaviourRule": "plans",
     "CHAOS_KINDS": "faults",
     "DEFAULT_TENANT_ID": "state",
     "ChaosSettings": "faults",

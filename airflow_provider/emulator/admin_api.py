@@ -58,9 +58,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider.models import DeploymentType
 
-from .behaviour import BehaviourPlan, BehaviourRule
 from .faults import ChaosSettings, FaultRule
 from .health import UnhealthyRule
+from .plans import BehaviourPlan, BehaviourRule
 from .state import EmulatorState, OptionalEndpoint, RedeployMode, ResourceSpecMode, StatusName
 
 ADMIN_TAG = "emulator-admin"
@@ -145,7 +145,7 @@ class HealthBody(_Body):
 
 class BehaviourBody(BehaviourPlan):
     """A revision's behaviour: ``revision_id`` null (the latest revision), ``"next"`` (the next one created)
-    or an id, then the :class:`~airflow_provider.emulator.behaviour.BehaviourPlan` fields."""
+    or an id, then the :class:`~airflow_provider.emulator.plans.BehaviourPlan` fields."""
 
     revision_id: str | None = None
 

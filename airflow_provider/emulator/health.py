@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from .behaviour import MAX_HEALTH_SLEEP_SECONDS, RevisionGlob, Timeline, plan_at, serving_spans
+from .behaviour import Timeline, plan_at, serving_spans
+from .plans import MAX_HEALTH_SLEEP_SECONDS, RevisionGlob
 from .records import DeploymentRecord, RevisionRecord
 
 APPS_PREFIX = "/apps"

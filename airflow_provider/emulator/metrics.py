@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
@@ -26,7 +26,6 @@ from .behaviour import Timeline, serving_spans, span_traffic
 
 if TYPE_CHECKING:
     from .records import DeploymentRecord, RevisionRecord
-    from .state import EmulatorState
 
 METRICS_PATH = "/metrics"
 METRICS_TAG = "emulated-metrics"
@@ -78,10 +77,18 @@ def metrics_text(
     return "\n".join(lines) + "\n"
 
 
+class MetricsSource(Protocol):
+    """What ``GET /metrics`` reads: the emulator's state (:class:`~airflow_provider.emulator.state.EmulatorState`,
+    which computes the exposition with :func:`metrics_text`)."""
+
+    def metrics_text(self) -> str:
+        """Every revision's traffic so far, in the Prometheus text format."""
+
+
 metrics_router = APIRouter(tags=[METRICS_TAG])
 
 
 @metrics_router.get(METRICS_PATH, summary="Traffic per deployment and revision (Prometheus text format)")
 async def metrics(request: Request) -> PlainTextResponse:
-    state: EmulatorState = request.app.state.emulator
+    state: MetricsSource = request.app.state.emulator
     return PlainTextResponse(state.metrics_text(), media_type=CONTENT_TYPE)

@@ -39,8 +39,8 @@ from airflow_provider.models import (
     SourceRevisionConfig,
 )
 
-from .behaviour import BehaviourPlan
 from .contract import render_resource_spec
+from .plans import BehaviourPlan
 
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.AWAITING_BUILD: (0.2, RevisionStatus.BUILDING),
@@ -226,7 +226,7 @@ class DeploymentRecord:
     """The next revision created will be unhealthy (see :meth:`mark_next_unhealthy`)."""
     pending_behaviour: BehaviourPlan | None = None
     """The behaviour of the next revision created (see
-    :meth:`~airflow_provider.emulator.state.EmulatorState.set_behaviour`)."""
+    :meth:`~airflow_provider.emulator.state.apps.AppSide.set_behaviour`)."""
     serving_history: list[tuple[str, datetime]] = field(default_factory=list)
     """``(revision id, when it went live)`` each time a revision went live, oldest first: the revision serves
     until the next entry (see :func:`airflow_provider.emulator.behaviour.serving_spans`)."""

@@ -22,7 +22,7 @@ import hmac
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -36,7 +36,6 @@ from .behaviour import Timeline, TrafficGroup, run_stats, serving_spans, span_tr
 
 if TYPE_CHECKING:
     from .records import DeploymentRecord, RevisionRecord
-    from .state import EmulatorState
 
 TRACING_PREFIX = "/tracing"
 TRACING_TAG = "tracing-service"
@@ -134,8 +133,24 @@ def project_stats(
 _tracing_key = APIKeyHeader(name="X-Api-Key", auto_error=False, description="The API key (the service's).")
 
 
-def _state(request: Request) -> EmulatorState:
-    state: EmulatorState = request.app.state.emulator
+class TracingSource(Protocol):
+    """What the tracing routes read: the emulator's state
+    (:class:`~airflow_provider.emulator.state.EmulatorState`, which answers from :func:`project_json` and
+    :func:`project_stats`)."""
+
+    api_key: str
+
+    def tracing_projects(
+        self, *, name: str | None = None, tenant: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The deployments' tracing projects named ``name`` (any when ``None``)."""
+
+    def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:
+        """Statistics of the projects' runs in the query's window."""
+
+
+def _state(request: Request) -> TracingSource:
+    state: TracingSource = request.app.state.emulator
     return state
 
 
