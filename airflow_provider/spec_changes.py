@@ -17,7 +17,6 @@ sidecar) is the service's, not a difference.
 
 from __future__ import annotations
 
-import difflib
 import math
 import types
 import typing
@@ -146,6 +145,8 @@ def likely_typos(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     """
     found = []
     for name in unknown_fields_of(spec):
+        import difflib  # only when a field is unknown: importing it costs every DAG file's parse
+
         close = difflib.get_close_matches(name, sorted(_KNOWN), n=1, cutoff=TYPO_CUTOFF)
         if close:
             found.append((name, close[0]))

@@ -2,7 +2,6 @@
 from the service keeps them (the service adds fields without notice), a request refuses them (a typo fails
 before anything is sent), naming the field's full path."""
 
-import difflib
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +38,8 @@ class RequestModel(ServiceModel):
         problems = []
         for path, known in self.unknown_fields():
             leaf = path.rsplit(".", 1)[-1]
+            import difflib  # only on a misspelt field: importing it costs every DAG file's parse
+
             close = difflib.get_close_matches(leaf, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(known)}"
             problems.append(f"unknown field {path!r}{hint}")
