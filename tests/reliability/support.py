@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 # Distinctive values: none of them may appear anywhere Airflow persists or prints.
 API_KEY = "ak-Reliability-ApiKey-6c0f2a94d1"
 WRONG_API_KEY = "ak-Reliability-WrongKey-93be70c4"
@@ -75,6 +77,43 @@ class Report:
 
 
 # ------------------------------------------------------------------------------------ recorded sleeps
+class CountedRequests:
+    """Requests the client started on one endpoint (``method`` and exact ``path``), counted on the client's side.
+
+    The emulator counts a request when its handler thread gets to it; on a loaded machine a client can time out
+    and go on to its backoff wait before that thread ran, so a wait would seem to come before the request it
+    follows. Counted here, a request is counted before it leaves. Pass :meth:`transport` (or
+    :meth:`async_transport`) as the client's ``transport=``; they pool connections as the client's own would.
+    """
+
+    def __init__(self, method: str, path: str) -> None:
+        self.method, self.path, self.sent = method, path, 0
+
+    def _count(self, request: httpx.Request) -> None:
+        if request.method == self.method and request.url.path == self.path:
+            self.sent += 1
+
+    def transport(self) -> httpx.BaseTransport:
+        counted = self
+
+        class Counting(httpx.HTTPTransport):
+            def handle_request(self, request: httpx.Request) -> httpx.Response:
+                counted._count(request)
+                return super().handle_request(request)
+
+        return Counting(limits=httpx.Limits(max_connections=20, max_keepalive_connections=10))
+
+    def async_transport(self) -> httpx.AsyncBaseTransport:
+        counted = self
+
+        class Counting(httpx.AsyncHTTPTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                counted._count(request)
+                return await super().handle_async_request(request)
+
+        return Counting(limits=httpx.Limits(max_connections=20, max_keepalive_connections=10))
+
+
 @dataclass
 class RecordedSleeps:
     """A ``sleep=`` for the client that records each wait and how many requests the emulator had counted

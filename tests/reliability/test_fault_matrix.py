@@ -36,6 +36,7 @@ from tests.reliability.support import (
     API_KEY,
     LIST_ROUTE,
     PATCH_ROUTE,
+    CountedRequests,
     RecordedSleeps,
     Report,
     wait_for_faulted_request,
@@ -231,7 +232,8 @@ def test_fault(
         method=endpoint.method, path=endpoint.path, count=1 if mode == "once" else None, **fault.rule
     )
     late = fault.on_patch == "late"
-    sleeps = RecordedSleeps(requests_so_far=lambda: state.count(endpoint.route), real=late)
+    counted = CountedRequests(endpoint.method, endpoint.path)
+    sleeps = RecordedSleeps(requests_so_far=lambda: counted.sent, real=late)
     before = state.deployment(TARGET)
     image = f"registry.example.com/acme/matrix:{abs(hash(case))}"
     patch = {"revision_source": "internal_docker", "source_revision_config": {"image_uri": image}}
@@ -240,10 +242,14 @@ def test_fault(
     error: DeploymentServiceError | None = None
     try:
         if twin == "sync":
-            with DeploymentServiceClient(settings, API_KEY, sleep=sleeps, rng=random.Random(7)) as client:
+            with DeploymentServiceClient(
+                settings, API_KEY, sleep=sleeps, rng=random.Random(7), transport=counted.transport()
+            ) as client:
                 outcome = call_sync(client, endpoint, patch, before["latest_revision_id"])
         else:
-            aclient = AsyncDeploymentServiceClient(settings, API_KEY, sleep=sleeps.asleep, rng=random.Random(7))
+            aclient = AsyncDeploymentServiceClient(
+                settings, API_KEY, sleep=sleeps.asleep, rng=random.Random(7), transport=counted.async_transport()
+            )
             outcome = asyncio.run(call_async(aclient, endpoint, patch, before["latest_revision_id"]))
     except DeploymentServiceError as err:
         error = err
