@@ -1,4 +1,4 @@
-"""The worker side of a fleet rollout, importable from here; each concern lives in a module of its own:
+"""The worker side of a fleet rollout, re-exported here from one module per concern:
 
 - :mod:`~airflow_provider.tasks.fleet_plan`: the targets, resolved when the task runs
   (:func:`resolve_targets`), and deployments read 100 to a request (:func:`read_deployments`);
