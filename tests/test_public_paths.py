@@ -391,11 +391,74 @@ PATCH_RESUME_METHODS = (
     "resume_execution",
 )
 
-PUBLIC_PATHS = {OPERATORS: OPERATOR_NAMES, TRIGGERS: TRIGGER_NAMES, ROLLBACK: ROLLBACK_NAMES, MODELS: MODEL_NAMES}
+# The fleet task's machinery stays importable from tasks.fleet, which re-exports it from one module per concern
+# (the targets, the change, the progress record, patching a wave and what a retry finds of an earlier try's
+# patch, watching and verifying a wave, rolling it back); the request completion is the patch task's own.
+FLEET = "airflow_provider.tasks.fleet"
+FLEET_NAMES = {
+    **{
+        name: "airflow_provider.tasks.fleet_plan"
+        for name in ("TARGET_FILTERS", "check_filters", "read_deployments", "resolve_targets")
+    },
+    **{name: "airflow_provider.tasks.fleet_change" for name in ("change_digest", "request_fingerprint")},
+    **{name: "airflow_provider.tasks.patch_request" for name in ("CompletedPatch", "complete_request")},
+    **{
+        name: "airflow_provider.tasks.fleet_progress"
+        for name in ("STATE_KEY", "ProgressStore", "RollbackRecords", "new_progress", "scrub_messages")
+    },
+    **{name: "airflow_provider.tasks.fleet_patching" for name in ("patch_wave", "sets_resource_spec")},
+    "EARLIER_REVISIONS_READ": "airflow_provider.tasks.fleet_retry",
+    **{
+        name: "airflow_provider.tasks.fleet_watching"
+        for name in (
+            "BUILD_FAILURES",
+            "BUILD_LOGS_PER_WAVE",
+            "BUILD_NOT_RETRIED",
+            "apply_outcomes",
+            "explain_failed_builds",
+            "failed_build",
+            "in_flight",
+            "verify_wave",
+            "watch_wave",
+        )
+    },
+    **{
+        name: "airflow_provider.tasks.fleet_rollback"
+        for name in (
+            "ROLLBACK_OUTCOMES",
+            "ROLLBACK_SAVE_EVERY",
+            "apply_rollbacks",
+            "is_partial",
+            "pending_rollbacks",
+            "rollbacks_allowed_latest",
+            "secrets_clause",
+            "start_rollbacks",
+        )
+    },
+}
+
+# The fleet operator's module keeps its names and every method Airflow resumes it in; its phases stand in the
+# task layer.
+FLEET_OPERATOR = "airflow_provider.operators.fleet"
+FLEET_OPERATOR_NAMES = {
+    "FleetRolloutOperator": FLEET_OPERATOR,
+    "XCOM_FLEET_ANALYSIS": FLEET_OPERATOR,
+    "PATCH_FIELDS": "airflow_provider.tasks.fleet_change",
+}
+FLEET_RESUME_METHODS = ("execute_complete", "execute_complete_analysis", "resume_execution")
+
+PUBLIC_PATHS = {
+    OPERATORS: OPERATOR_NAMES,
+    TRIGGERS: TRIGGER_NAMES,
+    ROLLBACK: ROLLBACK_NAMES,
+    MODELS: MODEL_NAMES,
+    FLEET: FLEET_NAMES,
+}
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
 MOVED_NAMES = {
     **PUBLIC_PATHS,
     PATCH: PATCH_NAMES,
+    FLEET_OPERATOR: FLEET_OPERATOR_NAMES,
     CLIENT: CLIENT_NAMES,
     "airflow_provider.plugins.rollouts.plugin": PLUGIN_NAMES,
     "airflow_provider.plugins.rollouts.shapes": SHAPES_NAMES,
@@ -488,6 +551,14 @@ def test_the_patch_operator_keeps_every_method_airflow_resumes_it_in(method: str
     (its steps live in the task layer, its entry points do not move)."""
     operator = importlib.import_module(PATCH).PatchDeploymentOperator
     assert method in vars(operator), f"PatchDeploymentOperator does not define {method} itself"
+
+
+@pytest.mark.parametrize("method", FLEET_RESUME_METHODS)
+def test_the_fleet_operator_keeps_every_method_airflow_resumes_it_in(method: str) -> None:
+    """A deferred fleet task names its resume method; the class itself defines it (its phases live in the task
+    layer, its entry points do not move)."""
+    operator = importlib.import_module(FLEET_OPERATOR).FleetRolloutOperator
+    assert method in vars(operator), f"FleetRolloutOperator does not define {method} itself"
 
 
 @pytest.mark.parametrize("old", sorted([*PUBLIC_PATHS, CLIENT]))

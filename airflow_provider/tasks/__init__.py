@@ -5,8 +5,9 @@
 - :mod:`~airflow_provider.tasks.waiting`: waiting for a rollout on a worker or in the triggerer, and
   reading the trigger's event. Imported by operators and sensors.
 - :mod:`~airflow_provider.tasks.patch_request`: a patch request built from a task's arguments (secret values
-  resolved and masked, rendered values checked, validated before any request). Imported by the patch,
-  rollback and fleet operators.
+  resolved and masked, rendered values checked, validated before any request), and completed against the
+  deployment it goes to (one ``complete_request`` for the patch task and each deployment of a fleet). Imported
+  by the patch, rollback and fleet operators.
 - :mod:`~airflow_provider.tasks.patch_retry`: the patch task's ``task_state_store`` record, and what a retry
   of it reattaches to (an earlier try's patch or rollback, recorded or recognised on the service). Imported
   by the patch operator.
@@ -16,6 +17,10 @@
   verdict they record and what the task says.
 - :mod:`~airflow_provider.tasks.rollback`: rolling a deployment back (start it, reattach a retry to it),
   re-exported from one module per part. Imported by the rollback, patch and fleet tasks.
+- :mod:`~airflow_provider.tasks.fleet`: the fleet task's machinery, re-exported from one module per concern
+  (``fleet_plan``, ``fleet_change``, ``fleet_progress``, ``fleet_patching``, ``fleet_retry``, ``fleet_watching``,
+  ``fleet_rollback``, ``fleet_analysis``), with the wave loop (``fleet_waves``), what the task reports
+  (``fleet_result``) and its arguments' checks (``fleet_arguments``). Imported by the fleet operator.
 
 Operators and sensors are siblings over this package: neither imports the other.
 """

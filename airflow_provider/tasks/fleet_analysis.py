@@ -35,7 +35,9 @@ from airflow_provider.tasks.analysis import (
     defer_analysis,
     live_since,
 )
-from airflow_provider.tasks.fleet import ProgressStore, read_deployments, scrub_messages, start_rollbacks
+from airflow_provider.tasks.fleet_plan import read_deployments
+from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages
+from airflow_provider.tasks.fleet_rollback import start_rollbacks
 
 if TYPE_CHECKING:
     import logging
@@ -94,7 +96,7 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
     per 100).
 
     A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
-    fails here, not analysed, as :func:`~airflow_provider.tasks.fleet.verify_wave` fails one that no longer
+    fails here, not analysed, as :func:`~airflow_provider.tasks.fleet_watching.verify_wave` fails one that no longer
     serves. The others' ``live_since`` is when their revision went live
     (:func:`~airflow_provider.tasks.analysis.live_since`: the analysis never counts the previous revision's runs)
     and ``custom_url`` their ``source_config.custom_url``.

@@ -1,14 +1,14 @@
 """A patch request built from a task's arguments, before any request: secret values resolved (never
-templated) and registered with Airflow's masker, rendered values checked, the request validated; and, for the
-patch task, completed against the deployment as read (:func:`against_current`).
+templated) and registered with Airflow's masker, rendered values checked, the request validated; then
+completed against the deployment as read (:func:`complete_request`; the patch task's :func:`against_current`).
 
-The patch and fleet operators build their patches here, so both apply the same rules; the rollback
+The patch and fleet operators build and complete their patches here, so both apply the same rules; the rollback
 operator resolves the secrets it re-sends here too."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic
 from airflow.sdk import BaseHook, Variable
@@ -17,6 +17,7 @@ from airflow.sdk.log import mask_secret
 
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.patch_rules import (
+    MergedSpec,
     describe_limits_below_requests,
     describe_refusals,
     discouraged_fields,
@@ -32,10 +33,13 @@ if TYPE_CHECKING:
     import logging
 
 __all__ = [
+    "CompletedPatch",
     "SecretValue",
     "against_current",
     "build_patch_request",
+    "complete_request",
     "describe_patch",
+    "log_completion",
     "resolve_secrets",
 ]
 
@@ -187,6 +191,115 @@ def build_patch_request(
     return request
 
 
+class CompletedPatch(NamedTuple):
+    """The patch to send to one deployment, and what completing it did (see :func:`complete_request`).
+
+    :param request: the patch to send.
+    :param unchanged_fixed: create-time-only ``source_config`` fields given with the value the deployment has
+        (left out).
+    :param kept: ``resource_spec`` fields taken from the deployment's current one.
+    :param dropped: limits of the current ``resource_spec`` not kept, being below the new request.
+    :param carried: fields of the current ``resource_spec`` this provider does not know (the service's), carried
+        through untouched.
+    :param discouraged: fields production's reference marks "do not use".
+    """
+
+    request: PatchDeploymentRequest
+    unchanged_fixed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
+    discouraged: tuple[str, ...] = ()
+
+
+def complete_request(
+    request: PatchDeploymentRequest, deployment: Deployment, *, resource_spec_mode: str, check_source_rules: bool
+) -> CompletedPatch:
+    """The patch to send to ``deployment`` (``airflow_provider.patch_rules``): production's PATCH rules checked
+    against the deployment (unless ``check_source_rules`` is off), create-time fields that would not change left
+    out, and with ``resource_spec_mode="merge"`` a partial ``source_config.resource_spec`` completed from the
+    deployment's current one (production replaces it whole), a kept limit below its new request left out (the
+    service sets it to twice the request). The patch task and each deployment of a fleet complete theirs here.
+
+    :param request: the patch as built from the task's arguments (:func:`build_patch_request`).
+    :param deployment: the deployment as read just before.
+    :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
+    :param check_source_rules: whether to refuse locally what production refuses.
+    :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
+    """
+    if check_source_rules:
+        found = refusals(request, deployment)
+        if found:
+            raise AirflowFailException(
+                f"{describe_refusals(found, deployment)}; pass check_source_rules=False to send it anyway"
+            )
+    try:
+        unchanged = tuple(unchanged_fixed_fields(request, deployment))
+        to_send = without_unchanged_fixed_fields(request, deployment)
+        merged = merge_resource_spec(to_send, deployment) if resource_spec_mode == "merge" else MergedSpec(to_send)
+    except ValueError as err:
+        raise AirflowFailException(f"deployment {deployment.name!r} ({deployment.id}): {err}") from None
+    return CompletedPatch(
+        merged.request,
+        unchanged,
+        merged.kept,
+        merged.dropped,
+        merged.carried,
+        tuple(discouraged_fields(merged.request)),
+    )
+
+
+def log_completion(completed: CompletedPatch, log: logging.Logger | Any, *, deployment_name: str | None = None) -> None:
+    """Log what completing a patch did: create-time fields left out, ``resource_spec`` fields kept, limits
+    dropped, the service's fields carried through, fields production marks "do not use".
+
+    :param completed: from :func:`complete_request`.
+    :param log: the task's logger.
+    :param deployment_name: prefixes each line (a fleet's many deployments); ``None`` for a task of one.
+    """
+
+    def say(level: str, text: str, *args: Any) -> None:
+        if deployment_name is None:
+            getattr(log, level)(text, *args)
+        else:
+            getattr(log, level)("%s: " + text[0].lower() + text[1:], deployment_name, *args)
+
+    if completed.unchanged_fixed:
+        say(
+            "info",
+            "Not sending source_config.%s: unchanged, and it cannot change after creation",
+            ", source_config.".join(completed.unchanged_fixed),
+        )
+    if completed.kept:
+        say(
+            "info",
+            "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
+            "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
+            ", ".join(completed.kept),
+        )
+    if completed.dropped:
+        say(
+            "warning",
+            "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
+            "(production set it to twice the old request); left out, so the service sets it to twice "
+            "the new request",
+            ", ".join(completed.dropped),
+        )
+    if completed.carried:
+        say(
+            "info",
+            "Carried through untouched the fields of the deployment's current resource_spec this "
+            "provider does not know (the service's): %s",
+            ", ".join(completed.carried),
+        )
+    if completed.discouraged:
+        say(
+            "warning",
+            "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
+            ", ".join(completed.discouraged),
+        )
+
+
 def against_current(
     request: PatchDeploymentRequest,
     current: Deployment,
@@ -195,10 +308,9 @@ def against_current(
     resource_spec_mode: str,
     log: logging.Logger | Any,
 ) -> PatchDeploymentRequest:
-    """The patch to send to ``current``: production's rules checked (unless ``check_source_rules`` is
-    off), create-time fields that would not change left out, a partial resource_spec completed (``merge``);
-    what was left out, kept or carried is logged. :class:`AirflowFailException` naming the deployment, the
-    field and the rule when it cannot be sent; nothing is sent.
+    """The patch to send to ``current`` (:func:`complete_request`), what completing it did logged
+    (:func:`log_completion`). :class:`AirflowFailException` naming the deployment, the field and the rule when it
+    cannot be sent; nothing is sent.
 
     :param request: the patch as built from the task's arguments (:func:`build_patch_request`).
     :param current: the deployment as just read.
@@ -206,48 +318,8 @@ def against_current(
     :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
     :param log: the task's logger.
     """
-    if check_source_rules:
-        found = refusals(request, current)
-        if found:
-            raise AirflowFailException(
-                f"{describe_refusals(found, current)}; pass check_source_rules=False to send it anyway"
-            )
-    try:
-        unchanged = unchanged_fixed_fields(request, current)
-        to_send = without_unchanged_fixed_fields(request, current)
-        if unchanged:
-            log.info(
-                "Not sending source_config.%s: unchanged, and it cannot change after creation",
-                ", source_config.".join(unchanged),
-            )
-        if resource_spec_mode == "merge":
-            merged = merge_resource_spec(to_send, current)
-            to_send = merged.request
-            if merged.kept:
-                log.info(
-                    "Sending the whole source_config.resource_spec (production replaces it): kept %s from the "
-                    "deployment's current one (resource_spec_mode='replace' sends only what you gave)",
-                    ", ".join(merged.kept),
-                )
-            if merged.dropped:
-                log.warning(
-                    "Not keeping %s from the deployment's current resource_spec: a limit below its new request "
-                    "(production set it to twice the old request); left out, so the service sets it to twice "
-                    "the new request",
-                    ", ".join(merged.dropped),
-                )
-            if merged.carried:
-                log.info(
-                    "Carried through untouched the fields of the deployment's current resource_spec this "
-                    "provider does not know (the service's): %s",
-                    ", ".join(merged.carried),
-                )
-    except ValueError as err:
-        raise AirflowFailException(f"deployment {current.name!r} ({current.id}): {err}") from None
-    discouraged = discouraged_fields(to_send)
-    if discouraged:
-        log.warning(
-            "%s: production's reference marks these fields 'do not use'; they are sent, but may be ignored",
-            ", ".join(discouraged),
-        )
-    return to_send
+    completed = complete_request(
+        request, current, resource_spec_mode=resource_spec_mode, check_source_rules=check_source_rules
+    )
+    log_completion(completed, log)
+    return completed.request

@@ -18,6 +18,7 @@ from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks.fleet import STATE_KEY
+from airflow_provider.tasks.fleet_progress import stop_reason
 from airflow_provider.triggers.deployment_service import FleetWaveTrigger
 from tests.tasks.conftest import (
     LIST_ROUTE,
@@ -169,7 +170,7 @@ def test_a_canary_rolled_back_for_a_reason_not_recorded_stops_the_rollout_withou
     rest = WaveRecord("wave 1", [FleetRow("id-b", "b", "wave 1", "r2")])
     progress = FleetProgress(waves=[canary, rest], allowed_failures=5, change="x")
     assert progress.canary_failed and not progress.failures and len(progress.counted) == 1
-    reason = FleetRolloutOperator._stop_reason(progress, canary)
+    reason = stop_reason(progress, canary)
     assert reason == (
         "the canary failed or was rolled back by an earlier try for a reason not recorded (0 failed and 1 rolled "
         "back for a reason not recorded, of 1 canary deployment(s)); a failed canary stops the rollout whatever "

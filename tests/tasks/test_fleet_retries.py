@@ -18,7 +18,7 @@ from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.fleet import REASON_UNKNOWN, Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.tasks import fleet as fleet_tasks
+from airflow_provider.tasks import fleet_patching, fleet_rollback, fleet_watching
 from airflow_provider.tasks import rollback as rollback_module
 from airflow_provider.tasks.fleet import STATE_KEY
 from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, run_trigger, seed
@@ -63,8 +63,8 @@ def die_at_rollback(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, 
                 raise WorkerDied(f"after the rollback of {name}")
             return result
 
-        # Where the fleet finds it (its module), and where the rollback task does (the rollback module).
-        monkeypatch.setattr(fleet_tasks, "start_rollback", start_rollback, raising=False)
+        # Where the fleet finds it (its rollback module), and where the rollback task does (the rollback module).
+        monkeypatch.setattr(fleet_rollback, "start_rollback", start_rollback)
         monkeypatch.setattr(rollback_module, "start_rollback", start_rollback)
         return started
 
@@ -543,7 +543,7 @@ def docker_fleet(service: Callable[..., Any], count: int) -> Any:
 @pytest.fixture
 def die_after_the_first_patch_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kill the worker once, just after the service answered the first PATCH, before the task recorded it."""
-    real = fleet_tasks._record_patch
+    real = fleet_patching._record_patch
     armed = {"left": 1}
 
     def record_patch(*args: Any, **kwargs: Any) -> None:
@@ -552,7 +552,7 @@ def die_after_the_first_patch_answer(monkeypatch: pytest.MonkeyPatch) -> None:
             raise WorkerDied("between the PATCH's answer and its record")
         real(*args, **kwargs)
 
-    monkeypatch.setattr(fleet_tasks, "_record_patch", record_patch)
+    monkeypatch.setattr(fleet_patching, "_record_patch", record_patch)
 
 
 @pytest.mark.parametrize("change", ["image-only", "image-and-resource_spec"])
@@ -648,7 +648,7 @@ def test_a_retry_without_a_record_never_calls_a_deployment_rolled_back_by_an_ear
 @pytest.fixture
 def die_after_the_first_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kill the worker once, just after the watch decided the wave's rollouts, before the task recorded them."""
-    real = fleet_tasks.explain_failed_builds
+    real = fleet_watching.explain_failed_builds
     armed = {"left": 1}
 
     def explain_failed_builds(*args: Any, **kwargs: Any) -> list[str]:
@@ -657,7 +657,7 @@ def die_after_the_first_watch(monkeypatch: pytest.MonkeyPatch) -> None:
             raise WorkerDied("between the watch's verdict and its record")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fleet_tasks, "explain_failed_builds", explain_failed_builds)
+    monkeypatch.setattr(fleet_watching, "explain_failed_builds", explain_failed_builds)
 
 
 @pytest.mark.parametrize("with_store", [True, False], ids=["task_state_store", "no-store"])

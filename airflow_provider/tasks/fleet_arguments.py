@@ -1,0 +1,71 @@
+"""The fleet operator's arguments, checked when the DAG is parsed: exactly one way to name the targets, a change
+to make, callables where callables are expected, and an analysis that can run; each error names the argument
+and what was expected (a templated value is checked again once rendered, when the task runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_provider.analysis import Analysis
+from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
+from airflow_provider.tasks.base import non_negative_seconds
+from airflow_provider.tasks.fleet_plan import check_filters
+
+__all__ = ["check_arguments", "check_targets"]
+
+
+def check_targets(targets: Mapping[str, Any]) -> None:
+    """Refuse anything but exactly one non-empty way to name the targets (``ValueError``).
+
+    :param targets: ``{"deployment_ids": ..., "deployment_names": ..., "filters": ...}`` as given.
+    """
+    named = [name for name, value in targets.items() if value is not None]
+    if len(named) != 1:
+        problem = "no targets" if not named else f"{' and '.join(named)} given together"
+        raise ValueError(f"{problem}: give exactly one of deployment_ids, deployment_names, filters")
+    value = targets[named[0]]
+    if value in ("", []) or (isinstance(value, (list, tuple)) and not any(value)):
+        raise ValueError(f"{named[0]} is empty: no targets")
+    filters = targets.get("filters")
+    if isinstance(filters, Mapping):
+        check_filters(filters)
+
+
+def check_arguments(
+    *,
+    targets: Mapping[str, Any],
+    change: Mapping[str, Any],
+    patch_for: Callable[..., Any] | None,
+    verify: Callable[..., Any] | None,
+    analysis: Analysis | None,
+    bake_seconds: float,
+    resource_spec_mode: str,
+) -> None:
+    """Refuse fleet arguments that cannot make a rollout (``ValueError`` naming the argument), before any request.
+
+    :param targets: ``{"deployment_ids": ..., "deployment_names": ..., "filters": ...}`` as given.
+    :param change: the fixed change's arguments that were given (not ``None``).
+    :param patch_for: the per-deployment change, or ``None``.
+    :param verify: the user's check, or ``None``.
+    :param analysis: the analysis, or ``None`` (its ``count=None`` needs ``bake_seconds`` to fill).
+    :param bake_seconds: the bake, as given.
+    :param resource_spec_mode: ``"merge"`` or ``"replace"``.
+    """
+    if resource_spec_mode not in RESOURCE_SPEC_MODES:
+        raise ValueError(f"resource_spec_mode must be 'merge' or 'replace', got {resource_spec_mode!r}")
+    check_targets(targets)
+    if patch_for is not None and not callable(patch_for):
+        raise ValueError(f"patch_for must be a callable Deployment -> patch arguments, got {patch_for!r}")
+    if not change and patch_for is None:
+        raise ValueError(
+            "no change: give image_uri, repo_ref, source_revision_config, source_config, revision_source, "
+            "secrets or secret_references, or patch_for"
+        )
+    if verify is not None and not callable(verify):
+        raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
+    if analysis is not None:
+        if not isinstance(analysis, Analysis):
+            raise ValueError(f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}")
+        # count=None fills the bake window: without one there is nothing to fill (names analysis.count).
+        analysis.with_count_for(non_negative_seconds(bake_seconds, "bake_seconds") or None)
