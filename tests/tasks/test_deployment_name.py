@@ -113,7 +113,10 @@ def test_patch_by_name_pushes_the_resolved_id(emulator: Any, capfd: pytest.Captu
     dep = deployment_named(emulator, "search-staging")
     ti = FakeTI()
     result = PatchDeploymentOperator(
-        task_id="p", deployment_name="search-staging", image_uri="registry.example.com/acme/search:3.0"
+        task_id="p",
+        deployment_name="search-staging",
+        image_uri="registry.example.com/acme/search:3.0",
+        wait_for_rollout=False,
     ).execute(make_context(ti))
     assert result["id"] == dep["id"] and ti.xcoms["deployment_id"] == dep["id"]
     assert ti.xcoms["revision_id"] == emulator.state.deployment(dep["id"])["latest_revision_id"] != ""

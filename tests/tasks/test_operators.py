@@ -41,6 +41,7 @@ def patch_op(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
     options: dict[str, Any] = {"task_id": "patch", "poll_interval": 0.05, **kwargs}
     if "image_uri" in kwargs:  # production takes image_uri for an internal_docker (or external_docker) revision only
         options.setdefault("revision_source", "internal_docker")
+    options.setdefault("wait_for_rollout", False)  # these tests look at the patch itself; waiting is tested apart
     return PatchDeploymentOperator(deployment_id=deployment_id, **options)
 
 
@@ -228,6 +229,35 @@ def test_patch_and_wait_fails_fast_on_a_failed_build(emulator: Any, advance_late
     advance_later(emulator, 2.5, 0.1)
     with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
         patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True, timeout=30).execute(make_context())
+
+
+def test_patch_waits_by_default_and_fails_on_a_failed_build(emulator: Any, advance_later: Any) -> None:
+    """Issue 33: without ``wait_for_rollout`` the task waits (as dbt Cloud's ``wait_for_termination``), so a
+    failed build fails the task instead of a success in seconds; the old revision keeps serving."""
+    dep = deployment_named(emulator, "checkout-api-dev")
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
+    advance_later(emulator, 2.5, 0.1)
+    task = PatchDeploymentOperator(
+        task_id="patch", deployment_id=dep["id"], revision_source="internal_docker", image_uri="app:2", timeout=30
+    )
+    assert task.wait_for_rollout is True
+    with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
+        task.execute(make_context())
+    after = deployment_named(emulator, "checkout-api-dev")
+    assert after["active_revision_id"] == dep["active_revision_id"]
+    failed = next(r for r in after["revisions"] if r["id"] == after["latest_revision_id"])
+    assert failed["status"] == "BUILD_FAILED"
+
+
+def test_patch_without_waiting_warns_that_it_does_not_know_the_outcome(emulator: Any, task_logs: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    ti = FakeTI()
+    result = patch_op(dep["id"], image_uri="app:2", wait_for_rollout=False).execute(make_context(ti))
+    new = ti.xcoms["revision_id"]
+    assert new and result["latest_revision_id"] == new
+    after = deployment_named(emulator, "checkout-api-dev")
+    assert after["active_revision_id"] == dep["active_revision_id"] != new  # not live yet: nobody waited
+    assert f"does not know whether revision {new}" in task_logs()
 
 
 async def test_patch_and_defer(emulator: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -664,7 +665,9 @@ def test_the_build_log_tail_is_skipped_quietly_without_the_logs_endpoint(
 
 def test_verify_needs_wait_for_rollout() -> None:
     with pytest.raises(ValueError, match="need wait_for_rollout=True"):
-        PatchDeploymentOperator(task_id="p", deployment_id="x", image_uri="y", verify=lambda d: True)
+        PatchDeploymentOperator(
+            task_id="p", deployment_id=str(uuid.uuid4()), image_uri="y", verify=lambda d: True, wait_for_rollout=False
+        )
 
 
 # ------------------------------------------------------------------------------------------ deferrable
