@@ -356,8 +356,8 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             if revision_id:
                 self.log.warning(
                     "wait_for_rollout=False: this task does not know whether revision %s of deployment %s will go "
-                    "live (its build or deploy may still fail): wait for it downstream (DeploymentRolloutSensor) or leave "
-                    "wait_for_rollout at its default, True",
+                    "live (its build or deploy may still fail): wait for it downstream (DeploymentRolloutSensor) "
+                    "or leave wait_for_rollout at its default, True",
                     revision_id,
                     deployment_id,
                 )

@@ -221,6 +221,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
                 resource_spec=spec,
                 secrets=self._resolved_secrets,
                 force=self.force,
+                force_hint="pass force=True to roll back anyway",
                 before_sending=lambda intent: self._save(store, intent.record()),
                 log=self.log,
             )

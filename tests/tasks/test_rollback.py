@@ -495,6 +495,30 @@ def test_verify_raising_without_rollback_fails_and_leaves_the_revision(emulator:
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
 
 
+def test_patch_refusing_to_roll_back_over_a_newer_rollout_names_no_option_it_lacks(emulator: Any, ticking: Any) -> None:
+    """Issue 33: the patch task has no ``force``; its refusal must not tell the user to pass one."""
+    dep = deployment_named(emulator, DOCKER)
+    newer: list[str] = []
+
+    def verify(deployment: Deployment) -> bool:  # someone rolls out meanwhile, then our check fails
+        newer.append(roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:colleague"))
+        return False
+
+    ticking(emulator)
+    task = patch_op(
+        dep["id"], image_uri="registry.example.com/acme/checkout-api:2", verify=verify, rollback_on_failure=True
+    )
+    with pytest.raises(AirflowFailException, match="not rolling back over it") as raised:
+        task.execute(make_context())
+    assert "force" not in str(raised.value)
+    assert not hasattr(task, "force")
+    assert "RollbackDeploymentOperator" in str(raised.value)
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    now = serving(emulator, dep["id"])
+    assert now["latest_revision_id"] == newer[0]
+    assert now["source_revision_config"]["image_uri"].endswith(":colleague")
+
+
 @pytest.mark.parametrize(("returned", "passes"), [(None, True), ("ok", True), (False, False), (0, False)])
 def test_verify_fails_only_on_a_falsy_non_none_return(emulator: Any, ticking: Any, returned: Any, passes: bool) -> None:
     """Assert-style checks return None when the revision is good: None passes, as for fleet rollouts."""
