@@ -22,7 +22,7 @@ from airflow_provider.operators.base import (
     _RolloutWaitingOperator,
 )
 from airflow_provider.record import Kind
-from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
+from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids, exactly_one_target
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
 from airflow_provider.tasks.record import record_rollback_entry
@@ -140,11 +140,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         wait_for_rollout: bool = True,
         **kwargs: Any,
     ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
-        if deployment_id is None and deployment_name is None:
-            raise ValueError("give deployment_id or deployment_name")
-        if deployment_id is not None and deployment_name is not None:
-            raise ValueError("give deployment_id or deployment_name, not both")
         self.revision_id = revision_id
         self.deployment_id = deployment_id
         self.deployment_name = deployment_name

@@ -204,7 +204,7 @@ def test_patch_is_validated_before_any_request(emulator: Any, kwargs: dict[str, 
 
 def test_invalid_deployment_id_fails_before_any_request(emulator: Any) -> None:
     with pytest.raises(AirflowFailException, match="deployment_id"):
-        patch_op("checkout-api-dev", image_uri="x").execute(make_context())
+        patch_op("{{ params.dep }}", image_uri="x").execute(make_context())  # rendered to itself: not a UUID
     assert emulator.state.counters == {}
 
 

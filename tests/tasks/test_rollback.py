@@ -433,10 +433,10 @@ def test_bad_rollback_input_fails_before_any_request(emulator: Any, kwargs: dict
 
 
 def test_rollback_needs_one_way_to_name_the_deployment() -> None:
-    with pytest.raises(ValueError, match="deployment_id or deployment_name"):
+    with pytest.raises(ValueError, match=r"give deployment_id \(the deployment's UUID\) or deployment_name"):
         RollbackDeploymentOperator(task_id="r", revision_id="x")
     with pytest.raises(ValueError, match="not both"):
-        RollbackDeploymentOperator(task_id="r", revision_id="x", deployment_id="a", deployment_name="b")
+        RollbackDeploymentOperator(task_id="r", revision_id="x", deployment_id="{{ a }}", deployment_name="b")
 
 
 # ------------------------------------------------------------------------------------------ automatic
