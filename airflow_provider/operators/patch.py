@@ -43,7 +43,6 @@ from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
     deployment_by_name,
-    exactly_one_target,
     non_negative_seconds,
 )
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
@@ -83,6 +82,7 @@ from airflow_provider.tasks.patch_verdict import (
 )
 from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+from airflow_provider.tasks.targets import exactly_one_target
 from airflow_provider.tasks.waiting import resumed_value
 
 if TYPE_CHECKING:

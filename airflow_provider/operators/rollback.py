@@ -22,7 +22,7 @@ from airflow_provider.operators.base import (
     _RolloutWaitingOperator,
 )
 from airflow_provider.record import Kind
-from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids, exactly_one_target
+from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
 from airflow_provider.tasks.record import record_rollback_entry
@@ -36,6 +36,7 @@ from airflow_provider.tasks.rollback import (
     reattach_recorded_rollback,
     start_rollback,
 )
+from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -415,3 +415,33 @@ def test_list_operators_never_return_echoed_secrets(service: Any, capfd: pytest.
     assert len(result) == 3
     out, err = capfd.readouterr()
     scan_for_secret(result, out, err)
+
+
+# ------------------------------------------------------------------------------------------ misspelt arguments
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: patch_op(str(uuid.uuid4()), image=SECRET), "got unknown argument: image (did you mean image_uri?)"),
+        (
+            lambda: ListDeploymentsOperator(task_id="list", name_contain="search"),
+            "name_contain (did you mean name_contains?)",
+        ),
+        (
+            lambda: PatchDeploymentOperator(task_id="p", deployment_name="a", wait_for_rolout=True),
+            "wait_for_rolout (did you mean wait_for_rollout",
+        ),
+        (
+            lambda: PatchDeploymentOperator(task_id="p", deployment_name="a", zzz=1),
+            "zzz (its own arguments are ",
+        ),
+    ],
+)
+def test_a_misspelt_task_argument_names_the_closest_valid_one(emulator: Any, make: Any, words: str) -> None:
+    """Issue 33: ``image=`` got Airflow's generic "Invalid arguments were passed"; the value (which may be a
+    secret) is never shown."""
+    with pytest.raises(TypeError) as raised:
+        make()
+    message = str(raised.value)
+    assert words in message
+    assert SECRET not in message and "Invalid arguments" not in message
+    assert emulator.state.counters == {}
