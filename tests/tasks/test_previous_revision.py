@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.models import PatchDeploymentRequest
 from airflow_provider.operators.deployment_service import ListRevisionsOperator, RollbackDeploymentOperator
 from tests.tasks.conftest import FakeStore, FakeTI, deployment_named, make_context
-from tests.tasks.test_rollback import DOCKER, OLD_IMAGE, REDEPLOY_ROUTE, roll_out, serving, ticking  # noqa: F401
+from tests.tasks.test_rollback import DOCKER, OLD_IMAGE, REDEPLOY_ROUTE, roll_out, serving
 
 GOOD = "registry.example.com/acme/checkout-api:good"
 BROKEN = "registry.example.com/acme/checkout-api:broken"
@@ -39,10 +39,10 @@ def previous_op(deployment_id: str, **kwargs: Any) -> RollbackDeploymentOperator
 
 
 def test_previous_is_the_revision_that_served_before_skipping_a_failed_build(
-    emulator: Any, ticking: Any, task_logs: Any
+    emulator: Any, advance_later: Any, task_logs: Any
 ) -> None:
     dep, good, failed, broken = history(emulator)
-    ticking(emulator)
+    advance_later(emulator, 0.25, 0.02)
     ti = FakeTI()
     previous_op(dep["id"]).execute(make_context(ti, FakeStore()))
     now = serving(emulator, dep["id"])
@@ -55,9 +55,9 @@ def test_previous_is_the_revision_that_served_before_skipping_a_failed_build(
     assert f"skipped {failed} (BUILD_FAILED)" in logs
 
 
-def test_a_retry_rolls_back_to_what_the_first_try_resolved(emulator: Any, ticking: Any) -> None:
-    dep, good, _, _ = history(emulator)
-    ticking(emulator)
+def test_a_retry_rolls_back_to_what_the_first_try_resolved(emulator: Any, advance_later: Any) -> None:
+    dep, _, _, _ = history(emulator)
+    advance_later(emulator, 0.25, 0.02)
     store = FakeStore()
     previous_op(dep["id"]).execute(make_context(FakeTI(), store))
     restored = serving(emulator, dep["id"])["active_revision_id"]
