@@ -476,7 +476,8 @@ class Analysis(_SuggestingModel):
 
         :param bake_seconds: the task's bake window, ``None`` when it has none.
         :raises ValueError: naming ``analysis.count`` when ``count`` is ``None`` and there is no bake window,
-            or ``analysis.failure_limit`` when the rounds that fit are fewer than it.
+            ``analysis.interval_seconds`` when not one round (with ``initial_delay_seconds``) fits in the bake, or
+            ``analysis.failure_limit`` when the rounds that fit are fewer than it.
         """
         if self.count is not None:
             return self
@@ -485,6 +486,15 @@ class Analysis(_SuggestingModel):
                 "analysis.count is None (as many rounds as fit in the bake window) but there is no bake window: "
                 "set analysis.count (count=None works only with the bake_seconds of a PatchDeploymentOperator or "
                 "FleetRolloutOperator)"
+            )
+        first_round = self.initial_delay_seconds + self.interval_seconds
+        if first_round > bake_seconds:
+            delay = f"initial_delay_seconds ({self.initial_delay_seconds:g} s) plus " * bool(self.initial_delay_seconds)
+            raise ValueError(
+                f"analysis.interval_seconds ({self.interval_seconds:g} s): {delay}one interval is longer than the "
+                f"bake ({bake_seconds:g} s), so not one whole round fits in it (with count=None the rounds fill "
+                f"the bake); give analysis.interval_seconds of at most {bake_seconds - self.initial_delay_seconds:g} "
+                "s, a longer bake_seconds, or analysis.count"
             )
         count = max(1, math.floor((bake_seconds - self.initial_delay_seconds) / self.interval_seconds))
         if self.failure_limit > count:

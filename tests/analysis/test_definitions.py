@@ -216,7 +216,12 @@ def test_an_analysis_round_trips_through_json_but_not_with_a_callable() -> None:
 def test_count_fills_the_bake_window_or_says_it_cannot() -> None:
     analysis = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, initial_delay_seconds=30)
     assert analysis.with_count_for(300).count == 4
-    assert analysis.with_count_for(20).count == 1
+    assert analysis.with_count_for(90).count == 1
+    # Issue 33: a round longer than the bake was one round measuring past the bake; it is refused, named.
+    with pytest.raises(ValueError, match=r"^analysis\.interval_seconds \(60 s\): initial_delay_seconds \(30 s\) plus"):
+        analysis.with_count_for(20)
+    with pytest.raises(ValueError, match=r"at most 8 s, a longer bake_seconds, or analysis\.count"):
+        Analysis(checks=[TracingProjectCheck()], interval_seconds=20).with_count_for(8)
     with pytest.raises(ValueError, match=r"^analysis\.count is None .* no bake window: set analysis\.count \("):
         analysis.with_count_for(None)
     strict = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, failure_limit=3)
