@@ -75,6 +75,8 @@ class ClientSettings:
     :param retry: retry policy.
     :param scheme_assumed: the connection's host had no scheme and ``https://`` was assumed (a TLS
         handshake failure then says so, with how to ask for ``http://``).
+    :param connection_id: the Airflow connection these settings come from (set by the hook), named with what
+        to check when the service cannot be reached; ``None`` for a client made without one.
     """
 
     base_url: str
@@ -85,6 +87,7 @@ class ClientSettings:
     allow_insecure_http: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     scheme_assumed: bool = False
+    connection_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", normalize_base_url(self.base_url))

@@ -62,11 +62,14 @@ def rollout_after_build() -> None:
 
     # The deployment is looked up by its exact name when the task runs (the list filter matches substrings;
     # the hook pages through every match and keeps the exact one, failing on none or several).
+    # wait_for_rollout=False: the patch returns once the service accepted it, and the sensor below waits for
+    # the revision in the triggerer (left at its default, True, the patch task itself would wait).
     patch = PatchDeploymentOperator(
         task_id="patch_deployment",
         deployment_name="{{ params.deployment_name }}",
         image_uri=image_uri,
         secrets=SECRETS,
+        wait_for_rollout=False,
     )
 
     wait = DeploymentRolloutSensor(

@@ -333,13 +333,31 @@ def test_a_failed_patch_logs_its_error_and_no_missing_xcom(
     assert "XCom not found" not in logs
 
 
+# ----------------------------------------------------------------------------- roll_back_to_previous
+def test_roll_back_to_previous_restores_the_revision_that_served_before(emulator: Any) -> None:
+    before, _ = revisions_of(emulator, "checkout-api-staging")
+    change = {"source_revision_config": {"image_uri": "registry.example.com/acme/checkout-api:9.9.9"}}
+    patched = emulator.state.patch_deployment(before["id"], PatchDeploymentRequest.model_validate(change))
+    deadline = time.monotonic() + 30
+    while revisions_of(emulator, "checkout-api-staging")[0]["active_revision_id"] != patched["latest_revision_id"]:
+        assert time.monotonic() < deadline, "the new revision never went live"
+        time.sleep(0.1)
+    state, tasks = run_dag("roll_back_to_previous")
+    assert (state, tasks) == ("success", {"list_revisions": "success", "roll_back": "success"})
+    after, revisions = revisions_of(emulator, "checkout-api-staging")
+    assert after["active_revision_id"] == revisions[-1]["id"] and after["status"] == "READY"
+    assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
+
+
 def test_every_operator_and_the_sensor_appear_in_an_example() -> None:
     text = "\n".join(path.read_text() for path in DAGS.glob("*.py"))
     for name in (
         "ListOAuthProvidersOperator",
         "ListRepositoriesOperator",
         "ListDeploymentsOperator",
+        "ListRevisionsOperator",
         "PatchDeploymentOperator",
+        "RollbackDeploymentOperator",
         "DeploymentRolloutSensor",
         "FleetRolloutOperator",
     ):
@@ -357,5 +375,6 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "deploy_fleet_after_build",
         "onboard_repository",
         "progressive_rollout",
+        "roll_back_to_previous",
         "smoke_test_on_new_revision",
     }

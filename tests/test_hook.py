@@ -348,6 +348,33 @@ def test_an_unreachable_test_connection_fails_after_one_short_attempt(monkeypatc
     assert "after 1 attempt(s)" in message and "k-12345" not in message
 
 
+def test_an_unreachable_service_names_the_connection_and_what_to_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: a connection error named the URL only; it names the Airflow connection and what to check,
+    from the hook and from a task, and never the API key."""
+    from airflow_provider.operators.deployment_service import ListDeploymentsOperator
+
+    with socket.socket() as sock:  # a port nobody listens on: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SERVICE_DOWN",
+        json.dumps(
+            {"conn_type": "deployment_service", "host": f"http://127.0.0.1:{port}/api", "password": "k-Secret-98765"}
+        ),
+    )
+    with DeploymentServiceHook("service_down", max_attempts=1) as hook, pytest.raises(TransportError) as caught:
+        hook.list_deployments(limit=1)
+    task = ListDeploymentsOperator(task_id="list", deployment_service_conn_id="service_down", max_attempts=1)
+    with pytest.raises(Exception) as from_task:
+        task.execute({})
+    for message in (str(caught.value), str(from_task.value)):
+        assert f"GET http://127.0.0.1:{port}/api/v2/deployments: ConnectError" in message
+        assert "check the Airflow connection 'service_down'" in message
+        assert f"(its host, port and scheme make http://127.0.0.1:{port}/api)" in message
+        assert "that the service is running" in message and "HTTPS_PROXY" in message
+        assert "k-Secret-98765" not in message
+
+
 def test_test_connection_reports_a_bad_connection_without_sending(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "AIRFLOW_CONN_VERSIONED",

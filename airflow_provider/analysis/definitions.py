@@ -9,7 +9,7 @@ trigger's kwargs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypedDict
 
@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -25,6 +26,7 @@ from pydantic import (
 from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
+from airflow_provider.suggestions import with_suggestions
 
 __all__ = [
     "LATENCY_METRICS",
@@ -59,7 +61,57 @@ TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 """The template fields naming one deployment: a query using one is sent once per deployment."""
 
 
-class _CheckBase(BaseModel):
+ANALYSIS_HINTS = {
+    "threshold": "a threshold is part of each check's condition (e.g. TracingProjectCheck(condition='< 0.05'))",
+    "condition": "a condition belongs to each check (e.g. TracingProjectCheck(condition='< 0.05'))",
+    "rounds": "did you mean count?",
+    "delay": "did you mean initial_delay_seconds?",
+}
+"""What to say about a name users reach for that an :class:`Analysis` does not take."""
+
+CHECK_HINTS = {
+    "interval": "the interval is the analysis's: Analysis(interval_seconds=...), not a check's",
+    "interval_seconds": "the interval is the analysis's: Analysis(interval_seconds=...), not a check's",
+    "count": "the rounds are the analysis's: Analysis(count=...), not a check's",
+}
+"""What to say about a name users reach for that a check does not take (``threshold``: see :func:`_check_hints`)."""
+
+
+def _check_fields() -> set[str]:
+    return {
+        name for kind in (TracingProjectCheck, HttpCheck, MetricQueryCheck, CallableCheck) for name in kind.model_fields
+    }
+
+
+def _check_hints(fields: Collection[str]) -> dict[str, str]:
+    threshold = (
+        "a threshold is part of the condition: did you mean condition (e.g. condition='< 0.05')?"
+        if "condition" in fields
+        else "an HttpCheck has no condition: did you mean max_latency_seconds or status_range?"
+    )
+    return {**CHECK_HINTS, "threshold": threshold}
+
+
+class _SuggestingModel(BaseModel):
+    """A model whose unknown arguments are refused naming the closest valid ones (``interval`` -> "did you mean
+    interval_seconds?") instead of pydantic's bare "Extra inputs are not permitted"."""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise self._suggesting(err) from None
+
+    @classmethod
+    def _suggesting(cls, err: ValidationError) -> ValidationError:
+        def known(loc: tuple[int | str, ...]) -> Collection[str]:
+            return cls.model_fields if not loc else _check_fields()
+
+        hints = ANALYSIS_HINTS if cls is Analysis else _check_hints(cls.model_fields)
+        return with_suggestions(err, known, hints)
+
+
+class _CheckBase(_SuggestingModel):
     """What every check has: a name for logs and XCom, and a kind for JSON."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -351,7 +403,7 @@ Check = Annotated[
 ]
 
 
-class Analysis(BaseModel):
+class Analysis(_SuggestingModel):
     """Measure checks every ``interval_seconds`` for ``count`` rounds and judge the revision by them.
 
     One measurement per check per round. A check whose failed measurements reach ``failure_limit`` fails
@@ -364,7 +416,8 @@ class Analysis(BaseModel):
     interval of traffic).
 
     :param checks: one or more of :class:`TracingProjectCheck`, :class:`HttpCheck`,
-        :class:`MetricQueryCheck`, :class:`CallableCheck` (their names must differ).
+        :class:`MetricQueryCheck`, :class:`CallableCheck` (their names must differ): a list, or one check alone
+        (read as a list of one).
     :param interval_seconds: seconds between rounds (> 0).
     :param count: number of rounds (>= 1); ``None``: as many as fit in the task's bake window.
     :param failure_limit: failed measurements of one check that fail the revision (1..count): ``1`` fails on
@@ -388,6 +441,11 @@ class Analysis(BaseModel):
         if not math.isfinite(value):
             raise ValueError(f"{info.field_name} must be a finite number of seconds, got {value}")
         return value
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _one_check_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, _CheckBase) else value
 
     @field_validator("checks")
     @classmethod
@@ -418,7 +476,8 @@ class Analysis(BaseModel):
 
         :param bake_seconds: the task's bake window, ``None`` when it has none.
         :raises ValueError: naming ``analysis.count`` when ``count`` is ``None`` and there is no bake window,
-            or ``analysis.failure_limit`` when the rounds that fit are fewer than it.
+            ``analysis.interval_seconds`` when not one round (with ``initial_delay_seconds``) fits in the bake, or
+            ``analysis.failure_limit`` when the rounds that fit are fewer than it.
         """
         if self.count is not None:
             return self
@@ -427,6 +486,15 @@ class Analysis(BaseModel):
                 "analysis.count is None (as many rounds as fit in the bake window) but there is no bake window: "
                 "set analysis.count (count=None works only with the bake_seconds of a PatchDeploymentOperator or "
                 "FleetRolloutOperator)"
+            )
+        first_round = self.initial_delay_seconds + self.interval_seconds
+        if first_round > bake_seconds:
+            delay = f"initial_delay_seconds ({self.initial_delay_seconds:g} s) plus " * bool(self.initial_delay_seconds)
+            raise ValueError(
+                f"analysis.interval_seconds ({self.interval_seconds:g} s): {delay}one interval is longer than the "
+                f"bake ({bake_seconds:g} s), so not one whole round fits in it (with count=None the rounds fill "
+                f"the bake); give analysis.interval_seconds of at most {bake_seconds - self.initial_delay_seconds:g} "
+                "s, a longer bake_seconds, or analysis.count"
             )
         count = max(1, math.floor((bake_seconds - self.initial_delay_seconds) / self.interval_seconds))
         if self.failure_limit > count:

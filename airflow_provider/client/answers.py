@@ -130,6 +130,8 @@ def failure_outcome(
             "plain http (a trusted or loopback server), write the host as http://host:port or set the "
             'connection extra "scheme" to "http"'
         )
+    elif isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and settings.connection_id:
+        message += unreachable_hint(settings)
     error = TransportError(scrub(message, secrets), method=call.method, path=call.path)
     if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
         error = TransportError(
@@ -156,6 +158,21 @@ def failure_outcome(
     if not safe and not call.retry_ambiguous:
         return Outcome(error=error, ambiguous=True, timed_out=isinstance(exc, httpx.TimeoutException))
     return Outcome(error=error, retryable=True)
+
+
+def unreachable_hint(settings: ClientSettings) -> str:
+    """What to check when the service could not be reached: the Airflow connection (by id) and what of it makes
+    the URL, that the service runs, and proxies. No secret: the URL's user-info is dropped.
+
+    :param settings: the client's settings (``connection_id`` set).
+    """
+    parts = urlsplit(settings.base_url)
+    base = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+    return (
+        f"; the service could not be reached: check the Airflow connection {settings.connection_id!r} (its host, "
+        f"port and scheme make {base}), that the service is running and reachable from this machine, and any "
+        "proxy set in the environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY)"
+    )
 
 
 def url_of(base_url: str, call: Call[Any]) -> str:

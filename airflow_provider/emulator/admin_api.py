@@ -309,7 +309,8 @@ async def clear_unhealthy_rules(state: State) -> Response:
 @admin_router.put(
     "/deployments/{deployment_id}/behaviour",
     description="Set what a revision's app does while live (revision_id null: the latest revision; 'next': the "
-    "next revision created). Answers {'revision_id': id | null, 'behaviour': plan}.",
+    "next revision created). Answers {'revision_id': id | 'next', 'applies_to': 'that revision' | 'the next "
+    "revision created', 'behaviour': plan}.",
 )
 async def set_behaviour(deployment_id: str, body: BehaviourBody, state: State) -> dict[str, Any]:
     plan = BehaviourPlan.model_validate(body.model_dump(exclude={"revision_id"}))

@@ -129,6 +129,7 @@ class DeploymentServiceHook(BaseHook):
             settings = ClientSettings(
                 base_url=base_url,
                 scheme_assumed=scheme_assumed,
+                connection_id=self.deployment_service_conn_id,
                 tenant_id=_extra(extra, "tenant_id") or None,
                 verify=verify,
                 allow_insecure_http=extra_flag(
@@ -205,7 +206,8 @@ class DeploymentServiceHook(BaseHook):
         except AuthError as err:
             return False, f"{tried}: {err}"
         except TransportError as err:
-            return False, f"{tried}: could not reach the service ({err}); check the base URL, network and TLS settings"
+            advice = "" if "could not be reached" in str(err) else "; check the base URL, network and TLS settings"
+            return False, f"{tried}: could not reach the service ({err}){advice}"
         except DeploymentServiceError as err:
             return False, f"{tried}: {err}"
         seen = "at least one deployment" if page.resources else "no deployments yet"

@@ -31,6 +31,7 @@ from airflow_provider.operators.lists import (
     ListDeploymentsOperator,
     ListOAuthProvidersOperator,
     ListRepositoriesOperator,
+    ListRevisionsOperator,
 )
 from airflow_provider.operators.patch import HISTORY_LOOKBACK, TASK_STATE_KEY, PatchDeploymentOperator
 from airflow_provider.operators.rollback import ROLLBACK_CARRY_KEY, ROLLBACK_STATE_KEY, RollbackDeploymentOperator
@@ -59,6 +60,7 @@ __all__ = [
     "ListDeploymentsOperator",
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",
+    "ListRevisionsOperator",
     "PatchDeploymentOperator",
     "RollbackDeploymentOperator",
     "SecretValue",

@@ -17,7 +17,7 @@ from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingO
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.fleet_arguments import check_arguments
+from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_plan import resolve_targets
 from airflow_provider.tasks.fleet_progress import (
@@ -248,6 +248,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.canary = fleet.check_canary(canary)
         self.wave_size = fleet.check_wave_size(wave_size)
         self.max_failures = fleet.check_max_failures(max_failures)
+        size = known_fleet_size(
+            {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
+        )
+        if size is not None:  # known now: refused when the DAG is parsed; else once the targets are resolved
+            check_budget_fits(self.max_failures, size)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
         self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
@@ -319,6 +324,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
                 check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
             try:
+                check_budget_fits(self.max_failures, len(targets))  # before any PATCH
                 plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
             except ValueError as err:
                 raise AirflowFailException(str(err)) from None

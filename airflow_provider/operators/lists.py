@@ -1,6 +1,6 @@
 """The list operators: the organization's OAuth providers, the repositories a source-host integration
-offers (or the one to create a deployment from), and the deployments matching filters (every page,
-``.expand()``-friendly)."""
+offers (or the one to create a deployment from), the deployments matching filters (every page,
+``.expand()``-friendly), and a deployment's revisions (newest first, with status and build)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.models import ListDeploymentsQuery, canonical_uuid
+from airflow_provider.errors import NotFoundError
+from airflow_provider.models import ListDeploymentsQuery, RevisionStatus, canonical_uuid
 from airflow_provider.operators.base import _DeploymentServiceOperator
-from airflow_provider.tasks.base import validation_failure
+from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, validation_failure
+from airflow_provider.tasks.rollback_revisions import revision_fields
+from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,6 +24,7 @@ __all__ = [
     "ListDeploymentsOperator",
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",
+    "ListRevisionsOperator",
 ]
 
 DEFAULT_MAX_RESULTS = 1000
@@ -222,3 +226,85 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
         else:
             self.log.info("Found %d deployment(s)", len(deployments))
         return [deployment.model_dump(mode="json") for deployment in deployments]
+
+
+class ListRevisionsOperator(_DeploymentServiceOperator):
+    """List a deployment's revisions, newest first, each with its status and build; returns them as JSON.
+
+    Each row: ``{"id", "status", "build", "created_at", "status_message", "active", "latest"}``: ``build`` holds the
+    revision's non-secret build fields (``image_uri``, ``repo_ref``...; ``{}`` when the service shows none),
+    ``active`` marks the revision serving now and ``latest`` the newest. A revision that served before
+    the current one has status ``DEPLOYED`` (what ``RollbackDeploymentOperator(revision_id="previous")``
+    picks); ``BUILD_FAILED`` and other failed revisions never served.
+
+    :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
+    :param deployment_name: the deployment's exact name, looked up when the task runs. Templated.
+    :param status: only revisions with these statuses (list, or comma-separated string: ``DEPLOYED``,
+        ``BUILD_FAILED``...). Templated.
+    :param max_results: at most this many of the newest revisions (default 100).
+    :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
+        (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
+        ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
+    """
+
+    template_fields = ("deployment_id", "deployment_name", "status", "deployment_service_conn_id")
+
+    def __init__(
+        self,
+        *,
+        deployment_id: str | None = None,
+        deployment_name: str | None = None,
+        status: list[str] | str | None = None,
+        max_results: int = 100,
+        **kwargs: Any,
+    ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
+        super().__init__(**kwargs)
+        if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+            raise ValueError(f"max_results must be a positive whole number, got {max_results!r}")
+        self.deployment_id = deployment_id
+        self.deployment_name = deployment_name
+        self.status = status
+        self.max_results = max_results
+
+    def _statuses(self) -> list[str] | None:
+        wanted = _as_list(self.status) or None
+        if wanted is None:
+            return None
+        known = [status.value for status in RevisionStatus if status is not RevisionStatus.UNKNOWN]
+        unknown = [value for value in wanted if value not in known]
+        if unknown:
+            raise AirflowFailException(f"status: unknown revision status(es) {unknown}; expected among {known}")
+        return list(wanted)
+
+    def _run(self, context: Context) -> list[dict[str, Any]]:
+        """Return the newest revisions (at most ``max_results``), newest first."""
+        statuses = self._statuses()
+        if self.deployment_name is not None:
+            deployment = deployment_by_name(self.hook, checked_name(self.deployment_name))
+        else:
+            deployment_id, _ = checked_ids(self.deployment_id, None)
+            try:
+                deployment = self.hook.get_deployment(deployment_id)
+            except NotFoundError as err:
+                raise AirflowFailException(str(err)) from None
+        revisions = list(self.hook.iter_revisions(deployment.id, max_results=self.max_results, status=statuses))
+        self.log.info(
+            "Deployment %r (%s): %d revision(s), newest first; serving %s",
+            deployment.name,
+            deployment.id,
+            len(revisions),
+            deployment.active_revision_id,
+        )
+        return [
+            {
+                "id": revision.id,
+                "status": revision.status.value,
+                "build": revision_fields(revision.source_revision_config),
+                "created_at": revision.created_at.isoformat() if revision.created_at else None,
+                "status_message": revision.status_message,
+                "active": revision.id == deployment.active_revision_id,
+                "latest": revision.id == deployment.latest_revision_id,
+            }
+            for revision in revisions
+        ]

@@ -1,4 +1,4 @@
-"""Patch a deployment and, optionally, wait until its new revision is live, verify, analyse and bake it, and
+"""Patch a deployment and (by default) wait until its new revision is live, verify, analyse and bake it, and
 roll it back when any fails; a retry reattaches to what an earlier try did instead of patching (or rolling
 back) twice.
 
@@ -43,7 +43,6 @@ from airflow_provider.tasks.base import (
     checked_ids,
     checked_name,
     deployment_by_name,
-    exactly_one_target,
     non_negative_seconds,
 )
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
@@ -83,6 +82,7 @@ from airflow_provider.tasks.patch_verdict import (
 )
 from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+from airflow_provider.tasks.targets import exactly_one_target
 from airflow_provider.tasks.waiting import resumed_value
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ __all__ = [
 
 
 class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
-    """Patch a deployment and, optionally, wait until the revision it created is live.
+    """Patch a deployment and wait (unless ``wait_for_rollout=False``) until the revision it created is live.
 
     The patch is built and validated before any request (a misspelled field fails the task, naming it).
     The deployment is read first; on a retry the task reattaches to the revision its earlier try created
@@ -138,9 +138,11 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         naming the field, the deployment's source and the rule. ``False`` skips these local checks for a
         server that accepts more (the server still decides); the request schema (unknown fields,
         ResourceSpec bounds and integers) is always checked.
-    :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active); how is set by
-        ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
-        :class:`_RolloutWaitingOperator`).
+    :param wait_for_rollout: wait until the new revision is live (status ``READY`` and active), and fail when its
+        build or deploy fails (default ``True``, as the dbt Cloud operator's ``wait_for_termination``); how is set
+        by ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
+        :class:`_RolloutWaitingOperator`). ``False`` returns once the patch is accepted and logs a warning naming
+        the revision: the task then does not know whether it will go live (its build may still fail).
     :param verify: a callable given the live :class:`~airflow_provider.models.Deployment` (secrets redacted)
         once the new revision is live (before the analysis); raising, or returning a false value other than
         ``None`` (``False``, ``0``, ``""``), marks the revision bad; returning ``None`` (an assert-style check)
@@ -207,7 +209,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         secret_references: list[dict[str, str]] | None = None,
         image_uri: str | None = None,
         repo_ref: str | None = None,
-        wait_for_rollout: bool = False,
+        wait_for_rollout: bool = True,
         verify: Callable[[Deployment], Any] | None = None,
         bake_seconds: float = 0,
         analysis: Analysis | None = None,
@@ -236,7 +238,10 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         self.analysis = analysis
         judging = verify is not None or self.bake_seconds or analysis is not None or self.rollback_on_failure
         if judging and not wait_for_rollout:
-            raise ValueError("verify, bake_seconds, analysis and rollback_on_failure need wait_for_rollout=True")
+            raise ValueError(
+                "verify, bake_seconds, analysis and rollback_on_failure need wait_for_rollout=True (the default); "
+                "it is False"
+            )
         self.deployment_id = deployment_id
         self.deployment_name = deployment_name
         self.revision_source = revision_source
@@ -348,6 +353,14 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 self.log.info("Patched; no new revision was created (active revision %s)", previous_active)
         self._push_xcoms(ti, deployment, revision_id, previous_active, previous_config, previous_spec)
         if not self.wait_for_rollout:
+            if revision_id:
+                self.log.warning(
+                    "wait_for_rollout=False: this task does not know whether revision %s of deployment %s will go "
+                    "live (its build or deploy may still fail): wait for it downstream (DeploymentRolloutSensor) "
+                    "or leave wait_for_rollout at its default, True",
+                    revision_id,
+                    deployment_id,
+                )
             return deployment.model_dump(mode="json")
         if earlier is not None and earlier.failed:  # the earlier try's revision failed: report it again
             self._explain_failure(deployment_id, revision_id)

@@ -36,6 +36,8 @@ from airflow_provider.tasks.rollback import (
     reattach_recorded_rollback,
     start_rollback,
 )
+from airflow_provider.tasks.rollback_revisions import PREVIOUS, previous_served_revision
+from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -92,7 +94,11 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     when everything was restored). Returns the deployment as redacted JSON (after the rollout when
     ``wait_for_rollout``).
 
-    :param revision_id: the revision to return to (UUID). Templated.
+    :param revision_id: the revision to return to (UUID), or ``"previous"``: the revision that served before the
+        one serving now, resolved when the task runs (the newest revision older than the active one that was
+        deployed, status ``DEPLOYED``; revisions that never served, such as ``BUILD_FAILED``, are skipped; the
+        log names it and what was skipped). A retry rolls back to what the first try resolved (recorded in
+        ``task_state_store``; without a store a retry refuses "previous"). Templated.
     :param deployment_id: the deployment (UUID). Templated. Give this or ``deployment_name``.
     :param deployment_name: the deployment's exact name. Templated.
     :param rolling_back_from: the revision being rolled back (e.g. a patch task's ``revision_id`` XCom);
@@ -140,11 +146,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         wait_for_rollout: bool = True,
         **kwargs: Any,
     ) -> None:
+        exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
-        if deployment_id is None and deployment_name is None:
-            raise ValueError("give deployment_id or deployment_name")
-        if deployment_id is not None and deployment_name is not None:
-            raise ValueError("give deployment_id or deployment_name, not both")
         self.revision_id = revision_id
         self.deployment_id = deployment_id
         self.deployment_name = deployment_name
@@ -156,9 +159,19 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         self.wait_for_rollout = wait_for_rollout
         self._resolved_secrets: list[dict[str, str]] | None = None
 
-    def _checked_revisions(self) -> tuple[str, str | None]:
-        """Canonical ``(revision_id, rolling_back_from)``; fails naming the field (before any request)."""
+    def _checked_revisions(self) -> tuple[str | None, str | None]:
+        """Canonical ``(revision_id, rolling_back_from)`` (``None`` for ``"previous"``, resolved once the deployment
+        is read); fails naming the field (before any request)."""
         value = self.revision_id
+        if isinstance(value, str) and value.strip().lower() == PREVIOUS:
+            given = self.rolling_back_from
+            try:
+                source = (
+                    None if given is None or given in MISSING_RENDERS else canonical_uuid(given, "rolling_back_from")
+                )
+            except ValueError as err:
+                raise AirflowFailException(str(err)) from None
+            return None, source
         if value is None or (isinstance(value, str) and _is_missing_render(value)):
             raise AirflowFailException(
                 f"revision_id rendered to {value!r}: expected the revision to return to (is the upstream XCom, "
@@ -204,6 +217,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         current = self._resolve_deployment()
         ti = context["ti"]
         store = context.get("task_state_store")
+        if target is None:
+            target = self._previous(context, store, current)
         recorded = self._recorded(store, current.id, target)
         if recorded is not None:
             started = reattach_recorded_rollback(self.hook, current, recorded, log=self.log)
@@ -221,6 +236,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
                 resource_spec=spec,
                 secrets=self._resolved_secrets,
                 force=self.force,
+                force_hint="pass force=True to roll back anyway",
                 before_sending=lambda intent: self._save(store, intent.record()),
                 log=self.log,
             )
@@ -320,18 +336,47 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in self._resolved_secrets or [])
 
-    def _recorded(self, store: Any, deployment_id: str, target: str) -> dict[str, Any] | None:
+    def _previous(self, context: Context, store: Any, current: Deployment) -> str:
+        """``revision_id="previous"`` resolved: on a retry, what the earlier try recorded (never resolved again:
+        after its rollback, "previous" would be an older revision still); else the revision that served before
+        the current one (:func:`~airflow_provider.tasks.rollback_revisions.previous_served_revision`)."""
+        try:
+            recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
+        except Exception as err:  # the store is an optimisation
+            self.log.warning("Could not read task_state_store (%s)", err)
+            recorded = None
+        if (
+            isinstance(recorded, dict)
+            and recorded.get("deployment_id") == current.id
+            and recorded.get("to_revision_id")
+        ):
+            self.log.info(
+                "revision_id='previous': revision %s, as an earlier try resolved it", recorded["to_revision_id"]
+            )
+            return str(recorded["to_revision_id"])
+        if store is None and (getattr(context["ti"], "try_number", 1) or 1) > 1:
+            raise AirflowFailException(
+                "revision_id='previous' on a retry without task_state_store: what the first try resolved (and may "
+                "have rolled back to) is not known, and resolving it again could roll back one revision too far; "
+                "give the revision's id"
+            )
+        try:
+            revision, _ = previous_served_revision(self.hook, current, self.log)
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from None
+        return revision.id
+
+    def _recorded(self, store: Any, deployment_id: str, target: str | None) -> dict[str, Any] | None:
         """The rollback an earlier try (or this one, before deferring) recorded for this deployment and
-        revision; ``None`` when none (or the store cannot be read)."""
+        revision (``None``: ``"previous"``, any revision); ``None`` when none (or the store cannot be read)."""
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
             self.log.warning("Could not read task_state_store (%s); judging retries from the deployment", err)
             return None
-        if not isinstance(recorded, dict) or (recorded.get("deployment_id"), recorded.get("to_revision_id")) != (
-            deployment_id,
-            target,
-        ):
+        if not isinstance(recorded, dict) or recorded.get("deployment_id") != deployment_id:
+            return None
+        if target is not None and recorded.get("to_revision_id") != target:
             return None
         return recorded
 

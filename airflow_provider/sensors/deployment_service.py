@@ -16,11 +16,11 @@ from airflow_provider.tasks.base import (
     checked_name,
     checked_revision_id,
     deployment_by_name,
-    exactly_one_target,
     non_negative_seconds,
     positive_seconds,
 )
 from airflow_provider.tasks.build_logs import log_failed_build
+from airflow_provider.tasks.targets import exactly_one_target
 from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:

@@ -37,7 +37,6 @@ __all__ = [
     "checked_name",
     "checked_revision_id",
     "deployment_by_name",
-    "exactly_one_target",
     "missing_render_problem",
     "non_negative_seconds",
     "positive_seconds",
@@ -156,21 +155,6 @@ def checked_revision_id(revision_id: Any) -> str | None:
         raise AirflowFailException(str(err)) from None
 
 
-def exactly_one_target(deployment_id: Any, deployment_name: Any) -> None:
-    """``ValueError`` (at DAG parse) unless exactly one of ``deployment_id`` and ``deployment_name`` is given.
-
-    :param deployment_id: the argument as given (a literal, a template or an ``XComArg``).
-    :param deployment_name: the argument as given.
-    """
-    if deployment_id is not None and deployment_name is not None:
-        raise ValueError(
-            f"give deployment_id or deployment_name, not both (got deployment_id={deployment_id!r} and "
-            f"deployment_name={deployment_name!r})"
-        )
-    if deployment_id is None and deployment_name is None:
-        raise ValueError("give deployment_id (the deployment's UUID) or deployment_name (its exact name)")
-
-
 def checked_name(deployment_name: Any) -> str:
     """The rendered ``deployment_name``; :class:`AirflowFailException` when empty or a missing render."""
     if not isinstance(deployment_name, str):
@@ -193,6 +177,48 @@ def deployment_by_name(hook: DeploymentServiceHook, deployment_name: str) -> Dep
         return hook.get_deployment_by_name(deployment_name)
     except (DeploymentNameNotFoundError, AmbiguousDeploymentNameError) as err:
         raise AirflowFailException(f"deployment_name={deployment_name!r}: {err}") from None
+
+
+def task_options(task: type) -> set[str]:
+    """The arguments ``task`` takes: every ``__init__`` parameter along its classes (``retries``, ``pool``...)."""
+    import inspect  # lazily: only a misspelt argument pays for it
+
+    names: set[str] = set()
+    for klass in task.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None and callable(init):
+            names.update(
+                name
+                for name, parameter in inspect.signature(init).parameters.items()
+                if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name != "self"
+            )
+    return names
+
+
+def unknown_arguments(task: type, kwargs: dict[str, Any]) -> None:
+    """``TypeError`` naming each argument no class of ``task`` takes and the closest it does (``image`` ->
+    "did you mean image_uri?"), before Airflow's generic "Invalid arguments were passed". Values are never
+    shown (one may be a secret).
+
+    :param task: the task's class.
+    :param kwargs: what is left for :class:`BaseOperator` (what the classes above took is gone).
+    """
+    given = [name for name in kwargs if not name.startswith("_")]
+    if not given:
+        return
+    options = task_options(task)
+    unknown = [name for name in given if name not in options]
+    if not unknown:
+        return
+    from airflow_provider.suggestions import did_you_mean
+
+    own = sorted(options - task_options(BaseOperator))
+    task_id = kwargs.get("task_id")
+    parts = [f"{name} ({did_you_mean(name, options) or 'its own arguments are ' + ', '.join(own)})" for name in unknown]
+    raise TypeError(
+        f"{task.__name__}(task_id={task_id!r}) got unknown argument{'s' if len(unknown) > 1 else ''}: "
+        + "; ".join(parts)
+    )
 
 
 class DeploymentServiceBaseTask(BaseOperator):
@@ -223,6 +249,7 @@ class DeploymentServiceBaseTask(BaseOperator):
         retry_after_max: float | None = None,
         **kwargs: Any,
     ) -> None:
+        unknown_arguments(type(self), kwargs)
         super().__init__(**kwargs)
         self.deployment_service_conn_id = deployment_service_conn_id
         given = {

@@ -12,7 +12,42 @@ from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.fleet_plan import check_filters
 
-__all__ = ["check_arguments", "check_targets"]
+__all__ = ["check_arguments", "check_budget_fits", "check_targets", "known_fleet_size"]
+
+
+def known_fleet_size(targets: Mapping[str, Any]) -> int | None:
+    """How many deployments the fleet has when the DAG is parsed: the distinct ids or names given as a literal
+    list or comma-separated string; ``None`` when it is known only once the task runs (filters, a template, an
+    ``XComArg``).
+
+    :param targets: ``{"deployment_ids": ..., "deployment_names": ..., "filters": ...}`` as given.
+    """
+    for name in ("deployment_ids", "deployment_names"):
+        value = targets.get(name)
+        if isinstance(value, str):
+            if "{{" in value or "{%" in value:
+                return None
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            if any("{{" in item or "{%" in item for item in value):
+                return None
+            return len(set(value))
+    return None
+
+
+def check_budget_fits(max_failures: int | float, fleet_size: int) -> None:
+    """``ValueError`` when ``max_failures`` (a count) is larger than the fleet: a budget no rollout can spend,
+    most often a fraction meant (``0.1``) or the wrong fleet.
+
+    :param max_failures: the checked ``max_failures``.
+    :param fleet_size: deployments in the fleet.
+    """
+    if isinstance(max_failures, int) and max_failures > fleet_size:
+        raise ValueError(
+            f"max_failures ({max_failures}) is larger than the fleet ({fleet_size} deployment"
+            f"{'s' if fleet_size != 1 else ''}): the budget could never stop the rollout; give a count of at most "
+            f"{fleet_size}, or a fraction of the fleet (0.1 = 10 %)"
+        )
 
 
 def check_targets(targets: Mapping[str, Any]) -> None:

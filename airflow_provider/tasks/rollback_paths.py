@@ -70,6 +70,7 @@ def start_rollback(
     resource_spec_fields: Collection[str] | None = None,
     secrets: list[dict[str, str]] | None = None,
     force: bool = False,
+    force_hint: str | None = None,
     before_sending: Callable[[RollbackIntent], None] | None = None,
     log: logging.Logger | Any,
 ) -> RollbackStarted:
@@ -104,6 +105,9 @@ def start_rollback(
     :param secrets: secret values to send with the restore (``[{"name", "value"}]``, already resolved); forces
         the patch path. ``None`` (default) sends none: the deployment keeps its current secrets.
     :param force: roll back even when a newer revision than ``rolling_back_from`` exists.
+    :param force_hint: how the caller's task forces it (e.g. ``"pass force=True to roll back anyway"``), added to
+        the refusal; ``None`` (a task without such an option) says the newer revision is left serving instead.
+        A message names only options of the task that raises it.
     :param before_sending: called with the :class:`RollbackIntent` just before each request (record it, so a
         retry can tell whether it landed).
     :param log: where to report (the task's logger).
@@ -137,8 +141,9 @@ def start_rollback(
                 f"now {latest} (someone rolled out meanwhile; active {active})"
             )
             if not force:
-                raise AirflowFailException(f"{message}; not rolling back over it. Pass force=True to roll back anyway")
-            log.warning("%s; rolling back anyway (force=True)", message)
+                hint = force_hint or "it is left as it is (roll it back with RollbackDeploymentOperator if you mean to)"
+                raise AirflowFailException(f"{message}; not rolling back over it: {hint}")
+            log.warning("%s; rolling back anyway (forced)", message)
     current_spec = resource_spec_json(deployment.source_config.resource_spec)
     to_restore = fields_not_shown(current_spec, spec, fields) if spec is not None else ()
     spec_differs = bool(to_restore)

@@ -41,7 +41,7 @@ def _error(excinfo: pytest.ExceptionInfo[ValidationError]) -> tuple[str, str]:
         ({"project": "{nam}"}, "project", "unknown template field(s) {nam}"),
         ({"min_run_count": -1}, "min_run_count", "greater than or equal to 0"),
         ({"connection_id": " "}, "connection_id", "must name an Airflow connection"),
-        ({"metrc": "error_rate"}, "metrc", "Extra inputs are not permitted"),
+        ({"metrc": "error_rate"}, "metrc", "unknown argument: did you mean metric?"),
     ],
 )
 def test_a_bad_tracing_check_names_its_field(kwargs: dict[str, Any], field: str, words: str) -> None:
@@ -134,6 +134,48 @@ def test_a_bad_check_inside_an_analysis_names_its_path() -> None:
     assert location == "checks.0.tracing_project.metric"
 
 
+@pytest.mark.parametrize(
+    ("make", "field", "words"),
+    [
+        (lambda: Analysis(checks=[TracingProjectCheck()], interval=20), "interval", "did you mean interval_seconds?"),
+        (lambda: Analysis(checks=[TracingProjectCheck()], threshold=0.05), "threshold", "each check's condition"),
+        (lambda: Analysis(checks=[TracingProjectCheck()], rounds=3), "rounds", "did you mean count?"),
+        (lambda: TracingProjectCheck(threshold="< 0.05"), "threshold", "did you mean condition"),
+        (lambda: MetricQueryCheck(query="up", condition="> 0", threshold=1), "threshold", "did you mean condition"),
+        (lambda: HttpCheck(url="https://x/health", threshold=1), "threshold", "max_latency_seconds or status_range"),
+        (lambda: TracingProjectCheck(interval=20), "interval", "Analysis(interval_seconds=...), not a check's"),
+        (lambda: HttpCheck(url="https://x/health", timeout=3), "timeout", "did you mean timeout_seconds?"),
+    ],
+)
+def test_a_misspelt_argument_names_the_closest_valid_ones(make: Any, field: str, words: str) -> None:
+    """Issue 33: ``threshold=`` and ``interval=`` got pydantic's bare ``extra_forbidden``."""
+    with pytest.raises(ValidationError) as excinfo:
+        make()
+    assert [error["loc"] for error in excinfo.value.errors()] == [(field,)]
+    assert excinfo.value.errors()[0]["type"] == "extra_forbidden"
+    assert words in str(excinfo.value)
+    assert "Extra inputs are not permitted" not in str(excinfo.value)
+
+
+def test_other_errors_keep_their_place_and_words_beside_a_misspelt_argument() -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        Analysis(checks=[TracingProjectCheck()], interval=20, count=0)
+    errors = {error["loc"]: error for error in excinfo.value.errors()}
+    assert set(errors) == {("interval",), ("count",)}
+    assert (
+        errors[("count",)]["type"] == "greater_than_equal" and "greater than or equal to 1" in errors[("count",)]["msg"]
+    )
+
+
+def test_one_check_given_as_checks_is_a_list_of_one() -> None:
+    """Issue 33: ``checks=`` given one check (not a list) gave 7 cryptic errors; it reads as a list of one."""
+    check = TracingProjectCheck(condition="< 0.1")
+    assert Analysis(checks=check).checks == [check]
+    assert Analysis(checks=check) == Analysis(checks=[check])
+    with pytest.raises(ValidationError, match="checks"):
+        Analysis(checks="error_rate < 0.1")
+
+
 def test_checks_must_have_distinct_names() -> None:
     with pytest.raises(ValidationError, match=r"distinct names.*'tracing error_rate'"):
         Analysis(checks=[TracingProjectCheck(), TracingProjectCheck(condition="< 0.1")])
@@ -174,7 +216,12 @@ def test_an_analysis_round_trips_through_json_but_not_with_a_callable() -> None:
 def test_count_fills_the_bake_window_or_says_it_cannot() -> None:
     analysis = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, initial_delay_seconds=30)
     assert analysis.with_count_for(300).count == 4
-    assert analysis.with_count_for(20).count == 1
+    assert analysis.with_count_for(90).count == 1
+    # Issue 33: a round longer than the bake was one round measuring past the bake; it is refused, named.
+    with pytest.raises(ValueError, match=r"^analysis\.interval_seconds \(60 s\): initial_delay_seconds \(30 s\) plus"):
+        analysis.with_count_for(20)
+    with pytest.raises(ValueError, match=r"at most 8 s, a longer bake_seconds, or analysis\.count"):
+        Analysis(checks=[TracingProjectCheck()], interval_seconds=20).with_count_for(8)
     with pytest.raises(ValueError, match=r"^analysis\.count is None .* no bake window: set analysis\.count \("):
         analysis.with_count_for(None)
     strict = Analysis(checks=[TracingProjectCheck()], interval_seconds=60, failure_limit=3)

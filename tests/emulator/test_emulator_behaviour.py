@@ -50,6 +50,22 @@ def stats_since(server: EmulatorServer, deployment_id: str, since: str) -> dict[
     return result
 
 
+def test_setting_the_next_revisions_behaviour_answers_what_it_applies_to(
+    server: EmulatorServer, http: httpx.Client
+) -> None:
+    """Issue 33: ``{"revision_id": "next"}`` was answered ``"revision_id": null``, which read as if it did not
+    take; the answer says what it applies to, and the next revision created follows it."""
+    target = deployment(server)
+    before = server.admin.deployment(target["id"])["revisions"][-1]["id"]
+    answer = server.admin.set_behaviour(target["id"], revision_id="next", error_rate=0.25)
+    assert answer["revision_id"] == "next" and answer["applies_to"] == "the next revision created"
+    assert answer["behaviour"]["error_rate"] == 0.25
+    latest = server.admin.set_behaviour(target["id"], error_rate=0.0)
+    assert latest["revision_id"] == before and latest["applies_to"] == "that revision"
+    created = roll_out(http, target["id"], "release-9")
+    assert server.admin.behaviour(target["id"], revision_id=created)["error_rate"] == 0.25
+
+
 def test_next_revision_behaviour_applies_once_it_is_live_and_changes_after_n_seconds(
     server: EmulatorServer, http: httpx.Client
 ) -> None:

@@ -276,6 +276,7 @@ def test_patch_secrets_are_registered_with_the_secret_masker_whatever_their_name
         revision_source="internal_docker",
         image_uri="app:3",
         secrets=secrets,
+        wait_for_rollout=False,
     ).execute({"ti": FakeTI()})
     stored = {item["name"]: item["value"] for item in frozen_emulator.state.deployment(deployment["id"])["secrets"]}
     assert stored == values

@@ -112,7 +112,7 @@ def test_no_event_without_waiting_or_when_the_rollout_fails(emulator: Any, ticki
         patch_op(dep["id"], repo_ref="release/3", wait_for_rollout=True, timeout=30).execute(failing)
     assert emitted(failing) == []
     context = context_with_events()
-    patch_op(dep["id"], repo_ref="release/2").execute(context)
+    patch_op(dep["id"], repo_ref="release/2", wait_for_rollout=False).execute(context)
     assert emitted(context) == []
 
 

@@ -7,13 +7,17 @@ import asyncio
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, XComArg
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError, NotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.operators.deployment_service import PatchDeploymentOperator
+from airflow_provider.operators.deployment_service import (
+    ListDeploymentsOperator,
+    PatchDeploymentOperator,
+    RollbackDeploymentOperator,
+)
 from airflow_provider.sensors.deployment_service import DeploymentRolloutSensor
 from airflow_provider.triggers.deployment_service import DeploymentRolloutTrigger
 from tests.tasks.conftest import LIST_ROUTE, PATCH_ROUTE, FakeTI, deployment_named, make_context
@@ -93,6 +97,26 @@ def test_exactly_one_of_deployment_id_and_deployment_name_at_parse(task_class: t
     assert "deployment_name" in task.template_fields and task.deployment_name == "{{ params.name }}"
 
 
+@pytest.mark.parametrize("task_class", [PatchDeploymentOperator, DeploymentRolloutSensor, RollbackDeploymentOperator])
+def test_a_name_given_as_deployment_id_is_refused_at_parse_suggesting_deployment_name(
+    emulator: Any, task_class: type[Any]
+) -> None:
+    """Issue 33: ``deployment_id="search-staging"`` was refused only when the task ran, as "must be a UUID"."""
+    extra = {"revision_id": "{{ params.rev }}"} if task_class is RollbackDeploymentOperator else {}
+    with DAG("parse_check", schedule=None):
+        with pytest.raises(ValueError) as raised:
+            task_class(task_id="t", deployment_id="search-staging", **extra)
+        message = str(raised.value)
+        assert "deployment_id must be the deployment's UUID" in message
+        assert "got 'search-staging'" in message and "pass deployment_name='search-staging' instead" in message
+        # what is checked when the task runs passes here: a template, an XComArg, a UUID
+        task_class(task_id="template", deployment_id="{{ params.deployment_id }}", **extra)
+        task_class(task_id="uuid", deployment_id=deployment_named(emulator, "search-staging")["id"], **extra)
+        upstream = ListDeploymentsOperator(task_id="list")
+        task_class(task_id="xcom", deployment_id=XComArg(upstream, key="deployment_id"), **extra)
+    assert emulator.state.counters == {}  # nothing asked: refused while the DAG is parsed
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [
@@ -113,7 +137,10 @@ def test_patch_by_name_pushes_the_resolved_id(emulator: Any, capfd: pytest.Captu
     dep = deployment_named(emulator, "search-staging")
     ti = FakeTI()
     result = PatchDeploymentOperator(
-        task_id="p", deployment_name="search-staging", image_uri="registry.example.com/acme/search:3.0"
+        task_id="p",
+        deployment_name="search-staging",
+        image_uri="registry.example.com/acme/search:3.0",
+        wait_for_rollout=False,
     ).execute(make_context(ti))
     assert result["id"] == dep["id"] and ti.xcoms["deployment_id"] == dep["id"]
     assert ti.xcoms["revision_id"] == emulator.state.deployment(dep["id"])["latest_revision_id"] != ""

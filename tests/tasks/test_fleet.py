@@ -518,6 +518,47 @@ def test_bad_arguments_are_refused_at_parse_time(arguments: dict[str, Any], mess
         fleet_op(**arguments)
 
 
+THREE_IDS = [
+    "11111111-1111-4111-8111-111111111111",
+    "22222222-2222-4222-8222-222222222222",
+    "33333333-3333-4333-8333-333333333333",
+]
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [{"deployment_ids": THREE_IDS}, {"deployment_ids": ",".join(THREE_IDS)}, {"deployment_names": ["a", "b", "c"]}],
+)
+def test_a_budget_larger_than_a_known_fleet_is_refused_at_parse_time(targets: dict[str, Any]) -> None:
+    """Issue 33: ``max_failures=10`` for 3 deployments was accepted silently."""
+    with pytest.raises(ValueError, match=r"max_failures \(10\) is larger than the fleet \(3 deployments\)"):
+        fleet_op(max_failures=10, **targets)
+    fleet_op(max_failures=3, **targets)  # the whole fleet: allowed
+    fleet_op(max_failures=0.5, **targets)  # a fraction never exceeds the fleet
+    fleet_op(max_failures=10, deployment_names="{{ params.names }}")  # known only when the task runs
+
+
+def test_a_budget_larger_than_a_fleet_found_by_filters_is_refused_before_any_patch(fleet: Any) -> None:
+    emulator = fleet(3)
+    ids = ids_by_name(emulator)
+    task = fleet_op(filters={"name_contains": "app-"}, max_failures=10)
+    with pytest.raises(AirflowFailException, match=r"max_failures \(10\) is larger than the fleet \(3 deployments\)"):
+        task.execute(make_context())
+    assert emulator.state.count(PATCH_ROUTE) == 0
+    for deployment_id in ids.values():
+        assert len(revisions(emulator, deployment_id)) == 1
+
+
+def test_an_analysis_interval_longer_than_the_bake_is_refused_at_parse_time() -> None:
+    """Issue 33: one 20 s round for an 8 s bake was accepted (it measured past the bake)."""
+    from airflow_provider.analysis import Analysis, TracingProjectCheck
+
+    analysis = Analysis(checks=TracingProjectCheck(), interval_seconds=20)
+    with pytest.raises(ValueError, match=r"analysis\.interval_seconds \(20 s\).*longer than the bake \(8 s\)"):
+        fleet_op(deployment_names=["a"], analysis=analysis, bake_seconds=8)
+    fleet_op(deployment_names=["a"], analysis=analysis, bake_seconds=20)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

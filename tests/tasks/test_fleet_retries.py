@@ -130,7 +130,7 @@ def operator(ids: dict[str, str], **extra: Any) -> FleetRolloutOperator:
         "repo_ref": "v2",
         "verify": lambda deployment: False,
         "rollback_on_failure": True,
-        "max_failures": 3,
+        "max_failures": min(3, len(ids)),  # the whole fleet may fail: the budget never stops these rollouts
         "poll_interval": 0.1,
         "timeout": 30,
         **extra,

@@ -41,6 +41,7 @@ def patch_op(deployment_id: str, **kwargs: Any) -> PatchDeploymentOperator:
     options: dict[str, Any] = {"task_id": "patch", "poll_interval": 0.05, **kwargs}
     if "image_uri" in kwargs:  # production takes image_uri for an internal_docker (or external_docker) revision only
         options.setdefault("revision_source", "internal_docker")
+    options.setdefault("wait_for_rollout", False)  # these tests look at the patch itself; waiting is tested apart
     return PatchDeploymentOperator(deployment_id=deployment_id, **options)
 
 
@@ -203,7 +204,7 @@ def test_patch_is_validated_before_any_request(emulator: Any, kwargs: dict[str, 
 
 def test_invalid_deployment_id_fails_before_any_request(emulator: Any) -> None:
     with pytest.raises(AirflowFailException, match="deployment_id"):
-        patch_op("checkout-api-dev", image_uri="x").execute(make_context())
+        patch_op("{{ params.dep }}", image_uri="x").execute(make_context())  # rendered to itself: not a UUID
     assert emulator.state.counters == {}
 
 
@@ -228,6 +229,35 @@ def test_patch_and_wait_fails_fast_on_a_failed_build(emulator: Any, advance_late
     advance_later(emulator, 2.5, 0.1)
     with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
         patch_op(dep["id"], image_uri="app:2", wait_for_rollout=True, timeout=30).execute(make_context())
+
+
+def test_patch_waits_by_default_and_fails_on_a_failed_build(emulator: Any, advance_later: Any) -> None:
+    """Issue 33: without ``wait_for_rollout`` the task waits (as dbt Cloud's ``wait_for_termination``), so a
+    failed build fails the task instead of a success in seconds; the old revision keeps serving."""
+    dep = deployment_named(emulator, "checkout-api-dev")
+    emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
+    advance_later(emulator, 2.5, 0.1)
+    task = PatchDeploymentOperator(
+        task_id="patch", deployment_id=dep["id"], revision_source="internal_docker", image_uri="app:2", timeout=30
+    )
+    assert task.wait_for_rollout is True
+    with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
+        task.execute(make_context())
+    after = deployment_named(emulator, "checkout-api-dev")
+    assert after["active_revision_id"] == dep["active_revision_id"]
+    failed = next(r for r in after["revisions"] if r["id"] == after["latest_revision_id"])
+    assert failed["status"] == "BUILD_FAILED"
+
+
+def test_patch_without_waiting_warns_that_it_does_not_know_the_outcome(emulator: Any, task_logs: Any) -> None:
+    dep = deployment_named(emulator, "checkout-api-dev")
+    ti = FakeTI()
+    result = patch_op(dep["id"], image_uri="app:2", wait_for_rollout=False).execute(make_context(ti))
+    new = ti.xcoms["revision_id"]
+    assert new and result["latest_revision_id"] == new
+    after = deployment_named(emulator, "checkout-api-dev")
+    assert after["active_revision_id"] == dep["active_revision_id"] != new  # not live yet: nobody waited
+    assert f"does not know whether revision {new}" in task_logs()
 
 
 async def test_patch_and_defer(emulator: Any) -> None:
@@ -385,3 +415,33 @@ def test_list_operators_never_return_echoed_secrets(service: Any, capfd: pytest.
     assert len(result) == 3
     out, err = capfd.readouterr()
     scan_for_secret(result, out, err)
+
+
+# ------------------------------------------------------------------------------------------ misspelt arguments
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: patch_op(str(uuid.uuid4()), image=SECRET), "got unknown argument: image (did you mean image_uri?)"),
+        (
+            lambda: ListDeploymentsOperator(task_id="list", name_contain="search"),
+            "name_contain (did you mean name_contains?)",
+        ),
+        (
+            lambda: PatchDeploymentOperator(task_id="p", deployment_name="a", wait_for_rolout=True),
+            "wait_for_rolout (did you mean wait_for_rollout",
+        ),
+        (
+            lambda: PatchDeploymentOperator(task_id="p", deployment_name="a", zzz=1),
+            "zzz (its own arguments are ",
+        ),
+    ],
+)
+def test_a_misspelt_task_argument_names_the_closest_valid_one(emulator: Any, make: Any, words: str) -> None:
+    """Issue 33: ``image=`` got Airflow's generic "Invalid arguments were passed"; the value (which may be a
+    secret) is never shown."""
+    with pytest.raises(TypeError) as raised:
+        make()
+    message = str(raised.value)
+    assert words in message
+    assert SECRET not in message and "Invalid arguments" not in message
+    assert emulator.state.counters == {}

@@ -375,6 +375,14 @@ def test_count_none_without_bake_seconds_fails_when_the_dag_is_parsed_naming_ana
     assert len(svc(emulator)["revisions"]) == 1
 
 
+def test_an_analysis_interval_longer_than_the_bake_is_refused_when_the_dag_is_parsed(emulator: Any) -> None:
+    """Issue 33: one 20 s round for an 8 s bake was accepted; nothing is sent."""
+    slow = Analysis(checks=[health_check(emulator)], interval_seconds=20)
+    with pytest.raises(ValueError, match=r"analysis\.interval_seconds \(20 s\).*longer than the bake \(8 s\)"):
+        patch_op(emulator, deferrable=False, analysis=slow, bake_seconds=8)
+    assert len(svc(emulator)["revisions"]) == 1 and emulator.state.counters == {}
+
+
 def test_an_analysis_needs_wait_for_rollout_and_an_analysis_object(emulator: Any) -> None:
     with pytest.raises(ValueError, match="need wait_for_rollout=True"):
         patch_op(

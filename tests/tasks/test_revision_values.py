@@ -102,6 +102,7 @@ def test_the_patching_line_shows_the_values_sent_and_secret_names_only(
         image_uri="registry.example.com/acme/search:2.0.1",
         source_config={"custom_url": "https://search.example.com"},
         secrets={"PAYMENT_API_TOKEN": SECRET, "MODEL_API_KEY": SECRET + "-2"},
+        wait_for_rollout=False,
     ).execute(make_context())
     assert emulator.state.count(PATCH_ROUTE) == 1
     out, err = capfd.readouterr()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -432,10 +433,10 @@ def test_bad_rollback_input_fails_before_any_request(emulator: Any, kwargs: dict
 
 
 def test_rollback_needs_one_way_to_name_the_deployment() -> None:
-    with pytest.raises(ValueError, match="deployment_id or deployment_name"):
+    with pytest.raises(ValueError, match=r"give deployment_id \(the deployment's UUID\) or deployment_name"):
         RollbackDeploymentOperator(task_id="r", revision_id="x")
     with pytest.raises(ValueError, match="not both"):
-        RollbackDeploymentOperator(task_id="r", revision_id="x", deployment_id="a", deployment_name="b")
+        RollbackDeploymentOperator(task_id="r", revision_id="x", deployment_id="{{ a }}", deployment_name="b")
 
 
 # ------------------------------------------------------------------------------------------ automatic
@@ -492,6 +493,30 @@ def test_verify_raising_without_rollback_fails_and_leaves_the_revision(emulator:
         task.execute(make_context())
     assert emulator.state.count(REDEPLOY_ROUTE) == 0
     assert serving(emulator, dep["id"])["source_revision_config"]["image_uri"].endswith(":2")
+
+
+def test_patch_refusing_to_roll_back_over_a_newer_rollout_names_no_option_it_lacks(emulator: Any, ticking: Any) -> None:
+    """Issue 33: the patch task has no ``force``; its refusal must not tell the user to pass one."""
+    dep = deployment_named(emulator, DOCKER)
+    newer: list[str] = []
+
+    def verify(deployment: Deployment) -> bool:  # someone rolls out meanwhile, then our check fails
+        newer.append(roll_out(emulator, dep["id"], image_uri="registry.example.com/acme/checkout-api:colleague"))
+        return False
+
+    ticking(emulator)
+    task = patch_op(
+        dep["id"], image_uri="registry.example.com/acme/checkout-api:2", verify=verify, rollback_on_failure=True
+    )
+    with pytest.raises(AirflowFailException, match="not rolling back over it") as raised:
+        task.execute(make_context())
+    assert "force" not in str(raised.value)
+    assert not hasattr(task, "force")
+    assert "RollbackDeploymentOperator" in str(raised.value)
+    assert emulator.state.count(REDEPLOY_ROUTE) == 0
+    now = serving(emulator, dep["id"])
+    assert now["latest_revision_id"] == newer[0]
+    assert now["source_revision_config"]["image_uri"].endswith(":colleague")
 
 
 @pytest.mark.parametrize(("returned", "passes"), [(None, True), ("ok", True), (False, False), (0, False)])
@@ -664,7 +689,9 @@ def test_the_build_log_tail_is_skipped_quietly_without_the_logs_endpoint(
 
 def test_verify_needs_wait_for_rollout() -> None:
     with pytest.raises(ValueError, match="need wait_for_rollout=True"):
-        PatchDeploymentOperator(task_id="p", deployment_id="x", image_uri="y", verify=lambda d: True)
+        PatchDeploymentOperator(
+            task_id="p", deployment_id=str(uuid.uuid4()), image_uri="y", verify=lambda d: True, wait_for_rollout=False
+        )
 
 
 # ------------------------------------------------------------------------------------------ deferrable

@@ -54,9 +54,9 @@ def test_template_fields_and_defaults() -> None:
     assert task.deferrable is False
     assert task.poll_interval == task.poke_interval == 30
     with pytest.raises(ValueError, match="poll_interval"):
-        DeploymentRolloutSensor(task_id="w", deployment_id="x", poll_interval=0)
+        DeploymentRolloutSensor(task_id="w", deployment_id="{{ params.dep }}", poll_interval=0)
     with pytest.raises(ValueError, match="not both"):
-        DeploymentRolloutSensor(task_id="w", deployment_id="x", poll_interval=5, poke_interval=5)
+        DeploymentRolloutSensor(task_id="w", deployment_id="{{ params.dep }}", poll_interval=5, poke_interval=5)
 
 
 def test_stale_ready_does_not_succeed(emulator: Any) -> None:
@@ -267,13 +267,14 @@ async def test_deferral_carries_every_setting_and_resumes(emulator: Any) -> None
     [("failed", AirflowFailException), ("timeout", AirflowSensorTimeout), ("error", AirflowException)],
 )
 def test_execute_complete_raises_what_the_event_says(status: str, error: type[Exception]) -> None:
-    event = {"status": status, "message": f"it {status}", "deployment_id": "d", "revision_id": None, "deployment": None}
+    dep = "8d12e254-9195-47ca-94ec-20051ae2fc1b"
+    event = {"status": status, "message": f"it {status}", "deployment_id": dep, "revision_id": None, "deployment": None}
     with pytest.raises(error, match=f"it {status}") as raised:
-        sensor("d").execute_complete(make_context(), event)
+        sensor(dep).execute_complete(make_context(), event)
     if status == "error":
         assert not isinstance(raised.value, AirflowFailException)  # may be a passing outage: retries apply
     with pytest.raises(AirflowException, match="unexpected event"):
-        sensor("d").execute_complete(make_context(), {"status": "weird"})
+        sensor(dep).execute_complete(make_context(), {"status": "weird"})
 
 
 def test_revision_route_is_used_for_fast_failure(emulator: Any) -> None:

@@ -17,6 +17,9 @@ from ..tracing import RunStatsQuery, project_id, project_json, project_stats
 from .errors import NotFound
 from .store import StateStore, _locked
 
+NEXT_REVISION = "the next revision created"
+"""What a behaviour set for ``revision_id="next"`` applies to, as the admin API answers it."""
+
 
 class AppSide(StateStore):
     """The emulated apps, on the state (a part of :class:`~airflow_provider.emulator.state.EmulatorState`)."""
@@ -90,19 +93,24 @@ class AppSide(StateStore):
         self, deployment_id: str, plan: BehaviourPlan | None = None, /, *, revision_id: str | None = None, **fields: Any
     ) -> dict[str, Any]:
         """Set what a revision's app does (see :mod:`airflow_provider.emulator.behaviour`); return
-        ``{"revision_id": id | None, "behaviour": plan}``.
+        ``{"revision_id": id, "applies_to": "that revision", "behaviour": plan}``, or for ``"next"``
+        ``{"revision_id": "next", "applies_to": "the next revision created", "behaviour": plan}``.
 
         :param deployment_id: the deployment.
         :param plan: the :class:`~airflow_provider.emulator.plans.BehaviourPlan` (or its fields as keywords).
         :param revision_id: the revision; ``None``: the latest one; ``"next"``: the next revision created
-            (answered with ``revision_id`` null).
+            (answered with ``revision_id`` ``"next"``: no revision has that id yet).
         :raises NotFound: unknown deployment or revision, or no revision yet.
         """
         plan = plan if plan is not None else BehaviourPlan(**fields)
         record = self._record(deployment_id, None)
         if revision_id == "next":
             record.pending_behaviour = plan
-            return {"revision_id": None, "behaviour": plan.model_dump(mode="json")}
+            return {
+                "revision_id": "next",
+                "applies_to": NEXT_REVISION,
+                "behaviour": plan.model_dump(mode="json"),
+            }
         if revision_id is None:
             if not record.revisions:
                 raise NotFound(f"Deployment ID {record.id} has no revision yet.")
@@ -110,7 +118,7 @@ class AppSide(StateStore):
         else:
             revision = self._revision(record, revision_id)
         revision.behaviour_changes.append((self.clock.now(), plan))
-        return {"revision_id": revision.id, "behaviour": plan.model_dump(mode="json")}
+        return {"revision_id": revision.id, "applies_to": "that revision", "behaviour": plan.model_dump(mode="json")}
 
     @_locked
     def behaviour(self, deployment_id: str, revision_id: str | None = None) -> BehaviourPlan:
