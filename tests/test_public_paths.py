@@ -42,6 +42,7 @@ OPERATOR_NAMES = {
     "ListOAuthProvidersOperator": "airflow_provider.operators.lists",
     "ListRepositoriesOperator": "airflow_provider.operators.lists",
     "ListDeploymentsOperator": "airflow_provider.operators.lists",
+    "ListRevisionsOperator": "airflow_provider.operators.lists",
     "DEFAULT_MAX_RESULTS": "airflow_provider.operators.lists",
     "PatchDeploymentOperator": "airflow_provider.operators.patch",
     "TASK_STATE_KEY": "airflow_provider.operators.patch",

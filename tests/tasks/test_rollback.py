@@ -421,7 +421,7 @@ def test_an_unchanged_resource_spec_keeps_the_exact_redeploy(emulator: Any, tick
         ({"revision_id": "nope"}, "revision_id must be a UUID"),
         ({"rolling_back_from": "x"}, "rolling_back_from must be a UUID"),
         ({"source_revision_config": {"image": "x"}}, "source_revision_config has unknown field"),
-        ({"deployment_id": "checkout"}, "deployment_id must be a UUID"),
+        ({"deployment_id": "{{ params.dep }}"}, "deployment_id must be a UUID"),  # rendered to itself: not one
     ],
 )
 def test_bad_rollback_input_fails_before_any_request(emulator: Any, kwargs: dict[str, Any], message: str) -> None:
