@@ -35,7 +35,7 @@ from airflow_provider.client import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import access, credits, history, records, shapes
+from airflow_provider.plugins.rollouts import access, actions, credits, history, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -204,6 +204,7 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         index = _map_index(map_index)
         return await _in_view_threads(request, lambda: _fleet(user, dag_id, run_id, task_id, index))
 
+    actions.add_action_routes(app, _in_view_threads)
     return app
 
 
@@ -262,6 +263,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     with create_session() as session:
         events = records.deployment_events(session, deployment_id, dag_ids)
         told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
+        offered = actions.rollback_actions(user, conn_id, session)
     rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
     return {
         "conn_id": conn_id,
@@ -272,6 +274,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
         "running": [rollout for rollout in rollouts if rollout["running"]],
         "fetched_at": _iso(shown.fetched_at),
         "dora": told.dora({deployment_id}),
+        "actions": offered,
     }
 
 

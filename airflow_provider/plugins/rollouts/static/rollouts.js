@@ -276,7 +276,7 @@ async function deploymentPage() {
     try {
       const data = await getJSON(`api/deployments/${encodeURIComponent(id)}`, { conn_id: connId, days });
       renderDeployment(content, data);
-      const busy = data.running.length > 0 || data.deployment.revisions_differ;
+      const busy = data.running.length > 0 || data.deployment.revisions_differ || Boolean(actionPanel.querySelector("[data-requested]"));
       timer = setTimeout(load, busy ? DEPLOYMENT_POLL_MS.busy : DEPLOYMENT_POLL_MS.idle);
     } catch (error) {
       showError(content, error);
@@ -285,6 +285,68 @@ async function deploymentPage() {
   }
   await load();
   return () => clearTimeout(timer);
+}
+
+// The confirmation and the answer of an action: kept across the page's refreshes.
+const actionPanel = h("div", { id: "action" });
+const ROLLBACK_TARGET_STATUSES = new Set(["DEPLOYED", "UNUSED", "", null, undefined]);
+
+function rollbackButton(data, revision, active) {
+  if (revision.active || !ROLLBACK_TARGET_STATUSES.has(revision.status)) return null;
+  return h("button", { class: "action", "data-action": "rollback", "data-revision": revision.id,
+    onclick: () => confirmRollback(data, revision, active) }, "Roll back to this revision");
+}
+
+function describe(revision) {
+  const build = revision && revision.build ? (revision.build.image_uri || revision.build.repo_ref || revision.build.source_tarball_path || "") : "";
+  return `${revision ? String(revision.id).slice(0, 8) : "?"}${build ? ` (${build})` : ""}`;
+}
+
+function confirmRollback(data, revision, active) {
+  const d = data.deployment;
+  const from = d.latest_revision_id || (active && active.id);
+  const requestId = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
+  const latest = data.revisions.find((item) => item.id === from);
+  const text = `Roll deployment ${d.name} back to revision ${describe(revision)}, replacing revision ${describe(active)} that serves now`
+    + `${from && active && from !== active.id ? ` (latest: ${describe(latest)})` : ""}. `
+    + `Airflow runs DAG ${data.actions.rollback.dag_id} as you: it redeploys that revision's build, or patches it back, `
+    + "and refuses if a newer revision goes out first. The audit log and the record name you.";
+  const go = h("button", { class: "primary danger", "data-confirm": "rollback" }, "Roll back");
+  const cancel = h("button", { "data-cancel": "rollback", onclick: () => actionPanel.replaceChildren() }, "Cancel");
+  go.addEventListener("click", async () => {
+    go.disabled = true;
+    cancel.disabled = true;
+    try {
+      const run = await postJSON(`api/deployments/${encodeURIComponent(d.id)}/rollback`, {
+        conn_id: data.conn_id, revision_id: revision.id, rolling_back_from: from, request_id: requestId,
+      });
+      actionPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-requested": run.run_id },
+        `Rollback to revision ${String(revision.id).slice(0, 8)} requested by ${run.requested_by}: `,
+        h("a", { href: run.ti_path, target: "_top" }, `run ${run.run_id}`), ` (${run.state}). This page follows it.`));
+    } catch (error) {
+      showError(actionPanel, error);
+    }
+  });
+  actionPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "aria-label": "Confirm the rollback", "data-confirmation": "rollback" },
+    h("p", { id: "confirm-text" }, text), h("div", { class: "row" }, go, cancel)));
+}
+
+async function postJSON(path, body) {
+  const response = await fetch(`${APP}${path}`, {
+    method: "POST", credentials: "same-origin",
+    headers: { Accept: "application/json", "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      const answer = await response.json();
+      detail = typeof answer.detail === "string" ? answer.detail : JSON.stringify(answer.detail);
+    } catch (error) { /* keep the status text */ }
+    const error = new Error(`${response.status}: ${detail}`);
+    error.status = response.status;
+    throw error;
+  }
+  return response.json();
 }
 
 function renderDeployment(target, data) {
@@ -316,8 +378,13 @@ function renderDeployment(target, data) {
   if (!data.revisions_available) {
     pieces.push(h("p", { class: "callout info" }, "The service has no revision endpoint: these are the revisions the deployment and Airflow's records name."));
   }
+  // "Roll back to this revision": only for those the auth manager allows, when the rollback DAG is in Airflow.
+  const offered = data.actions && data.actions.rollback;
+  const rollback = Boolean(offered && offered.allowed && offered.available);
+  const active = data.revisions.find((revision) => revision.active);
+  pieces.push(actionPanel);
   pieces.push(h("table", { id: "revisions" },
-    h("thead", {}, h("tr", {}, ["Revision", "Status", "Created", "Build", "Rolled out or back by"].map((title) => h("th", {}, title)))),
+    h("thead", {}, h("tr", {}, ["Revision", "Status", "Created", "Build", "Rolled out or back by", ...(rollback ? [""] : [])].map((title) => h("th", {}, title)))),
     h("tbody", {}, data.revisions.map((revision) => h("tr", { "data-revision": revision.id },
       h("td", { class: "nowrap" }, shortId(revision.id), revision.active ? [" ", h("span", { class: "badge ok" }, "active")] : null,
         revision.latest && !revision.active ? [" ", h("span", { class: "badge run" }, "latest")] : null),
@@ -325,9 +392,10 @@ function renderDeployment(target, data) {
       h("td", {}, when(revision.created_at)),
       h("td", {}, buildText(revision.build)),
       h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role, "data-run": mark.run_id || "" },
-        badge(mark.label || mark.role, mark.message || null, mark.role), " ", taskLink(mark),
+        badge(mark.label || mark.role, mark.message || null, mark.role), mark.by ? h("span", { class: "by", "data-by": mark.requested_by || "" }, ` ${mark.by}`) : null, " ", taskLink(mark),
         mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis)))
-        : h("span", { class: "muted" }, "not by Airflow")))))));
+        : h("span", { class: "muted" }, "not by Airflow")),
+      rollback ? h("td", { class: "nowrap" }, rollbackButton(data, revision, active)) : null)))));
   pieces.push(doraCards(data.dora, "dora"));
   pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · what the provider's tasks did, from their records (failed tasks included), fleet progress and asset events, for the DAGs you may read."));
   target.replaceChildren(...pieces);

@@ -1,0 +1,324 @@
+"""What a person can do from the Rollouts view, carried out by Airflow: "Roll back to this revision".
+
+The view never calls the service to change anything itself. An action is a DAG run of the provider-shipped
+rollback DAG (:mod:`~airflow_provider.plugins.rollouts.rollback_dag`), triggered on behalf of the user who
+confirmed, so it has the operator's guarantees (recorded before it is sent, never sent twice, refused when a newer
+revision went out after the confirmation) and shows in Airflow like any run:
+
+- **authorised by Airflow's auth manager**: edit access to the connection (``is_authorized_connection``, ``PUT``:
+  a rollback by hand changes what the connection's deployment serves) and the right to trigger the rollback DAG
+  (``is_authorized_dag``, ``POST`` on its runs), on top of the view's read access; anything less is a 403, and
+  the page shows no button;
+- **once per confirmation**: the page sends one ``request_id`` per confirmation, and the run is named after it
+  (``rollouts_view__rollback__<request_id>``): a second request with it answers with the same run; a rollback
+  of the same deployment still queued or running refuses another (409);
+- **in Airflow's audit log**: one ``Log`` row (event ``deployment_service.rollback``, the acting user as
+  ``owner``, the run's ``dag_id`` and ``run_id``, the request in ``extra``), written in the same transaction as
+  the run, as Airflow's own REST API writes its entries;
+- **in the record and the view**: the run's ``triggering_user_name`` is the user, and the task records it
+  (``requested_by``, ``requested_from``): "rolled back to by alice from the Rollouts view".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pydantic
+from airflow.api_fastapi.auth.managers.models.resource_details import (
+    ConnectionDetails,
+    DagAccessEntity,
+    DagDetails,
+)
+from fastapi import FastAPI, HTTPException, Request, status
+
+from airflow_provider.client import describe_validation_error
+from airflow_provider.models import canonical_uuid
+from airflow_provider.plugins.rollouts import access
+from airflow_provider.plugins.rollouts.access import HTTP_422, UserDep
+from airflow_provider.plugins.rollouts.paths import (
+    REQUESTED_FROM,
+    ROLLBACK_DAG_ID,
+    ROLLBACK_TASK_ID,
+    dag_run_path,
+    task_instance_path,
+)
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from sqlalchemy.orm import Session
+
+    from airflow_provider.plugins.rollouts.listing import ServiceReader
+
+T = TypeVar("T")
+InThreads = Callable[[Request, Callable[[], T]], Awaitable[T]]
+
+AUDIT_EVENT = "deployment_service.rollback"
+"""The ``event`` of the audit log entry a rollback from the view writes."""
+RUN_ID_PREFIX = "rollouts_view__rollback__"
+"""The start of the run id of every rollback the view triggers (then the confirmation's ``request_id``)."""
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{7,63}")
+"""What a ``request_id`` may look like (a UUID, as the page makes one per confirmation)."""
+IN_FLIGHT_STATES = ("queued", "running")
+"""States of a rollback run that still has to act."""
+
+__all__ = [
+    "AUDIT_EVENT",
+    "RUN_ID_PREFIX",
+    "RollbackRequest",
+    "add_action_routes",
+    "rollback_actions",
+]
+
+
+class RollbackRequest(pydantic.BaseModel):
+    """The body of ``POST api/deployments/<id>/rollback``.
+
+    :param conn_id: the connection of the deployment.
+    :param revision_id: the revision to return to.
+    :param rolling_back_from: the revision the confirmation showed as the deployment's latest (default: the
+        latest now); the rollback refuses if a newer one has gone out since.
+    :param request_id: one per confirmation (a UUID); a second request with it answers with the same run.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    conn_id: str
+    revision_id: str
+    rolling_back_from: str | None = None
+    request_id: str
+
+
+# ------------------------------------------------------------------------------------ access
+def _may_edit_connection(conn_id: str, user: BaseUser, session: Session) -> bool:
+    from airflow.models import Connection
+    from sqlalchemy import select
+
+    team = session.scalar(select(Connection.team_name).where(Connection.conn_id == conn_id))
+    details = ConnectionDetails(conn_id=conn_id, team_name=team)
+    return bool(access.auth_manager().is_authorized_connection(method="PUT", details=details, user=user))
+
+
+def _may_trigger_rollback_dag(user: BaseUser) -> bool:
+    from airflow.models.dag import DagModel
+
+    details = DagDetails(id=ROLLBACK_DAG_ID, team_name=DagModel.get_team_name(ROLLBACK_DAG_ID))
+    return bool(
+        access.auth_manager().is_authorized_dag(
+            method="POST", access_entity=DagAccessEntity.RUN, details=details, user=user
+        )
+    )
+
+
+def _rollback_dag_present(session: Session) -> bool:
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    found = session.scalar(
+        select(DagModel.dag_id).where(DagModel.dag_id == ROLLBACK_DAG_ID, ~DagModel.is_stale).limit(1)
+    )
+    return found is not None
+
+
+def rollback_actions(user: BaseUser, conn_id: str, session: Session) -> dict[str, Any]:
+    """What the deployment page offers the user: ``{"rollback": {"allowed", "available", "dag_id", "why"}}``.
+
+    ``allowed``: the user may roll this connection's deployments back from the view (edit access to the
+    connection and the right to trigger the rollback DAG); ``available``: the rollback DAG is in Airflow.
+
+    :param user: the request's user.
+    :param conn_id: the connection shown.
+    :param session: a metadata database session.
+    """
+    missing = []
+    if not _may_edit_connection(conn_id, user, session):
+        missing.append(f"edit access to connection {conn_id!r}")
+    if not _may_trigger_rollback_dag(user):
+        missing.append(f"the right to trigger DAG {ROLLBACK_DAG_ID!r}")
+    available = _rollback_dag_present(session)
+    why = ""
+    if missing:
+        why = "rolling back from the view needs " + " and ".join(missing)
+    elif not available:
+        why = f"DAG {ROLLBACK_DAG_ID!r} is not in Airflow (see the Rollouts view's documentation, Actions)"
+    return {"rollback": {"allowed": not missing, "available": available, "dag_id": ROLLBACK_DAG_ID, "why": why}}
+
+
+def _require_rollback_access(conn_id: str, user: BaseUser, session: Session) -> None:
+    access.require_connection(conn_id, user, session)
+    offered = rollback_actions(user, conn_id, session)["rollback"]
+    if not offered["allowed"]:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"you may not roll back: {offered['why']}")
+    if not offered["available"]:
+        raise HTTPException(status.HTTP_409_CONFLICT, offered["why"])
+
+
+# ------------------------------------------------------------------------------------ the request
+def _checked(deployment_id: str, body: RollbackRequest) -> tuple[str, str, str | None, str]:
+    """Canonical ``(deployment_id, revision_id, rolling_back_from, request_id)``; a 422 naming the field."""
+    access.check_conn_id(body.conn_id)
+    try:
+        deployment = canonical_uuid(deployment_id, "deployment_id")
+        revision = canonical_uuid(body.revision_id, "revision_id")
+        source = canonical_uuid(body.rolling_back_from, "rolling_back_from") if body.rolling_back_from else None
+    except ValueError as err:
+        raise HTTPException(HTTP_422, str(err)) from None
+    if not REQUEST_ID_PATTERN.fullmatch(body.request_id):
+        raise HTTPException(
+            HTTP_422, f"request_id must be 8 to 64 letters, digits, '-' or '_' (a UUID), got {body.request_id!r}"
+        )
+    return deployment, revision, source, body.request_id
+
+
+def _answer(run: Any, *, already: bool) -> dict[str, Any]:
+    return {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "state": str(run.state),
+        "requested_by": run.triggering_user_name,
+        "conf": dict(run.conf or {}),
+        "already_requested": already,
+        "run_path": dag_run_path(run.dag_id, run.run_id),
+        "ti_path": task_instance_path(run.dag_id, run.run_id, ROLLBACK_TASK_ID),
+    }
+
+
+def request_rollback(
+    reader: ServiceReader, user: BaseUser, deployment_id: str, body: RollbackRequest, *, ui: bool
+) -> dict[str, Any]:
+    """Trigger the rollback DAG for ``body`` on behalf of ``user`` (blocking: run it in the view's threads).
+
+    :param reader: what reads the service (the deployment and its revisions, to check the request).
+    :param user: the request's user.
+    :param deployment_id: the deployment.
+    :param body: the request.
+    :param ui: whether the request came from the view's page (the run is then marked as triggered from the UI).
+    :returns: the run (``dag_id``, ``run_id``, ``state``, ``requested_by``, ``already_requested``, paths).
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    deployment_id, revision_id, source, request_id = _checked(deployment_id, body)
+    conn_id = body.conn_id
+    run_id = f"{RUN_ID_PREFIX}{request_id}"
+    with create_session() as session:
+        _require_rollback_access(conn_id, user, session)
+        existing = session.scalar(select(DagRun).where(DagRun.dag_id == ROLLBACK_DAG_ID, DagRun.run_id == run_id))
+        if existing is not None:
+            if (existing.conf or {}).get("deployment_id") != deployment_id:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, f"request_id {request_id!r} was used for another rollback"
+                )
+            return _answer(existing, already=True)
+    deployment = reader.deployment(conn_id, deployment_id)
+    if deployment is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} has no deployment {deployment_id}")
+    if revision_id == deployment.active_revision_id:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"revision {revision_id} already serves deployment {deployment.name!r}: nothing to roll back",
+        )
+    shown = reader.revisions(conn_id, deployment_id)
+    if shown.available and revision_id not in {revision.id for revision in shown.revisions}:
+        raise HTTPException(
+            HTTP_422, f"revision_id {revision_id} is not one of deployment {deployment.name!r}'s recent revisions"
+        )
+    conf = {
+        "conn_id": conn_id,
+        "deployment_id": deployment_id,
+        "revision_id": revision_id,
+        "rolling_back_from": source or deployment.latest_revision_id or "",
+        "requested_from": REQUESTED_FROM,
+    }
+    with create_session() as session:
+        in_flight = _rollback_in_flight(session, deployment_id)
+        if in_flight is not None:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"a rollback of deployment {deployment.name!r} is already {in_flight.state} "
+                f"(run {in_flight.run_id!r} of DAG {ROLLBACK_DAG_ID!r}): wait for it to end",
+            )
+        run = _create_run(session, user, run_id, conf, ui=ui)
+        session.add(_audit_entry(user, run_id, {**conf, "deployment_name": deployment.name}))
+        session.commit()
+        return _answer(run, already=False)
+
+
+def _rollback_in_flight(session: Session, deployment_id: str) -> Any:
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    runs = session.scalars(
+        select(DagRun).where(DagRun.dag_id == ROLLBACK_DAG_ID, DagRun.state.in_(IN_FLIGHT_STATES)).limit(200)
+    )
+    return next((run for run in runs if (run.conf or {}).get("deployment_id") == deployment_id), None)
+
+
+def _create_run(session: Session, user: BaseUser, run_id: str, conf: dict[str, Any], *, ui: bool) -> Any:
+    """A queued run of the rollback DAG, triggered by ``user`` (as Airflow's own trigger endpoint creates one)."""
+    from airflow.exceptions import ParamValidationError
+    from airflow.models.dagbag import DBDagBag
+    from airflow.sdk import timezone
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    dag = DBDagBag().get_latest_version_of_dag(ROLLBACK_DAG_ID, session=session)
+    if dag is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"DAG {ROLLBACK_DAG_ID!r} is not serialized yet: retry")
+    try:
+        return dag.create_dagrun(
+            run_id=run_id,
+            logical_date=None,
+            run_after=timezone.utcnow(),
+            conf=conf,
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.UI if ui else DagRunTriggeredByType.REST_API,
+            triggering_user_name=user.get_name(),
+            state=DagRunState.QUEUED,
+            session=session,
+        )
+    except (ParamValidationError, ValueError) as err:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"DAG {ROLLBACK_DAG_ID!r} refused the run: {err}") from None
+
+
+def _audit_entry(user: BaseUser, run_id: str, extra: dict[str, Any]) -> Any:
+    """The audit log row of the action, shaped as Airflow's ``action_logging`` writes its own."""
+    from airflow.models import Log
+
+    return Log(
+        event=AUDIT_EVENT,
+        owner=user.get_name(),
+        owner_display_name=user.get_name(),
+        extra=json.dumps({**extra, "method": "POST", "from": REQUESTED_FROM}),
+        dag_id=ROLLBACK_DAG_ID,
+        run_id=run_id,
+        task_id=ROLLBACK_TASK_ID,
+    )
+
+
+# ------------------------------------------------------------------------------------ routes
+def add_action_routes(app: FastAPI, in_threads: InThreads[Any]) -> None:
+    """Add the action endpoints to the view's app.
+
+    :param app: the view's app (``app.state.reader`` reads the service).
+    :param in_threads: runs a request's blocking part in the view's own threads.
+    """
+
+    @app.post("/api/deployments/{deployment_id}/rollback")
+    async def rollback(request: Request, deployment_id: str, user: UserDep) -> dict[str, Any]:
+        """Roll the deployment back to a revision: trigger the rollback DAG for the user (see the module)."""
+        if "application/json" not in request.headers.get("content-type", ""):  # no cross-site form posts
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            body = RollbackRequest.model_validate(await request.json())
+        except ValueError as err:
+            detail = describe_validation_error(err) if isinstance(err, pydantic.ValidationError) else str(err)
+            raise HTTPException(
+                HTTP_422, f"the body must be a JSON object with conn_id, revision_id and request_id: {detail}"
+            ) from None
+        ui = bool(request.headers.get("referer"))
+        reader = request.app.state.reader
+        return await in_threads(request, lambda: request_rollback(reader, user, deployment_id, body, ui=ui))
