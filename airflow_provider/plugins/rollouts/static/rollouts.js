@@ -102,10 +102,80 @@ function analysisDetails(analysis) {
     // A list (the measurements, one line each) reads as a list, not as JSON.
     list.append(h("dt", {}, key), h("dd", {}, Array.isArray(value) ? h("ul", {}, value.map((item) => h("li", {}, text(item)))) : text(value)));
   };
-  if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) add(key, value);
+  if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) if (key !== "charts") add(key, value);
   else add("analysis", analysis);
   const verdict = typeof analysis === "object" && analysis !== null ? analysis.verdict || analysis.status : null;
   return h("details", { class: "analysis" }, h("summary", {}, verdict ? `analysis: ${verdict}` : "analysis"), list);
+}
+
+// ------------------------------------------------------------------------------------------ charts
+// Each check's measurements over the rounds, as plain SVG: the threshold as a dashed line, each measurement a dot
+// in its verdict's colour (a hollow one at the bottom when nothing could be measured), and under the plot one
+// mark per round in the colour of that round's verdict (over all checks).
+const SVG = "http://www.w3.org/2000/svg";
+const CHART = { width: 280, height: 96, left: 44, right: 8, top: 8, plot: 62, band: 8 };
+
+function svgEl(tag, attrs, ...children) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs || {})) if (value !== null && value !== undefined) element.setAttribute(name, String(value));
+  for (const child of children.flat()) if (child !== null && child !== undefined) element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return element;
+}
+
+function chartNumber(value, unit) {
+  if (value === null || value === undefined) return "no value";
+  const text = Math.abs(value) >= 100 ? String(Math.round(value)) : String(Number(value.toPrecision(3)));
+  return `${text}${unit || ""}`;
+}
+
+function measurementChart(chart) {
+  const points = chart.points || [];
+  const rounds = (chart.rounds || []).map((item) => item.round);
+  const all = [...new Set([...rounds, ...points.map((point) => point.round)])].filter((round) => round !== null && round !== undefined).sort((a, b) => a - b);
+  const values = points.map((point) => point.value).filter((value) => value !== null && value !== undefined);
+  if (chart.threshold !== null && chart.threshold !== undefined) values.push(chart.threshold);
+  let low = values.length ? Math.min(0, ...values) : 0, high = values.length ? Math.max(...values) : 1;
+  if (high === low) high = low + 1;
+  high += (high - low) * 0.1;
+  const width = CHART.width - CHART.left - CHART.right;
+  const x = (round) => CHART.left + (all.length <= 1 ? width / 2 : (all.indexOf(round) / (all.length - 1)) * width);
+  const y = (value) => CHART.top + CHART.plot - ((value - low) / (high - low)) * CHART.plot;
+  const bottom = CHART.top + CHART.plot;
+  const tone = (verdict) => verdict === "passed" ? "ok" : verdict === "failed" ? "bad" : "warn";
+  const measured = points.filter((point) => point.value !== null && point.value !== undefined);
+  const parts = [
+    svgEl("line", { x1: CHART.left, y1: bottom, x2: CHART.left + width, y2: bottom, class: "axis" }),
+    svgEl("text", { x: CHART.left - 4, y: CHART.top + 8, class: "tick", "text-anchor": "end" }, chartNumber(high, chart.unit)),
+    svgEl("text", { x: CHART.left - 4, y: bottom, class: "tick", "text-anchor": "end" }, chartNumber(low, chart.unit)),
+  ];
+  if (chart.threshold !== null && chart.threshold !== undefined) {
+    parts.push(svgEl("line", { x1: CHART.left, y1: y(chart.threshold), x2: CHART.left + width, y2: y(chart.threshold), class: "threshold", "data-threshold": chart.threshold },
+      svgEl("title", {}, `threshold ${chart.condition}`)));
+    parts.push(svgEl("text", { x: CHART.left + width, y: y(chart.threshold) - 3, class: "tick", "text-anchor": "end" }, chart.condition));
+  }
+  if (measured.length > 1) parts.push(svgEl("polyline", { points: measured.map((point) => `${x(point.round)},${y(point.value)}`).join(" "), class: "series" }));
+  for (const point of points) {
+    const missing = point.value === null || point.value === undefined;
+    parts.push(svgEl("circle", { cx: x(point.round), cy: missing ? bottom : y(point.value), r: 3.5, class: `dot ${tone(point.verdict)}${missing ? " missing" : ""}`, "data-round": point.round, "data-verdict": point.verdict },
+      svgEl("title", {}, `round ${point.round}: ${chartNumber(point.value, chart.unit)} (${chart.condition}): ${point.verdict}`)));
+  }
+  for (const item of chart.rounds || []) {
+    parts.push(svgEl("rect", { x: x(item.round) - 5, y: bottom + 6, width: 10, height: CHART.band, rx: 2, class: `round ${tone(item.verdict)}`, "data-round-verdict": item.verdict },
+      svgEl("title", {}, `round ${item.round}: ${item.verdict}`)));
+    parts.push(svgEl("text", { x: x(item.round), y: bottom + 6 + CHART.band + 10, class: "tick", "text-anchor": "middle" }, String(item.round)));
+  }
+  const svg = svgEl("svg", { viewBox: `0 0 ${CHART.width} ${CHART.height + 14}`, width: CHART.width, height: CHART.height + 14, role: "img",
+    "aria-label": `${chart.check}: ${points.length} measurement${points.length === 1 ? "" : "s"}, threshold ${chart.condition || "none"}` }, parts);
+  return h("figure", { class: "chart", "data-chart": chart.check, "data-chart-verdict": chart.verdict },
+    h("figcaption", { class: "small" }, badge(chart.verdict), " ", chart.check, h("span", { class: "muted" }, ` ${chart.condition}`)), svg);
+}
+
+function chartsBlock(analysis) {
+  const charts = analysis && analysis.charts;
+  if (!charts || !charts.length) return null;
+  const total = analysis.measurements_total, shown = charts.reduce((sum, chart) => sum + chart.points.length, 0);
+  return h("div", { class: "charts" }, charts.map(measurementChart),
+    total && total > shown ? h("div", { class: "muted small" }, `the latest ${shown} of ${total} measurements`) : null);
 }
 
 function taskLink(item, label) {
@@ -393,7 +463,7 @@ function renderDeployment(target, data) {
       h("td", {}, buildText(revision.build)),
       h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role, "data-run": mark.run_id || "" },
         badge(mark.label || mark.role, mark.message || null, mark.role), mark.by ? h("span", { class: "by", "data-by": mark.requested_by || "" }, ` ${mark.by}`) : null, " ", taskLink(mark),
-        mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis)))
+        mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis), chartsBlock(mark.analysis)))
         : h("span", { class: "muted" }, "not by Airflow")),
       rollback ? h("td", { class: "nowrap" }, rollbackButton(data, revision, active)) : null)))));
   pieces.push(doraCards(data.dora, "dora"));
@@ -503,7 +573,8 @@ function analysisCell(analysis) {
   if (!analysis) return h("td", { "data-analysis": "" }, h("span", { class: "muted" }, "—"));
   return h("td", { "data-analysis": analysis.verdict || "" }, badge(analysis.verdict),
     analysis.failing_check ? h("div", { class: "small" }, analysis.failing_check) : null,
-    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))));
+    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))),
+    chartsBlock(analysis));
 }
 
 function waveSection(wave, current, connId, analysed) {
