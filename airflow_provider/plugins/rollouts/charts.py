@@ -96,7 +96,7 @@ def analysis_charts(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "unit": unit,
                 "points": points,
                 "rounds": rounds,
-                "verdict": _worst([point["verdict"] for point in points]),
+                "verdict": _worst([str(point["verdict"]) for point in points]),
             }
         )
     return charts
