@@ -286,3 +286,30 @@ def test_admin_rolls_back_from_the_view_and_the_record_and_the_view_name_them(
     old = next(revision for revision in page["revisions"] if revision["id"] == connected.old_revision)
     marks = [mark for mark in old["rollouts"] if mark["run_id"] == run["run_id"]]
     assert [(mark["role"], mark["by"]) for mark in marks] == [("rolled_back_to", "by admin from the Rollouts view")]
+
+
+def test_a_paused_rollback_dag_offers_no_button_and_triggers_nothing(
+    connected: Rolled, view: Callable[..., TestClient], token: Callable[[str], str]
+) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    def pause(paused: bool) -> None:
+        with create_session() as session:
+            session.execute(
+                update(DagModel).where(DagModel.dag_id == "deployment_service_rollback").values(is_paused=paused)
+            )
+
+    client = view(cookie=token("admin"))
+    runs_before = len(_rollback_runs())
+    pause(True)
+    try:
+        page = client.get(f"/deployment-service/api/deployments/{connected.deployment_id}").json()
+        assert page["actions"]["rollback"]["available"] is False
+        assert "is paused" in page["actions"]["rollback"]["why"]
+        answer = _post(client, connected)
+        assert answer.status_code == 409 and "is paused" in answer.json()["detail"]
+    finally:
+        pause(False)
+    assert len(_rollback_runs()) == runs_before

@@ -112,21 +112,23 @@ def _may_trigger_rollback_dag(user: BaseUser) -> bool:
     )
 
 
-def _rollback_dag_present(session: Session) -> bool:
+def _rollback_dag_state(session: Session) -> str:
+    """``missing``, ``paused`` or ``ready``: the rollback DAG as Airflow has it."""
     from airflow.models.dag import DagModel
     from sqlalchemy import select
 
-    found = session.scalar(
-        select(DagModel.dag_id).where(DagModel.dag_id == ROLLBACK_DAG_ID, ~DagModel.is_stale).limit(1)
+    paused = session.scalar(
+        select(DagModel.is_paused).where(DagModel.dag_id == ROLLBACK_DAG_ID, ~DagModel.is_stale).limit(1)
     )
-    return found is not None
+    return "missing" if paused is None else "paused" if paused else "ready"
 
 
 def rollback_actions(user: BaseUser, conn_id: str, session: Session) -> dict[str, Any]:
     """What the deployment page offers the user: ``{"rollback": {"allowed", "available", "dag_id", "why"}}``.
 
     ``allowed``: the user may roll this connection's deployments back from the view (edit access to the
-    connection and the right to trigger the rollback DAG); ``available``: the rollback DAG is in Airflow.
+    connection and the right to trigger the rollback DAG); ``available``: the rollback DAG is in Airflow and not
+    paused.
 
     :param user: the request's user.
     :param conn_id: the connection shown.
@@ -137,12 +139,15 @@ def rollback_actions(user: BaseUser, conn_id: str, session: Session) -> dict[str
         missing.append(f"edit access to connection {conn_id!r}")
     if not _may_trigger_rollback_dag(user):
         missing.append(f"the right to trigger DAG {ROLLBACK_DAG_ID!r}")
-    available = _rollback_dag_present(session)
+    state = _rollback_dag_state(session)
     why = ""
     if missing:
         why = "rolling back from the view needs " + " and ".join(missing)
-    elif not available:
+    elif state == "missing":
         why = f"DAG {ROLLBACK_DAG_ID!r} is not in Airflow (see the Rollouts view's documentation, Actions)"
+    elif state == "paused":
+        why = f"DAG {ROLLBACK_DAG_ID!r} is paused: unpause it to roll back from the view"
+    available = state == "ready"
     return {"rollback": {"allowed": not missing, "available": available, "dag_id": ROLLBACK_DAG_ID, "why": why}}
 
 

@@ -41,9 +41,11 @@ def rollback_dag(
     :param timeout: longest wait for it to serve, in seconds.
     :param retries: the task's retries (a retry reattaches to the rollback its earlier try sent).
     :param dag_kwargs: more ``DAG`` arguments (``tags``, ``access_control``...); ``dag_id`` stays
-        ``deployment_service_rollback``, the id the view triggers.
+        ``deployment_service_rollback``, the id the view triggers. Not paused upon creation by default (the view
+        refuses to trigger it while it is paused).
     """
     dag_kwargs.setdefault("tags", ["deployment-service", "rollouts-view"])
+    dag_kwargs.setdefault("is_paused_upon_creation", False)  # a paused DAG would leave the view's runs queued
     with DAG(
         dag_id=ROLLBACK_DAG_ID,
         schedule=None,
