@@ -1,4 +1,5 @@
-"""What a person can do from the Rollouts view, carried out by Airflow: "Roll back to this revision".
+"""What a person can do from the Rollouts view, carried out by Airflow: "Roll back to this revision", and
+"Approve" (or any other answer) to a fleet rollout's approval gate.
 
 The view never calls the service to change anything itself. An action is a DAG run of the provider-shipped
 rollback DAG (:mod:`~airflow_provider.plugins.rollouts.rollback_dag`), triggered on behalf of the user who
@@ -17,6 +18,12 @@ revision went out after the confirmation) and shows in Airflow like any run:
   the run, as Airflow's own REST API writes its entries;
 - **in the record and the view**: the run's ``triggering_user_name`` is the user, and the task records it
   (``requested_by``, ``requested_from``): "rolled back to by alice from the Rollouts view".
+
+An approval gate (a human-in-the-loop task, ``ApprovalOperator``, in the fleet rollout's DAG run) is answered as
+Airflow's own ``PATCH .../hitlDetails`` answers it: edit access to the DAG's human-in-the-loop details
+(``is_authorized_dag``, ``PUT``, ``HITL_DETAIL``), the task's assigned users respected, an option it offers, once
+(a second answer is a 409), the parked task resumed by Airflow, and an audit log entry
+(``deployment_service.approval``) naming the user; the fleet tab shows who answered.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import (
     DagAccessEntity,
     DagDetails,
 )
+from airflow.models import Log
 from fastapi import FastAPI, HTTPException, Request, status
 
 from airflow_provider.client import describe_validation_error
@@ -57,6 +65,8 @@ InThreads = Callable[[Request, Callable[[], T]], Awaitable[T]]
 
 AUDIT_EVENT = "deployment_service.rollback"
 """The ``event`` of the audit log entry a rollback from the view writes."""
+APPROVAL_AUDIT_EVENT = "deployment_service.approval"
+"""The ``event`` of the audit log entry an answer to an approval gate from the view writes."""
 RUN_ID_PREFIX = "rollouts_view__rollback__"
 """The start of the run id of every rollback the view triggers (then the confirmation's ``request_id``)."""
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{7,63}")
@@ -65,10 +75,14 @@ IN_FLIGHT_STATES = ("queued", "running")
 """States of a rollback run that still has to act."""
 
 __all__ = [
+    "APPROVAL_AUDIT_EVENT",
     "AUDIT_EVENT",
     "RUN_ID_PREFIX",
+    "ApprovalAnswer",
     "RollbackRequest",
     "add_action_routes",
+    "answer_approval",
+    "may_answer_approvals",
     "rollback_actions",
 ]
 
@@ -89,6 +103,25 @@ class RollbackRequest(pydantic.BaseModel):
     revision_id: str
     rolling_back_from: str | None = None
     request_id: str
+
+
+class ApprovalAnswer(pydantic.BaseModel):
+    """The body of ``POST api/approvals``: the answer to one human-in-the-loop task of a fleet rollout's DAG run.
+
+    :param dag_id: the DAG.
+    :param run_id: the DAG run.
+    :param task_id: the approval task (e.g. ``approve_rollout``).
+    :param map_index: its map index (``-1``: not mapped).
+    :param option: the option chosen (``Approve``, ``Reject``...: one the task offers).
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    option: str
 
 
 # ------------------------------------------------------------------------------------ access
@@ -291,8 +324,6 @@ def _create_run(session: Session, user: BaseUser, run_id: str, conf: dict[str, A
 
 def _audit_entry(user: BaseUser, run_id: str, extra: dict[str, Any]) -> Any:
     """The audit log row of the action, shaped as Airflow's ``action_logging`` writes its own."""
-    from airflow.models import Log
-
     return Log(
         event=AUDIT_EVENT,
         owner=user.get_name(),
@@ -302,6 +333,98 @@ def _audit_entry(user: BaseUser, run_id: str, extra: dict[str, Any]) -> Any:
         run_id=run_id,
         task_id=ROLLBACK_TASK_ID,
     )
+
+
+# ------------------------------------------------------------------------------------ approvals
+def may_answer_approvals(user: BaseUser, dag_id: str) -> bool:
+    """Whether the user may answer the DAG's human-in-the-loop tasks (as Airflow's own endpoint asks).
+
+    :param user: the request's user.
+    :param dag_id: the DAG.
+    """
+    from airflow.models.dag import DagModel
+
+    entity = getattr(DagAccessEntity, "HITL_DETAIL", None)
+    if entity is None:  # Airflow before 3.1
+        return False
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    return bool(access.auth_manager().is_authorized_dag(method="PUT", access_entity=entity, details=details, user=user))
+
+
+def answer_approval(user: BaseUser, body: ApprovalAnswer) -> dict[str, Any]:
+    """Answer a waiting approval gate as ``user`` (blocking: run it in the view's threads).
+
+    :param user: the request's user.
+    :param body: the answer.
+    :returns: ``task_id``, ``chosen_options``, ``responded_by``, ``resumed`` (the parked task was resumed).
+    """
+    from airflow.models.hitl import HITLDetail, HITLUser
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import handle_event_submit
+    from airflow.sdk import timezone
+    from airflow.triggers.base import TriggerEvent
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    if body.map_index < -1:
+        raise HTTPException(HTTP_422, f"map_index must be >= -1, got {body.map_index}")
+    if not may_answer_approvals(user, body.dag_id):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"you may not answer DAG {body.dag_id!r}'s approvals: ask for edit access to its human-in-the-loop tasks",
+        )
+    where = f"task {body.task_id!r} (map index {body.map_index}) of run {body.run_id!r} of DAG {body.dag_id!r}"
+    with create_session() as session:
+        ti = session.scalar(
+            select(TaskInstance)
+            .where(
+                TaskInstance.dag_id == body.dag_id,
+                TaskInstance.run_id == body.run_id,
+                TaskInstance.task_id == body.task_id,
+                TaskInstance.map_index == body.map_index,
+            )
+            .with_for_update()
+        )
+        detail = session.get(HITLDetail, ti.id, with_for_update=True) if ti is not None else None
+        if ti is None or detail is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no approval waits in {where}")
+        if detail.chosen_options is not None or detail.responded_at is not None:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"{where} was answered already: nothing done")
+        assigned = {str(item.get("id")) for item in detail.assigned_users or [] if isinstance(item, dict)}
+        if assigned and not access.auth_manager().is_authorized_hitl_task(assigned_users=assigned, user=user):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"you are not one of the users {where} is assigned to")
+        options = list(detail.options or [])
+        if body.option not in options:
+            raise HTTPException(HTTP_422, f"option must be one of {options} (what {where} offers), got {body.option!r}")
+        user_id = user.get_id()
+        detail.responded_by = HITLUser(id=str(user_id), name=user.get_name())  # type: ignore[assignment]
+        detail.responded_at = timezone.utcnow()
+        detail.chosen_options = [body.option]
+        detail.params_input = {}
+        session.add(detail)
+        session.add(
+            Log(
+                event=APPROVAL_AUDIT_EVENT,
+                owner=user.get_name(),
+                owner_display_name=user.get_name(),
+                extra=json.dumps({"option": body.option, "subject": detail.subject, "from": REQUESTED_FROM}),
+                dag_id=body.dag_id,
+                run_id=body.run_id,
+                task_id=body.task_id,
+                map_index=body.map_index,
+            )
+        )
+        resumed = ti.state in (TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED)
+        if resumed:
+            handle_event_submit(TriggerEvent(detail.as_resume_event_payload()), task_instance=ti, session=session)
+        session.commit()
+        return {
+            "task_id": body.task_id,
+            "chosen_options": [body.option],
+            "responded_by": user.get_name(),
+            "resumed": resumed,
+        }
 
 
 # ------------------------------------------------------------------------------------ routes
@@ -327,3 +450,17 @@ def add_action_routes(app: FastAPI, in_threads: InThreads[Any]) -> None:
         ui = bool(request.headers.get("referer"))
         reader = request.app.state.reader
         return await in_threads(request, lambda: request_rollback(reader, user, deployment_id, body, ui=ui))
+
+    @app.post("/api/approvals")
+    async def approve(request: Request, user: UserDep) -> dict[str, Any]:
+        """Answer a fleet rollout's waiting approval gate as the user (see the module)."""
+        if "application/json" not in request.headers.get("content-type", ""):
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            body = ApprovalAnswer.model_validate(await request.json())
+        except ValueError as err:
+            detail = describe_validation_error(err) if isinstance(err, pydantic.ValidationError) else str(err)
+            raise HTTPException(
+                HTTP_422, f"the body must be a JSON object with dag_id, run_id, task_id and option: {detail}"
+            ) from None
+        return await in_threads(request, lambda: answer_approval(user, body))

@@ -63,6 +63,8 @@ DORA_DAYS = 30
 """The DORA figures' window by default, in days (the task state store keeps records 30 days by default)."""
 MAX_DORA_DAYS = 365
 """The longest window the figures may be asked for, in days."""
+WAITING_STATES = ("awaiting_input", "deferred")
+"""States of an approval task that waits for its answer."""
 MAP_INDEX_PLACEHOLDER = "{MAP_INDEX}"
 """What Airflow 3.3's UI leaves in a task-instance tab's URL on an unmapped task instance."""
 SECURITY_HEADERS = {
@@ -348,7 +350,12 @@ def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -
             status.HTTP_404_NOT_FOUND,
             f"no task instance {task_id!r} (map index {index}) in run {run_id!r} of DAG {dag_id!r}",
         )
-    return shapes.fleet_view(record)
+    shown = shapes.fleet_view(record)
+    waiting = [item for item in shown.get("approvals") or [] if item.get("chosen_options") is None]
+    allowed = bool(waiting) and actions.may_answer_approvals(user, dag_id)
+    for item in shown.get("approvals") or []:  # the fleet tab's Approve buttons
+        item["may_answer"] = allowed and item.get("chosen_options") is None and item.get("state") in WAITING_STATES
+    return shown
 
 
 def _fleet_readable(user: BaseUser, events: Iterable[EventRecord], touches: Iterable[FleetTouch]) -> set[str]:

@@ -489,13 +489,13 @@ async function fleetPage() {
       if (!error.status || error.status >= 500) setTimeout(load, FLEET_POLL_MS * 5);
       return;
     }
-    renderFleet(content, data);
+    renderFleet(content, data, key);
     if (data.task.running) setTimeout(load, FLEET_POLL_MS);
   }
   await load();
 }
 
-function renderFleet(target, data) {
+function renderFleet(target, data, key) {
   const task = data.task;
   if (!data.is_fleet) {
     target.replaceChildren(h("div", { class: "callout info", id: "not-fleet" },
@@ -508,7 +508,7 @@ function renderFleet(target, data) {
   if (!data.waves.length) {
     const why = data.stored_elsewhere ? "Its progress is kept by a worker-side state store backend; it shows here from XCom once the task ends."
       : task.running ? "The task has not planned its waves yet." : "No progress was recorded for this task.";
-    pieces.push(h("div", { class: "callout info", id: "no-progress" }, why));
+    pieces.push(h("div", { class: "callout info", id: "no-progress" }, why), ...approvalsSection(data, key));
     target.replaceChildren(...pieces);
     return;
   }
@@ -533,18 +533,47 @@ function renderFleet(target, data) {
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
   const analysed = data.waves.some((wave) => wave.rows.some((row) => row.analysis));
   for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id, analysed));
-  if (data.approvals && data.approvals.length) {
-    pieces.push(h("h2", {}, "Approvals in this DAG run"), h("table", { id: "approvals" },
-      h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
-      h("tbody", {}, data.approvals.map((approval) => h("tr", {},
-        h("td", {}, approval.task_id), h("td", { class: "msg" }, approval.subject), h("td", {}, badge(approval.state)),
-        h("td", {}, approval.chosen_options ? approval.chosen_options.join(", ") : h("span", { class: "muted" }, "waiting")),
-        h("td", {}, approval.responded_by || "—"), h("td", {}, when(approval.responded_at || approval.created_at)))))));
-  }
+  pieces.push(...approvalsSection(data, key));
   pieces.push(h("p", { class: "muted small" }, `Progress from ${data.source === "task_state_store" ? "the task state store (written as the task goes)" : data.source === "trigger" ? "the waiting trigger" : "the task's XCom (it ended)"}. `,
     h("a", { href: task.ti_path, target: "_top" }, "Task instance"), " · ", h("a", { href: task.run_path, target: "_top" }, "DAG run")));
   target.replaceChildren(...pieces);
   for (const meter of target.querySelectorAll("[data-width]")) meter.style.width = `${meter.dataset.width}%`;
+}
+
+// The approval gates of the fleet rollout's DAG run, each waiting one with its options as buttons for those who may
+// answer (Airflow's human-in-the-loop answer, as the user; a confirmation first).
+const approvalPanel = h("div", { id: "approval-action" });
+
+function approvalsSection(data, key) {
+  if (!data.approvals || !data.approvals.length) return [];
+  return [h("h2", {}, "Approvals in this DAG run"), approvalPanel, h("table", { id: "approvals" },
+    h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
+    h("tbody", {}, data.approvals.map((approval) => h("tr", { "data-approval": approval.task_id },
+      h("td", {}, approval.task_id), h("td", { class: "msg" }, approval.subject), h("td", {}, badge(approval.state)),
+      h("td", {}, approval.chosen_options ? approval.chosen_options.join(", ")
+        : approval.may_answer ? (approval.options || []).map((option) => h("button", { class: "action", "data-answer": option,
+          onclick: () => confirmAnswer(key, approval, option) }, option))
+          : h("span", { class: "muted" }, "waiting")),
+      h("td", {}, approval.responded_by || "—"), h("td", {}, when(approval.responded_at || approval.created_at))))))];
+}
+
+function confirmAnswer(key, approval, option) {
+  const go = h("button", { class: "primary", "data-confirm": "answer" }, `Answer “${option}”`);
+  const cancel = h("button", { onclick: () => approvalPanel.replaceChildren() }, "Cancel");
+  go.addEventListener("click", async () => {
+    go.disabled = true;
+    cancel.disabled = true;
+    try {
+      const answer = await postJSON("api/approvals", { dag_id: key.dag_id, run_id: key.run_id, task_id: approval.task_id, map_index: approval.map_index, option });
+      approvalPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-answered": approval.task_id },
+        `${answer.responded_by} answered “${option}” to ${approval.task_id}${answer.resumed ? "; Airflow resumes the task" : ""}.`));
+    } catch (error) {
+      showError(approvalPanel, error);
+    }
+  });
+  approvalPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "data-confirmation": "answer" },
+    h("p", {}, `Answer “${option}” to ${approval.task_id} (“${approval.subject}”) in run ${key.run_id}, as you. Airflow records your answer and resumes the run.`),
+    h("div", { class: "row" }, go, cancel)));
 }
 
 function canaryState(data) {
