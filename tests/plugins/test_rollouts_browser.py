@@ -57,6 +57,8 @@ DAG_ID = "rollouts_view_fleet"
 REJECTED_DAG_ID = "rollouts_view_rejected"
 ANALYSED_DAG_ID = "rollouts_view_analysed"
 ANALYSED = "billing-worker-sandbox"
+APPROVAL_DAG_ID = "rollouts_view_approval"
+APPROVAL_FLEET = ("inventory-sync-dev", "inventory-sync-sandbox")
 CANARY = "checkout-api-dev"
 FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "search-dev", "support-bot-staging"]
 FLEET.append("support-bot-prod")
@@ -493,6 +495,101 @@ def test_an_admin_rolls_back_from_the_view_and_a_viewer_may_not(stack: Stack, br
         timeout=10,
     )
     assert refused.status_code == 403, refused.text
+
+
+def test_an_admin_approves_a_fleet_rollout_from_its_tab_and_a_viewer_may_not(stack: Stack, browser: Any) -> None:
+    """``rollouts_view_approval`` waits at its approval gate; the viewer sees the question without a button and gets
+    403; the admin clicks Approve in the fleet tab, Airflow resumes the run, the fleet rolls out, and the audit log
+    and the tab name the admin."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    home, env = stack.home, stack.dag_test.env
+    process = ManagedProcess("approval", [airflow, "dags", "test", APPROVAL_DAG_ID], env, home / "approval.log", home)
+    process.start()
+    headers = {"Authorization": f"Bearer {api_token(stack)}"}
+    base = f"{stack.base_url}/api/v2/dags/{APPROVAL_DAG_ID}/dagRuns"
+    try:
+
+        def asking() -> str | None:
+            if not process.alive:
+                raise AssertionError(f"airflow dags test {APPROVAL_DAG_ID} exited\n{process.tail(60)}")
+            runs = httpx.get(base, headers=headers, timeout=10).json().get("dag_runs", [])
+            if not runs:
+                return None
+            run = str(runs[0]["dag_run_id"])
+            ti = httpx.get(f"{base}/{quote(run, safe='')}/taskInstances/approve_rollout", headers=headers, timeout=10)
+            return run if ti.status_code == 200 and ti.json().get("state") == "awaiting_input" else None
+
+        run_id = wait_until(
+            asking,
+            timeout=STEP_TIMEOUT * 2,
+            what="the approval gate asks",
+            interval=0.5,
+            diagnostics=lambda: process.tail(60),
+        )
+        tab = (
+            f"{stack.base_url}/dags/{APPROVAL_DAG_ID}/runs/{quote(run_id, safe='')}/tasks/roll_out/plugin/fleet-rollout"
+        )
+
+        viewer = logged_in(browser, stack, "viewer")
+        try:
+            viewer.goto(tab)
+            frame = view_frame(viewer, "Fleet rollout")
+            frame.locator("tr[data-approval='approve_rollout']").wait_for()
+            assert frame.locator("button[data-answer]").count() == 0, page_text(frame)
+        finally:
+            viewer.context.close()
+        viewer_token = httpx.post(
+            f"{stack.base_url}/auth/token", json={"username": "viewer", "password": PASSWORDS["viewer"]}, timeout=10
+        ).json()["access_token"]
+        body = {"dag_id": APPROVAL_DAG_ID, "run_id": run_id, "task_id": "approve_rollout", "option": "Approve"}
+        refused = httpx.post(
+            f"{stack.base_url}/deployment-service/api/approvals",
+            json=body,
+            headers={"Authorization": f"Bearer {viewer_token}"},
+            timeout=10,
+        )
+        assert refused.status_code == 403, refused.text
+
+        page = logged_in(browser, stack, "admin")
+        try:
+            page.goto(tab)
+            frame = view_frame(page, "Fleet rollout")
+            frame.locator("tr[data-approval='approve_rollout'] button[data-answer='Approve']").click()
+            confirmation = frame.locator("[data-confirmation='answer']")
+            confirmation.wait_for()
+            assert "approve_rollout" in confirmation.inner_text() and run_id in confirmation.inner_text()
+            save_shot(page, "fleet-approval")
+            frame.locator("[data-confirm='answer']").click()
+            answered = frame.locator("[data-answered]")
+            answered.wait_for()
+            assert "admin answered" in answered.inner_text(), answered.inner_text()
+            wait_until(
+                lambda: not process.alive,
+                timeout=STEP_TIMEOUT * 2,
+                what="the approved run ends",
+                interval=0.5,
+                diagnostics=lambda: process.tail(60),
+            )
+            for name in APPROVAL_FLEET:
+                served = stack.emulator.deployment(name)
+                assert served["source_revision_config"]["repo_ref"] == "v5.0.0", served
+                assert served["active_revision_id"] == served["latest_revision_id"], served
+            page.reload()
+            frame = view_frame(page, "Fleet rollout")
+            row = frame.locator("tr[data-approval='approve_rollout']")
+            row.wait_for()
+            assert "admin" in row.inner_text() and "Approve" in row.inner_text(), row.inner_text()
+        finally:
+            page.context.close()
+        logs = httpx.get(
+            f"{stack.base_url}/api/v2/eventLogs",
+            params={"event": "deployment_service.approval"},
+            headers=headers,
+            timeout=10,
+        ).json()["event_logs"]
+        assert [(log["owner"], log["run_id"], log["task_id"]) for log in logs] == [("admin", run_id, "approve_rollout")]
+    finally:
+        stop_all([process])
 
 
 def run_dag_test(stack: Stack, dag_id: str, timeout: float = STEP_TIMEOUT) -> str:
