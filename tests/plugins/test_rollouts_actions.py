@@ -1,6 +1,6 @@
 """Actions in the Rollouts view (issue 32): "Roll back to this revision" end to end, in process.
 
-A real rollout (``rollout_after_build``) gives a deployment of the emulator a second revision; the admin asks the
+A rollout through the service's own API gives a deployment of the emulator a second revision; the admin asks the
 view to roll back to the first one; the view triggers a run of the provider-shipped rollback DAG for them (and
 writes Airflow's audit log); the run is then executed with ``dag.test()`` (the very run the view created: its conf
 and its triggering user), and the emulator serves the first revision's build again, the task's record names the
@@ -11,19 +11,22 @@ get a 403 and no button; bad input a 422 naming the field, before anything is tr
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import CONN_ENV, REPO_ROOT, connection_json
-from tests.dag_runs import run_dag
 
 API_KEY = "rollouts-actions-Distinctive-Key-7f2e"
-NAME = "checkout-api-staging"
+NAME = "pricing-engine-sandbox"
+"""A docker deployment no other test of the view rolls out (the metadata database is shared by a session's tests,
+and the emulator's example data keeps its ids: another test's record of it would change what the view shows)."""
 ROLLBACK_DAG_FILE = REPO_ROOT / "example_dags" / "rollouts_view_rollback.py"
 
 
@@ -62,10 +65,20 @@ def rolled(airflow_db: str) -> Iterator[Rolled]:
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(CONN_ENV, connection_json(server.base_url, API_KEY, backoff_initial=0.05, backoff_max=0.2))
-            patch.setenv("AIRFLOW_VAR_CHECKOUT_API_PAYMENT_TOKEN", "pt-Actions-Token-0c4e")
             before = server.admin.find_deployment(NAME)
-            state, tasks = run_dag("rollout_after_build", version="4.5.6")
-            assert state == "success", tasks
+            patched = httpx.patch(  # a rollout through the service's own API (not Airflow's)
+                f"{server.base_url}/v2/deployments/{before['id']}",
+                json={"source_revision_config": {"image_uri": "registry.example.com/acme/pricing-engine:4.5.6"}},
+                headers={"X-Api-Key": API_KEY},
+                timeout=10,
+            )
+            assert patched.status_code < 300, patched.text
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                live = server.admin.find_deployment(NAME)
+                if live["active_revision_id"] == live["latest_revision_id"] != before["active_revision_id"]:
+                    break
+                time.sleep(0.1)
             after = server.admin.find_deployment(NAME)
             assert after["active_revision_id"] != before["active_revision_id"]
             _sync_dags()

@@ -1,4 +1,5 @@
-"""Approving a fleet rollout from the Rollouts view (issue 32): ``progressive_rollout`` runs with ``dag.test()``
+"""Approving a fleet rollout from the Rollouts view (issue 32): ``rollouts_view_approval`` (the browser test's DAG:
+an approval gate, then a fleet of two deployments no other test of the view touches) runs with ``dag.test()``
 against the emulator and stops at its approval gate; a viewer's answer is refused (403), the admin's answer through
 the view resumes it (Airflow's human-in-the-loop mechanism), the fleet rolls out, the audit log and the fleet tab
 name the admin, and a second answer changes nothing (409)."""
@@ -14,11 +15,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import CONN_ENV, connection_json
-from tests.dag_runs import run_dag
+from tests.conftest import CONN_ENV, REPO_ROOT, connection_json
 
 API_KEY = "rollouts-approvals-Distinctive-Key-2b8d"
-WAVE_2 = ("checkout-api-prod", "support-bot-prod")
+DAG_ID = "rollouts_view_approval"
+FLEET = ("inventory-sync-dev", "inventory-sync-sandbox")
+DAGS = REPO_ROOT / "tests" / "plugins" / "dags"
 
 
 class ViewAnswers:
@@ -40,7 +42,7 @@ class ViewAnswers:
         with create_session() as session:
             ti = session.scalar(
                 select(TaskInstance).where(
-                    TaskInstance.dag_id == "progressive_rollout",
+                    TaskInstance.dag_id == DAG_ID,
                     TaskInstance.task_id == "approve_rollout",
                     TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
                 )
@@ -56,7 +58,7 @@ class ViewAnswers:
             if key is not None:
                 self.body = {**key, "option": "Approve"}
                 self.answers["fleet_before"] = self.admin.get(
-                    "/deployment-service/api/fleet", params={**key, "task_id": "canary"}
+                    "/deployment-service/api/fleet", params={**key, "task_id": "roll_out"}
                 ).json()
                 self.answers["viewer"] = self.viewer.post("/deployment-service/api/approvals", json=self.body)
                 self.answers["bad_option"] = self.admin.post(
@@ -82,7 +84,14 @@ def test_an_admin_approves_a_waiting_fleet_rollout_from_the_view(
     admin, viewer = view(cookie=token("admin")), view(cookie=token("viewer"))
     answers = ViewAnswers(viewer, admin)
     answers.thread.start()
-    state, tasks = run_dag("progressive_rollout", version="8.0.0")
+    from airflow import settings
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(DAGS))
+    bag = DagBag(dag_folder=str(DAGS / f"{DAG_ID}.py"))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.get_dag(DAG_ID).test()
+    state, tasks = str(run.state), {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     answers.thread.join(timeout=10)
     assert "timeout" not in answers.answers, f"the approval gate never asked: {tasks}"
     # the viewer may read the DAG but not answer its approvals: refused, nothing answered
@@ -103,14 +112,14 @@ def test_an_admin_approves_a_waiting_fleet_rollout_from_the_view(
     assert waiting["chosen_options"] is None and waiting["may_answer"] is True
 
     assert state == "success", tasks
-    assert tasks["approve_rollout"] == "success" and tasks["roll_out_fleet"] == "success"
-    for name in WAVE_2:  # the fleet rolled out after the admin's approval
+    assert tasks["approve_rollout"] == "success" and tasks["roll_out"] == "success"
+    for name in FLEET:  # the fleet rolled out after the admin's approval
         served = server.admin.find_deployment(name)
-        assert served["source_revision_config"]["repo_ref"] == "v8.0.0", served
+        assert served["source_revision_config"]["repo_ref"] == "v5.0.0", served
         assert served["active_revision_id"] == served["latest_revision_id"]
 
     body = answers.body
-    fleet = admin.get("/deployment-service/api/fleet", params={**body, "task_id": "roll_out_fleet"}).json()
+    fleet = admin.get("/deployment-service/api/fleet", params={**body, "task_id": "roll_out"}).json()
     [approval] = fleet["approvals"]
     assert (approval["responded_by"], approval["chosen_options"], approval["may_answer"]) == (
         "admin",
