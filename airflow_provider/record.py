@@ -16,6 +16,9 @@ deployment, stamped with the time and the task's try:
   ``rolled_back_from``, ``rolled_back_to``, ``path``);
 - ``rolled_back``: that rollback serves (``not_restored``: what it did not undo).
 
+A rollback someone asked for by hand (the Rollouts view's "Roll back to this revision") carries who asked
+(``requested_by``: the Airflow user who triggered the run) and where (``requested_from``: ``Rollouts view``).
+
 A fleet rollout's rows are a record already: :func:`fleet_row_entries` reads one row as entries, and
 :func:`event_entries` reads a provider asset event the same way (for tasks that kept no record).
 
@@ -108,6 +111,8 @@ _FIELDS = (
     "not_restored",
     "with_wave",
     "wave",
+    "requested_by",
+    "requested_from",
 )
 """The optional fields of an entry, in the order they are written."""
 
@@ -159,8 +164,8 @@ def entry(
 ) -> dict[str, Any]:
     """One entry (plain JSON, bounded): ``kind``, ``deployment_id``, ``revision_id``, ``at``, ``try_number`` and
     the optional fields given (``previous_revision_id``, ``rolled_back_from``, ``rolled_back_to``, ``step``,
-    ``steps``, ``verdict``, ``message``, ``status``, ``path``, ``not_restored``, ``with_wave``, ``wave``; ``None``
-    values are left out).
+    ``steps``, ``verdict``, ``message``, ``status``, ``path``, ``not_restored``, ``with_wave``, ``wave``,
+    ``requested_by``, ``requested_from``; ``None`` values are left out).
 
     :param kind: see :class:`Kind`.
     :param deployment_id: the deployment.

@@ -371,6 +371,7 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
     assert not bag.import_errors
     assert set(bag.dag_ids) == {
         "analysed_rollout",
+        "deployment_service_rollback",
         "rollout_after_build",
         "deploy_fleet_after_build",
         "onboard_repository",

@@ -113,6 +113,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     :param secrets: secret values to send with the restore (as on :class:`PatchDeploymentOperator`; forces
         the patch path). Not templated. Default: none sent, the deployment keeps its current secrets.
     :param force: roll back even over a newer revision than ``rolling_back_from``.
+    :param requested_by: who asked for this rollback by hand, recorded with it (the Rollouts view's rollback DAG
+        gives ``{{ dag_run.triggering_user_name }}``: the Airflow user who triggered the run). Templated.
+    :param requested_from: where they asked (``Rollouts view``), recorded with it. Templated.
     :param wait_for_rollout: wait until the restored revision is active and the deployment ``READY``; how
         is set by ``deferrable``, ``poll_interval``, ``timeout`` and ``revision_check_interval`` (see
         :class:`_RolloutWaitingOperator`).
@@ -129,6 +132,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         "source_revision_config",
         "resource_spec",
         "deployment_service_conn_id",
+        "requested_by",
+        "requested_from",
     )
     operator_extra_links = (DeploymentLink(),)
 
@@ -144,6 +149,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         secrets: Mapping[str, SecretValue] | Sequence[Mapping[str, Any]] | None = None,
         force: bool = False,
         wait_for_rollout: bool = True,
+        requested_by: str | None = None,
+        requested_from: str | None = None,
         **kwargs: Any,
     ) -> None:
         exactly_one_target(deployment_id, deployment_name)
@@ -157,6 +164,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         self.secrets = secrets
         self.force = force
         self.wait_for_rollout = wait_for_rollout
+        self.requested_by = requested_by
+        self.requested_from = requested_from
         self._resolved_secrets: list[dict[str, str]] | None = None
 
     def _checked_revisions(self) -> tuple[str | None, str | None]:
@@ -249,7 +258,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         url = started.deployment.source_config.custom_url
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=url if url and url.startswith(("https://", "http://")) else None)
         if started.path != "none":  # a rollback sent (now, or by an earlier try): the view shows it under way
-            record_rollback_entry(context, self.log, Kind.ROLLING_BACK, started.record())
+            record_rollback_entry(context, self.log, Kind.ROLLING_BACK, started.record(), **self._requested())
         if not self.wait_for_rollout:
             if started.not_restored:
                 self.log.warning("Started the %s", started.summary())
@@ -296,7 +305,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """The one place where the restored revision is known to be live: judge what it restored."""
         deployment = Deployment.model_validate(live)
         judged = started.judged_on(deployment)
-        record_rollback_entry(context, self.log, Kind.ROLLED_BACK, judged.record())
+        record_rollback_entry(context, self.log, Kind.ROLLED_BACK, judged.record(), **self._requested())
         context["ti"].xcom_push(key=XCOM_NOT_RESTORED, value=list(judged.not_restored))
         serves = (
             f"deployment {deployment.name!r} ({deployment.id}) serves revision {judged.to_revision_id}'s build "
@@ -332,6 +341,14 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             "the patch task's previous_resource_spec XCom, {} when there was none) to restore it, or to vouch that "
             "the change left it alone"
         )
+
+    def _requested(self) -> dict[str, Any]:
+        """Who asked for this rollback by hand and where, as the record keeps it (nothing when not given)."""
+        by, where = (str(value or "").strip() for value in (self.requested_by, self.requested_from))
+        return {
+            "requested_by": by if by and by not in MISSING_RENDERS else None,
+            "requested_from": where if where and where not in MISSING_RENDERS else None,
+        }
 
     def _secret_values(self) -> tuple[str, ...]:
         return tuple(secret["value"] for secret in self._resolved_secrets or [])

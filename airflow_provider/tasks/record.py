@@ -120,6 +120,7 @@ def record_rollback_entry(
     rollback: Mapping[str, Any],
     *,
     not_restored: list[str] | tuple[str, ...] | None = None,
+    **fields: Any,
 ) -> None:
     """Record a rollback sent (``rolling_back``) or serving (``rolled_back``) from its record
     (:meth:`~airflow_provider.tasks.rollback_outcome.RollbackStarted.record`, or the patch task's rollback record):
@@ -130,6 +131,7 @@ def record_rollback_entry(
     :param kind: ``rolling_back`` or ``rolled_back``.
     :param rollback: the rollback's record.
     :param not_restored: what it did not undo (default: the record's).
+    :param fields: more optional fields (``requested_by``, ``requested_from``: who asked for a rollback by hand).
     """
     record_entry(
         context,
@@ -141,6 +143,7 @@ def record_rollback_entry(
         rolled_back_to=rollback.get("to_revision_id"),
         path=rollback.get("path"),
         not_restored=list(not_restored if not_restored is not None else rollback.get("not_restored") or []) or None,
+        **fields,
     )
 
 

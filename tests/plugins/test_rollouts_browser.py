@@ -55,6 +55,10 @@ SHOTS = REPO_ROOT / ".e2e" / "rollouts-view"
 SHOTS_ENV = "ROLLOUTS_VIEW_SCREENSHOTS"
 DAG_ID = "rollouts_view_fleet"
 REJECTED_DAG_ID = "rollouts_view_rejected"
+ANALYSED_DAG_ID = "rollouts_view_analysed"
+ANALYSED = "billing-worker-sandbox"
+APPROVAL_DAG_ID = "rollouts_view_approval"
+APPROVAL_FLEET = ("inventory-sync-dev", "inventory-sync-sandbox")
 CANARY = "checkout-api-dev"
 FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "search-dev", "support-bot-staging"]
 FLEET.append("support-bot-prod")
@@ -384,7 +388,211 @@ def test_the_fleet_tab_follows_the_rollout_and_the_pages_show_it(stack: Stack, b
         page.context.close()
 
 
-def run_dag_test(stack: Stack, dag_id: str) -> str:
+def test_an_admin_rolls_back_from_the_view_and_a_viewer_may_not(stack: Stack, browser: Any) -> None:
+    """An analysed rollout (its measurements charted on the deployment's page), then "Roll back to this revision"
+    clicked by the admin: the view triggers ``deployment_service_rollback`` as the admin, a real scheduler runs it,
+    the emulator serves the old build again, the audit log and the page name the admin. The viewer gets 403."""
+    name = ANALYSED
+    before = stack.emulator.deployment(name)
+    analysed_run = run_dag_test(stack, ANALYSED_DAG_ID, timeout=STEP_TIMEOUT * 2)  # five rounds of analysis
+    rolled_out = stack.emulator.deployment(name)
+    old, new = before["active_revision_id"], rolled_out["active_revision_id"]
+    assert new != old and rolled_out["source_revision_config"]["repo_ref"] == "v3.0.0", rolled_out
+    token = api_token(stack)
+    headers = {"Authorization": f"Bearer {token}"}
+    scheduler = ManagedProcess(
+        "scheduler",
+        [str(Path(sys.executable).parent / "airflow"), "scheduler"],
+        stack.dag_test.env,
+        stack.home / "scheduler.log",
+        stack.home,
+    ).start()
+    page = logged_in(browser, stack, "admin")
+    try:
+        page.goto(f"{stack.base_url}/plugin/rollouts/deployment-service/deployments/{rolled_out['id']}")
+        frame = view_frame(page, "Rollouts")
+        # the analysis that judged the new revision, charted under its rollout
+        charts = frame.locator(f"#revisions tr[data-revision='{new}'] figure[data-chart]")
+        charts.first.wait_for()
+        assert charts.count() == 2, page_text(frame)
+        latency = frame.locator(f"#revisions tr[data-revision='{new}'] figure[data-chart='p95 latency ms']")
+        assert latency.locator("circle[data-verdict='passed']").count() == 5
+        assert latency.locator("line[data-threshold='800']").count() == 1
+        assert latency.locator("rect[data-round-verdict='passed']").count() == 5
+        save_shot(page, "deployment-analysed", full_page=True)
+
+        button = frame.locator(f"button[data-action='rollback'][data-revision='{old}']")
+        button.wait_for()
+        assert frame.locator(f"button[data-action='rollback'][data-revision='{new}']").count() == 0  # it serves
+        button.click()
+        confirmation = frame.locator("[data-confirmation='rollback']")
+        confirmation.wait_for()
+        text = confirmation.inner_text()
+        assert name in text and old[:8] in text and new[:8] in text and "deployment_service_rollback" in text, text
+        save_shot(page, "rollback-confirm")
+        frame.locator("[data-confirm='rollback']").click()
+        requested = frame.locator("[data-requested]")
+        requested.wait_for()
+        run_id = str(requested.get_attribute("data-requested"))
+        assert run_id.startswith("rollouts_view__rollback__") and "requested by admin" in requested.inner_text()
+
+        def restored() -> bool:
+            if not scheduler.alive:
+                raise AssertionError(f"the scheduler exited\n{scheduler.tail(60)}")
+            served = stack.emulator.deployment(name)
+            return (
+                served["active_revision_id"] != new
+                and served["source_revision_config"]["repo_ref"] == before["source_revision_config"]["repo_ref"]
+                and served["status"] == "READY"
+            )
+
+        wait_until(
+            restored,
+            timeout=STEP_TIMEOUT * 2,
+            what="the scheduler runs the view's rollback",
+            interval=0.5,
+            diagnostics=lambda: f"{scheduler.tail(60)}\n{stack.diagnostics()}",
+        )
+        served = stack.emulator.deployment(name)
+        assert len(served["revisions"]) == len(rolled_out["revisions"]) + 1, served["revisions"]  # one rollback
+        state = httpx.get(
+            f"{stack.base_url}/api/v2/dags/deployment_service_rollback/dagRuns/{run_id}", headers=headers, timeout=10
+        ).json()
+        assert state["triggering_user_name"] == "admin", state
+        logs = httpx.get(
+            f"{stack.base_url}/api/v2/eventLogs",
+            params={"event": "deployment_service.rollback"},
+            headers=headers,
+            timeout=10,
+        ).json()["event_logs"]
+        assert [(log["owner"], log["run_id"]) for log in logs] == [("admin", run_id)], logs
+
+        mark = frame.locator(f"#revisions tr[data-revision='{old}'] [data-run='{run_id}'] [data-by='admin']")
+        mark.wait_for(timeout=STEP_TIMEOUT * 1000)
+        assert "by admin from the Rollouts view" in mark.inner_text()
+        save_shot(page, "deployment-rolled-back", full_page=True)
+        assert analysed_run
+    finally:
+        page.context.close()
+        stop_all([scheduler])
+
+    viewer = logged_in(browser, stack, "viewer")
+    try:
+        viewer.goto(f"{stack.base_url}/plugin/rollouts/deployment-service/deployments/{rolled_out['id']}")
+        frame = view_frame(viewer, "Rollouts")
+        frame.locator("[data-error]").wait_for()
+        assert frame.locator("button[data-action='rollback']").count() == 0
+    finally:
+        viewer.context.close()
+    answer = httpx.post(
+        f"{stack.base_url}/auth/token", json={"username": "viewer", "password": PASSWORDS["viewer"]}, timeout=10
+    )
+    viewer_token = answer.json()["access_token"]
+    refused = httpx.post(
+        f"{stack.base_url}/deployment-service/api/deployments/{rolled_out['id']}/rollback",
+        json={"conn_id": "deployment_service_default", "revision_id": new, "request_id": "viewer-request-0001"},
+        headers={"Authorization": f"Bearer {viewer_token}"},
+        timeout=10,
+    )
+    assert refused.status_code == 403, refused.text
+
+
+def test_an_admin_approves_a_fleet_rollout_from_its_tab_and_a_viewer_may_not(stack: Stack, browser: Any) -> None:
+    """``rollouts_view_approval`` waits at its approval gate; the viewer sees the question without a button and gets
+    403; the admin clicks Approve in the fleet tab, Airflow resumes the run, the fleet rolls out, and the audit log
+    and the tab name the admin."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    home, env = stack.home, stack.dag_test.env
+    process = ManagedProcess("approval", [airflow, "dags", "test", APPROVAL_DAG_ID], env, home / "approval.log", home)
+    process.start()
+    headers = {"Authorization": f"Bearer {api_token(stack)}"}
+    base = f"{stack.base_url}/api/v2/dags/{APPROVAL_DAG_ID}/dagRuns"
+    try:
+
+        def asking() -> str | None:
+            if not process.alive:
+                raise AssertionError(f"airflow dags test {APPROVAL_DAG_ID} exited\n{process.tail(60)}")
+            runs = httpx.get(base, headers=headers, timeout=10).json().get("dag_runs", [])
+            if not runs:
+                return None
+            run = str(runs[0]["dag_run_id"])
+            ti = httpx.get(f"{base}/{quote(run, safe='')}/taskInstances/approve_rollout", headers=headers, timeout=10)
+            return run if ti.status_code == 200 and ti.json().get("state") == "awaiting_input" else None
+
+        run_id = wait_until(
+            asking,
+            timeout=STEP_TIMEOUT * 2,
+            what="the approval gate asks",
+            interval=0.5,
+            diagnostics=lambda: process.tail(60),
+        )
+        tab = (
+            f"{stack.base_url}/dags/{APPROVAL_DAG_ID}/runs/{quote(run_id, safe='')}/tasks/roll_out/plugin/fleet-rollout"
+        )
+
+        viewer = logged_in(browser, stack, "viewer")
+        try:
+            viewer.goto(tab)
+            frame = view_frame(viewer, "Fleet rollout")
+            frame.locator("tr[data-approval='approve_rollout']").wait_for()
+            assert frame.locator("button[data-answer]").count() == 0, page_text(frame)
+        finally:
+            viewer.context.close()
+        viewer_token = httpx.post(
+            f"{stack.base_url}/auth/token", json={"username": "viewer", "password": PASSWORDS["viewer"]}, timeout=10
+        ).json()["access_token"]
+        body = {"dag_id": APPROVAL_DAG_ID, "run_id": run_id, "task_id": "approve_rollout", "option": "Approve"}
+        refused = httpx.post(
+            f"{stack.base_url}/deployment-service/api/approvals",
+            json=body,
+            headers={"Authorization": f"Bearer {viewer_token}"},
+            timeout=10,
+        )
+        assert refused.status_code == 403, refused.text
+
+        page = logged_in(browser, stack, "admin")
+        try:
+            page.goto(tab)
+            frame = view_frame(page, "Fleet rollout")
+            frame.locator("tr[data-approval='approve_rollout'] button[data-answer='Approve']").click()
+            confirmation = frame.locator("[data-confirmation='answer']")
+            confirmation.wait_for()
+            assert "approve_rollout" in confirmation.inner_text() and run_id in confirmation.inner_text()
+            save_shot(page, "fleet-approval")
+            frame.locator("[data-confirm='answer']").click()
+            answered = frame.locator("[data-answered]")
+            answered.wait_for()
+            assert "admin answered" in answered.inner_text(), answered.inner_text()
+            wait_until(
+                lambda: not process.alive,
+                timeout=STEP_TIMEOUT * 2,
+                what="the approved run ends",
+                interval=0.5,
+                diagnostics=lambda: process.tail(60),
+            )
+            for name in APPROVAL_FLEET:
+                served = stack.emulator.deployment(name)
+                assert served["source_revision_config"]["repo_ref"] == "v5.0.0", served
+                assert served["active_revision_id"] == served["latest_revision_id"], served
+            page.reload()
+            frame = view_frame(page, "Fleet rollout")
+            row = frame.locator("tr[data-approval='approve_rollout']")
+            row.wait_for()
+            assert "admin" in row.inner_text() and "Approve" in row.inner_text(), row.inner_text()
+        finally:
+            page.context.close()
+        logs = httpx.get(
+            f"{stack.base_url}/api/v2/eventLogs",
+            params={"event": "deployment_service.approval"},
+            headers=headers,
+            timeout=10,
+        ).json()["event_logs"]
+        assert [(log["owner"], log["run_id"], log["task_id"]) for log in logs] == [("admin", run_id, "approve_rollout")]
+    finally:
+        stop_all([process])
+
+
+def run_dag_test(stack: Stack, dag_id: str, timeout: float = STEP_TIMEOUT) -> str:
     """Run ``airflow dags test dag_id`` to its end (it may fail: a failed task is what some runs show); its run id."""
     home, env = stack.home, stack.dag_test.env
     airflow = str(Path(sys.executable).parent / "airflow")
@@ -392,7 +600,7 @@ def run_dag_test(stack: Stack, dag_id: str) -> str:
     try:
         wait_until(
             lambda: not process.alive,
-            timeout=STEP_TIMEOUT,
+            timeout=timeout,
             what=f"airflow dags test {dag_id} ends",
             interval=0.25,
             diagnostics=lambda: process.tail(60),

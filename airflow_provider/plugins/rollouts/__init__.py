@@ -7,5 +7,9 @@
 - :mod:`~airflow_provider.plugins.rollouts.listing`: deployments and revisions through the hook, cached;
 - :mod:`~airflow_provider.plugins.rollouts.records`: Airflow's own records (asset events, task state, XCom);
 - :mod:`~airflow_provider.plugins.rollouts.shapes`: the JSON the pages get (never a secret);
+- :mod:`~airflow_provider.plugins.rollouts.charts`: the measurement charts' data (each check over its rounds);
+- :mod:`~airflow_provider.plugins.rollouts.actions`: what a person can do from the view (roll back, approve),
+  authorised by the auth manager, carried out by Airflow, in its audit log;
+- :mod:`~airflow_provider.plugins.rollouts.rollback_dag`: the DAG that carries out a rollback from the view;
 - ``static/``: the pages (plain HTML, JavaScript and CSS: no build step).
 """

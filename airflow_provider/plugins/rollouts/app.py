@@ -35,7 +35,7 @@ from airflow_provider.client import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import access, credits, history, records, shapes
+from airflow_provider.plugins.rollouts import access, actions, credits, history, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -63,6 +63,8 @@ DORA_DAYS = 30
 """The DORA figures' window by default, in days (the task state store keeps records 30 days by default)."""
 MAX_DORA_DAYS = 365
 """The longest window the figures may be asked for, in days."""
+WAITING_STATES = ("awaiting_input", "deferred")
+"""States of an approval task that waits for its answer."""
 MAP_INDEX_PLACEHOLDER = "{MAP_INDEX}"
 """What Airflow 3.3's UI leaves in a task-instance tab's URL on an unmapped task instance."""
 SECURITY_HEADERS = {
@@ -204,6 +206,7 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         index = _map_index(map_index)
         return await _in_view_threads(request, lambda: _fleet(user, dag_id, run_id, task_id, index))
 
+    actions.add_action_routes(app, _in_view_threads)
     return app
 
 
@@ -262,6 +265,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     with create_session() as session:
         events = records.deployment_events(session, deployment_id, dag_ids)
         told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
+        offered = actions.rollback_actions(user, conn_id, session)
     rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
     return {
         "conn_id": conn_id,
@@ -272,6 +276,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
         "running": [rollout for rollout in rollouts if rollout["running"]],
         "fetched_at": _iso(shown.fetched_at),
         "dora": told.dora({deployment_id}),
+        "actions": offered,
     }
 
 
@@ -345,7 +350,12 @@ def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -
             status.HTTP_404_NOT_FOUND,
             f"no task instance {task_id!r} (map index {index}) in run {run_id!r} of DAG {dag_id!r}",
         )
-    return shapes.fleet_view(record)
+    shown = shapes.fleet_view(record)
+    waiting = [item for item in shown.get("approvals") or [] if item.get("chosen_options") is None]
+    allowed = bool(waiting) and actions.may_answer_approvals(user, dag_id)
+    for item in shown.get("approvals") or []:  # the fleet tab's Approve buttons
+        item["may_answer"] = allowed and item.get("chosen_options") is None and item.get("state") in WAITING_STATES
+    return shown
 
 
 def _fleet_readable(user: BaseUser, events: Iterable[EventRecord], touches: Iterable[FleetTouch]) -> set[str]:

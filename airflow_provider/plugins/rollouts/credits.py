@@ -19,7 +19,7 @@ from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_
 from airflow_provider.plugins.rollouts.shapes import event_rollout, row_analysis, touch_rollout
 from airflow_provider.record import Kind
 
-__all__ = ["ROLES", "history_rollout", "newest_rollout", "revision_marks"]
+__all__ = ["ROLES", "history_rollout", "newest_rollout", "requested_text", "revision_marks"]
 
 ROLES = {
     "rolled_out": "rolled out",
@@ -206,6 +206,8 @@ def _record_rollout(history: TaskHistory, running: bool) -> dict[str, Any]:
         "revision_id": revision,
         "previous_revision_id": previous,
         "rollback_revision_id": rollback.get("revision_id"),
+        "requested_by": rollback.get("requested_by"),
+        "by": requested_text(rollback),
         "message": next((str(item["message"]) for item in reversed(history.entries) if item.get("message")), ""),
         "analysis": row_analysis(judged["verdict"]) if judged is not None else None,
         "running": running,
@@ -227,7 +229,8 @@ def newest_rollout(rollouts: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The task instances that did something to ``revision_id``, one mark each (from the first place that tells
     it: the task's record, its fleet row, its asset event), newest first: the rollout's fields and ``role``,
-    ``label``, ``at`` (when), ``message`` and ``analysis`` (of the entry that says it; empty without the details).
+    ``label``, ``at`` (when), ``message`` and ``analysis`` (of the entry that says it; empty without the details),
+    ``requested_by`` and ``by`` (who asked for it by hand: "by alice from the Rollouts view"; empty otherwise).
 
     :param revision_id: the revision.
     :param rollouts: the deployment's rollouts (from :func:`history_rollout`, with their ``entries``).
@@ -250,8 +253,23 @@ def revision_marks(revision_id: str, rollouts: Iterable[dict[str, Any]]) -> list
             "at": item.get("at") or rollout.get("at"),
             "message": str(item.get("message") or ""),
             "analysis": row_analysis(verdict) if isinstance(verdict, Mapping) else None,
+            "requested_by": item.get("requested_by"),
+            "by": requested_text(item),
         }
     return sorted(by_task.values(), key=lambda mark: str(mark.get("at") or ""), reverse=True)
+
+
+def requested_text(item: Mapping[str, Any]) -> str:
+    """Who asked for what an entry records, by hand, and where: ``by alice from the Rollouts view`` (``""`` when
+    a task did it on its own).
+
+    :param item: a record entry.
+    """
+    by = item.get("requested_by")
+    if not by:
+        return ""
+    where = item.get("requested_from")
+    return f"by {by} from the {where}" if where else f"by {by}"
 
 
 def _iso(value: float) -> str:

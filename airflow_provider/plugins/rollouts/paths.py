@@ -15,6 +15,13 @@ NAV_ROUTE = "rollouts"
 """The UI route of the navigation entry: ``<airflow>/plugin/rollouts``."""
 TAB_ROUTE = "fleet-rollout"
 """The UI route of the task-instance tab: ``.../tasks/<task_id>/plugin/fleet-rollout``."""
+ROLLBACK_DAG_ID = "deployment_service_rollback"
+"""The provider-shipped DAG that carries out the view's "Roll back to this revision"
+(:mod:`~airflow_provider.plugins.rollouts.rollback_dag`)."""
+ROLLBACK_TASK_ID = "roll_back"
+"""Its one task (a ``RollbackDeploymentOperator``)."""
+REQUESTED_FROM = "Rollouts view"
+"""Where an action was asked for, as the record and the audit log say it."""
 
 
 def airflow_root_path() -> str:

@@ -26,6 +26,7 @@ from airflow_provider.fleet import (
     WaveRecord,
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
+from airflow_provider.plugins.rollouts.charts import analysis_charts
 from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
@@ -255,7 +256,9 @@ def row_analysis(value: Any) -> dict[str, Any] | None:
     """The analysis column of a fleet row: ``verdict``, ``failing_check``, ``reason``, and when the row keeps
     its measurements (the progress does; the result table does not) the latest
     :data:`ROW_MEASUREMENTS_SHOWN` as one line each (``round 2 · tracing error_rate · 0.21 (< 0.05): failed``)
-    and ``measurements_total``. ``None`` when the row was not analysed.
+    and ``measurements_total``, and ``charts``: each check's measurements over the rounds, with its threshold and
+    each round's verdict (:func:`~airflow_provider.plugins.rollouts.charts.analysis_charts`). ``None`` when the
+    row was not analysed.
 
     :param value: the row's ``analysis`` (an ``AnalysisResult`` from the progress, or the table's summary).
     """
@@ -268,9 +271,13 @@ def row_analysis(value: Any) -> dict[str, Any] | None:
     }
     measurements = value.get("measurements")
     if isinstance(measurements, list):
-        total = len(measurements) + int(value.get("measurements_left_out") or 0)
+        counted = value.get("measurements_total")  # the record's bounded copy says how many were taken
+        total = (
+            counted if isinstance(counted, int) else len(measurements) + int(value.get("measurements_left_out") or 0)
+        )
         shown["measurements"] = [_measurement_line(item) for item in measurements[-ROW_MEASUREMENTS_SHOWN:]]
         shown["measurements_total"] = total
+        shown["charts"] = analysis_charts(value)
     return shown
 
 

@@ -102,10 +102,80 @@ function analysisDetails(analysis) {
     // A list (the measurements, one line each) reads as a list, not as JSON.
     list.append(h("dt", {}, key), h("dd", {}, Array.isArray(value) ? h("ul", {}, value.map((item) => h("li", {}, text(item)))) : text(value)));
   };
-  if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) add(key, value);
+  if (typeof analysis === "object" && !Array.isArray(analysis)) for (const [key, value] of Object.entries(analysis)) if (key !== "charts") add(key, value);
   else add("analysis", analysis);
   const verdict = typeof analysis === "object" && analysis !== null ? analysis.verdict || analysis.status : null;
   return h("details", { class: "analysis" }, h("summary", {}, verdict ? `analysis: ${verdict}` : "analysis"), list);
+}
+
+// ------------------------------------------------------------------------------------------ charts
+// Each check's measurements over the rounds, as plain SVG: the threshold as a dashed line, each measurement a dot
+// in its verdict's colour (a hollow one at the bottom when nothing could be measured), and under the plot one
+// mark per round in the colour of that round's verdict (over all checks).
+const SVG = "http://www.w3.org/2000/svg";
+const CHART = { width: 280, height: 96, left: 44, right: 8, top: 8, plot: 62, band: 8 };
+
+function svgEl(tag, attrs, ...children) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs || {})) if (value !== null && value !== undefined) element.setAttribute(name, String(value));
+  for (const child of children.flat()) if (child !== null && child !== undefined) element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return element;
+}
+
+function chartNumber(value, unit) {
+  if (value === null || value === undefined) return "no value";
+  const text = Math.abs(value) >= 100 ? String(Math.round(value)) : String(Number(value.toPrecision(3)));
+  return `${text}${unit || ""}`;
+}
+
+function measurementChart(chart) {
+  const points = chart.points || [];
+  const rounds = (chart.rounds || []).map((item) => item.round);
+  const all = [...new Set([...rounds, ...points.map((point) => point.round)])].filter((round) => round !== null && round !== undefined).sort((a, b) => a - b);
+  const values = points.map((point) => point.value).filter((value) => value !== null && value !== undefined);
+  if (chart.threshold !== null && chart.threshold !== undefined) values.push(chart.threshold);
+  let low = values.length ? Math.min(0, ...values) : 0, high = values.length ? Math.max(...values) : 1;
+  if (high === low) high = low + 1;
+  high += (high - low) * 0.1;
+  const width = CHART.width - CHART.left - CHART.right;
+  const x = (round) => CHART.left + (all.length <= 1 ? width / 2 : (all.indexOf(round) / (all.length - 1)) * width);
+  const y = (value) => CHART.top + CHART.plot - ((value - low) / (high - low)) * CHART.plot;
+  const bottom = CHART.top + CHART.plot;
+  const tone = (verdict) => verdict === "passed" ? "ok" : verdict === "failed" ? "bad" : "warn";
+  const measured = points.filter((point) => point.value !== null && point.value !== undefined);
+  const parts = [
+    svgEl("line", { x1: CHART.left, y1: bottom, x2: CHART.left + width, y2: bottom, class: "axis" }),
+    svgEl("text", { x: CHART.left - 4, y: CHART.top + 8, class: "tick", "text-anchor": "end" }, chartNumber(high, chart.unit)),
+    svgEl("text", { x: CHART.left - 4, y: bottom, class: "tick", "text-anchor": "end" }, chartNumber(low, chart.unit)),
+  ];
+  if (chart.threshold !== null && chart.threshold !== undefined) {
+    parts.push(svgEl("line", { x1: CHART.left, y1: y(chart.threshold), x2: CHART.left + width, y2: y(chart.threshold), class: "threshold", "data-threshold": chart.threshold },
+      svgEl("title", {}, `threshold ${chart.condition}`)));
+    parts.push(svgEl("text", { x: CHART.left + width, y: y(chart.threshold) - 3, class: "tick", "text-anchor": "end" }, chart.condition));
+  }
+  if (measured.length > 1) parts.push(svgEl("polyline", { points: measured.map((point) => `${x(point.round)},${y(point.value)}`).join(" "), class: "series" }));
+  for (const point of points) {
+    const missing = point.value === null || point.value === undefined;
+    parts.push(svgEl("circle", { cx: x(point.round), cy: missing ? bottom : y(point.value), r: 3.5, class: `dot ${tone(point.verdict)}${missing ? " missing" : ""}`, "data-round": point.round, "data-verdict": point.verdict },
+      svgEl("title", {}, `round ${point.round}: ${chartNumber(point.value, chart.unit)} (${chart.condition}): ${point.verdict}`)));
+  }
+  for (const item of chart.rounds || []) {
+    parts.push(svgEl("rect", { x: x(item.round) - 5, y: bottom + 6, width: 10, height: CHART.band, rx: 2, class: `round ${tone(item.verdict)}`, "data-round-verdict": item.verdict },
+      svgEl("title", {}, `round ${item.round}: ${item.verdict}`)));
+    parts.push(svgEl("text", { x: x(item.round), y: bottom + 6 + CHART.band + 10, class: "tick", "text-anchor": "middle" }, String(item.round)));
+  }
+  const svg = svgEl("svg", { viewBox: `0 0 ${CHART.width} ${CHART.height + 14}`, width: CHART.width, height: CHART.height + 14, role: "img",
+    "aria-label": `${chart.check}: ${points.length} measurement${points.length === 1 ? "" : "s"}, threshold ${chart.condition || "none"}` }, parts);
+  return h("figure", { class: "chart", "data-chart": chart.check, "data-chart-verdict": chart.verdict },
+    h("figcaption", { class: "small" }, badge(chart.verdict), " ", chart.check, h("span", { class: "muted" }, ` ${chart.condition}`)), svg);
+}
+
+function chartsBlock(analysis) {
+  const charts = analysis && analysis.charts;
+  if (!charts || !charts.length) return null;
+  const total = analysis.measurements_total, shown = charts.reduce((sum, chart) => sum + chart.points.length, 0);
+  return h("div", { class: "charts" }, charts.map(measurementChart),
+    total && total > shown ? h("div", { class: "muted small" }, `the latest ${shown} of ${total} measurements`) : null);
 }
 
 function taskLink(item, label) {
@@ -276,7 +346,7 @@ async function deploymentPage() {
     try {
       const data = await getJSON(`api/deployments/${encodeURIComponent(id)}`, { conn_id: connId, days });
       renderDeployment(content, data);
-      const busy = data.running.length > 0 || data.deployment.revisions_differ;
+      const busy = data.running.length > 0 || data.deployment.revisions_differ || Boolean(actionPanel.querySelector("[data-requested]"));
       timer = setTimeout(load, busy ? DEPLOYMENT_POLL_MS.busy : DEPLOYMENT_POLL_MS.idle);
     } catch (error) {
       showError(content, error);
@@ -285,6 +355,68 @@ async function deploymentPage() {
   }
   await load();
   return () => clearTimeout(timer);
+}
+
+// The confirmation and the answer of an action: kept across the page's refreshes.
+const actionPanel = h("div", { id: "action" });
+const ROLLBACK_TARGET_STATUSES = new Set(["DEPLOYED", "UNUSED", "", null, undefined]);
+
+function rollbackButton(data, revision, active) {
+  if (revision.active || !ROLLBACK_TARGET_STATUSES.has(revision.status)) return null;
+  return h("button", { class: "action", "data-action": "rollback", "data-revision": revision.id,
+    onclick: () => confirmRollback(data, revision, active) }, "Roll back to this revision");
+}
+
+function describe(revision) {
+  const build = revision && revision.build ? (revision.build.image_uri || revision.build.repo_ref || revision.build.source_tarball_path || "") : "";
+  return `${revision ? String(revision.id).slice(0, 8) : "?"}${build ? ` (${build})` : ""}`;
+}
+
+function confirmRollback(data, revision, active) {
+  const d = data.deployment;
+  const from = d.latest_revision_id || (active && active.id);
+  const requestId = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
+  const latest = data.revisions.find((item) => item.id === from);
+  const text = `Roll deployment ${d.name} back to revision ${describe(revision)}, replacing revision ${describe(active)} that serves now`
+    + `${from && active && from !== active.id ? ` (latest: ${describe(latest)})` : ""}. `
+    + `Airflow runs DAG ${data.actions.rollback.dag_id} as you: it redeploys that revision's build, or patches it back, `
+    + "and refuses if a newer revision goes out first. The audit log and the record name you.";
+  const go = h("button", { class: "primary danger", "data-confirm": "rollback" }, "Roll back");
+  const cancel = h("button", { "data-cancel": "rollback", onclick: () => actionPanel.replaceChildren() }, "Cancel");
+  go.addEventListener("click", async () => {
+    go.disabled = true;
+    cancel.disabled = true;
+    try {
+      const run = await postJSON(`api/deployments/${encodeURIComponent(d.id)}/rollback`, {
+        conn_id: data.conn_id, revision_id: revision.id, rolling_back_from: from, request_id: requestId,
+      });
+      actionPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-requested": run.run_id },
+        `Rollback to revision ${String(revision.id).slice(0, 8)} requested by ${run.requested_by}: `,
+        h("a", { href: run.ti_path, target: "_top" }, `run ${run.run_id}`), ` (${run.state}). This page follows it.`));
+    } catch (error) {
+      showError(actionPanel, error);
+    }
+  });
+  actionPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "aria-label": "Confirm the rollback", "data-confirmation": "rollback" },
+    h("p", { id: "confirm-text" }, text), h("div", { class: "row" }, go, cancel)));
+}
+
+async function postJSON(path, body) {
+  const response = await fetch(`${APP}${path}`, {
+    method: "POST", credentials: "same-origin",
+    headers: { Accept: "application/json", "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      const answer = await response.json();
+      detail = typeof answer.detail === "string" ? answer.detail : JSON.stringify(answer.detail);
+    } catch (error) { /* keep the status text */ }
+    const error = new Error(`${response.status}: ${detail}`);
+    error.status = response.status;
+    throw error;
+  }
+  return response.json();
 }
 
 function renderDeployment(target, data) {
@@ -316,8 +448,13 @@ function renderDeployment(target, data) {
   if (!data.revisions_available) {
     pieces.push(h("p", { class: "callout info" }, "The service has no revision endpoint: these are the revisions the deployment and Airflow's records name."));
   }
+  // "Roll back to this revision": only for those the auth manager allows, when the rollback DAG is in Airflow.
+  const offered = data.actions && data.actions.rollback;
+  const rollback = Boolean(offered && offered.allowed && offered.available);
+  const active = data.revisions.find((revision) => revision.active);
+  pieces.push(actionPanel);
   pieces.push(h("table", { id: "revisions" },
-    h("thead", {}, h("tr", {}, ["Revision", "Status", "Created", "Build", "Rolled out or back by"].map((title) => h("th", {}, title)))),
+    h("thead", {}, h("tr", {}, ["Revision", "Status", "Created", "Build", "Rolled out or back by", ...(rollback ? [""] : [])].map((title) => h("th", {}, title)))),
     h("tbody", {}, data.revisions.map((revision) => h("tr", { "data-revision": revision.id },
       h("td", { class: "nowrap" }, shortId(revision.id), revision.active ? [" ", h("span", { class: "badge ok" }, "active")] : null,
         revision.latest && !revision.active ? [" ", h("span", { class: "badge run" }, "latest")] : null),
@@ -325,9 +462,10 @@ function renderDeployment(target, data) {
       h("td", {}, when(revision.created_at)),
       h("td", {}, buildText(revision.build)),
       h("td", {}, revision.rollouts.length ? revision.rollouts.map((mark) => h("div", { class: "mark", "data-role": mark.role, "data-run": mark.run_id || "" },
-        badge(mark.label || mark.role, mark.message || null, mark.role), " ", taskLink(mark),
-        mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis)))
-        : h("span", { class: "muted" }, "not by Airflow")))))));
+        badge(mark.label || mark.role, mark.message || null, mark.role), mark.by ? h("span", { class: "by", "data-by": mark.requested_by || "" }, ` ${mark.by}`) : null, " ", taskLink(mark),
+        mark.try_number ? h("span", { class: "muted small" }, ` · try ${mark.try_number}`) : null, " ", when(mark.at), analysisDetails(mark.analysis), chartsBlock(mark.analysis)))
+        : h("span", { class: "muted" }, "not by Airflow")),
+      rollback ? h("td", { class: "nowrap" }, rollbackButton(data, revision, active)) : null)))));
   pieces.push(doraCards(data.dora, "dora"));
   pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · what the provider's tasks did, from their records (failed tasks included), fleet progress and asset events, for the DAGs you may read."));
   target.replaceChildren(...pieces);
@@ -351,13 +489,13 @@ async function fleetPage() {
       if (!error.status || error.status >= 500) setTimeout(load, FLEET_POLL_MS * 5);
       return;
     }
-    renderFleet(content, data);
+    renderFleet(content, data, key);
     if (data.task.running) setTimeout(load, FLEET_POLL_MS);
   }
   await load();
 }
 
-function renderFleet(target, data) {
+function renderFleet(target, data, key) {
   const task = data.task;
   if (!data.is_fleet) {
     target.replaceChildren(h("div", { class: "callout info", id: "not-fleet" },
@@ -370,7 +508,7 @@ function renderFleet(target, data) {
   if (!data.waves.length) {
     const why = data.stored_elsewhere ? "Its progress is kept by a worker-side state store backend; it shows here from XCom once the task ends."
       : task.running ? "The task has not planned its waves yet." : "No progress was recorded for this task.";
-    pieces.push(h("div", { class: "callout info", id: "no-progress" }, why));
+    pieces.push(h("div", { class: "callout info", id: "no-progress" }, why), ...approvalsSection(data, key));
     target.replaceChildren(...pieces);
     return;
   }
@@ -395,18 +533,47 @@ function renderFleet(target, data) {
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
   const analysed = data.waves.some((wave) => wave.rows.some((row) => row.analysis));
   for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id, analysed));
-  if (data.approvals && data.approvals.length) {
-    pieces.push(h("h2", {}, "Approvals in this DAG run"), h("table", { id: "approvals" },
-      h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
-      h("tbody", {}, data.approvals.map((approval) => h("tr", {},
-        h("td", {}, approval.task_id), h("td", { class: "msg" }, approval.subject), h("td", {}, badge(approval.state)),
-        h("td", {}, approval.chosen_options ? approval.chosen_options.join(", ") : h("span", { class: "muted" }, "waiting")),
-        h("td", {}, approval.responded_by || "—"), h("td", {}, when(approval.responded_at || approval.created_at)))))));
-  }
+  pieces.push(...approvalsSection(data, key));
   pieces.push(h("p", { class: "muted small" }, `Progress from ${data.source === "task_state_store" ? "the task state store (written as the task goes)" : data.source === "trigger" ? "the waiting trigger" : "the task's XCom (it ended)"}. `,
     h("a", { href: task.ti_path, target: "_top" }, "Task instance"), " · ", h("a", { href: task.run_path, target: "_top" }, "DAG run")));
   target.replaceChildren(...pieces);
   for (const meter of target.querySelectorAll("[data-width]")) meter.style.width = `${meter.dataset.width}%`;
+}
+
+// The approval gates of the fleet rollout's DAG run, each waiting one with its options as buttons for those who may
+// answer (Airflow's human-in-the-loop answer, as the user; a confirmation first).
+const approvalPanel = h("div", { id: "approval-action" });
+
+function approvalsSection(data, key) {
+  if (!data.approvals || !data.approvals.length) return [];
+  return [h("h2", {}, "Approvals in this DAG run"), approvalPanel, h("table", { id: "approvals" },
+    h("thead", {}, h("tr", {}, ["Task", "Asked", "State", "Answer", "By", "When"].map((title) => h("th", {}, title)))),
+    h("tbody", {}, data.approvals.map((approval) => h("tr", { "data-approval": approval.task_id },
+      h("td", {}, approval.task_id), h("td", { class: "msg" }, approval.subject), h("td", {}, badge(approval.state)),
+      h("td", {}, approval.chosen_options ? approval.chosen_options.join(", ")
+        : approval.may_answer ? (approval.options || []).map((option) => h("button", { class: "action", "data-answer": option,
+          onclick: () => confirmAnswer(key, approval, option) }, option))
+          : h("span", { class: "muted" }, "waiting")),
+      h("td", {}, approval.responded_by || "—"), h("td", {}, when(approval.responded_at || approval.created_at))))))];
+}
+
+function confirmAnswer(key, approval, option) {
+  const go = h("button", { class: "primary", "data-confirm": "answer" }, `Answer “${option}”`);
+  const cancel = h("button", { onclick: () => approvalPanel.replaceChildren() }, "Cancel");
+  go.addEventListener("click", async () => {
+    go.disabled = true;
+    cancel.disabled = true;
+    try {
+      const answer = await postJSON("api/approvals", { dag_id: key.dag_id, run_id: key.run_id, task_id: approval.task_id, map_index: approval.map_index, option });
+      approvalPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-answered": approval.task_id },
+        `${answer.responded_by} answered “${option}” to ${approval.task_id}${answer.resumed ? "; Airflow resumes the task" : ""}.`));
+    } catch (error) {
+      showError(approvalPanel, error);
+    }
+  });
+  approvalPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "data-confirmation": "answer" },
+    h("p", {}, `Answer “${option}” to ${approval.task_id} (“${approval.subject}”) in run ${key.run_id}, as you. Airflow records your answer and resumes the run.`),
+    h("div", { class: "row" }, go, cancel)));
 }
 
 function canaryState(data) {
@@ -435,7 +602,8 @@ function analysisCell(analysis) {
   if (!analysis) return h("td", { "data-analysis": "" }, h("span", { class: "muted" }, "—"));
   return h("td", { "data-analysis": analysis.verdict || "" }, badge(analysis.verdict),
     analysis.failing_check ? h("div", { class: "small" }, analysis.failing_check) : null,
-    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))));
+    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))),
+    chartsBlock(analysis));
 }
 
 function waveSection(wave, current, connId, analysed) {
