@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from typing_extensions import NotRequired
 
 from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
 from airflow_provider.analysis.scrubbing import without_userinfo
@@ -424,6 +425,14 @@ class Analysis(_SuggestingModel):
         the first one (Argo's ``failureLimit: 0``), ``2`` tolerates one (Argo's ``failureLimit: 1``).
     :param inconclusive_limit: inconclusive measurements of one check tolerated (>= 0).
     :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
+    :param preflight: before anything is patched (and before a standalone analysis's rounds), measure every
+        check once against the revision serving now, over ``baseline_window_seconds`` up to that moment: a check
+        that cannot be measured (an unknown tracing project, a source down, a query without data, too few runs)
+        refuses the rollout with nothing sent, naming the source, its connection and the rendered project or
+        query. That measurement is the revision's **baseline** (recorded with the verdict). ``False`` skips it
+        (e.g. a deployment that serves no traffic yet).
+    :param baseline_window_seconds: how far back the preflight (the baseline) looks, up to the moment it runs;
+        never before the serving revision went live.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -434,8 +443,10 @@ class Analysis(_SuggestingModel):
     failure_limit: int = Field(default=1, ge=1)
     inconclusive_limit: int = Field(default=1, ge=0)
     initial_delay_seconds: float = Field(default=0.0, ge=0)
+    preflight: bool = True
+    baseline_window_seconds: float = Field(default=3600.0, gt=0)
 
-    @field_validator("interval_seconds", "initial_delay_seconds")
+    @field_validator("interval_seconds", "initial_delay_seconds", "baseline_window_seconds")
     @classmethod
     def _finite(cls, value: float, info: ValidationInfo) -> float:
         if not math.isfinite(value):
@@ -533,6 +544,8 @@ class AnalysisTarget(BaseModel):
     :param revision_id: the revision being judged.
     :param live_since: when the revision went live (statistics are read from then); UTC.
     :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
+    :param baseline: the preflight's measurements of the revision that served before this one (round 0, see
+        :mod:`~airflow_provider.analysis.preflight`), reported with the verdict; ``None``: no preflight.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -542,6 +555,7 @@ class AnalysisTarget(BaseModel):
     revision_id: UuidStr
     live_since: Timestamp
     custom_url: str | None = None
+    baseline: list[dict[str, Any]] | None = None
 
     def template_values(self, now: datetime) -> dict[str, object]:
         """The values of the template fields for this target at ``now``.
@@ -573,13 +587,15 @@ class Measurement(TypedDict):
 
 
 class AnalysisResult(TypedDict):
-    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras)."""
+    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras); ``baseline``: the
+    preflight's measurements of the revision serving before (when there was a preflight)."""
 
     verdict: Verdict
     failing_check: str | None
     reason: str
     revision_id: str
     measurements: list[Measurement]
+    baseline: NotRequired[list[Measurement]]
 
 
 ANALYSIS_ROUND_ALLOWANCE = 60.0

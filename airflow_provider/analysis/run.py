@@ -52,18 +52,23 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
 
 __all__ = [
+    "MeasuringSources",
     "RoundVerdicts",
     "analyse",
     "analysis_not_run_reason",
     "analysis_overran_reason",
+    "condition_text",
     "run_analysis",
     "still_serving",
 ]
 
 
-class _Sources:
+class MeasuringSources:
     """The measurement sources of one analysis, created from its connections, closed at its end; only the
-    kinds its checks need."""
+    kinds its checks need (open with :meth:`open`, close with :meth:`aclose`).
+
+    :param scrubber: masks the secrets the sources learn.
+    """
 
     def __init__(self, scrubber: Scrubber) -> None:
         self.scrubber = scrubber
@@ -73,7 +78,7 @@ class _Sources:
         self.callables = CallableRunner(scrubber)
 
     @classmethod
-    async def open(cls, analysis: Analysis, hook: DeploymentServiceHook, scrubber: Scrubber) -> _Sources:
+    async def open(cls, analysis: Analysis, hook: DeploymentServiceHook, scrubber: Scrubber) -> MeasuringSources:
         sources = cls(scrubber)
         try:
             # The service's own API key is masked too (a callable's exception text may hold it).
@@ -157,7 +162,11 @@ async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | No
         ) from None
 
 
-def _condition_text(check: Any) -> str:
+def condition_text(check: Any) -> str:
+    """What passes a measurement of ``check``, as a measurement records it.
+
+    :param check: a check of the analysis.
+    """
     if isinstance(check, HttpCheck):
         return check.describe_condition()
     condition = getattr(check, "condition", None)
@@ -270,6 +279,8 @@ async def analyse(
             if target.deployment_id in reported or not (final or judgement.decided):
                 continue
             result = decided[target.deployment_id] = judgement.finish(rounds)
+            if target.baseline is not None:  # what the preflight measured on the revision serving before
+                result["baseline"] = [Measurement(**taken) for taken in target.baseline]  # type: ignore[typeddict-item]
             log.info(
                 "Analysis of %r revision %s: %s (%s)",
                 target.name,
@@ -291,7 +302,7 @@ async def analyse(
             return
     scrubber = Scrubber()
     hook = DeploymentServiceHook(**hook_params)
-    sources = await _Sources.open(analysis, hook, scrubber)
+    sources = await MeasuringSources.open(analysis, hook, scrubber)
     try:
         for round_number in range(rounds + 1, count + 1):
             active = [target for target in targets if not judgements[target.deployment_id].decided]
@@ -316,7 +327,7 @@ async def analyse(
                             name=target.name,
                             at=now.isoformat(),
                             value=reading.value,
-                            condition=_condition_text(check),
+                            condition=condition_text(check),
                             verdict=reading.verdict,
                             detail=scrubber(reading.detail),
                         )

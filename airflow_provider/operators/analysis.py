@@ -21,6 +21,7 @@ from airflow_provider.tasks.analysis import (
     live_since,
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 from airflow_provider.tasks.record import judging_entry, record_entries, verdict_entry
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     analysis returned no result for is inconclusive (never passed unjudged).
 
     :param analysis: the :class:`~airflow_provider.analysis.Analysis`; its ``count`` must be set (this task
-        has no bake window).
+        has no bake window). Its preflight (on by default) first measures every check once over its
+        ``baseline_window_seconds`` up to now: a check that cannot be measured fails the task before any round,
+        naming the source, its connection and the rendered project or query; the measurements are each
+        result's ``baseline``.
     :param deployment_ids: deployment id(s) to analyse. Templated.
     :param deployment_names: deployment name(s) to analyse (exact names), instead of ids. Templated.
     :param live_since: when the revisions went live (tracing statistics count from then; a datetime or an
@@ -95,6 +99,11 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         deployments = self._deployments()
         since = self._live_since()
         targets = [self._target(deployment, since) for deployment in deployments]
+        baselines = preflight_on_worker(self, self.analysis, deployments, unchanged="no round was measured")
+        targets = [
+            target.model_copy(update={"baseline": baselines_json(baselines, target.deployment_id)})
+            for target in targets
+        ]
         names = {deployment.id: deployment.name for deployment in deployments}
         revisions = {target.deployment_id: target.revision_id for target in targets}
         self.log.info(

@@ -80,6 +80,7 @@ from airflow_provider.tasks.patch_verdict import (
     rollback_resumed_unknown,
     rolled_back_message,
 )
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
 from airflow_provider.tasks.targets import exactly_one_target
@@ -304,6 +305,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             log=self.log,
         )
         earlier = self._earlier_try(request, current, context, record)
+        baseline = (record or {}).get("baseline")  # measured by the preflight of the try that patched
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
         if earlier is None:
@@ -311,6 +313,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
                 check_analysis_sources(self.hook, self.analysis)
                 check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
+                baseline = baselines_json(preflight_on_worker(self, self.analysis, [current]), current.id)
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
@@ -342,6 +345,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             "previous_resource_spec": previous_spec,
             "resource_spec_changes": spec_changes,
             "not_restorable": not_restorable,
+            "baseline": baseline,
         }
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
             record_patch(store, patched, self.log)

@@ -186,6 +186,7 @@ class LiveRevisionJudging(AutomaticRollback):
             revision_id=revision_id,
             live_since=live_since(self.hook, deployment, revision_id, log=self.log),
             custom_url=deployment.source_config.custom_url,
+            baseline=landing.get("baseline"),
         )
 
     def _analysis_resumed(
