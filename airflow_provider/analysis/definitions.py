@@ -433,6 +433,10 @@ class Analysis(_SuggestingModel):
         (e.g. a deployment that serves no traffic yet).
     :param baseline_window_seconds: how far back the preflight (the baseline) looks, up to the moment it runs;
         never before the serving revision went live.
+    :param dry_run: measure and judge exactly as usual, but never fail the task nor roll back on a verdict that
+        is not "passed": the log, the XCom, the asset event and the record say what the gate would have done
+        (``would_have``: "would have rolled back", or "would have failed the task") with the measurements
+        (Argo Rollouts' ``dryRun``). The preflight still refuses a rollout it cannot measure.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -445,6 +449,7 @@ class Analysis(_SuggestingModel):
     initial_delay_seconds: float = Field(default=0.0, ge=0)
     preflight: bool = True
     baseline_window_seconds: float = Field(default=3600.0, gt=0)
+    dry_run: bool = False
 
     @field_validator("interval_seconds", "initial_delay_seconds", "baseline_window_seconds")
     @classmethod

@@ -46,6 +46,7 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
 )
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.dry_run import dry_run_message
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_judging import LiveRevisionJudging
 from airflow_provider.tasks.patch_request import (
@@ -580,6 +581,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 live.get("active_revision_id"),
                 previous_revision_id=previous,
                 verdict=analysis,
+                message=dry_run_message(analysis),
             )
             emit_revision_event(
                 context,
