@@ -9,6 +9,7 @@ trigger's kwargs.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypedDict
@@ -30,6 +31,7 @@ from airflow_provider.models import Deployment, Timestamp, UuidStr
 from airflow_provider.suggestions import with_suggestions
 
 __all__ = [
+    "FEEDBACK_PREFIX",
     "LATENCY_METRICS",
     "LATENCY_UNITS",
     "TARGET_FIELDS",
@@ -45,13 +47,26 @@ __all__ = [
     "MetricQueryCheck",
     "TracingProjectCheck",
     "Verdict",
+    "feedback_key",
 ]
 
 Verdict = Literal["passed", "failed", "inconclusive"]
 VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
 
-TracingMetric = Literal["error_rate", "latency_p50", "latency_p99", "run_count"]
 TRACING_METRICS: tuple[str, ...] = ("error_rate", "latency_p50", "latency_p99", "run_count")
+FEEDBACK_PREFIX = "feedback."
+"""A tracing metric ``feedback.<key>``: the mean score of feedback key ``<key>`` over the revision's scored runs."""
+_FEEDBACK_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/ -]{0,127}$")
+
+
+def feedback_key(metric: str) -> str | None:
+    """The feedback key of a ``feedback.<key>`` metric, ``None`` for any other metric.
+
+    :param metric: a tracing metric.
+    """
+    return metric[len(FEEDBACK_PREFIX) :] if metric.startswith(FEEDBACK_PREFIX) else None
+
+
 LATENCY_METRICS: tuple[str, ...] = ("latency_p50", "latency_p99")
 """The tracing metrics measured in seconds: their conditions take a unit (:data:`LATENCY_UNITS`)."""
 LATENCY_UNITS: dict[str, float] = {"ms": 1000.0, "s": 1.0}
@@ -150,6 +165,8 @@ def tracing_condition(metric: str, text: object) -> Condition:
         return parse_condition(text, "condition", units=LATENCY_UNITS, default_unit="s")
     if isinstance(text, str) and threshold_unit(text):
         kind = "a fraction of the runs, 0..1" if metric == "error_rate" else "a number of runs"
+        if feedback_key(metric) is not None:
+            kind = "a mean feedback score"
         raise ValueError(f"condition: {metric} takes no unit (it is {kind}), got {text!r}")
     condition = parse_condition(text, "condition")
     if metric == "error_rate" and not 0 <= condition.threshold <= 1:
@@ -168,7 +185,10 @@ class TracingProjectCheck(_CheckBase):
     ``POST /runs/stats`` its statistics since the revision went live (whole traces, ``is_root``).
 
     :param metric: the statistic compared with ``condition``: ``error_rate`` (a fraction of the runs, 0..1),
-        ``latency_p50`` or ``latency_p99`` (seconds), ``run_count``.
+        ``latency_p50`` or ``latency_p99`` (seconds), ``run_count``, or ``feedback.<key>``: the mean score of
+        feedback key ``<key>`` (from online evaluators or users, e.g. ``feedback.correctness``) over the runs
+        scored since the revision went live (the ``feedback_stats`` of ``POST /runs/stats``); for it,
+        ``min_run_count`` counts the scored runs.
     :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``. An
         ``error_rate`` threshold must lie in 0..1 (``"< 5"`` is refused: 5 % is ``"< 0.05"``). A latency
         threshold takes a unit, ``ms`` or ``s`` (``"< 800ms"``, ``"< 2s"``); a bare number is seconds
@@ -185,13 +205,24 @@ class TracingProjectCheck(_CheckBase):
     """
 
     kind: Literal["tracing_project"] = "tracing_project"
-    metric: TracingMetric = "error_rate"
+    metric: str = "error_rate"
     condition: str = Field(default="< 0.05", validate_default=True)
     min_run_count: int = Field(default=20, ge=0)
     project: str = "{name}"
     connection_id: str | None = None
 
     PROJECT_FIELDS: ClassVar[tuple[str, ...]] = TARGET_FIELDS
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        key = feedback_key(value)
+        if value in TRACING_METRICS or (key is not None and _FEEDBACK_KEY.match(key)):
+            return value
+        raise ValueError(
+            f"metric must be one of {', '.join(TRACING_METRICS)} or feedback.<key> (the mean score of a feedback "
+            f"key, e.g. 'feedback.correctness'), got {value!r}"
+        )
 
     @field_validator("condition", mode="before")
     @classmethod

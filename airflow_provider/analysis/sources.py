@@ -39,6 +39,7 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
     Verdict,
+    feedback_key,
 )
 from airflow_provider.analysis.endpoints import SourceEndpoint
 from airflow_provider.analysis.scrubbing import Scrubber
@@ -304,10 +305,37 @@ class TracingSource:
                 float(run_count) if check.metric == "run_count" else None,
                 f"{runs} in project {project!r}, fewer than min_run_count {check.min_run_count}",
             )
+        key = feedback_key(check.metric)
+        if key is not None:
+            return _feedback_reading(check, key, stats.get("feedback_stats"), project, runs)
         value = stats.get(check.metric)
         if not isinstance(value, int | float) or isinstance(value, bool):
             return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
         return _judged(check.parsed_condition, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
+
+
+def _number(value: Any) -> float | None:
+    """``value`` when it is a finite number (not a bool), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _feedback_reading(check: TracingProjectCheck, key: str, feedback: Any, project: str, runs: str) -> Reading:
+    """The reading of a ``feedback.<key>`` check from a ``feedback_stats`` object: the mean score ``avg`` over ``n``
+    scored runs; fewer than ``min_run_count`` scored runs, or none, is inconclusive."""
+    stats = feedback.get(key) if isinstance(feedback, dict) else None
+    if not isinstance(stats, dict):
+        return Reading("inconclusive", None, f"no run scored for feedback {key!r} yet in project {project!r} ({runs})")
+    scored, mean = _number(stats.get("n")), _number(stats.get("avg"))
+    if scored is None or mean is None:
+        return Reading("inconclusive", None, f"feedback {key!r} in project {project!r} has no n or avg ({runs})")
+    shown = f"{int(scored)} scored of {runs}"
+    if scored < check.min_run_count:
+        return Reading(
+            "inconclusive", None, f"feedback {key!r}: {shown}, fewer than min_run_count {check.min_run_count}"
+        )
+    return _judged(check.parsed_condition, mean, lambda value: f"feedback {key!r} mean {value} over {shown}")
 
 
 class PrometheusSource:
