@@ -25,7 +25,9 @@ from pydantic import (
 )
 from typing_extensions import NotRequired
 
+from airflow_provider.analysis.baseline import BaselineCondition, is_baseline_condition, parse_baseline_condition
 from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
+from airflow_provider.analysis.rate_test import RateTest
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
 from airflow_provider.suggestions import with_suggestions
@@ -40,6 +42,7 @@ __all__ = [
     "Analysis",
     "AnalysisResult",
     "AnalysisTarget",
+    "AnyCondition",
     "CallableCheck",
     "Check",
     "HttpCheck",
@@ -153,14 +156,28 @@ def _condition_field(value: object, field: str) -> str:
     return str(parse_condition(value, field))
 
 
-def tracing_condition(metric: str, text: object) -> Condition:
+def _condition_or_baseline(value: object, field: str) -> str:
+    """A fixed condition (``"< 0.05"``) or one on the baseline (``"<= baseline * 1.5"``), parsed and normalised."""
+    if is_baseline_condition(value):
+        return str(parse_baseline_condition(value, field))
+    return _condition_field(value, field)
+
+
+AnyCondition = Condition | BaselineCondition
+"""A parsed condition: a fixed threshold, or one made from the baseline."""
+
+
+def tracing_condition(metric: str, text: object) -> AnyCondition:
     """The condition of a :class:`TracingProjectCheck` on ``metric``, parsed in the metric's terms: a latency
     takes a unit (``"< 800ms"``, ``"< 2s"``; a bare number is seconds); an error rate is a fraction 0..1;
     ``ValueError`` naming what is wrong otherwise.
 
-    :param metric: one of :data:`TRACING_METRICS`.
-    :param text: the condition as written.
+    :param metric: one of :data:`TRACING_METRICS`, or ``feedback.<key>``.
+    :param text: the condition as written (on the baseline too: ``"<= baseline * 1.5 + 0.01"``).
     """
+    if is_baseline_condition(text):
+        units = LATENCY_UNITS if metric in LATENCY_METRICS else None
+        return parse_baseline_condition(text, "condition", units=units, default_unit="s" if units else "")
     if metric in LATENCY_METRICS:
         return parse_condition(text, "condition", units=LATENCY_UNITS, default_unit="s")
     if isinstance(text, str) and threshold_unit(text):
@@ -189,13 +206,19 @@ class TracingProjectCheck(_CheckBase):
         feedback key ``<key>`` (from online evaluators or users, e.g. ``feedback.correctness``) over the runs
         scored since the revision went live (the ``feedback_stats`` of ``POST /runs/stats``); for it,
         ``min_run_count`` counts the scored runs.
-    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``. An
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``, or a
+        condition on the baseline, ``"<= baseline * 1.5 + 0.01"`` (the same metric on the revision serving before,
+        measured by the preflight; for a latency the offset takes a unit: ``"<= baseline * 1.2 + 50ms"``). An
         ``error_rate`` threshold must lie in 0..1 (``"< 5"`` is refused: 5 % is ``"< 0.05"``). A latency
         threshold takes a unit, ``ms`` or ``s`` (``"< 800ms"``, ``"< 2s"``); a bare number is seconds
         (``"< 2"`` is kept as ``"< 2s"``), and the measured latency is compared, stored and shown in the
         condition's unit.
     :param min_run_count: fewer runs than this since the revision went live make the measurement
         inconclusive (too little traffic to judge).
+    :param rate_test: judge ``error_rate`` by a statistical test against the baseline instead of ``condition``
+        (a :class:`~airflow_provider.analysis.rate_test.RateTest`: the new rate may be up to ``1 +
+        tolerated_increase`` times the baseline's; it fails only when the test is ``confidence`` sure it is
+        higher; fewer than ``min_run_count`` runs is inconclusive). Needs the preflight (the baseline).
     :param project: the project's name, a template over ``{name}``, ``{deployment_id}``, ``{revision_id}``;
         by default the deployment's name (the service creates a project named like each deployment).
     :param connection_id: the connection holding the tracing service's base URL (host) and API key
@@ -210,6 +233,7 @@ class TracingProjectCheck(_CheckBase):
     min_run_count: int = Field(default=20, ge=0)
     project: str = "{name}"
     connection_id: str | None = None
+    rate_test: RateTest | None = None
 
     PROJECT_FIELDS: ClassVar[tuple[str, ...]] = TARGET_FIELDS
 
@@ -247,10 +271,21 @@ class TracingProjectCheck(_CheckBase):
             raise ValueError("connection_id must name an Airflow connection, or be left out (None)")
         return value
 
+    @model_validator(mode="after")
+    def _rate_test_on_rates(self) -> TracingProjectCheck:
+        if self.rate_test is not None and self.metric != "error_rate":
+            raise ValueError(f"rate_test judges a rate: metric must be 'error_rate', got {self.metric!r}")
+        return self
+
     @property
-    def parsed_condition(self) -> Condition:
+    def parsed_condition(self) -> AnyCondition:
         """The condition, parsed in the metric's terms (a latency's in its unit)."""
         return tracing_condition(self.metric, self.condition)
+
+    @property
+    def uses_baseline(self) -> bool:
+        """Whether the check is judged against the baseline (a baseline condition, or a rate test)."""
+        return self.rate_test is not None or isinstance(self.parsed_condition, BaselineCondition)
 
     def _default_label(self) -> str:
         return f"tracing {self.metric}"
@@ -344,7 +379,9 @@ class MetricQueryCheck(_CheckBase):
 
     :param query: PromQL; may use ``{name}``, ``{deployment_id}``, ``{revision_id}`` and ``{since_seconds}``
         (whole seconds since the revision went live, at least 1). PromQL's own braces stay as written.
-    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``, or a
+        condition on the baseline, ``"<= baseline * 1.5 + 0.01"`` (the query's value on the revision serving
+        before, measured by the preflight).
     :param connection_id: the Airflow connection of the Prometheus-compatible API: host (with scheme),
         port and schema (a path prefix) make the base URL; login/password are basic auth; extra
         ``{"headers": {...}}`` or ``{"bearer_token": "..."}`` (none of them is sent over plain http to
@@ -373,7 +410,7 @@ class MetricQueryCheck(_CheckBase):
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object) -> str:
-        return _condition_field(value, "condition")
+        return _condition_or_baseline(value, "condition")
 
     @field_validator("connection_id", "deployment_label")
     @classmethod
@@ -383,9 +420,16 @@ class MetricQueryCheck(_CheckBase):
         return value
 
     @property
-    def parsed_condition(self) -> Condition:
+    def parsed_condition(self) -> AnyCondition:
         """The condition, parsed."""
+        if is_baseline_condition(self.condition):
+            return parse_baseline_condition(self.condition)
         return parse_condition(self.condition)
+
+    @property
+    def uses_baseline(self) -> bool:
+        """Whether the condition refers to the baseline."""
+        return isinstance(self.parsed_condition, BaselineCondition)
 
     @property
     def per_target(self) -> bool:
@@ -513,6 +557,17 @@ class Analysis(_SuggestingModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _baseline_needs_preflight(self) -> Analysis:
+        if not self.preflight:
+            on_baseline = [check.label() for check in self.checks if getattr(check, "uses_baseline", False)]
+            if on_baseline:
+                raise ValueError(
+                    f"preflight: the check(s) {', '.join(repr(label) for label in on_baseline)} are judged against "
+                    "the baseline, which the preflight measures: keep preflight=True, or give them fixed conditions"
+                )
+        return self
+
     @property
     def runs_on_worker(self) -> bool:
         """Whether it holds a :class:`CallableCheck` (measured on the worker, never in the triggerer)."""
@@ -581,7 +636,10 @@ class AnalysisTarget(BaseModel):
     :param live_since: when the revision went live (statistics are read from then); UTC.
     :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
     :param baseline: the preflight's measurements of the revision that served before this one (round 0, see
-        :mod:`~airflow_provider.analysis.preflight`), reported with the verdict; ``None``: no preflight.
+        :mod:`~airflow_provider.analysis.preflight`): what a baseline condition and a rate test compare with,
+        reported with the verdict; ``None``: no preflight.
+    :param role: ``"judged"`` (a revision under analysis) or ``"baseline"`` (the preflight measuring the revision
+        serving before: a check on the baseline only measures it then).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -592,6 +650,17 @@ class AnalysisTarget(BaseModel):
     live_since: Timestamp
     custom_url: str | None = None
     baseline: list[dict[str, Any]] | None = None
+    role: Literal["judged", "baseline"] = "judged"
+
+    def baseline_of(self, check: str) -> dict[str, Any] | None:
+        """The preflight's measurement of ``check`` (by label) with a value, ``None`` when there is none.
+
+        :param check: the check's label.
+        """
+        for taken in self.baseline or []:
+            if taken.get("check") == check and isinstance(taken.get("value"), int | float):
+                return taken
+        return None
 
     def template_values(self, now: datetime) -> dict[str, object]:
         """The values of the template fields for this target at ``now``.
@@ -620,6 +689,9 @@ class Measurement(TypedDict):
     condition: str
     verdict: Verdict
     detail: str
+    runs: NotRequired[int]
+    """The runs (for a feedback key: the scored runs) a tracing measurement is over; its errors, for a rate."""
+    errors: NotRequired[int]
 
 
 class AnalysisResult(TypedDict):

@@ -29,7 +29,7 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.run import MeasuringSources, condition_text
+from airflow_provider.analysis.run import MeasuringSources, condition_text, counted
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
@@ -131,6 +131,7 @@ async def preflight(
                         verdict=reading.verdict,
                         detail=scrubber(reading.detail),
                     )
+                    counted(measurement, reading)
                     baselines[target.deployment_id].append(measurement)
                     _log_baseline(log, target, measurement)
                     if reading.verdict == "inconclusive":

@@ -58,6 +58,7 @@ __all__ = [
     "analysis_not_run_reason",
     "analysis_overran_reason",
     "condition_text",
+    "counted",
     "run_analysis",
     "still_serving",
 ]
@@ -162,6 +163,19 @@ async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | No
         ) from None
 
 
+def counted(measurement: Measurement, reading: Reading) -> None:
+    """Add the run and error counts of ``reading`` (a tracing measurement's) to ``measurement``: what a rate test
+    of a later measurement compares with.
+
+    :param measurement: the measurement made of ``reading``.
+    :param reading: the reading.
+    """
+    if reading.runs is not None:
+        measurement["runs"] = reading.runs
+    if reading.errors is not None:
+        measurement["errors"] = reading.errors
+
+
 def condition_text(check: Any) -> str:
     """What passes a measurement of ``check``, as a measurement records it.
 
@@ -169,6 +183,8 @@ def condition_text(check: Any) -> str:
     """
     if isinstance(check, HttpCheck):
         return check.describe_condition()
+    if isinstance(check, TracingProjectCheck) and check.rate_test is not None:
+        return check.rate_test.describe()
     condition = getattr(check, "condition", None)
     return condition if condition else "True or None"
 
@@ -331,6 +347,7 @@ async def analyse(
                             verdict=reading.verdict,
                             detail=scrubber(reading.detail),
                         )
+                        counted(measurement, reading)
                         _log_measurement(log, measurement, count)
                         judgements[target.deployment_id].record(measurement)
             decided = [target for target in targets if judgements[target.deployment_id].decided]

@@ -50,6 +50,7 @@ def baseline_target(
         revision_id=revision_id,
         live_since=max(window_start, went_live),
         custom_url=deployment.source_config.custom_url,
+        role="baseline",
     )
 
 
