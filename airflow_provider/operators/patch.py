@@ -167,8 +167,13 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         event's extra ``analysis`` (verdict, failing check, reason, the latest measurements). Checked when the
         task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``), and before the
         patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
-        a deployment without one). An analysis that could not be measured at all fails the try while a retry is
-        left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
+        a deployment without one; then its preflight, unless ``analysis.preflight`` is off: every check measured
+        once on the revision serving now, a check that cannot be measured refusing the rollout with nothing sent,
+        the measurements kept as the baseline that conditions on the baseline and rate tests compare with). With
+        ``analysis.dry_run`` a verdict that is not "passed" neither rolls back nor fails the task: the revision
+        lands and the XCom, the asset event and the record say what would have happened. An analysis that could
+        not be measured at all fails the try while a retry is left; on the last try the revision is inconclusive.
+        Needs ``wait_for_rollout``.
     :param rollback_on_failure: when ``verify``, the analysis or the bake fails, or the revision has not gone live
         within ``timeout`` (the service would deploy it later), roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,

@@ -17,14 +17,46 @@ from airflow_provider.analysis import Analysis, AnalysisTarget, Measurement
 from airflow_provider.models import Deployment, DeploymentStatus
 from airflow_provider.tasks.analysis import AnalysingTask, live_since
 
-__all__ = ["PREFLIGHT_OFF_HINT", "baseline_target", "baselines_json", "preflight_on_worker"]
+__all__ = [
+    "EXACT_LIVE_SINCE_LIMIT",
+    "PREFLIGHT_OFF_HINT",
+    "baseline_target",
+    "baselines_json",
+    "fleet_analysis_supported",
+    "preflight_on_worker",
+]
 
 PREFLIGHT_OFF_HINT = "Analysis(preflight=False) skips the preflight, e.g. for a deployment that serves no traffic yet"
 """What a refusal says about turning the preflight off."""
 
 
+EXACT_LIVE_SINCE_LIMIT = 20
+"""Up to this many deployments, each serving revision's go-live time is asked of the revision endpoint (one request
+each); a larger fleet's baseline windows start at each deployment's ``updated_at`` (at or after the PATCH that made
+the revision serving now) or the window's start, whichever is later."""
+
+
+def fleet_analysis_supported(analysis: Analysis) -> None:
+    """Refuse, when the DAG is parsed, what a fleet rollout's analysis does not do yet: dry runs, and checks judged
+    against the baseline (the fleet task runs no preflight yet, so it has no baseline; nor a control group).
+
+    :param analysis: the fleet task's analysis.
+    :raises ValueError: naming the argument.
+    """
+    if analysis.dry_run:
+        raise ValueError(
+            "analysis.dry_run is not supported by FleetRolloutOperator yet (only by the patch and standalone tasks)"
+        )
+    on_baseline = [check.label() for check in analysis.checks if getattr(check, "uses_baseline", False)]
+    if on_baseline:
+        raise ValueError(
+            f"analysis: the check(s) {', '.join(repr(label) for label in on_baseline)} are judged against the "
+            "baseline, which FleetRolloutOperator does not keep yet: give them fixed conditions"
+        )
+
+
 def baseline_target(
-    task: AnalysingTask, deployment: Deployment, window_start: datetime, *, unchanged: str
+    task: AnalysingTask, deployment: Deployment, window_start: datetime, *, unchanged: str, exact: bool = True
 ) -> AnalysisTarget:
     """The revision ``deployment`` serves now, as a target whose window is its baseline window: from
     ``window_start``, or from when the revision went live when later (the window never holds the runs of the
@@ -34,6 +66,7 @@ def baseline_target(
     :param deployment: the deployment as read before anything is sent.
     :param window_start: the start of the baseline window (now minus ``baseline_window_seconds``).
     :param unchanged: what the message says was left unchanged.
+    :param exact: ask the revision endpoint when the revision went live (else the deployment's ``updated_at``).
     :raises AirflowFailException: the deployment serves no revision (nothing to measure a baseline on).
     """
     revision_id = deployment.active_revision_id
@@ -43,7 +76,9 @@ def baseline_target(
             f"to measure the checks on (status {deployment.status.value}, active revision {revision_id}); "
             f"{PREFLIGHT_OFF_HINT}"
         )
-    went_live = live_since(task.hook, deployment, revision_id, log=task.log, seen_live_at=window_start)
+    went_live = deployment.updated_at
+    if exact:
+        went_live = live_since(task.hook, deployment, revision_id, log=task.log, seen_live_at=window_start)
     return AnalysisTarget(
         deployment_id=deployment.id,
         name=deployment.name,
@@ -84,7 +119,10 @@ def preflight_on_worker(
         return {}
     now = time.time()
     window_start = datetime.fromtimestamp(now - analysis.baseline_window_seconds, tz=timezone.utc)
-    targets = [baseline_target(task, deployment, window_start, unchanged=unchanged) for deployment in deployments]
+    exact = len(deployments) <= EXACT_LIVE_SINCE_LIMIT
+    targets = [
+        baseline_target(task, deployment, window_start, unchanged=unchanged, exact=exact) for deployment in deployments
+    ]
     task.log.info(
         "Preflight: measuring %d check(s) on the revision %s serves now, over the last %gs (the baseline)",
         len(analysis.checks),
