@@ -110,3 +110,22 @@ def test_a_dry_run_gate_never_fails_the_task(emulator: Any, task_logs: Callable[
     assert verdict["kind"] == "passed"  # a dry run rejects nothing (no failed change)
     assert verdict["message"].startswith("dry run: would have failed the task: ")
     assert "Dry run: the analysis failed 'svc'" in task_logs()
+
+
+def test_the_rollouts_view_labels_a_dry_run_by_what_it_would_have_done() -> None:
+    from airflow_provider.plugins.rollouts.credits import revision_roles
+    from airflow_provider.record import Kind, entry
+    from airflow_provider.tasks.dry_run import dry_run_message
+
+    verdict = {
+        "verdict": "failed",
+        "reason": "check 'errors' failed",
+        "dry_run": True,
+        "would_have": "would have rolled back",
+    }
+    landed = entry(Kind.LANDED, "d", "r2", at=1.0, verdict=verdict, message=dry_run_message(verdict))
+    passed = entry(Kind.PASSED, "d", "r3", at=2.0, verdict={"verdict": "passed", "dry_run": True})
+    roles = revision_roles([landed, passed])
+    assert roles["r2"][:2] == ("landed", "landed (dry run: would have rolled back)")
+    assert roles["r3"][:2] == ("passed", "passed analysis")
+    assert landed["message"] == "dry run: would have rolled back: check 'errors' failed"
