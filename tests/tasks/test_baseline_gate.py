@@ -82,3 +82,31 @@ def test_a_revision_worse_than_its_baseline_is_rolled_back(emulator: Any, path: 
     assert after["active_revision_id"] not in (ti.xcoms["revision_id"], None)
     assert after["source_revision_config"]["image_uri"] == OLD_IMAGE
     assert len(after["revisions"]) == len(before["revisions"]) + 2  # the bad revision and the rollback's
+
+
+def test_a_retry_judges_against_the_baseline_the_first_try_recorded(emulator: Any) -> None:
+    """The first try measures the baseline, patches and dies while the revision builds; the retry reattaches and
+    judges against the baseline the first try recorded with its patch."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from tests.tasks.conftest import FakeStore
+    from tests.tasks.test_patch_analysis_retries import drive
+
+    error_rates(emulator, serving=0.08, new=0.08)
+    store = FakeStore()
+
+    def make() -> Any:
+        return patch_op(emulator, deferrable=True, analysis=analysis_of(ON_BASELINE, count=2), retries=1)
+
+    first = drive(make, context_with_events(FakeTI(1), store), stop_before="execute_complete")
+    assert isinstance(first, TaskDeferred), first
+    recorded = next(value for value in store.data.values() if isinstance(value, dict) and value.get("baseline"))
+    (baseline,) = recorded["baseline"]
+    assert baseline["value"] == pytest.approx(0.08, abs=0.01)
+
+    second = FakeTI(2)
+    outcome = drive(make, context_with_events(second, store))
+
+    assert isinstance(outcome, dict), outcome
+    assert second.xcoms["analysis"]["baseline"] == recorded["baseline"]  # the first try's, not measured again
+    assert svc(emulator)["active_revision_id"] == second.xcoms["revision_id"]
