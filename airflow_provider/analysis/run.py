@@ -66,7 +66,7 @@ __all__ = [
 
 class MeasuringSources:
     """The measurement sources of one analysis, created from its connections, closed at its end; only the
-    kinds its checks need (open with :meth:`open`, close with :meth:`aclose`).
+    kinds its checks need (opened by its ``open`` class method, closed by its ``aclose``).
 
     :param scrubber: masks the secrets the sources learn.
     """

@@ -288,7 +288,7 @@ class TracingSource:
             return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
         reading = against(check, target, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
         errors = stats.get("error_count") if check.metric == "error_rate" else None
-        if check.metric == "error_rate" and not isinstance(errors, int):
+        if check.metric == "error_rate" and not isinstance(errors, int) and math.isfinite(value):
             errors = round(float(value) * run_count)
         return replace(reading, runs=int(run_count), errors=errors if isinstance(errors, int) else None)
 
