@@ -9,7 +9,6 @@ trigger's kwargs.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypedDict
@@ -26,7 +25,19 @@ from pydantic import (
 from typing_extensions import NotRequired
 
 from airflow_provider.analysis.baseline import BaselineCondition, is_baseline_condition, parse_baseline_condition
-from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
+from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields
+from airflow_provider.analysis.metric_conditions import (
+    FEEDBACK_PREFIX,
+    LATENCY_METRICS,
+    LATENCY_UNITS,
+    TRACING_METRICS,
+    AnyCondition,
+    condition_field,
+    condition_or_baseline,
+    feedback_key,
+    is_feedback_key,
+    tracing_condition,
+)
 from airflow_provider.analysis.rate_test import RateTest
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
@@ -55,26 +66,6 @@ __all__ = [
 
 Verdict = Literal["passed", "failed", "inconclusive"]
 VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
-
-TRACING_METRICS: tuple[str, ...] = ("error_rate", "latency_p50", "latency_p99", "run_count")
-FEEDBACK_PREFIX = "feedback."
-"""A tracing metric ``feedback.<key>``: the mean score of feedback key ``<key>`` over the revision's scored runs."""
-_FEEDBACK_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/ -]{0,127}$")
-
-
-def feedback_key(metric: str) -> str | None:
-    """The feedback key of a ``feedback.<key>`` metric, ``None`` for any other metric.
-
-    :param metric: a tracing metric.
-    """
-    return metric[len(FEEDBACK_PREFIX) :] if metric.startswith(FEEDBACK_PREFIX) else None
-
-
-LATENCY_METRICS: tuple[str, ...] = ("latency_p50", "latency_p99")
-"""The tracing metrics measured in seconds: their conditions take a unit (:data:`LATENCY_UNITS`)."""
-LATENCY_UNITS: dict[str, float] = {"ms": 1000.0, "s": 1.0}
-"""The units a latency condition may carry, each with how many of it make one second (a bare number is
-seconds)."""
 
 TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 """The template fields naming one deployment: a query using one is sent once per deployment."""
@@ -152,49 +143,6 @@ class _CheckBase(_SuggestingModel):
         return value
 
 
-def _condition_field(value: object, field: str) -> str:
-    return str(parse_condition(value, field))
-
-
-def _condition_or_baseline(value: object, field: str) -> str:
-    """A fixed condition (``"< 0.05"``) or one on the baseline (``"<= baseline * 1.5"``), parsed and normalised."""
-    if is_baseline_condition(value):
-        return str(parse_baseline_condition(value, field))
-    return _condition_field(value, field)
-
-
-AnyCondition = Condition | BaselineCondition
-"""A parsed condition: a fixed threshold, or one made from the baseline."""
-
-
-def tracing_condition(metric: str, text: object) -> AnyCondition:
-    """The condition of a :class:`TracingProjectCheck` on ``metric``, parsed in the metric's terms: a latency
-    takes a unit (``"< 800ms"``, ``"< 2s"``; a bare number is seconds); an error rate is a fraction 0..1;
-    ``ValueError`` naming what is wrong otherwise.
-
-    :param metric: one of :data:`TRACING_METRICS`, or ``feedback.<key>``.
-    :param text: the condition as written (on the baseline too: ``"<= baseline * 1.5 + 0.01"``).
-    """
-    if is_baseline_condition(text):
-        units = LATENCY_UNITS if metric in LATENCY_METRICS else None
-        return parse_baseline_condition(text, "condition", units=units, default_unit="s" if units else "")
-    if metric in LATENCY_METRICS:
-        return parse_condition(text, "condition", units=LATENCY_UNITS, default_unit="s")
-    if isinstance(text, str) and threshold_unit(text):
-        kind = "a fraction of the runs, 0..1" if metric == "error_rate" else "a number of runs"
-        if feedback_key(metric) is not None:
-            kind = "a mean feedback score"
-        raise ValueError(f"condition: {metric} takes no unit (it is {kind}), got {text!r}")
-    condition = parse_condition(text, "condition")
-    if metric == "error_rate" and not 0 <= condition.threshold <= 1:
-        percent = condition.threshold / 100 if 1 < condition.threshold <= 100 else 0.05
-        raise ValueError(
-            f"condition: error_rate is a fraction of the runs, 0..1 (5 % is 0.05), got {text!r}, a gate that could "
-            f"never fail or never pass; write the threshold as a fraction, e.g. '{condition.operator} {percent:g}'"
-        )
-    return condition
-
-
 class TracingProjectCheck(_CheckBase):
     """Judge a deployment by the run statistics of its tracing project since the revision went live.
 
@@ -241,7 +189,7 @@ class TracingProjectCheck(_CheckBase):
     @classmethod
     def _metric(cls, value: str) -> str:
         key = feedback_key(value)
-        if value in TRACING_METRICS or (key is not None and _FEEDBACK_KEY.match(key)):
+        if value in TRACING_METRICS or (key is not None and is_feedback_key(key)):
             return value
         raise ValueError(
             f"metric must be one of {', '.join(TRACING_METRICS)} or feedback.<key> (the mean score of a feedback "
@@ -253,7 +201,7 @@ class TracingProjectCheck(_CheckBase):
     def _condition(cls, value: object, info: ValidationInfo) -> str:
         metric = info.data.get("metric")
         if metric is None:  # the metric itself was refused: that error says enough
-            return _condition_field(value, "condition")
+            return condition_field(value, "condition")
         return str(tracing_condition(metric, value))
 
     @field_validator("project")
@@ -410,7 +358,7 @@ class MetricQueryCheck(_CheckBase):
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object) -> str:
-        return _condition_or_baseline(value, "condition")
+        return condition_or_baseline(value, "condition")
 
     @field_validator("connection_id", "deployment_label")
     @classmethod
@@ -462,7 +410,7 @@ class CallableCheck(_CheckBase):
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object) -> str | None:
-        return None if value is None else _condition_field(value, "condition")
+        return None if value is None else condition_field(value, "condition")
 
     @property
     def parsed_condition(self) -> Condition | None:

@@ -7,6 +7,7 @@ one is rolled back. The deployment's real state is asserted."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -34,9 +35,12 @@ RATE_TEST = TracingProjectCheck(
 
 
 def error_rates(emulator: Any, *, serving: float, new: float) -> None:
+    """The serving revision fails ``serving`` of its runs, the next one ``new``; then a second of the serving
+    revision's traffic (200 runs: the baseline the preflight measures)."""
     deployment_id = svc(emulator)["id"]
     emulator.admin.set_behaviour(deployment_id, error_rate=serving, requests_per_second=TRAFFIC)
     emulator.admin.set_behaviour(deployment_id, revision_id="next", error_rate=new, requests_per_second=TRAFFIC)
+    time.sleep(1.0)
 
 
 @PATHS
