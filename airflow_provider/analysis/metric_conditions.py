@@ -74,7 +74,7 @@ def tracing_condition(metric: str, text: object) -> AnyCondition:
     takes a unit (``"< 800ms"``, ``"< 2s"``; a bare number is seconds); an error rate is a fraction 0..1;
     ``ValueError`` naming what is wrong otherwise.
 
-    :param metric: one of :data:`TRACING_METRICS`, or ``feedback.<key>``.
+    :param metric: one of ``TRACING_METRICS``, or ``feedback.<key>``.
     :param text: the condition as written (on the baseline too: ``"<= baseline * 1.5 + 0.01"``).
     """
     if is_baseline_condition(text):
