@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -180,6 +181,7 @@ def test_the_preflight_measures_the_baseline_and_the_verdict_reports_it(emulator
     # The revision serving now fails 10 % of its runs; the new one none.
     emulator.admin.set_behaviour(deployment_id, error_rate=0.1, requests_per_second=TRAFFIC)
     emulator.admin.set_behaviour(deployment_id, revision_id="next", error_rate=0.0, requests_per_second=TRAFFIC)
+    time.sleep(1.0)  # 200 runs of the serving revision: its baseline
     before = svc(emulator)
     ti, store = FakeTI(), FakeStore()
     analysis = analysis_of(TracingProjectCheck(metric="error_rate", condition="< 0.5"), count=2)
