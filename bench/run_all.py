@@ -28,6 +28,7 @@ SCRIPTS = (
     "rollouts_view",
     "analysis_cost",
     "fleet_abort",
+    "judge_power",
 )
 
 

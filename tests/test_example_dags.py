@@ -377,5 +377,6 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "onboard_repository",
         "progressive_rollout",
         "roll_back_to_previous",
+        "quality_gated_rollout",
         "smoke_test_on_new_revision",
     }

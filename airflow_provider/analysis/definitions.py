@@ -22,13 +22,29 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from typing_extensions import NotRequired
 
-from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields, threshold_unit
+from airflow_provider.analysis.baseline import BaselineCondition, is_baseline_condition, parse_baseline_condition
+from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields
+from airflow_provider.analysis.metric_conditions import (
+    FEEDBACK_PREFIX,
+    LATENCY_METRICS,
+    LATENCY_UNITS,
+    TRACING_METRICS,
+    AnyCondition,
+    condition_field,
+    condition_or_baseline,
+    feedback_key,
+    is_feedback_key,
+    tracing_condition,
+)
+from airflow_provider.analysis.rate_test import RateTest
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
 from airflow_provider.suggestions import with_suggestions
 
 __all__ = [
+    "FEEDBACK_PREFIX",
     "LATENCY_METRICS",
     "LATENCY_UNITS",
     "TARGET_FIELDS",
@@ -37,6 +53,7 @@ __all__ = [
     "Analysis",
     "AnalysisResult",
     "AnalysisTarget",
+    "AnyCondition",
     "CallableCheck",
     "Check",
     "HttpCheck",
@@ -44,18 +61,11 @@ __all__ = [
     "MetricQueryCheck",
     "TracingProjectCheck",
     "Verdict",
+    "feedback_key",
 ]
 
 Verdict = Literal["passed", "failed", "inconclusive"]
 VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
-
-TracingMetric = Literal["error_rate", "latency_p50", "latency_p99", "run_count"]
-TRACING_METRICS: tuple[str, ...] = ("error_rate", "latency_p50", "latency_p99", "run_count")
-LATENCY_METRICS: tuple[str, ...] = ("latency_p50", "latency_p99")
-"""The tracing metrics measured in seconds: their conditions take a unit (:data:`LATENCY_UNITS`)."""
-LATENCY_UNITS: dict[str, float] = {"ms": 1000.0, "s": 1.0}
-"""The units a latency condition may carry, each with how many of it make one second (a bare number is
-seconds)."""
 
 TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 """The template fields naming one deployment: a query using one is sent once per deployment."""
@@ -133,33 +143,6 @@ class _CheckBase(_SuggestingModel):
         return value
 
 
-def _condition_field(value: object, field: str) -> str:
-    return str(parse_condition(value, field))
-
-
-def tracing_condition(metric: str, text: object) -> Condition:
-    """The condition of a :class:`TracingProjectCheck` on ``metric``, parsed in the metric's terms: a latency
-    takes a unit (``"< 800ms"``, ``"< 2s"``; a bare number is seconds); an error rate is a fraction 0..1;
-    ``ValueError`` naming what is wrong otherwise.
-
-    :param metric: one of :data:`TRACING_METRICS`.
-    :param text: the condition as written.
-    """
-    if metric in LATENCY_METRICS:
-        return parse_condition(text, "condition", units=LATENCY_UNITS, default_unit="s")
-    if isinstance(text, str) and threshold_unit(text):
-        kind = "a fraction of the runs, 0..1" if metric == "error_rate" else "a number of runs"
-        raise ValueError(f"condition: {metric} takes no unit (it is {kind}), got {text!r}")
-    condition = parse_condition(text, "condition")
-    if metric == "error_rate" and not 0 <= condition.threshold <= 1:
-        percent = condition.threshold / 100 if 1 < condition.threshold <= 100 else 0.05
-        raise ValueError(
-            f"condition: error_rate is a fraction of the runs, 0..1 (5 % is 0.05), got {text!r}, a gate that could "
-            f"never fail or never pass; write the threshold as a fraction, e.g. '{condition.operator} {percent:g}'"
-        )
-    return condition
-
-
 class TracingProjectCheck(_CheckBase):
     """Judge a deployment by the run statistics of its tracing project since the revision went live.
 
@@ -167,14 +150,23 @@ class TracingProjectCheck(_CheckBase):
     ``POST /runs/stats`` its statistics since the revision went live (whole traces, ``is_root``).
 
     :param metric: the statistic compared with ``condition``: ``error_rate`` (a fraction of the runs, 0..1),
-        ``latency_p50`` or ``latency_p99`` (seconds), ``run_count``.
-    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``. An
+        ``latency_p50`` or ``latency_p99`` (seconds), ``run_count``, or ``feedback.<key>``: the mean score of
+        feedback key ``<key>`` (from online evaluators or users, e.g. ``feedback.correctness``) over the runs
+        scored since the revision went live (the ``feedback_stats`` of ``POST /runs/stats``); for it,
+        ``min_run_count`` counts the scored runs.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``, or a
+        condition on the baseline, ``"<= baseline * 1.5 + 0.01"`` (the same metric on the revision serving before,
+        measured by the preflight; for a latency the offset takes a unit: ``"<= baseline * 1.2 + 50ms"``). An
         ``error_rate`` threshold must lie in 0..1 (``"< 5"`` is refused: 5 % is ``"< 0.05"``). A latency
         threshold takes a unit, ``ms`` or ``s`` (``"< 800ms"``, ``"< 2s"``); a bare number is seconds
         (``"< 2"`` is kept as ``"< 2s"``), and the measured latency is compared, stored and shown in the
         condition's unit.
     :param min_run_count: fewer runs than this since the revision went live make the measurement
         inconclusive (too little traffic to judge).
+    :param rate_test: judge ``error_rate`` by a statistical test against the baseline instead of ``condition``
+        (a :class:`~airflow_provider.analysis.rate_test.RateTest`: the new rate may be up to ``1 +
+        tolerated_increase`` times the baseline's; it fails only when the test is ``confidence`` sure it is
+        higher; fewer than ``min_run_count`` runs is inconclusive). Needs the preflight (the baseline).
     :param project: the project's name, a template over ``{name}``, ``{deployment_id}``, ``{revision_id}``;
         by default the deployment's name (the service creates a project named like each deployment).
     :param connection_id: the connection holding the tracing service's base URL (host) and API key
@@ -184,20 +176,32 @@ class TracingProjectCheck(_CheckBase):
     """
 
     kind: Literal["tracing_project"] = "tracing_project"
-    metric: TracingMetric = "error_rate"
+    metric: str = "error_rate"
     condition: str = Field(default="< 0.05", validate_default=True)
     min_run_count: int = Field(default=20, ge=0)
     project: str = "{name}"
     connection_id: str | None = None
+    rate_test: RateTest | None = None
 
     PROJECT_FIELDS: ClassVar[tuple[str, ...]] = TARGET_FIELDS
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        key = feedback_key(value)
+        if value in TRACING_METRICS or (key is not None and is_feedback_key(key)):
+            return value
+        raise ValueError(
+            f"metric must be one of {', '.join(TRACING_METRICS)} or feedback.<key> (the mean score of a feedback "
+            f"key, e.g. 'feedback.correctness'), got {value!r}"
+        )
 
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object, info: ValidationInfo) -> str:
         metric = info.data.get("metric")
         if metric is None:  # the metric itself was refused: that error says enough
-            return _condition_field(value, "condition")
+            return condition_field(value, "condition")
         return str(tracing_condition(metric, value))
 
     @field_validator("project")
@@ -215,10 +219,21 @@ class TracingProjectCheck(_CheckBase):
             raise ValueError("connection_id must name an Airflow connection, or be left out (None)")
         return value
 
+    @model_validator(mode="after")
+    def _rate_test_on_rates(self) -> TracingProjectCheck:
+        if self.rate_test is not None and self.metric != "error_rate":
+            raise ValueError(f"rate_test judges a rate: metric must be 'error_rate', got {self.metric!r}")
+        return self
+
     @property
-    def parsed_condition(self) -> Condition:
+    def parsed_condition(self) -> AnyCondition:
         """The condition, parsed in the metric's terms (a latency's in its unit)."""
         return tracing_condition(self.metric, self.condition)
+
+    @property
+    def uses_baseline(self) -> bool:
+        """Whether the check is judged against the baseline (a baseline condition, or a rate test)."""
+        return self.rate_test is not None or isinstance(self.parsed_condition, BaselineCondition)
 
     def _default_label(self) -> str:
         return f"tracing {self.metric}"
@@ -312,7 +327,9 @@ class MetricQueryCheck(_CheckBase):
 
     :param query: PromQL; may use ``{name}``, ``{deployment_id}``, ``{revision_id}`` and ``{since_seconds}``
         (whole seconds since the revision went live, at least 1). PromQL's own braces stay as written.
-    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``.
+    :param condition: an operator (``<``, ``<=``, ``>``, ``>=``) then a number, e.g. ``"< 0.05"``, or a
+        condition on the baseline, ``"<= baseline * 1.5 + 0.01"`` (the query's value on the revision serving
+        before, measured by the preflight).
     :param connection_id: the Airflow connection of the Prometheus-compatible API: host (with scheme),
         port and schema (a path prefix) make the base URL; login/password are basic auth; extra
         ``{"headers": {...}}`` or ``{"bearer_token": "..."}`` (none of them is sent over plain http to
@@ -341,7 +358,7 @@ class MetricQueryCheck(_CheckBase):
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object) -> str:
-        return _condition_field(value, "condition")
+        return condition_or_baseline(value, "condition")
 
     @field_validator("connection_id", "deployment_label")
     @classmethod
@@ -351,9 +368,16 @@ class MetricQueryCheck(_CheckBase):
         return value
 
     @property
-    def parsed_condition(self) -> Condition:
+    def parsed_condition(self) -> AnyCondition:
         """The condition, parsed."""
+        if is_baseline_condition(self.condition):
+            return parse_baseline_condition(self.condition)
         return parse_condition(self.condition)
+
+    @property
+    def uses_baseline(self) -> bool:
+        """Whether the condition refers to the baseline."""
+        return isinstance(self.parsed_condition, BaselineCondition)
 
     @property
     def per_target(self) -> bool:
@@ -386,7 +410,7 @@ class CallableCheck(_CheckBase):
     @field_validator("condition", mode="before")
     @classmethod
     def _condition(cls, value: object) -> str | None:
-        return None if value is None else _condition_field(value, "condition")
+        return None if value is None else condition_field(value, "condition")
 
     @property
     def parsed_condition(self) -> Condition | None:
@@ -424,6 +448,18 @@ class Analysis(_SuggestingModel):
         the first one (Argo's ``failureLimit: 0``), ``2`` tolerates one (Argo's ``failureLimit: 1``).
     :param inconclusive_limit: inconclusive measurements of one check tolerated (>= 0).
     :param initial_delay_seconds: wait before the first interval starts (let traffic arrive).
+    :param preflight: before anything is patched (and before a standalone analysis's rounds), measure every
+        check once against the revision serving now, over ``baseline_window_seconds`` up to that moment: a check
+        that cannot be measured (an unknown tracing project, a source down, a query without data, too few runs)
+        refuses the rollout with nothing sent, naming the source, its connection and the rendered project or
+        query. That measurement is the revision's **baseline** (recorded with the verdict). ``False`` skips it
+        (e.g. a deployment that serves no traffic yet).
+    :param baseline_window_seconds: how far back the preflight (the baseline) looks, up to the moment it runs;
+        never before the serving revision went live.
+    :param dry_run: measure and judge exactly as usual, but never fail the task nor roll back on a verdict that
+        is not "passed": the log, the XCom, the asset event and the record say what the gate would have done
+        (``would_have``: "would have rolled back", or "would have failed the task") with the measurements
+        (Argo Rollouts' ``dryRun``). The preflight still refuses a rollout it cannot measure.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -434,8 +470,11 @@ class Analysis(_SuggestingModel):
     failure_limit: int = Field(default=1, ge=1)
     inconclusive_limit: int = Field(default=1, ge=0)
     initial_delay_seconds: float = Field(default=0.0, ge=0)
+    preflight: bool = True
+    baseline_window_seconds: float = Field(default=3600.0, gt=0)
+    dry_run: bool = False
 
-    @field_validator("interval_seconds", "initial_delay_seconds")
+    @field_validator("interval_seconds", "initial_delay_seconds", "baseline_window_seconds")
     @classmethod
     def _finite(cls, value: float, info: ValidationInfo) -> float:
         if not math.isfinite(value):
@@ -465,6 +504,17 @@ class Analysis(_SuggestingModel):
                 f"failure_limit must be at most count ({count}), got {value}: the analysis could never fail"
             )
         return value
+
+    @model_validator(mode="after")
+    def _baseline_needs_preflight(self) -> Analysis:
+        if not self.preflight:
+            on_baseline = [check.label() for check in self.checks if getattr(check, "uses_baseline", False)]
+            if on_baseline:
+                raise ValueError(
+                    f"preflight: the check(s) {', '.join(repr(label) for label in on_baseline)} are judged against "
+                    "the baseline, which the preflight measures: keep preflight=True, or give them fixed conditions"
+                )
+        return self
 
     @property
     def runs_on_worker(self) -> bool:
@@ -533,6 +583,11 @@ class AnalysisTarget(BaseModel):
     :param revision_id: the revision being judged.
     :param live_since: when the revision went live (statistics are read from then); UTC.
     :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
+    :param baseline: the preflight's measurements of the revision that served before this one (round 0, see
+        :mod:`~airflow_provider.analysis.preflight`): what a baseline condition and a rate test compare with,
+        reported with the verdict; ``None``: no preflight.
+    :param role: ``"judged"`` (a revision under analysis) or ``"baseline"`` (the preflight measuring the revision
+        serving before: a check on the baseline only measures it then).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -542,6 +597,18 @@ class AnalysisTarget(BaseModel):
     revision_id: UuidStr
     live_since: Timestamp
     custom_url: str | None = None
+    baseline: list[dict[str, Any]] | None = None
+    role: Literal["judged", "baseline"] = "judged"
+
+    def baseline_of(self, check: str) -> dict[str, Any] | None:
+        """The preflight's measurement of ``check`` (by label) with a value, ``None`` when there is none.
+
+        :param check: the check's label.
+        """
+        for taken in self.baseline or []:
+            if taken.get("check") == check and isinstance(taken.get("value"), int | float):
+                return taken
+        return None
 
     def template_values(self, now: datetime) -> dict[str, object]:
         """The values of the template fields for this target at ``now``.
@@ -570,16 +637,21 @@ class Measurement(TypedDict):
     condition: str
     verdict: Verdict
     detail: str
+    runs: NotRequired[int]
+    """The runs (for a feedback key: the scored runs) a tracing measurement is over; its errors, for a rate."""
+    errors: NotRequired[int]
 
 
 class AnalysisResult(TypedDict):
-    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras)."""
+    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras); ``baseline``: the
+    preflight's measurements of the revision serving before (when there was a preflight)."""
 
     verdict: Verdict
     failing_check: str | None
     reason: str
     revision_id: str
     measurements: list[Measurement]
+    baseline: NotRequired[list[Measurement]]
 
 
 ANALYSIS_ROUND_ALLOWANCE = 60.0

@@ -52,18 +52,24 @@ from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
 
 __all__ = [
+    "MeasuringSources",
     "RoundVerdicts",
     "analyse",
     "analysis_not_run_reason",
     "analysis_overran_reason",
+    "condition_text",
+    "counted",
     "run_analysis",
     "still_serving",
 ]
 
 
-class _Sources:
+class MeasuringSources:
     """The measurement sources of one analysis, created from its connections, closed at its end; only the
-    kinds its checks need."""
+    kinds its checks need (opened by its ``open`` class method, closed by its ``aclose``).
+
+    :param scrubber: masks the secrets the sources learn.
+    """
 
     def __init__(self, scrubber: Scrubber) -> None:
         self.scrubber = scrubber
@@ -73,7 +79,7 @@ class _Sources:
         self.callables = CallableRunner(scrubber)
 
     @classmethod
-    async def open(cls, analysis: Analysis, hook: DeploymentServiceHook, scrubber: Scrubber) -> _Sources:
+    async def open(cls, analysis: Analysis, hook: DeploymentServiceHook, scrubber: Scrubber) -> MeasuringSources:
         sources = cls(scrubber)
         try:
             # The service's own API key is masked too (a callable's exception text may hold it).
@@ -157,9 +163,28 @@ async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | No
         ) from None
 
 
-def _condition_text(check: Any) -> str:
+def counted(measurement: Measurement, reading: Reading) -> None:
+    """Add the run and error counts of ``reading`` (a tracing measurement's) to ``measurement``: what a rate test
+    of a later measurement compares with.
+
+    :param measurement: the measurement made of ``reading``.
+    :param reading: the reading.
+    """
+    if reading.runs is not None:
+        measurement["runs"] = reading.runs
+    if reading.errors is not None:
+        measurement["errors"] = reading.errors
+
+
+def condition_text(check: Any) -> str:
+    """What passes a measurement of ``check``, as a measurement records it.
+
+    :param check: a check of the analysis.
+    """
     if isinstance(check, HttpCheck):
         return check.describe_condition()
+    if isinstance(check, TracingProjectCheck) and check.rate_test is not None:
+        return check.rate_test.describe()
     condition = getattr(check, "condition", None)
     return condition if condition else "True or None"
 
@@ -270,6 +295,8 @@ async def analyse(
             if target.deployment_id in reported or not (final or judgement.decided):
                 continue
             result = decided[target.deployment_id] = judgement.finish(rounds)
+            if target.baseline is not None:  # what the preflight measured on the revision serving before
+                result["baseline"] = [Measurement(**taken) for taken in target.baseline]  # type: ignore[typeddict-item]
             log.info(
                 "Analysis of %r revision %s: %s (%s)",
                 target.name,
@@ -291,7 +318,7 @@ async def analyse(
             return
     scrubber = Scrubber()
     hook = DeploymentServiceHook(**hook_params)
-    sources = await _Sources.open(analysis, hook, scrubber)
+    sources = await MeasuringSources.open(analysis, hook, scrubber)
     try:
         for round_number in range(rounds + 1, count + 1):
             active = [target for target in targets if not judgements[target.deployment_id].decided]
@@ -316,10 +343,11 @@ async def analyse(
                             name=target.name,
                             at=now.isoformat(),
                             value=reading.value,
-                            condition=_condition_text(check),
+                            condition=condition_text(check),
                             verdict=reading.verdict,
                             detail=scrubber(reading.detail),
                         )
+                        counted(measurement, reading)
                         _log_measurement(log, measurement, count)
                         judgements[target.deployment_id].record(measurement)
             decided = [target for target in targets if judgements[target.deployment_id].decided]

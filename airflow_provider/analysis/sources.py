@@ -25,7 +25,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -38,9 +38,10 @@ from airflow_provider.analysis.definitions import (
     HttpCheck,
     MetricQueryCheck,
     TracingProjectCheck,
-    Verdict,
+    feedback_key,
 )
 from airflow_provider.analysis.endpoints import SourceEndpoint
+from airflow_provider.analysis.reading import Reading, against, feedback_reading, judged, rate_tested
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.models import Deployment
 
@@ -57,33 +58,6 @@ __all__ = [
 
 SOURCE_CONCURRENCY = 20
 """Requests one source has in flight at once (a wave of 100 deployments is measured 20 at a time)."""
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What one measurement found.
-
-    :param verdict: ``passed``, ``failed`` or ``inconclusive``.
-    :param value: the measured number, if any.
-    :param detail: one line for people (scrubbed).
-    """
-
-    verdict: Verdict
-    value: float | None
-    detail: str
-
-
-def _judged(condition: Condition, value: float, describe: Callable[[str], str]) -> Reading:
-    """Judge ``value`` (in the metric's own unit) by ``condition``, in the condition's unit; ``NaN`` and ``±Inf``
-    are no data. ``describe`` turns the value as shown into the detail (``"value 0.270"``)."""
-    if math.isnan(value):
-        return Reading("inconclusive", None, f"{describe('NaN')} (no data to divide)")
-    if math.isinf(value):
-        return Reading(
-            "inconclusive", None, f"{describe('+Inf' if value > 0 else '-Inf')} (no data: not a finite number)"
-        )
-    measured = condition.in_unit(value)
-    return Reading("passed" if condition.holds(measured) else "failed", measured, describe(condition.show(measured)))
 
 
 def unexpected_reading(what: str, err: Exception, scrub: Callable[[str], str]) -> Reading:
@@ -304,10 +278,19 @@ class TracingSource:
                 float(run_count) if check.metric == "run_count" else None,
                 f"{runs} in project {project!r}, fewer than min_run_count {check.min_run_count}",
             )
+        key = feedback_key(check.metric)
+        if key is not None:
+            return feedback_reading(check, target, key, stats.get("feedback_stats"), project, runs)
+        if check.rate_test is not None:
+            return rate_tested(check, target, stats, int(run_count), runs)
         value = stats.get(check.metric)
         if not isinstance(value, int | float) or isinstance(value, bool):
             return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
-        return _judged(check.parsed_condition, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
+        reading = against(check, target, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
+        errors = stats.get("error_count") if check.metric == "error_rate" else None
+        if check.metric == "error_rate" and not isinstance(errors, int) and math.isfinite(value):
+            errors = round(float(value) * run_count)
+        return replace(reading, runs=int(run_count), errors=errors if isinstance(errors, int) else None)
 
 
 class PrometheusSource:
@@ -421,7 +404,7 @@ class PrometheusSource:
             value = float(raw)
         except ValueError:
             return Reading("inconclusive", None, f"the query returned a value that is not a number: {raw!r}")
-        return _judged(check.parsed_condition, value, lambda shown: f"value {shown}")
+        return against(check, target, value, lambda shown: f"value {shown}")
 
 
 _ANY_NUMBER = Condition(">=", -math.inf)
@@ -589,5 +572,5 @@ class CallableRunner:
         if outcome is None or outcome is True:
             return Reading("passed", None, f"returned {outcome}")
         if isinstance(outcome, int | float):
-            return _judged(check.parsed_condition or _ANY_NUMBER, float(outcome), lambda shown: f"returned {shown}")
+            return judged(check.parsed_condition or _ANY_NUMBER, float(outcome), lambda shown: f"returned {shown}")
         return Reading("failed", None, f"returned {type(outcome).__name__}, expected a bool, a number or None")

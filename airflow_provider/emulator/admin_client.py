@@ -297,6 +297,7 @@ class EmulatorAdmin:
         requests_per_second: float = 5.0,
         after_seconds: float | None = None,
         then: Mapping[str, Any] | None = None,
+        feedback: Mapping[str, Mapping[str, float]] | None = None,
     ) -> dict[str, Any]:
         """Set what a revision's app does while live; return ``{"revision_id", "behaviour"}``.
 
@@ -308,7 +309,9 @@ class EmulatorAdmin:
         :param requests_per_second: requests served per second of emulated time.
         :param after_seconds: seconds after going live at which ``then`` takes over.
         :param then: the behaviour from then on (``error_rate``, ``latency_ms``, ``health_status``,
-            ``requests_per_second``).
+            ``requests_per_second``, ``feedback``).
+        :param feedback: the feedback scores its runs get, by key: ``{"correctness": {"score": 0.9, "share":
+            0.5}}`` (mean score; share of runs scored, default 1).
         """
         body = {
             "revision_id": revision_id,
@@ -318,6 +321,7 @@ class EmulatorAdmin:
             "requests_per_second": requests_per_second,
             "after_seconds": after_seconds,
             "then": dict(then) if then is not None else None,
+            "feedback": {key: dict(value) for key, value in (feedback or {}).items()},
         }
         result: dict[str, Any] = self._call("PUT", f"/deployments/{deployment_id}/behaviour", body)
         return result

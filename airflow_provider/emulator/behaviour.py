@@ -16,7 +16,8 @@ Traffic is computed lazily from the emulator clock, like everything else: a revi
 serving spans (from going live until another revision goes live), ``requests_per_second`` requests per
 second, numbered from the start of the span; the first ``k`` requests of a phase hold
 ``floor(k * error_rate)`` errors, so counts only grow and the same window always gives the same numbers.
-Every request of a phase takes exactly that phase's ``latency_ms``.
+Every request of a phase takes exactly that phase's ``latency_ms``; of the first ``k`` requests of a phase,
+``floor(k * share)`` get each feedback key's ``score`` (``feedback``: the tracing service's ``feedback_stats``).
 """
 
 from __future__ import annotations
@@ -111,11 +112,13 @@ class TrafficGroup:
     :param requests: how many.
     :param errors: how many of them failed.
     :param latency_ms: the time each took.
+    :param feedback: ``(key, runs scored, score)`` of each feedback key the phase's runs get.
     """
 
     requests: int
     errors: int
     latency_ms: float
+    feedback: tuple[tuple[str, int, float], ...] = ()
 
 
 def _served(behaviour: Behaviour, seconds: float) -> tuple[int, int]:
@@ -160,8 +163,34 @@ def _plan_traffic(plan: BehaviourPlan, offset_from: float, offset_to: float) -> 
         before, errors_before = _served(behaviour, low)
         after, errors_after = _served(behaviour, high)
         if after > before:
-            groups.append(TrafficGroup(after - before, errors_after - errors_before, behaviour.latency_ms))
+            scored = tuple(
+                (key, _scored(after, given.share) - _scored(before, given.share), given.score)
+                for key, given in sorted(behaviour.feedback.items())
+            )
+            groups.append(TrafficGroup(after - before, errors_after - errors_before, behaviour.latency_ms, scored))
     return groups
+
+
+def _scored(requests: int, share: float) -> int:
+    """How many of the first ``requests`` runs of a phase are scored (counts only grow)."""
+    return math.floor(requests * share + 1e-9)
+
+
+def feedback_stats(groups: list[TrafficGroup]) -> dict[str, dict[str, Any]]:
+    """The tracing service's ``feedback_stats`` of the runs in ``groups``: per key, ``n`` (runs scored), ``avg``
+    (their mean score), ``stdev``, ``errors`` (0) and ``values`` (``{}``); keys without a scored run left out."""
+    totals: dict[str, list[tuple[int, float]]] = {}
+    for group in groups:
+        for key, scored, score in group.feedback:
+            if scored > 0:
+                totals.setdefault(key, []).append((scored, score))
+    stats: dict[str, dict[str, Any]] = {}
+    for key, parts in sorted(totals.items()):
+        n = sum(scored for scored, _ in parts)
+        avg = sum(scored * score for scored, score in parts) / n
+        variance = sum(scored * (score - avg) ** 2 for scored, score in parts) / n
+        stats[key] = {"n": n, "avg": avg, "stdev": math.sqrt(variance), "errors": 0, "values": {}}
+    return stats
 
 
 def percentile_seconds(groups: list[TrafficGroup], quantile: float) -> float | None:
@@ -198,6 +227,6 @@ def run_stats(groups: list[TrafficGroup], last_request_at: datetime | None) -> d
         "prompt_cost": None,
         "completion_cost": None,
         "last_run_start_time": last_request_at.isoformat() if runs and last_request_at is not None else None,
-        "feedback_stats": None,
+        "feedback_stats": feedback_stats(groups),
         "run_facets": [],
     }

@@ -28,6 +28,19 @@ class MatchableRevision(Protocol):
         """The revision's ``image_uri``, ``repo_ref``..."""
 
 
+class FeedbackBehaviour(BaseModel):
+    """The scores one feedback key (an online evaluator's or users', e.g. ``correctness``) gives a revision's runs.
+
+    :param score: the mean score of the scored runs (usually 0..1; every scored run gets it).
+    :param share: the share of runs scored, 0..1 (the first ``k`` runs hold ``floor(k * share)`` scored ones).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score: float = Field(ge=-1e6, le=1e6)
+    share: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
 class Behaviour(BaseModel):
     """What a live revision's app does.
 
@@ -36,6 +49,8 @@ class Behaviour(BaseModel):
         :data:`MAX_HEALTH_SLEEP_SECONDS`).
     :param health_status: HTTP status of the app's health check (2xx: healthy).
     :param requests_per_second: requests served per second of emulated time.
+    :param feedback: the feedback scores its runs get, by key (``{"correctness": {"score": 0.9, "share": 0.5}}``):
+        the tracing service's ``feedback_stats`` (``n``, ``avg``) of a window read them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,6 +59,7 @@ class Behaviour(BaseModel):
     latency_ms: float = Field(default=0.0, ge=0.0)
     health_status: int = Field(default=200, ge=100, le=599)
     requests_per_second: float = Field(default=5.0, ge=0.0)
+    feedback: dict[str, FeedbackBehaviour] = Field(default_factory=dict)
 
 
 class BehaviourPlan(Behaviour):
@@ -70,6 +86,7 @@ class BehaviourPlan(Behaviour):
             latency_ms=self.latency_ms,
             health_status=self.health_status,
             requests_per_second=self.requests_per_second,
+            feedback=self.feedback,
         )
 
     def at(self, seconds_live: float) -> Behaviour:

@@ -123,7 +123,7 @@ def project_stats(
                 span_end = until if span.end is None else min(span.end, until)
                 last_request_at = span_end if last_request_at is None else max(last_request_at, span_end)
     if query.error is True:
-        groups = [TrafficGroup(group.errors, group.errors, group.latency_ms) for group in groups]
+        groups = [TrafficGroup(group.errors, group.errors, group.latency_ms) for group in groups]  # scores unknown
     elif query.error is False:
         groups = [TrafficGroup(group.requests - group.errors, 0, group.latency_ms) for group in groups]
     return run_stats(groups, last_request_at)

@@ -21,6 +21,8 @@ from airflow_provider.tasks.analysis import (
     live_since,
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
+from airflow_provider.tasks.dry_run import dry_run_result
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 from airflow_provider.tasks.record import judging_entry, record_entries, verdict_entry
 
 if TYPE_CHECKING:
@@ -49,11 +51,16 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     ``analysis.interval_seconds`` (in the triggerer when ``deferrable`` and the analysis has no
     :class:`~airflow_provider.analysis.CallableCheck`, else on the worker). Returns and pushes (XCom key
     ``"analysis"``) ``{deployment name: AnalysisResult}``; a failed or inconclusive verdict fails the task
-    (``AirflowFailException``, no retry) naming the deployments and their failing checks. A deployment the
+    (``AirflowFailException``, no retry) naming the deployments and their failing checks, unless the analysis is a
+    dry run (``Analysis(dry_run=True)``: each result then carries ``dry_run`` and, when it did not pass,
+    ``would_have: "would have failed the task"``, logged as a warning; the task succeeds). A deployment the
     analysis returned no result for is inconclusive (never passed unjudged).
 
     :param analysis: the :class:`~airflow_provider.analysis.Analysis`; its ``count`` must be set (this task
-        has no bake window).
+        has no bake window). Its preflight (on by default) first measures every check once over its
+        ``baseline_window_seconds`` up to now: a check that cannot be measured fails the task before any round,
+        naming the source, its connection and the rendered project or query; the measurements are each
+        result's ``baseline``.
     :param deployment_ids: deployment id(s) to analyse. Templated.
     :param deployment_names: deployment name(s) to analyse (exact names), instead of ids. Templated.
     :param live_since: when the revisions went live (tracing statistics count from then; a datetime or an
@@ -95,6 +102,11 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         deployments = self._deployments()
         since = self._live_since()
         targets = [self._target(deployment, since) for deployment in deployments]
+        baselines = preflight_on_worker(self, self.analysis, deployments, unchanged="no round was measured")
+        targets = [
+            target.model_copy(update={"baseline": baselines_json(baselines, target.deployment_id)})
+            for target in targets
+        ]
         names = {deployment.id: deployment.name for deployment in deployments}
         revisions = {target.deployment_id: target.revision_id for target in targets}
         self.log.info(
@@ -152,6 +164,16 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
                     "revision_id": str(revisions.get(deployment_id) or ""),
                     "measurements": [],
                 }
+        if self.analysis.dry_run:  # never fails the task: each result says what the gate would have done
+            judged = {
+                deployment_id: dry_run_result(
+                    result,
+                    rollback=False,
+                    log=self.log,
+                    subject=f"{names.get(deployment_id, deployment_id)!r} (revision {result.get('revision_id')})",
+                )
+                for deployment_id, result in judged.items()
+            }
         by_name = {names.get(deployment_id, deployment_id): result for deployment_id, result in judged.items()}
         record_entries(
             context, self.log, [verdict_entry(deployment_id, result) for deployment_id, result in judged.items()]
@@ -160,13 +182,14 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         failures = []
         for name, result in sorted(by_name.items()):
             reason = analysis_failure_reason(result)
-            if reason is not None:
+            if reason is not None and not self.analysis.dry_run:
                 failures.append(f"{name!r} ({result['failing_check']}): {reason}")
         if failures:
             raise AirflowFailException(
                 f"the analysis did not pass for {len(failures)} of {len(by_name)} deployment(s): " + "; ".join(failures)
             )
-        self.log.info("The analysis passed for %s", ", ".join(repr(name) for name in sorted(by_name)))
+        if not self.analysis.dry_run:
+            self.log.info("The analysis passed for %s", ", ".join(repr(name) for name in sorted(by_name)))
         return by_name
 
     # --------------------------------------------------------------------------------- arguments

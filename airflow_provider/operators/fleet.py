@@ -32,6 +32,7 @@ from airflow_provider.tasks.fleet_rollback import apply_rollbacks
 from airflow_provider.tasks.fleet_watching import in_flight
 from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
 from airflow_provider.tasks.patch_request import SecretValue
+from airflow_provider.tasks.preflight import fleet_analysis_supported
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -234,6 +235,8 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
             bake_seconds=bake_seconds,
             resource_spec_mode=resource_spec_mode,
         )
+        if analysis is not None:
+            fleet_analysis_supported(analysis)
         self.deployment_ids = deployment_ids
         self.deployment_names = deployment_names
         self.filters = filters

@@ -46,6 +46,7 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
 )
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.dry_run import dry_run_message
 from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_judging import LiveRevisionJudging
 from airflow_provider.tasks.patch_request import (
@@ -80,6 +81,7 @@ from airflow_provider.tasks.patch_verdict import (
     rollback_resumed_unknown,
     rolled_back_message,
 )
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
 from airflow_provider.tasks.targets import exactly_one_target
@@ -165,8 +167,13 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         event's extra ``analysis`` (verdict, failing check, reason, the latest measurements). Checked when the
         task is built (``count=None`` without ``bake_seconds`` fails naming ``analysis.count``), and before the
         patch is sent on a fresh start (its connections resolved; an ``HttpCheck`` on ``{custom_url}`` refused for
-        a deployment without one). An analysis that could not be measured at all fails the try while a retry is
-        left; on the last try the revision is inconclusive. Needs ``wait_for_rollout``.
+        a deployment without one; then its preflight, unless ``analysis.preflight`` is off: every check measured
+        once on the revision serving now, a check that cannot be measured refusing the rollout with nothing sent,
+        the measurements kept as the baseline that conditions on the baseline and rate tests compare with). With
+        ``analysis.dry_run`` a verdict that is not "passed" neither rolls back nor fails the task: the revision
+        lands and the XCom, the asset event and the record say what would have happened. An analysis that could
+        not be measured at all fails the try while a retry is left; on the last try the revision is inconclusive.
+        Needs ``wait_for_rollout``.
     :param rollback_on_failure: when ``verify``, the analysis or the bake fails, or the revision has not gone live
         within ``timeout`` (the service would deploy it later), roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
@@ -304,6 +311,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             log=self.log,
         )
         earlier = self._earlier_try(request, current, context, record)
+        baseline = (record or {}).get("baseline")  # measured by the preflight of the try that patched
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
         if earlier is None:
@@ -311,6 +319,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
                 check_analysis_sources(self.hook, self.analysis)
                 check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
+                baseline = baselines_json(preflight_on_worker(self, self.analysis, [current]), current.id)
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
@@ -342,6 +351,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             "previous_resource_spec": previous_spec,
             "resource_spec_changes": spec_changes,
             "not_restorable": not_restorable,
+            "baseline": baseline,
         }
         if record is None:  # patched now, or found on the service: a later try (and the rollback) has a record
             record_patch(store, patched, self.log)
@@ -576,6 +586,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 live.get("active_revision_id"),
                 previous_revision_id=previous,
                 verdict=analysis,
+                message=dry_run_message(analysis),
             )
             emit_revision_event(
                 context,

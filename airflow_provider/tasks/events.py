@@ -112,19 +112,23 @@ ANALYSIS_EXTRA_MEASUREMENTS = 20
 def analysis_extra(result: Mapping[str, Any]) -> dict[str, Any]:
     """What an asset event's extra says of the analysis that judged its revision: ``verdict``,
     ``failing_check``, ``reason``, the latest :data:`ANALYSIS_EXTRA_MEASUREMENTS` measurements and
-    ``measurements_total`` (an extra stays small: Airflow stores it with every event). Shortening a shortened
-    one changes nothing.
+    ``measurements_total`` (an extra stays small: Airflow stores it with every event), and a dry run's ``dry_run``
+    and ``would_have``. Shortening a shortened one changes nothing.
 
     :param result: an ``AnalysisResult`` (JSON; see :mod:`airflow_provider.analysis`).
     """
     measurements = list(result.get("measurements") or [])
-    return {
+    extra = {
         "verdict": result.get("verdict"),
         "failing_check": result.get("failing_check"),
         "reason": result.get("reason"),
         "measurements": measurements[-ANALYSIS_EXTRA_MEASUREMENTS:],
         "measurements_total": result.get("measurements_total", len(measurements)),
     }
+    for key in ("dry_run", "would_have"):  # a dry run's: what the gate would have done
+        if result.get(key) is not None:
+            extra[key] = result[key]
+    return extra
 
 
 __all__ = ["ANALYSIS_EXTRA_MEASUREMENTS", "analysis_extra", "emit_revision_event", "with_revision_outlets"]

@@ -34,6 +34,7 @@ from airflow_provider.tasks.analysis import (
     no_retry_left,
     not_measured_result,
 )
+from airflow_provider.tasks.dry_run import dry_run_result
 from airflow_provider.tasks.events import analysis_extra
 from airflow_provider.tasks.patch_rollback import AutomaticRollback
 from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, recorded_landing, verify_failure
@@ -161,6 +162,8 @@ class LiveRevisionJudging(AutomaticRollback):
         with a retry left, fail to retry (the retry reattaches to the revision and analyses it again); on the
         last try, the revision is inconclusive, a failed revision: roll back (or fail) saying so."""
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
+        if self.analysis is not None and self.analysis.dry_run and no_retry_left(context, self.retries):
+            return self._judge_analysis(context, landing, {deployment_id: not_measured_result(revision_id or "", why)})
         if not no_retry_left(context, self.retries):
             raise AirflowException(
                 f"deployment {deployment_id}: the analysis of revision {revision_id} could not be measured ({why}); "
@@ -186,6 +189,7 @@ class LiveRevisionJudging(AutomaticRollback):
             revision_id=revision_id,
             live_since=live_since(self.hook, deployment, revision_id, log=self.log),
             custom_url=deployment.source_config.custom_url,
+            baseline=landing.get("baseline"),
         )
 
     def _analysis_resumed(
@@ -220,14 +224,21 @@ class LiveRevisionJudging(AutomaticRollback):
                 f"deployment {deployment_id}: the analysis of revision {revision_id} returned no result for it "
                 f"(results for: {', '.join(map(str, results)) or 'none'}); a retry reattaches and analyses again"
             )
-        if analysis_failure_reason(result) is not None:
+        dry_run = self.analysis is not None and self.analysis.dry_run
+        if analysis_failure_reason(result) is not None and not dry_run:
             if result.get("verdict") == "inconclusive":
                 why = "the analysis was inconclusive (counted as failed)"
             else:
                 why = "the analysis failed"
             return self._roll_back(context, landing, f"{why}: {result['reason']}", step="analysis", analysis=result)
+        if dry_run:  # logs what it would have done
+            then = "the revision goes on (bake, land)"
+            result = dry_run_result(
+                result, rollback=self.rollback_on_failure, log=self.log, subject=f"revision {revision_id}", then=then
+            )
+        else:
+            self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
         context["ti"].xcom_push(key=XCOM_ANALYSIS, value=result)
-        self.log.info("The analysis passed revision %s: %s", revision_id, result["reason"] or "every check passed")
         current = self._read(deployment_id)
         left = bake_verdict(current, revision_id) if revision_id else None
         if left is not None:

@@ -79,6 +79,8 @@ def landing_of(record: Mapping[str, Any]) -> dict[str, Any]:
         # the resource_spec fields the patch changed, which its rollback restores ([]: none; None: unknown, all)
         "resource_spec_changes": record.get("resource_spec_changes"),
         "not_restorable": list(record.get("not_restorable") or []),
+        # the analysis's preflight measurements of the revision serving before the patch (None: no preflight)
+        "baseline": record.get("baseline"),
     }
 
 

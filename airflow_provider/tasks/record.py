@@ -157,20 +157,25 @@ def judging_entry(target: AnalysisTarget) -> dict[str, Any]:
 
 def verdict_entry(deployment_id: str, result: Mapping[str, Any]) -> dict[str, Any]:
     """The entry of an analysis gate's verdict on the revision a deployment serves, now: ``passed``, or
-    ``rejected`` (step ``analysis``) with the reason and the measurements.
+    ``rejected`` (step ``analysis``) with the reason and the measurements; a dry run's is ``passed``, its message
+    saying what the gate would have done.
 
     :param deployment_id: the deployment.
     :param result: its ``AnalysisResult`` (``revision_id``: the revision judged).
     """
     passed = result.get("verdict") == "passed"
+    dry_run = result.get("dry_run") is True  # never rejected: the message says what it would have done
+    message = None if passed else result.get("reason")
+    if dry_run and not passed:
+        message = f"dry run: {result.get('would_have')}: {result.get('reason')}"
     return entry(
-        Kind.PASSED if passed else Kind.REJECTED,
+        Kind.PASSED if passed or dry_run else Kind.REJECTED,
         deployment_id,
         result.get("revision_id") or None,
         at=time.time(),
         step="analysis",
         verdict=result,
-        message=None if passed else result.get("reason"),
+        message=message,
     )
 
 

@@ -37,7 +37,7 @@ def _error(excinfo: pytest.ExceptionInfo[ValidationError]) -> tuple[str, str]:
         ({"condition": 0.05}, "condition", "got float 0.05"),
         ({"condition": "== 0.05"}, "condition", "operator (<, <=, >, >=) then a number"),
         ({"condition": "< inf"}, "condition", "not a finite number"),
-        ({"metric": "errors"}, "metric", "'error_rate', 'latency_p50', 'latency_p99' or 'run_count'"),
+        ({"metric": "errors"}, "metric", "error_rate, latency_p50, latency_p99, run_count or feedback.<key>"),
         ({"project": "{nam}"}, "project", "unknown template field(s) {nam}"),
         ({"min_run_count": -1}, "min_run_count", "greater than or equal to 0"),
         ({"connection_id": " "}, "connection_id", "must name an Airflow connection"),

@@ -112,7 +112,8 @@ def test_a_callable_check_keeps_a_deferrable_gate_on_the_worker(emulator: Any) -
     )
     assert triggers == []
     assert result[first["name"]]["verdict"] == "passed"
-    assert seen == [first["active_revision_id"]]
+    assert seen == [first["active_revision_id"]] * 2  # the preflight's measurement, then the round's
+    assert [m["round"] for m in result[first["name"]]["baseline"]] == [0]
 
 
 def test_bad_arguments_fail_at_parse_time_naming_the_field() -> None:

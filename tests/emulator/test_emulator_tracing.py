@@ -120,3 +120,33 @@ def test_tracing_requests_are_counted_logged_and_can_be_faulted(server: Emulator
         503,
         200,
     ]
+
+
+def test_feedback_scores_per_revision_are_the_feedback_stats(server: EmulatorServer, tracing: httpx.Client) -> None:
+    deployment_id = server.state.find_deployment(NAME)["id"]
+    session = project(tracing)["id"]
+    start = server.state.now()
+    body = {"session": [session], "start_time": start.isoformat(), "is_root": True}
+    server.state.advance(2)
+    assert tracing.post("/runs/stats", json=body).json()["feedback_stats"] == {}  # runs, none scored
+    # From now on: every run scored 0.9 for correctness, one run in five rated by users at 0.5.
+    server.admin.set_behaviour(
+        deployment_id,
+        feedback={"correctness": {"score": 0.9}, "user_rating": {"score": 0.5, "share": 0.2}},
+    )
+    assert server.admin.behaviour(deployment_id)["feedback"]["user_rating"] == {"score": 0.5, "share": 0.2}
+    server.state.advance(10)  # 50 runs at 5 a second
+    stats = tracing.post("/runs/stats", json=body).json()
+    assert stats["run_count"] == 60
+    assert stats["feedback_stats"]["correctness"] == {"n": 50, "avg": 0.9, "stdev": 0.0, "errors": 0, "values": {}}
+    assert stats["feedback_stats"]["user_rating"]["n"] == 10 and stats["feedback_stats"]["user_rating"]["avg"] == 0.5
+    # A later change: scores drop; the window's mean weighs both.
+    server.admin.set_behaviour(deployment_id, feedback={"correctness": {"score": 0.5}})
+    server.state.advance(10)
+    correctness = tracing.post("/runs/stats", json=body).json()["feedback_stats"]["correctness"]
+    assert correctness["n"] == 100 and correctness["avg"] == pytest.approx(0.7)
+    refused = server.admin._call  # the control API validates the scores
+    with pytest.raises(Exception, match="share"):
+        refused(
+            "PUT", f"/deployments/{deployment_id}/behaviour", {"feedback": {"correctness": {"score": 1, "share": 2}}}
+        )

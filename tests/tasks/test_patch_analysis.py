@@ -242,10 +242,11 @@ def test_a_failing_health_check_without_rollback_fails_naming_it(emulator: Any) 
 def test_an_inconclusive_analysis_rolls_back_saying_inconclusive(emulator: Any, merged: bool) -> None:
     before = svc(emulator)
     set_next_revision_behaviour(emulator, error_rate=0.0)
-    # The tracing service answers 503 to every stats request: no measurement can be taken.
+    # The tracing service answers 503 to every stats request: no measurement can be taken. (With the preflight
+    # on, the rollout would be refused before the patch: tests/tasks/test_preflight.py.)
     emulator.admin.add_fault(kind="status", method="POST", path="/tracing/runs/stats", status_code=503, count=None)
     ti = FakeTI()
-    analysis = analysis_of(TracingProjectCheck(metric="error_rate", condition="< 0.05"), count=3)
+    analysis = analysis_of(TracingProjectCheck(metric="error_rate", condition="< 0.05"), count=3, preflight=False)
 
     outcome, _ = run(
         lambda: patch_op(emulator, deferrable=True, analysis=analysis),
@@ -317,7 +318,10 @@ def test_a_callable_check_runs_on_the_worker_even_when_deferrable(emulator: Any,
     assert isinstance(outcome, AirflowFailException), outcome
     assert "the analysis failed: " in str(outcome) and "error budget" in str(outcome)
     assert not any(isinstance(trigger, DeploymentAnalysisTrigger) for _, trigger in deferrals)
-    assert seen and set(seen) == {ti.xcoms["revision_id"]}
+    # The preflight measured it once on the revision serving before the patch (a failed baseline is only
+    # logged), then every round on the new revision.
+    assert seen[0] == ti.xcoms["previous_active_revision_id"]
+    assert len(seen) > 1 and set(seen[1:]) == {ti.xcoms["revision_id"]}
     assert "CallableCheck" in task_logs()
 
 

@@ -110,7 +110,13 @@ def _roles_of_entry(item: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         status = item.get("status")
         return [(revision, "failed", f"failed ({status})" if status else "failed")]
     outcome = _OUTCOMES.get(str(kind))
-    return [(revision, outcome, ROLES[outcome])] if outcome in ROLES else []
+    if outcome not in ROLES:
+        return []
+    verdict = item.get("verdict")
+    would_have = verdict.get("would_have") if isinstance(verdict, Mapping) else None
+    if would_have:  # a dry run's gate let it through: say what it would have done
+        return [(revision, outcome, f"{ROLES[outcome]} (dry run: {would_have})")]
+    return [(revision, outcome, ROLES[outcome])]
 
 
 def revision_roles(entries: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str, Mapping[str, Any]]]:

@@ -1,0 +1,174 @@
+"""Preflight: every check of an analysis measured once against the revision serving now, before anything is
+patched, so that a rollout never starts into an analysis that cannot run.
+
+A check that cannot be measured there (an unknown tracing project, a source that is down or refuses the key, a
+query that returns no data, fewer runs than ``min_run_count``) would make the new revision inconclusive and roll
+it back a few seconds after it went live: a needless production change. :func:`preflight` measures each check
+for each deployment over the analysis's ``baseline_window_seconds`` up to now (never before the serving revision
+went live), with the same sources as the rounds (:class:`~airflow_provider.analysis.run.MeasuringSources`), and
+raises :class:`PreflightRefused` naming, for each check it could not measure, the source (its URL, without
+userinfo or secrets), the Airflow connection id and the rendered project or query. What it measured is the
+**baseline**: the same metric on the serving revision, recorded with the verdict (round ``0``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider.analysis.conditions import render_template
+from airflow_provider.analysis.definitions import (
+    Analysis,
+    AnalysisTarget,
+    CallableCheck,
+    HttpCheck,
+    Measurement,
+    MetricQueryCheck,
+    TracingProjectCheck,
+)
+from airflow_provider.analysis.run import MeasuringSources, condition_text, counted
+from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment
+
+__all__ = ["BASELINE_ROUND", "PreflightRefused", "describe_source", "preflight"]
+
+BASELINE_ROUND = 0
+"""The round number of a preflight (baseline) measurement: before the analysis's first round."""
+
+
+class PreflightRefused(ValueError):
+    """A check could not be measured against the revision serving now: the rollout is refused, nothing sent.
+
+    :param problems: one line per check and deployment that could not be measured (no secret in any).
+    :param baselines: what was measured, by deployment id (the checks that could be measured included).
+    """
+
+    def __init__(self, problems: Sequence[str], baselines: Mapping[str, list[Measurement]]) -> None:
+        self.problems = list(problems)
+        self.baselines = dict(baselines)
+        super().__init__(
+            f"{len(self.problems)} check measurement(s) could not be taken on the revision serving now: "
+            + "; ".join(self.problems)
+        )
+
+
+def describe_source(check: Any, target: AnalysisTarget, sources: MeasuringSources, now: datetime) -> str:
+    """Where ``check`` measures ``target``, for people: the source's URL (no userinfo), its connection id and
+    the rendered project or query (``tracing service https://t.example/api (connection 'svc'), project
+    'shop'``). Not scrubbed: pass it through the analysis's scrubber.
+
+    :param check: a check of the analysis.
+    :param target: the deployment measured.
+    :param sources: the opened sources (their endpoints).
+    :param now: the time of the measurement (the templates' values).
+    """
+    values = target.template_values(now)
+    if isinstance(check, TracingProjectCheck):
+        tracing = sources.tracing.get(check.connection_id)
+        where = f"{tracing.endpoint.base_url} (connection {tracing.endpoint.connection_id!r})" if tracing else ""
+        return f"tracing service {where}, project {render_template(check.project, values)!r}"
+    if isinstance(check, MetricQueryCheck):
+        prometheus = sources.prometheus.get(check.connection_id)
+        where = prometheus.endpoint.base_url if prometheus else ""
+        return (
+            f"Prometheus {where} (connection {check.connection_id!r}), query "
+            f"{' '.join(render_template(check.query, values).split())!r}"
+        )
+    if isinstance(check, HttpCheck):
+        return f"GET {render_template(check.url, values)}"
+    if isinstance(check, CallableCheck):
+        return f"the callable {check.label()!r} (on the worker)"
+    return check.label()  # pragma: no cover - the union is closed
+
+
+async def preflight(
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    deployments: Mapping[str, Deployment],
+    *,
+    hook_params: dict[str, Any],
+    log: logging.Logger | logging.LoggerAdapter[Any] | Any,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, list[Measurement]]:
+    """Measure every check once for every target (the revision each deployment serves now, its window from
+    its ``live_since``: the start of the baseline window), and return the measurements by deployment id.
+
+    :param analysis: the analysis.
+    :param targets: the serving revisions, each ``live_since`` the start of its baseline window.
+    :param deployments: each target's deployment as read (a :class:`CallableCheck` is given it).
+    :param hook_params: :attr:`DeploymentServiceHook.hook_params`.
+    :param log: where each measurement is logged.
+    :param clock: wall-clock seconds since the epoch (tests pass a fake one).
+    :raises PreflightRefused: some check could not be measured for some target (naming each).
+    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+        incomplete.
+    """
+    scrubber = Scrubber()
+    hook = DeploymentServiceHook(**hook_params)
+    labels = [check.label() for check in analysis.checks]
+    baselines: dict[str, list[Measurement]] = {target.deployment_id: [] for target in targets}
+    problems: list[str] = []
+    try:
+        sources = await MeasuringSources.open(analysis, hook, scrubber)
+        try:
+            now = datetime.fromtimestamp(clock(), tz=timezone.utc)
+            for check, label in zip(analysis.checks, labels, strict=True):
+                readings = await sources.measure(check, targets, now, dict(deployments))
+                for target in targets:
+                    reading = readings[target.deployment_id]
+                    measurement = Measurement(
+                        round=BASELINE_ROUND,
+                        check=label,
+                        deployment_id=target.deployment_id,
+                        name=target.name,
+                        at=now.isoformat(),
+                        value=reading.value,
+                        condition=condition_text(check),
+                        verdict=reading.verdict,
+                        detail=scrubber(reading.detail),
+                    )
+                    counted(measurement, reading)
+                    baselines[target.deployment_id].append(measurement)
+                    _log_baseline(log, target, measurement)
+                    if reading.verdict == "inconclusive":
+                        source = scrubber(describe_source(check, target, sources, now))
+                        problems.append(
+                            f"check {label!r} on {target.name!r} (serving revision {target.revision_id}): "
+                            f"{measurement['detail']} [{source}]"
+                        )
+        finally:
+            await sources.aclose()
+    finally:
+        await hook.aclose()
+    if problems:
+        raise PreflightRefused(problems, baselines)
+    return baselines
+
+
+def _log_baseline(log: Any, target: AnalysisTarget, measurement: Measurement) -> None:
+    value = measurement["value"]
+    shown = "n/a" if value is None else f"{value:.3f}"
+    if measurement["verdict"] == "failed":
+        log.warning(
+            "Preflight: %s on %r (serving revision %s) = %s already fails %s (%s): the baseline is bad",
+            measurement["check"],
+            target.name,
+            target.revision_id,
+            shown,
+            measurement["condition"],
+            measurement["detail"],
+        )
+        return
+    log.info(
+        "Preflight: %s on %r (serving revision %s) = %s -> %s (%s)",
+        measurement["check"],
+        target.name,
+        target.revision_id,
+        shown,
+        measurement["verdict"],
+        measurement["detail"],
+    )
