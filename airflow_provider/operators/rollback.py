@@ -36,7 +36,7 @@ from airflow_provider.tasks.rollback import (
     reattach_recorded_rollback,
     start_rollback,
 )
-from airflow_provider.tasks.rollback_revisions import PREVIOUS, previous_served_revision
+from airflow_provider.tasks.rollback_previous import PREVIOUS, previous_served_revision
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
@@ -356,7 +356,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _previous(self, context: Context, store: Any, current: Deployment) -> str:
         """``revision_id="previous"`` resolved: on a retry, what the earlier try recorded (never resolved again:
         after its rollback, "previous" would be an older revision still); else the revision that served before
-        the current one (:func:`~airflow_provider.tasks.rollback_revisions.previous_served_revision`)."""
+        the current one (:func:`~airflow_provider.tasks.rollback_previous.previous_served_revision`)."""
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
