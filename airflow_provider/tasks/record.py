@@ -12,6 +12,7 @@ overwritten).
 
 Each task calls one function, one line per fact: :func:`record_entry` (a revision), :func:`record_landing_entry`
 (the patch task's revision, from its landing) and :func:`record_rollback_entry` (a rollback, from its record).
+Each write is also told to the deployment's watchers (:mod:`airflow_provider.tasks.judging`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.record import RECORD_KEY, Kind, entry, failure_status, with_entries
+from airflow_provider.tasks.judging import publish_judging
 
 if TYPE_CHECKING:
     import logging
@@ -64,6 +66,7 @@ def record_entries(context: Mapping[str, Any], log: logging.Logger | Any, entrie
         store.set(RECORD_KEY, updated)
     except Exception as err:  # the record is for people and the view; the task goes on
         log.warning("Could not record %s in task_state_store (%s)", _kinds(entries), err)
+    publish_judging(context, log, stamped)  # what the deployment's watchers read (never fails the task)
 
 
 def record_entry(

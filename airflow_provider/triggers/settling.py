@@ -1,0 +1,361 @@
+"""When a deployment watcher may announce a revision: once it has stayed live for the settle time and no
+rollout of this provider is still judging it (:class:`JudgingReader`, :func:`announcement`), and what to say
+when an announced revision stops serving (:func:`stop_kind`).
+
+A revision that a rollout's analysis rejects serves for seconds or minutes before the rollout rolls it back.
+A watcher that announced it as soon as it served would start downstream DAGs (smoke tests, promotions) on a
+revision Airflow is about to reject. So :class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger`
+holds a new active revision as a *candidate* and announces it (``revision_live``) only when
+
+- it has served, ``READY``, for ``settle_time`` seconds (looked at every ``poll_interval``), and
+- the deployment's judging marker (:mod:`airflow_provider.judging`, written by the tasks of this provider to
+  the asset state store of the deployment's id asset) says no rollout is judging it any more: a verdict of
+  ``landed``/``passed`` (or a rollback's revision that serves again, ``rolled_back``) announces it, a
+  rejection never does (it is being rolled back, or a person has to look).
+
+An announced revision that stops serving fires ``revision_rolled_back`` when what serves now is older (it
+served before, a rollback of this provider made it, or the service says it was created earlier), else
+``revision_replaced``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider.assets import deployment_asset_uri, event_payload
+from airflow_provider.judging import JUDGING_KEY, REJECTED_STATES, judging_of
+from airflow_provider.models import Deployment
+
+if TYPE_CHECKING:
+    from airflow_provider.triggers.poller import _BatchPoller
+
+__all__ = [
+    "DEFAULT_SETTLE_TIME",
+    "PROBE_KEY",
+    "SERVED_KEPT",
+    "Announcement",
+    "JudgingReader",
+    "Seen",
+    "announcement",
+    "default_store",
+    "settle",
+    "stop_kind",
+]
+
+DEFAULT_SETTLE_TIME = 300.0
+"""Seconds a new active revision must serve before a watcher announces it (``settle_time``): longer than
+most analyses and bakes, so a rollout's rollback comes first even when its task publishes no marker."""
+PROBE_KEY = "deployment_service_watched"
+"""Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
+succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
+does not (judging is unknown)."""
+
+
+def default_store(uri: str) -> Any | None:
+    """The asset state store of the asset named ``uri`` as a trigger reaches it (through the triggerer's
+    supervisor), or ``None`` outside a triggerer.
+
+    :param uri: the asset's name.
+    """
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.context import AssetStateStoreAccessor
+    except ImportError:  # pragma: no cover - Airflow < 3.3
+        return None
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
+    return AssetStateStoreAccessor(name=uri)
+
+
+SERVED_KEPT = 5
+"""Revisions announced before the current one that a watcher remembers per deployment (to tell a rollback)."""
+
+
+@dataclass
+class Seen:
+    """What a watcher last reported of one deployment (one cursor entry)."""
+
+    active: str | None
+    status: str | None
+    latest: str | None
+    updated_at: str | None
+    failed: str | None
+    name: str | None = None
+    pending: str | None = None
+    """The candidate: a new active revision not announced yet (settling, or being judged)."""
+    pending_since: str | None = None
+    """When the candidate was first seen serving (Unix seconds, as text)."""
+    left: str | None = None
+    """The announced revision (``active``) once reported as no longer serving."""
+    served: str | None = None
+    """The revisions announced before ``active``, newest last (comma-separated, at most :data:`SERVED_KEPT`)."""
+
+    def to_json(self) -> list[str | None]:
+        return [
+            self.active,
+            self.status,
+            self.latest,
+            self.updated_at,
+            self.failed,
+            self.name,
+            self.pending,
+            self.pending_since,
+            self.left,
+            self.served,
+        ]
+
+    @classmethod
+    def from_json(cls, value: Any) -> Seen | None:
+        if not isinstance(value, list) or len(value) not in (6, 10):  # 6: a cursor saved before settling
+            return None
+        if not all(v is None or isinstance(v, str) for v in value):
+            return None
+        return cls(*value)
+
+    def served_list(self) -> list[str]:
+        return [item for item in (self.served or "").split(",") if item]
+
+    @classmethod
+    def of(cls, deployment: Deployment) -> Seen:
+        return cls(
+            deployment.active_revision_id,
+            deployment.status.value,
+            deployment.latest_revision_id,
+            deployment.updated_at.isoformat(),
+            None,
+            deployment.name,
+        )
+
+
+class JudgingReader:
+    """Reads deployments' judging markers for one watcher (one read per question; at most one probe write
+    per deployment while the watcher lives).
+
+    :param store_of: the asset state store of an asset name (tests give their own).
+    :param log: the watcher's logger.
+    """
+
+    def __init__(self, store_of: Callable[[str], Any | None], log: Any) -> None:
+        self.store_of = store_of
+        self.log = log
+        self.exists: dict[str, bool] = {}
+        """Per deployment: whether its id asset was found (probed) in Airflow."""
+
+    async def marker(self, deployment_id: str) -> Any | None:
+        """The deployment's marker, ``{}`` when there is none (no rollout of this provider marked it), ``None``
+        when it cannot be known (no asset for the deployment's id, no store, a failing store)."""
+        uri = deployment_asset_uri(deployment_id)
+        store = self.store_of(uri)
+        if store is None:
+            return None
+        try:
+            value = await store.aget(JUDGING_KEY)
+        except Exception as err:  # the API server briefly unreachable: unknown this time
+            self.log.warning("Could not read the judging marker of deployment %s: %s", deployment_id, err)
+            return None
+        if value is not None:
+            self.exists[deployment_id] = True
+            return value
+        if deployment_id not in self.exists:
+            try:
+                await store.aset(PROBE_KEY, {"at": round(time.time(), 3)})
+            except Exception as err:  # no such asset in Airflow
+                self.exists[deployment_id] = False
+                self.log.info(
+                    "No Airflow asset %s: the watcher cannot see rollouts judging this deployment (%s)", uri, err
+                )
+            else:
+                self.exists[deployment_id] = True
+        return {} if self.exists[deployment_id] else None
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """What to do with a candidate revision now.
+
+    :param announce: fire ``revision_live`` now.
+    :param withheld: a rollout of this provider rejected it: never announce it (log once).
+    :param fields: what the event says of its judging (``judging``, ``verdict``, ``judged_by``,
+        ``judging_stale``, ``live_since``, ``settle_time``).
+    """
+
+    announce: bool
+    withheld: bool
+    fields: dict[str, Any]
+
+
+async def announcement(
+    reader: JudgingReader,
+    deployment_id: str,
+    revision_id: str,
+    *,
+    live_since: float,
+    settle_time: float,
+    wait_for_verdict: bool,
+    now: float,
+) -> Announcement | None:
+    """Whether the candidate ``revision_id`` (serving, ``READY``, since ``live_since``) is announced now;
+    ``None`` while it has not served ``settle_time`` seconds yet (nothing read).
+
+    :param reader: the watcher's marker reader.
+    :param deployment_id: the deployment.
+    :param revision_id: the candidate.
+    :param live_since: when the watcher first saw it serve (Unix seconds).
+    :param settle_time: seconds it must serve first.
+    :param wait_for_verdict: hold it while a rollout of this provider judges it.
+    :param now: the time (Unix seconds).
+    """
+    if now - live_since < settle_time:
+        return None
+    judged = judging_of(await reader.marker(deployment_id), revision_id, now)
+    fields = {
+        "judging": judged["judging"],
+        "verdict": judged["verdict"],
+        "judged_by": judged["judged_by"],
+        "judging_stale": judged["stale"],
+        "live_since": round(live_since, 3),
+        "settle_time": settle_time,
+    }
+    if judged["verdict"] in REJECTED_STATES:
+        return Announcement(False, True, fields)
+    return Announcement(not (wait_for_verdict and judged["judging"]), False, fields)
+
+
+async def stop_kind(
+    reader: JudgingReader,
+    deployment_id: str,
+    stopped: str,
+    serving: str,
+    *,
+    served_before: list[str],
+    created_at: Callable[[str], Any],
+) -> str:
+    """``revision_rolled_back`` when ``serving`` (active now instead of the announced ``stopped``) is older:
+    it served before, a rollback of this provider made it, or the service says it was created before
+    ``stopped``; else ``revision_replaced``.
+
+    :param reader: the watcher's marker reader.
+    :param deployment_id: the deployment.
+    :param stopped: the announced revision that no longer serves.
+    :param serving: the revision serving now.
+    :param served_before: revisions the watcher announced before ``stopped`` (newest last).
+    :param created_at: an async function giving a revision's creation time (``None``: not known).
+    """
+    if serving in served_before:
+        return "revision_rolled_back"
+    marker = await reader.marker(deployment_id)
+    revisions = marker.get("revisions") if isinstance(marker, dict) else None
+    if isinstance(revisions, dict):
+        mark = revisions.get(serving) or {}
+        undone = revisions.get(stopped) or {}
+        if mark.get("rolled_back_from") == stopped or undone.get("state") in REJECTED_STATES:
+            return "revision_rolled_back"
+    born_stopped, born_serving = await created_at(stopped), await created_at(serving)
+    if born_stopped is not None and born_serving is not None and born_serving < born_stopped:
+        return "revision_rolled_back"
+    return "revision_replaced"
+
+
+async def settle(
+    trigger: Any,
+    events: set[str],
+    reader: JudgingReader,
+    withheld: set[tuple[str, str]],
+    deployment: Deployment,
+    before: Seen,
+    after: Seen,
+    poller: _BatchPoller,
+) -> list[dict[str, Any]]:
+    """One look at a ``READY`` deployment with an active revision: the announced revision stopped serving
+    (``revision_rolled_back``/``revision_replaced``, at once); the one serving now announced once settled and
+    judged (``revision_live``). Updates ``after`` (what the watcher remembers of the deployment).
+
+    :param trigger: the watcher (``settle_time``, ``wait_for_verdict``, ``log``).
+    :param events: the kinds it fires.
+    :param reader: its marker reader.
+    :param withheld: candidates a rollout rejected (said once; updated).
+    :param deployment: the deployment as seen now.
+    :param before: what the watcher remembered of it.
+    :param after: what it remembers now (updated).
+    :param poller: the shared poller (the revision endpoint, to tell an older revision).
+    """
+    deployment_id = deployment.id
+    log, serving = trigger.log, deployment.active_revision_id
+    assert serving is not None
+    payloads: list[dict[str, Any]] = []
+    if before.active is not None and serving != before.active and before.left != before.active:
+        after.left = before.active
+
+        async def created_at(revision_id: str) -> Any:
+            revision = await poller.revision(deployment_id, revision_id) if poller.revision_endpoint else None
+            return revision.created_at if revision is not None else None
+
+        kind = await stop_kind(
+            reader,
+            deployment_id,
+            before.active,
+            serving,
+            served_before=before.served_list(),
+            created_at=created_at,
+        )
+        log.info(
+            "%s: announced revision %s no longer serves (%s now): %s", deployment.name, before.active, serving, kind
+        )
+        if kind in events:
+            payloads.append(
+                event_payload(
+                    kind,
+                    deployment,
+                    deployment_id=deployment_id,
+                    origin="watcher",
+                    previous_revision_id=before.active,
+                    previous_status=before.status,
+                )
+            )
+    if serving == before.active and after.left != serving:
+        after.pending = after.pending_since = None  # a candidate that stopped serving first is forgotten
+        return payloads
+    now = time.time()
+    if after.pending != serving or after.pending_since is None:
+        after.pending, after.pending_since = serving, f"{now:.3f}"
+    if (deployment_id, serving) in withheld:
+        return payloads
+    decided = await announcement(
+        reader,
+        deployment_id,
+        serving,
+        live_since=float(after.pending_since),
+        settle_time=trigger.settle_time,
+        wait_for_verdict=trigger.wait_for_verdict,
+        now=now,
+    )
+    if decided is None or not decided.announce:
+        if decided is not None and decided.withheld:
+            withheld.add((deployment_id, serving))
+            log.warning(
+                "%s: revision %s serves but a rollout of this provider judged it %s (%s): not announced",
+                deployment.name,
+                serving,
+                decided.fields["verdict"],
+                decided.fields["judged_by"],
+            )
+        return payloads
+    earlier = [*before.served_list(), *([before.active] if before.active else [])]
+    after.served = ",".join([item for item in earlier if item != serving][-SERVED_KEPT:]) or None
+    after.active, after.pending, after.pending_since, after.left = serving, None, None, None
+    if "revision_live" in events:
+        payloads.append(
+            event_payload(
+                "revision_live",
+                deployment,
+                deployment_id=deployment_id,
+                origin="watcher",
+                previous_revision_id=before.active,
+                previous_status=before.status,
+                extra=decided.fields,
+            )
+        )
+    return payloads
