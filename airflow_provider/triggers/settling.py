@@ -20,6 +20,8 @@ served before, a rollback of this provider made it, or the service says it was c
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ __all__ = [
     "JudgingReader",
     "Seen",
     "announcement",
+    "build_of",
     "default_store",
     "settle",
     "stop_kind",
@@ -52,6 +55,21 @@ PROBE_KEY = "deployment_service_watched"
 """Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
 succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
 does not (judging is unknown)."""
+
+
+def build_of(config: Any) -> str:
+    """A short fingerprint of a revision's build settings (``source_revision_config``: image, commit, ref...):
+    the same for a redeploy of a build as for the build itself (the service copies them); ``""`` when not known.
+
+    :param config: the revision's ``source_revision_config`` (a model or its JSON), or ``None``.
+    """
+    if config is None:
+        return ""
+    data = config.model_dump(mode="json", exclude_none=True) if hasattr(config, "model_dump") else config
+    data = {key: value for key, value in dict(data).items() if value is not None}
+    if not data:
+        return ""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def default_store(uri: str) -> Any | None:
@@ -70,7 +88,7 @@ def default_store(uri: str) -> Any | None:
     return AssetStateStoreAccessor(name=uri)
 
 
-SERVED_KEPT = 5
+SERVED_KEPT = 6
 """Revisions announced before the current one that a watcher remembers per deployment (to tell a rollback)."""
 
 
@@ -91,7 +109,8 @@ class Seen:
     left: str | None = None
     """The announced revision (``active``) once reported as no longer serving."""
     served: str | None = None
-    """The revisions announced before ``active``, newest last (comma-separated, at most :data:`SERVED_KEPT`)."""
+    """The revisions announced, ``active`` included, newest last, each with its build
+    (``<revision>:<build>``, comma-separated, at most :data:`SERVED_KEPT`; see :func:`build_of`)."""
 
     def to_json(self) -> list[str | None]:
         return [
@@ -115,8 +134,9 @@ class Seen:
             return None
         return cls(*value)
 
-    def served_list(self) -> list[str]:
-        return [item for item in (self.served or "").split(",") if item]
+    def served_list(self) -> list[tuple[str, str]]:
+        """``(revision, build)`` of each revision announced, newest last (build ``""``: not known)."""
+        return [(item.partition(":")[0], item.partition(":")[2]) for item in (self.served or "").split(",") if item]
 
     @classmethod
     def of(cls, deployment: Deployment) -> Seen:
@@ -127,6 +147,9 @@ class Seen:
             deployment.updated_at.isoformat(),
             None,
             deployment.name,
+            served=f"{deployment.active_revision_id}:{_build_now(deployment)}"
+            if deployment.active_revision_id
+            else None,
         )
 
 
@@ -230,21 +253,28 @@ async def stop_kind(
     stopped: str,
     serving: str,
     *,
-    served_before: list[str],
+    serving_build: str,
+    served: list[tuple[str, str]],
     created_at: Callable[[str], Any],
 ) -> str:
-    """``revision_rolled_back`` when ``serving`` (active now instead of the announced ``stopped``) is older:
-    it served before, a rollback of this provider made it, or the service says it was created before
-    ``stopped``; else ``revision_replaced``.
+    """``revision_rolled_back`` when ``serving`` (active now instead of the announced ``stopped``) is older: it,
+    or its build (a redeploy makes a new revision of an old build), was announced before ``stopped``; a
+    rollback of this provider made it, or rejected ``stopped``; or the service says it was created before
+    ``stopped``. Else ``revision_replaced``.
 
     :param reader: the watcher's marker reader.
     :param deployment_id: the deployment.
     :param stopped: the announced revision that no longer serves.
     :param serving: the revision serving now.
-    :param served_before: revisions the watcher announced before ``stopped`` (newest last).
+    :param serving_build: its build (:func:`build_of`; ``""``: not known).
+    :param served: ``(revision, build)`` the watcher announced, newest last.
     :param created_at: an async function giving a revision's creation time (``None``: not known).
     """
-    if serving in served_before:
+    stopped_build = next((build for revision, build in served if revision == stopped), "")
+    earlier = [(revision, build) for revision, build in served if revision != stopped]
+    if serving in {revision for revision, _ in earlier}:
+        return "revision_rolled_back"
+    if serving_build and serving_build != stopped_build and serving_build in {build for _, build in earlier}:
         return "revision_rolled_back"
     marker = await reader.marker(deployment_id)
     revisions = marker.get("revisions") if isinstance(marker, dict) else None
@@ -298,7 +328,8 @@ async def settle(
             deployment_id,
             before.active,
             serving,
-            served_before=before.served_list(),
+            serving_build=_build_now(deployment),
+            served=before.served_list(),
             created_at=created_at,
         )
         log.info(
@@ -343,8 +374,8 @@ async def settle(
                 decided.fields["judged_by"],
             )
         return payloads
-    earlier = [*before.served_list(), *([before.active] if before.active else [])]
-    after.served = ",".join([item for item in earlier if item != serving][-SERVED_KEPT:]) or None
+    served = [*[item for item in before.served_list() if item[0] != serving], (serving, _build_now(deployment))]
+    after.served = ",".join(f"{revision}:{build}" for revision, build in served[-SERVED_KEPT:])
     after.active, after.pending, after.pending_since, after.left = serving, None, None, None
     if "revision_live" in events:
         payloads.append(
@@ -359,3 +390,10 @@ async def settle(
             )
         )
     return payloads
+
+
+def _build_now(deployment: Deployment) -> str:
+    """The build of the revision serving, when the deployment's settings are its (active is the latest)."""
+    if deployment.active_revision_id != deployment.latest_revision_id:
+        return ""
+    return build_of(deployment.source_revision_config)
