@@ -358,4 +358,5 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "onboard_repository",
         "progressive_rollout",
         "smoke_test_on_new_revision",
+        "promote_settled_revision",
     }
