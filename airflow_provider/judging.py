@@ -9,7 +9,7 @@ an unfinished judging may last (``until``, wall clock: a task that died does not
 which task instance judges it (``by``). A watcher in the triggerer, which has no access to Airflow's metadata
 database but does reach the asset state store, reads it before it announces a revision (see
 :func:`judging_of`). The writer is :mod:`airflow_provider.tasks.judging`; the reader the watcher's
-:mod:`airflow_provider.triggers.settling`.
+:mod:`airflow_provider.settling`.
 """
 
 from __future__ import annotations

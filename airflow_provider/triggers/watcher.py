@@ -21,14 +21,15 @@ from typing import Any
 import pydantic
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider.assets import EVENT_KINDS, event_payload
+from airflow_provider.assets import EVENT_KINDS, deployment_asset_uri, event_payload
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_REVISION_CHECK_INTERVAL, SETTING_OVERRIDES
 from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.judging import JUDGING_KEY
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.rollout import RevisionCheckSchedule
+from airflow_provider.settling import DEFAULT_SETTLE_TIME, Seen, settle
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate, next_update
-from airflow_provider.triggers.settling import DEFAULT_SETTLE_TIME, JudgingReader, Seen, default_store, settle
 
 __all__ = [
     "CURSOR_COMMIT_DELAY",
@@ -37,7 +38,9 @@ __all__ = [
     "DEFAULT_EVENT_POLL_INTERVAL",
     "FILTER_NAMES",
     "GONE",
+    "PROBE_KEY",
     "DeploymentEventTrigger",
+    "JudgingReader",
 ]
 
 CURSOR_KEY_PREFIX = "deployment_event_cursor"
@@ -71,6 +74,70 @@ def _as_names(value: Any, name: str) -> list[str] | None:
     return list(dict.fromkeys(item.strip() for item in value))
 
 
+PROBE_KEY = "deployment_service_watched"
+"""Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
+succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
+does not (judging is unknown)."""
+
+
+def default_store(uri: str) -> Any | None:
+    """The asset state store of the asset named ``uri`` as a trigger reaches it (through the triggerer's
+    supervisor), or ``None`` outside a triggerer.
+
+    :param uri: the asset's name.
+    """
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.context import AssetStateStoreAccessor
+    except ImportError:  # pragma: no cover - Airflow < 3.3
+        return None
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
+    return AssetStateStoreAccessor(name=uri)
+
+
+class JudgingReader:
+    """Reads deployments' judging markers for one watcher (one read per question; at most one probe write
+    per deployment while the watcher lives).
+
+    :param store_of: the asset state store of an asset name (tests give their own).
+    :param log: the watcher's logger.
+    """
+
+    def __init__(self, store_of: Callable[[str], Any | None], log: Any) -> None:
+        self.store_of = store_of
+        self.log = log
+        self.exists: dict[str, bool] = {}
+        """Per deployment: whether its id asset was found (probed) in Airflow."""
+
+    async def marker(self, deployment_id: str) -> Any | None:
+        """The deployment's marker, ``{}`` when there is none (no rollout of this provider marked it), ``None``
+        when it cannot be known (no asset for the deployment's id, no store, a failing store)."""
+        uri = deployment_asset_uri(deployment_id)
+        store = self.store_of(uri)
+        if store is None:
+            return None
+        try:
+            value = await store.aget(JUDGING_KEY)
+        except Exception as err:  # the API server briefly unreachable: unknown this time
+            self.log.warning("Could not read the judging marker of deployment %s: %s", deployment_id, err)
+            return None
+        if value is not None:
+            self.exists[deployment_id] = True
+            return value
+        if deployment_id not in self.exists:
+            try:
+                await store.aset(PROBE_KEY, {"at": round(time.time(), 3)})
+            except Exception as err:  # no such asset in Airflow
+                self.exists[deployment_id] = False
+                self.log.info(
+                    "No Airflow asset %s: the watcher cannot see rollouts judging this deployment (%s)", uri, err
+                )
+            else:
+                self.exists[deployment_id] = True
+        return {} if self.exists[deployment_id] else None
+
+
 class DeploymentEventTrigger(BaseEventTrigger):
     """Watch deployments and fire an event when a revision goes live or fails, or a status changes.
 
@@ -87,7 +154,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
     tasks write to the asset state store of the deployment's id asset); a revision such a rollout rejected is
     never announced. An announced revision that stops serving fires ``revision_rolled_back`` (an older one
     serves again) or ``revision_replaced`` (a newer one serves; its own ``revision_live`` follows once it
-    settles). See :mod:`airflow_provider.triggers.settling`.
+    settles). See :mod:`airflow_provider.settling`.
 
     Each event's payload (the asset event's ``extra["payload"]``) has ``kind`` (``revision_live``,
     ``revision_failed``, ``status_changed``, ``deleted``, ``revision_rolled_back``, ``revision_replaced``),
@@ -112,7 +179,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
         needs the service's revision endpoint and stays silent without it.
     :param poll_interval: seconds between two looks.
     :param settle_time: seconds a new active revision must serve (``READY``, at every look) before
-        ``revision_live`` fires (default :data:`~airflow_provider.triggers.settling.DEFAULT_SETTLE_TIME`).
+        ``revision_live`` fires (default :data:`~airflow_provider.settling.DEFAULT_SETTLE_TIME`).
         ``0`` announces it at the first look that sees it, as before this existed: only when you ask.
     :param wait_for_verdict: hold ``revision_live`` while a rollout of this provider is still judging the
         revision (until its verdict, or the judging's own deadline); ``False`` announces it after the settle
@@ -558,9 +625,16 @@ class _WatchState:
                     previous_status=before.status,
                 )
             )
+
+        async def created_at(revision_id: str) -> Any:
+            revision = await poller.revision(deployment_id, revision_id) if poller.revision_endpoint else None
+            return revision.created_at if revision is not None else None
+
         if deployment.status is DeploymentStatus.READY and now.active is not None:
             payloads.extend(
-                await settle(self.trigger, self.events, self.reader, self.withheld, deployment, before, after, poller)
+                await settle(
+                    self.trigger, self.events, self.reader, self.withheld, deployment, before, after, created_at
+                )
             )
         elif now.active is None:
             after.active = after.pending = after.pending_since = after.left = None

@@ -17,9 +17,10 @@ import pytest
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.judging import JUDGING_KEY, judging_of, with_marker
 from airflow_provider.models import PatchDeploymentRequest
+from airflow_provider.settling import Seen
 from airflow_provider.tasks import judging as task_judging
 from airflow_provider.triggers.deployment_service import DeploymentEventTrigger, active_pollers
-from airflow_provider.triggers.settling import PROBE_KEY, JudgingReader, Seen
+from airflow_provider.triggers.watcher import PROBE_KEY, JudgingReader
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json, wait_until
 from tests.tasks.test_patch_analysis import (
     SEED,

@@ -1,6 +1,7 @@
 """When a deployment watcher may announce a revision: once it has stayed live for the settle time and no
-rollout of this provider is still judging it (:class:`JudgingReader`, :func:`announcement`), and what to say
-when an announced revision stops serving (:func:`stop_kind`).
+rollout of this provider is still judging it (:func:`announcement`), and what to say when an announced
+revision stops serving (:func:`stop_kind`). Decisions only: the watcher
+(:mod:`airflow_provider.triggers.watcher`) reads the service and the judging markers and hands them in.
 
 A revision that a rollout's analysis rejects serves for seconds or minutes before the rollout rolls it back.
 A watcher that announced it as soon as it served would start downstream DAGs (smoke tests, promotions) on a
@@ -23,27 +24,22 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from airflow_provider.assets import deployment_asset_uri, event_payload
-from airflow_provider.judging import JUDGING_KEY, REJECTED_STATES, judging_of
+from airflow_provider.assets import event_payload
+from airflow_provider.judging import REJECTED_STATES, judging_of
 from airflow_provider.models import Deployment
-
-if TYPE_CHECKING:
-    from airflow_provider.triggers.poller import _BatchPoller
 
 __all__ = [
     "DEFAULT_SETTLE_TIME",
-    "PROBE_KEY",
     "SERVED_KEPT",
     "Announcement",
-    "JudgingReader",
+    "MarkerReader",
     "Seen",
     "announcement",
     "build_of",
-    "default_store",
     "settle",
     "stop_kind",
 ]
@@ -51,10 +47,6 @@ __all__ = [
 DEFAULT_SETTLE_TIME = 300.0
 """Seconds a new active revision must serve before a watcher announces it (``settle_time``): longer than
 most analyses and bakes, so a rollout's rollback comes first even when its task publishes no marker."""
-PROBE_KEY = "deployment_service_watched"
-"""Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
-succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
-does not (judging is unknown)."""
 
 
 def build_of(config: Any) -> str:
@@ -70,22 +62,6 @@ def build_of(config: Any) -> str:
     if not data:
         return ""
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def default_store(uri: str) -> Any | None:
-    """The asset state store of the asset named ``uri`` as a trigger reaches it (through the triggerer's
-    supervisor), or ``None`` outside a triggerer.
-
-    :param uri: the asset's name.
-    """
-    try:
-        from airflow.sdk.execution_time import task_runner
-        from airflow.sdk.execution_time.context import AssetStateStoreAccessor
-    except ImportError:  # pragma: no cover - Airflow < 3.3
-        return None
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
-        return None
-    return AssetStateStoreAccessor(name=uri)
 
 
 SERVED_KEPT = 6
@@ -153,46 +129,11 @@ class Seen:
         )
 
 
-class JudgingReader:
-    """Reads deployments' judging markers for one watcher (one read per question; at most one probe write
-    per deployment while the watcher lives).
+class MarkerReader(Protocol):
+    """Reads a deployment's judging marker: the marker, ``{}`` when there is none, ``None`` when it cannot be
+    known (the watcher's :class:`~airflow_provider.triggers.watcher.JudgingReader`)."""
 
-    :param store_of: the asset state store of an asset name (tests give their own).
-    :param log: the watcher's logger.
-    """
-
-    def __init__(self, store_of: Callable[[str], Any | None], log: Any) -> None:
-        self.store_of = store_of
-        self.log = log
-        self.exists: dict[str, bool] = {}
-        """Per deployment: whether its id asset was found (probed) in Airflow."""
-
-    async def marker(self, deployment_id: str) -> Any | None:
-        """The deployment's marker, ``{}`` when there is none (no rollout of this provider marked it), ``None``
-        when it cannot be known (no asset for the deployment's id, no store, a failing store)."""
-        uri = deployment_asset_uri(deployment_id)
-        store = self.store_of(uri)
-        if store is None:
-            return None
-        try:
-            value = await store.aget(JUDGING_KEY)
-        except Exception as err:  # the API server briefly unreachable: unknown this time
-            self.log.warning("Could not read the judging marker of deployment %s: %s", deployment_id, err)
-            return None
-        if value is not None:
-            self.exists[deployment_id] = True
-            return value
-        if deployment_id not in self.exists:
-            try:
-                await store.aset(PROBE_KEY, {"at": round(time.time(), 3)})
-            except Exception as err:  # no such asset in Airflow
-                self.exists[deployment_id] = False
-                self.log.info(
-                    "No Airflow asset %s: the watcher cannot see rollouts judging this deployment (%s)", uri, err
-                )
-            else:
-                self.exists[deployment_id] = True
-        return {} if self.exists[deployment_id] else None
+    async def marker(self, deployment_id: str) -> Any | None: ...
 
 
 @dataclass(frozen=True)
@@ -211,7 +152,7 @@ class Announcement:
 
 
 async def announcement(
-    reader: JudgingReader,
+    reader: MarkerReader,
     deployment_id: str,
     revision_id: str,
     *,
@@ -248,7 +189,7 @@ async def announcement(
 
 
 async def stop_kind(
-    reader: JudgingReader,
+    reader: MarkerReader,
     deployment_id: str,
     stopped: str,
     serving: str,
@@ -292,12 +233,12 @@ async def stop_kind(
 async def settle(
     trigger: Any,
     events: set[str],
-    reader: JudgingReader,
+    reader: MarkerReader,
     withheld: set[tuple[str, str]],
     deployment: Deployment,
     before: Seen,
     after: Seen,
-    poller: _BatchPoller,
+    created_at: Callable[[str], Awaitable[Any]],
 ) -> list[dict[str, Any]]:
     """One look at a ``READY`` deployment with an active revision: the announced revision stopped serving
     (``revision_rolled_back``/``revision_replaced``, at once); the one serving now announced once settled and
@@ -310,7 +251,8 @@ async def settle(
     :param deployment: the deployment as seen now.
     :param before: what the watcher remembered of it.
     :param after: what it remembers now (updated).
-    :param poller: the shared poller (the revision endpoint, to tell an older revision).
+    :param created_at: a revision's creation time as the service shows it (``None``: not known), to tell an
+        older revision.
     """
     deployment_id = deployment.id
     log, serving = trigger.log, deployment.active_revision_id
@@ -318,10 +260,6 @@ async def settle(
     payloads: list[dict[str, Any]] = []
     if before.active is not None and serving != before.active and before.left != before.active:
         after.left = before.active
-
-        async def created_at(revision_id: str) -> Any:
-            revision = await poller.revision(deployment_id, revision_id) if poller.revision_endpoint else None
-            return revision.created_at if revision is not None else None
 
         kind = await stop_kind(
             reader,
