@@ -16,6 +16,7 @@ watchers say ``judging: null`` (unknown) for its revisions.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,12 +43,13 @@ def asset_store(uri: str) -> Any | None:
 
     :param uri: the asset's name (a deployment asset's name is its URI).
     """
+    # Airflow's task runner, imported already wherever a supervisor runs us (never imported here: no cost).
+    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
     try:
-        from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.context import AssetStateStoreAccessor
     except ImportError:  # pragma: no cover - Airflow < 3.3
-        return None
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
         return None
     return AssetStateStoreAccessor(name=uri)
 

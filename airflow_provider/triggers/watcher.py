@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
@@ -86,12 +87,13 @@ def default_store(uri: str) -> Any | None:
 
     :param uri: the asset's name.
     """
+    # Airflow's task runner, imported already wherever a supervisor runs us (never imported here: no cost).
+    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
     try:
-        from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.context import AssetStateStoreAccessor
     except ImportError:  # pragma: no cover - Airflow < 3.3
-        return None
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
         return None
     return AssetStateStoreAccessor(name=uri)
 
