@@ -1,6 +1,6 @@
 """Promote to production the image a staging deployment serves, once Airflow's own rollout judged it good.
 
-The DAG is scheduled on the staging deployment's asset, watched by a
+The DAG is scheduled on the staging deployment's **name** asset, watched by a
 :class:`~airflow_provider.triggers.watcher.DeploymentEventTrigger` in the triggerer. The watcher announces a
 new revision (``revision_live``) only after it has served for ``settle_time`` seconds and no rollout of this
 provider is still judging it (a ``PatchDeploymentOperator`` with an analysis, verify or bake); a revision such
@@ -14,8 +14,12 @@ out by hand (no verdict), one whose judging is unknown, and a rollback's revisio
 reported and left alone: the run succeeds with its ``promote`` task skipped.
 
 The watcher runs in the triggerer, so this DAG needs a running triggerer; ``dag.test()`` does not run watchers.
-The deployments are named by id (the watcher reads the judging marker from the asset state store of the
-deployment's id asset, which this DAG's schedule creates in Airflow).
+Why the name asset: tasks of this provider emit their own ``revision_live`` on the deployment's **id** asset
+when they land a revision, without any settle time; a DAG scheduled on the id asset would be started by those
+too (and Airflow may fold a task's event and a watcher's arriving together into one run). Tasks never emit on
+a name asset, so every event here is the watcher's. The id asset is still named, as an inlet of
+``settled_revision``: the watcher reads the judging marker from its asset state store, which exists only for
+an asset some DAG names.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from airflow_provider.operators.deployment_service import PatchDeploymentOperato
 from airflow_provider.triggers.deployment_service import DeploymentEventTrigger
 
 # The emulator's billing-worker-dev and billing-worker-prod; the tests and the demo keep these defaults.
+STAGING_NAME = os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_STAGING_NAME", "billing-worker-dev")
 STAGING_ID = os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_STAGING_ID", "14c00c00-ebf8-4e83-b5c4-9ee51897fc1a")
 PRODUCTION_ID = os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_PRODUCTION_ID", "7253b31a-4338-4b3a-bae5-dcc36f9ccf0b")
 POLL_INTERVAL = float(os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_WATCH_INTERVAL", "60"))
@@ -41,12 +46,12 @@ PROMOTED_VERDICTS = ("landed", "passed")
 
 # [START settled_watcher]
 staging = deployment_asset(
-    STAGING_ID,
+    deployment_name=STAGING_NAME,  # only the watcher emits on a name asset
     watchers=[
         AssetWatcher(
             name="staging_settled_revisions",
             trigger=DeploymentEventTrigger(
-                deployment_ids=[STAGING_ID],
+                deployment_names=[STAGING_NAME],
                 events=["revision_live", "revision_rolled_back"],
                 poll_interval=POLL_INTERVAL,
                 settle_time=SETTLE_TIME,  # a revision must serve this long before it is announced
@@ -66,7 +71,7 @@ staging = deployment_asset(
     doc_md=__doc__,
 )
 def promote_settled_revision() -> None:
-    @task.short_circuit
+    @task.short_circuit(inlets=[deployment_asset(STAGING_ID)])  # the id asset: where rollouts mark their judging
     def settled_revision(triggering_asset_events: Any = None) -> dict[str, Any] | None:
         """The newest announced revision an Airflow rollout passed and that still serves, or ``None`` (skip)."""
         events = [

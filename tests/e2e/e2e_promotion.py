@@ -1,6 +1,6 @@
 """The watcher on the real triggerer never lets a downstream DAG promote a revision Airflow rejected (issue 30).
 
-``promote_settled_revision`` is scheduled on the id asset of ``billing-worker-dev``, watched by a
+``promote_settled_revision`` is scheduled on the name asset of ``billing-worker-dev``, watched by a
 ``DeploymentEventTrigger`` (``settle_time`` :data:`~e2e_stack.SETTLE_TIME`), and promotes to
 ``billing-worker-prod`` only a revision an Airflow rollout passed. ``analysed_rollout`` rolls out to
 ``billing-worker-dev``: first an image whose error rate fails the analysis (rolled back), then a healthy one
@@ -49,6 +49,9 @@ class PromotionProbe:
         self.stack, self.api, self.emulator = stack, stack.airflow.api, stack.emulator
         self.staging_id = str(self.emulator.deployment(STAGING)["id"])
         self.uri = f"deployment-service://deployments/{self.staging_id}"
+        """The id asset: where the rollout tasks mark their judging."""
+        self.watched_uri = f"deployment-service://deployment-names/{STAGING}"
+        """The name asset the promotion DAG is scheduled on: only the watcher emits there."""
         self.known_runs = {run["dag_run_id"] for run in self.api.dag_runs(PROMOTE_DAG)}
 
     def runs(self) -> list[dict[str, Any]]:
@@ -62,9 +65,9 @@ class PromotionProbe:
     def task_states(self, run: dict[str, Any]) -> dict[str, str]:
         return {ti["task_id"]: ti["state"] for ti in self.api.task_instances(PROMOTE_DAG, run["dag_run_id"])}
 
-    def store(self) -> dict[str, Any]:
-        """The staging id asset's state store (``{}`` while Airflow has no such asset)."""
-        asset = self.api.asset(self.uri)
+    def store(self, uri: str | None = None) -> dict[str, Any]:
+        """An asset's state store, the staging id asset's by default (``{}`` while Airflow has no such asset)."""
+        asset = self.api.asset(uri or self.uri)
         return self.api.asset_state_store(int(asset["id"])) if asset is not None else {}
 
     def finished_run_for(self, revision_id: str) -> dict[str, Any] | None:
@@ -87,6 +90,7 @@ class PromotionProbe:
                     f"events {json.dumps(self.events_of(run))}"
                 )
             lines.append(f"{self.uri} state store: {json.dumps(self.store())}")
+            lines.append(f"{self.watched_uri} state store: {json.dumps(self.store(self.watched_uri))}")
         except AssertionError as err:
             lines.append(f"(REST API: {err})")
         for name in (STAGING, PRODUCTION):
@@ -131,7 +135,7 @@ class PromotionProbe:
 def promotion_scenario(stack: Stack) -> None:
     """A rejected revision is never promoted; a landed one is, once, saying which run judged it.
 
-    1. Both DAGs are parsed and the watcher runs in the triggerer: its baseline cursor is in the staging id
+    1. Both DAGs are parsed and the watcher runs in the triggerer: its baseline cursor is in the staging name
        asset's state store.
     2. ``analysed_rollout`` rolls out an image whose app fails 60 % of its runs: the analysis fails and the
        task rolls it back (the run fails). The rejected revision serves for longer than the settle time (the
@@ -152,9 +156,10 @@ def promotion_scenario(stack: Stack) -> None:
     staging_before = emulator.deployment(STAGING)
 
     def baseline() -> bool:
-        return any(key.startswith(CURSOR_KEY_PREFIX) for key in probe.store())
+        return any(key.startswith(CURSOR_KEY_PREFIX) for key in probe.store(probe.watched_uri))
 
-    probe.wait(baseline, timeout=DAG_PARSE_TIMEOUT, what=f"the watcher saves its baseline cursor in {probe.uri}")
+    what = f"the watcher saves its baseline cursor in {probe.watched_uri}"
+    probe.wait(baseline, timeout=DAG_PARSE_TIMEOUT, what=what)
     watching = time.monotonic()
 
     # 2. A revision the analysis rejects.

@@ -17,13 +17,15 @@ from tests.tasks.conftest import deployment_named
 STAGING = "billing-worker-dev"
 
 
-def test_the_dag_watches_the_staging_asset_by_id_with_a_settle_time() -> None:
+def test_the_dag_watches_the_staging_name_asset_with_a_settle_time_and_names_the_id_asset() -> None:
     dag = load_dag("promote_settled_revision")
     (asset,) = dag.timetable.asset_condition.objects
-    assert asset.uri == deployment_asset_uri("14c00c00-ebf8-4e83-b5c4-9ee51897fc1a")
+    assert asset.uri == deployment_asset_uri(deployment_name=STAGING)  # tasks never emit there
+    (inlet,) = dag.get_task("settled_revision").inlets
+    assert inlet.uri == deployment_asset_uri("14c00c00-ebf8-4e83-b5c4-9ee51897fc1a")  # where the marker lives
     (watcher,) = asset.watchers
     trigger = watcher.trigger
-    assert isinstance(trigger, DeploymentEventTrigger)
+    assert isinstance(trigger, DeploymentEventTrigger) and trigger.deployment_names == [STAGING]
     assert trigger.settle_time == 300 and trigger.wait_for_verdict is True
     assert trigger.events == ["revision_live", "revision_rolled_back"]
     assert dag.get_task("promote").deployment_id == "7253b31a-4338-4b3a-bae5-dcc36f9ccf0b"
