@@ -16,6 +16,7 @@ when the DAG is parsed: an id that is not a UUID, or any other shape, fails ther
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, AssetWatcher
@@ -31,9 +32,18 @@ NAME_HOST = "deployment-names"
 REVISIONS_ALIAS_NAME = "deployment-service-revisions"
 """Name of the asset alias through which tasks emit events on the deployment they rolled out."""
 
-EVENT_KINDS = ("revision_live", "revision_failed", "status_changed", "deleted")
-"""What an event reports: a revision became active and ``READY``; a revision failed to build or
-deploy; the deployment's status changed (e.g. to ``UNUSED`` or ``AWAITING_DELETE``); it disappeared."""
+EVENT_KINDS = (
+    "revision_live",
+    "revision_failed",
+    "status_changed",
+    "deleted",
+    "revision_rolled_back",
+    "revision_replaced",
+)
+"""What an event reports: a revision became active and ``READY`` (for a watcher: and settled, its judging
+over); a revision failed to build or deploy; the deployment's status changed (e.g. to ``UNUSED`` or
+``AWAITING_DELETE``); it disappeared; a revision a watcher announced stopped serving because an older one
+serves again (``revision_rolled_back``) or a newer one does (``revision_replaced``)."""
 
 
 def normalize_deployment_uri(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult:
@@ -132,6 +142,7 @@ def event_payload(
     source_revision_config: dict[str, Any] | None = None,
     outcome: str | None = None,
     deployment_name: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON of one deployment event, the same for tasks (asset event ``extra``) and watchers.
 
@@ -150,6 +161,7 @@ def event_payload(
         deployment's when its active revision is its latest (the spec's fields refer to the latest).
     :param outcome: what the task did (``rolled_out``, ``rolled_back``); defaults to ``kind``.
     :param deployment_name: the name when no deployment is given (deleted).
+    :param extra: further plain-JSON fields (a watcher's ``judging``, ``verdict``, ``judged_by``...).
     """
     if kind not in EVENT_KINDS:
         raise ValueError(f"kind must be one of {', '.join(EVENT_KINDS)}, got {kind!r}")
@@ -163,8 +175,10 @@ def event_payload(
         "revision_failed": failed_revision_id,
         "status_changed": deployment.status.value if deployment is not None else None,
         "deleted": None,
+        "revision_rolled_back": previous_revision_id,
+        "revision_replaced": previous_revision_id,
     }[kind]
-    return {
+    payload = {
         "kind": kind,
         "event_id": f"{deployment_id}:{kind}:{subject or ''}",
         "origin": origin,
@@ -182,6 +196,8 @@ def event_payload(
         "deployment_url": url if url and url.startswith(("https://", "http://")) else None,
         "updated_at": deployment.updated_at.isoformat() if deployment is not None else None,
     }
+    payload.update(extra or {})
+    return payload
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from airflow_provider.triggers.deployment_service import DeploymentEventTrigger
 # The demo and the tests shorten the poll interval through these environment variables.
 DEPLOYMENT_NAME = os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_WATCHED_NAME", "checkout-api-staging")
 POLL_INTERVAL = float(os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_WATCH_INTERVAL", "60"))
+SETTLE_TIME = float(os.environ.get("DEPLOYMENT_SERVICE_EXAMPLE_SETTLE_TIME", "300"))
 
 # [START deployment_watcher]
 new_revision = deployment_asset(
@@ -40,6 +41,7 @@ new_revision = deployment_asset(
                 deployment_names=[DEPLOYMENT_NAME],
                 events=["revision_live"],
                 poll_interval=POLL_INTERVAL,
+                settle_time=SETTLE_TIME,  # announced once it has served this long, its judging over
             ),
         )
     ],

@@ -35,7 +35,10 @@ class InlineWatcher:
         from airflow_provider.triggers.deployment_service import DeploymentEventTrigger, active_pollers
 
         trigger = DeploymentEventTrigger(
-            deployment_names=[self.deployment_name], events=["revision_live"], poll_interval=self.poll_interval
+            deployment_names=[self.deployment_name],
+            events=["revision_live"],
+            poll_interval=self.poll_interval,
+            settle_time=self.poll_interval,  # announced at the look after the one that sees it live
         )
         events = trigger.run()
         first = asyncio.ensure_future(events.__anext__())

@@ -379,4 +379,5 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "roll_back_to_previous",
         "quality_gated_rollout",
         "smoke_test_on_new_revision",
+        "promote_settled_revision",
     }

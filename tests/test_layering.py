@@ -38,6 +38,9 @@ LAYERS = {
     "airflow_provider.fleet": 3,
     # The record of what tasks did to revisions (fleet rows read as entries), and the DORA figures computed from it.
     "airflow_provider.record": 3.2,
+    # What a task tells the deployment watchers (the judging marker), and when a watcher announces a revision.
+    "airflow_provider.judging": 3.2,
+    "airflow_provider.settling": 3.3,
     "airflow_provider.dora": 3.4,
     "airflow_provider.client": 4,
     "airflow_provider.hooks": 5,

@@ -246,3 +246,58 @@ def test_a_failing_store_never_fails_the_task_and_an_unreadable_record_is_not_ov
     assert len(log.warnings) == 2 and all("store down" in line for line in log.warnings)
     assert "landed of revision r1" in log.warnings[0]
     record_entries({"ti": FakeTI()}, log, [entry(Kind.LANDED, "d", "r1", at=1.0)])  # Airflow < 3.3: no store
+
+
+# ------------------------------------------------------------------------------------------ rounds of an analysis
+DEPLOYMENT = "8d12e254-9195-47ca-94ec-20051ae2fc1b"
+REVISION = "5c964c02-46fb-4109-b3ee-fc643d75043e"
+
+
+class CountingStore(FakeStore):
+    """A store that keeps what each write wrote."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[Any] = []
+
+    def set(self, key: str, value: Any) -> None:
+        super().set(key, value)
+        self.written.append(json.loads(json.dumps(value)))
+
+
+def _target() -> Any:
+    from airflow_provider.analysis import AnalysisTarget
+
+    return AnalysisTarget(deployment_id=DEPLOYMENT, revision_id=REVISION, name="svc", live_since="2026-01-01T00:00:00Z")
+
+
+def test_each_round_of_an_analysis_is_one_write_of_the_measurements_so_far_bounded() -> None:
+    from airflow_provider.tasks.record import round_recorder
+
+    store, log = CountingStore(), Log()
+    context = {"ti": FakeTI(), "task_state_store": store}
+    record_entry(context, log, Kind.JUDGING, DEPLOYMENT, REVISION, steps=["analysis"], previous_revision_id="r0")
+    started = store.written[-1]["entries"][-1]["at"]
+    fields = {DEPLOYMENT: {"previous_revision_id": "r0"}}
+    record_round = round_recorder(context, log, [_target()], steps=["analysis"], fields=fields)
+    for number in range(1, 16):
+        record_round(number, {DEPLOYMENT: [measurement(index) for index in range(1, number + 1)]})
+    assert len(store.written) == 1 + 15, "one write per round"
+    [judging] = entries_of(store.data[RECORD_KEY])
+    assert judging["kind"] == "judging" and judging["at"] == started  # when judging started, kept
+    assert judging["previous_revision_id"] == "r0" and judging["steps"] == ["analysis"]
+    verdict = judging["verdict"]
+    assert (verdict["verdict"], verdict["round"], verdict["measurements_total"]) == ("analysing", 15, 15)
+    assert [item["round"] for item in verdict["measurements"]] == list(range(6, 16))  # the latest, bounded
+    record_entry(context, log, Kind.REJECTED, DEPLOYMENT, REVISION, step="analysis", verdict=FAILED_ANALYSIS)
+    assert [item["kind"] for item in entries_of(store.data[RECORD_KEY])] == ["judging", "rejected"]
+
+
+def test_a_round_that_cannot_be_recorded_never_fails_the_analysis() -> None:
+    from airflow_provider.tasks.record import round_recorder
+
+    log = Log()
+    context = {"ti": FakeTI(), "task_state_store": BrokenStore(reads=True, writes=False)}
+    record_round = round_recorder(context, log, [_target()], steps=["analysis"])
+    record_round(1, {DEPLOYMENT: [measurement(1)]})
+    assert len(log.warnings) == 1 and f"judging of revision {REVISION}" in log.warnings[0]

@@ -249,6 +249,7 @@ async def analyse(
     resume: AnalysisState | None = None,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     clock: Callable[[], float] = time.time,
+    on_round: Callable[[int, dict[str, list[Measurement]]], Any] | None = None,
 ) -> AsyncGenerator[RoundVerdicts, None]:
     """Measure every check of ``analysis`` for every target, round after round, yielding the verdicts as they
     are reached: after each round that judged a target while others are still under analysis (with their
@@ -267,6 +268,8 @@ async def analyse(
     :param resume: where an earlier call stopped (its targets still pending are ``targets``); ``None``: start.
     :param sleep: awaits a number of seconds (tests pass a fake one).
     :param clock: wall-clock seconds since the epoch (tests pass a fake one).
+    :param on_round: called after each round that measured something, with the round's number and every
+        target's measurements so far (by deployment id); what it raises is logged, never the analysis's.
     :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     :raises ValueError: targets that are not distinct, or a ``resume`` state that does not fit the analysis.
@@ -350,6 +353,12 @@ async def analyse(
                         counted(measurement, reading)
                         _log_measurement(log, measurement, count)
                         judgements[target.deployment_id].record(measurement)
+                if on_round is not None:
+                    so_far = {key: list(judgement.measurements) for key, judgement in judgements.items()}
+                    try:
+                        on_round(round_number, so_far)
+                    except Exception as err:  # the measurements so far are for people: never fatal
+                        log.warning("Could not report analysis round %d: %s", round_number, err)
             decided = [target for target in targets if judgements[target.deployment_id].decided]
             if round_number < count and len(reported) < len(decided) < len(targets):  # new verdicts, others go on
                 yield step(final=False)
@@ -372,6 +381,7 @@ async def run_analysis(
     log: logging.Logger | logging.LoggerAdapter[Any] | Any,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     clock: Callable[[], float] = time.time,
+    on_round: Callable[[int, dict[str, list[Measurement]]], Any] | None = None,
 ) -> dict[str, AnalysisResult]:
     """Every round of :func:`analyse` to the end: each target's verdict.
 
@@ -381,13 +391,14 @@ async def run_analysis(
     :param log: where each measurement is logged (the task's or the trigger's logger).
     :param sleep: awaits a number of seconds (tests pass a fake one).
     :param clock: wall-clock seconds since the epoch (tests pass a fake one).
+    :param on_round: as on :func:`analyse`.
     :return: each target's :class:`~airflow_provider.analysis.AnalysisResult`, by deployment id.
     :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     """
     results: dict[str, AnalysisResult] = {}
     async with contextlib.aclosing(
-        analyse(analysis, targets, hook_params=hook_params, log=log, sleep=sleep, clock=clock)
+        analyse(analysis, targets, hook_params=hook_params, log=log, sleep=sleep, clock=clock, on_round=on_round)
     ) as steps:
         async for verdicts in steps:
             results.update(verdicts.decided)

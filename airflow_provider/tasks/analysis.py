@@ -123,7 +123,10 @@ def live_since(
 
 
 def analyse_on_worker(
-    task: AnalysingTask, analysis: Analysis, targets: Sequence[AnalysisTarget]
+    task: AnalysingTask,
+    analysis: Analysis,
+    targets: Sequence[AnalysisTarget],
+    on_round: Callable[[int, dict[str, list[Any]]], Any] | None = None,
 ) -> dict[str, AnalysisResult]:
     """Run the analysis here, on the worker (poke mode, or an analysis with a :class:`CallableCheck`), bounded
     as in the triggerer: it must end within :func:`analysis_seconds`.
@@ -131,6 +134,7 @@ def analyse_on_worker(
     :param task: the task (its hook's settings and its logger are used).
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
+    :param on_round: given each round's number and the measurements so far (e.g. to record them).
     :return: each target's result by deployment id.
     :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
         client that cannot be built, anything unexpected outside the measurements) or does not finish in time.
@@ -142,7 +146,7 @@ def analyse_on_worker(
     )
 
     limit = analysis_seconds(analysis)
-    measuring = run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log)
+    measuring = run_analysis(analysis, targets, hook_params=task.hook.hook_params, log=task.log, on_round=on_round)
     try:
         return asyncio.run(asyncio.wait_for(measuring, timeout=limit))
     except asyncio.TimeoutError:

@@ -38,7 +38,7 @@ from airflow_provider.tasks.dry_run import dry_run_result
 from airflow_provider.tasks.events import analysis_extra
 from airflow_provider.tasks.patch_rollback import AutomaticRollback
 from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, recorded_landing, verify_failure
-from airflow_provider.tasks.record import record_landing_entry
+from airflow_provider.tasks.record import record_landing_entry, round_recorder
 from airflow_provider.tasks.waiting import bake, defer_bake, resumed_value
 
 if TYPE_CHECKING:
@@ -152,7 +152,16 @@ class LiveRevisionJudging(AutomaticRollback):
                 )
             self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
         try:
-            results = analyse_on_worker(self, analysis, [target])
+            recorder = round_recorder(
+                context,
+                self.log,
+                [target],
+                steps=self._judging_steps(),
+                fields={
+                    target.deployment_id: {"previous_revision_id": landing.get("previous_active_revision_id") or None}
+                },
+            )
+            results = analyse_on_worker(self, analysis, [target], on_round=recorder)
         except AnalysisNotMeasured as err:
             return self._analysis_not_measured(context, landing, str(err))
         return self._judge_analysis(context, landing, results)

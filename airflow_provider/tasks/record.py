@@ -12,15 +12,17 @@ overwritten).
 
 Each task calls one function, one line per fact: :func:`record_entry` (a revision), :func:`record_landing_entry`
 (the patch task's revision, from its landing) and :func:`record_rollback_entry` (a rollback, from its record).
+Each write is also told to the deployment's watchers (:mod:`airflow_provider.tasks.judging`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.record import RECORD_KEY, Kind, entry, failure_status, with_entries
+from airflow_provider.record import RECORD_KEY, Kind, entries_of, entry, failure_status, with_entries
+from airflow_provider.tasks.judging import publish_judging
 
 if TYPE_CHECKING:
     import logging
@@ -33,6 +35,7 @@ __all__ = [
     "record_entry",
     "record_landing_entry",
     "record_rollback_entry",
+    "round_recorder",
     "verdict_entry",
 ]
 
@@ -64,6 +67,9 @@ def record_entries(context: Mapping[str, Any], log: logging.Logger | Any, entrie
         store.set(RECORD_KEY, updated)
     except Exception as err:  # the record is for people and the view; the task goes on
         log.warning("Could not record %s in task_state_store (%s)", _kinds(entries), err)
+    known = {_identity(item) for item in entries_of(current)}
+    new_facts = [item for item in stamped if _identity(item) not in known]  # not the measurements of a judging
+    publish_judging(context, log, new_facts)  # what the deployment's watchers read (never fails the task)
 
 
 def record_entry(
@@ -181,3 +187,49 @@ def verdict_entry(deployment_id: str, result: Mapping[str, Any]) -> dict[str, An
 
 def _kinds(entries: list[dict[str, Any]]) -> str:
     return ", ".join(f"{item.get('kind')} of revision {item.get('revision_id')}" for item in entries)
+
+
+def round_recorder(
+    context: Mapping[str, Any],
+    log: logging.Logger | Any,
+    targets: Sequence[AnalysisTarget],
+    *,
+    steps: list[str],
+    fields: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Callable[[int, dict[str, list[Any]]], None]:
+    """What an analysis on the worker calls after each round: the ``judging`` entry of each target, with its
+    measurements so far (``verdict`` ``analysing``, the round, the latest measurements), in one write per round.
+    The view shows a revision under analysis as "analysing" with them, never "landed" before its verdict.
+
+    :param context: the task's context.
+    :param log: the task's logger.
+    :param targets: what the analysis judges.
+    :param steps: the judging entry's ``steps`` (``analysis``, and ``verify``, ``bake`` when the task has them).
+    :param fields: more fields of each target's judging entry, by deployment id (``previous_revision_id``).
+    """
+
+    def record_round(round_number: int, measured: dict[str, list[Any]]) -> None:
+        now = time.time()
+        made = []
+        for target in targets:
+            so_far = measured.get(target.deployment_id) or []
+            verdict = {"verdict": "analysing", "round": round_number, "measurements": so_far}
+            extra = dict((fields or {}).get(target.deployment_id) or {})
+            made.append(
+                entry(
+                    Kind.JUDGING,
+                    target.deployment_id,
+                    target.revision_id,
+                    at=now,
+                    steps=steps,
+                    verdict=verdict,
+                    **extra,
+                )
+            )
+        record_entries(context, log, made)
+
+    return record_round
+
+
+def _identity(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (item.get("kind"), item.get("deployment_id"), item.get("revision_id"))

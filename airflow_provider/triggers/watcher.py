@@ -9,22 +9,26 @@ also across a triggerer restart."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
+import math
+import sys
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider.assets import EVENT_KINDS, event_payload
+from airflow_provider.assets import EVENT_KINDS, deployment_asset_uri, event_payload
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_REVISION_CHECK_INTERVAL, SETTING_OVERRIDES
 from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.judging import JUDGING_KEY
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.rollout import RevisionCheckSchedule
+from airflow_provider.settling import DEFAULT_SETTLE_TIME, Seen, settle
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate, next_update
 
@@ -35,7 +39,9 @@ __all__ = [
     "DEFAULT_EVENT_POLL_INTERVAL",
     "FILTER_NAMES",
     "GONE",
+    "PROBE_KEY",
     "DeploymentEventTrigger",
+    "JudgingReader",
 ]
 
 CURSOR_KEY_PREFIX = "deployment_event_cursor"
@@ -50,38 +56,6 @@ DEFAULT_EVENT_POLL_INTERVAL = 60.0
 """Seconds between two looks of a deployment watcher."""
 FILTER_NAMES = tuple(name for name in ListDeploymentsQuery.model_fields if name not in ("limit", "offset"))
 """Keys a watcher's ``filters`` may hold (as on the list operator)."""
-
-
-@dataclass
-class _Seen:
-    """What a watcher last reported of one deployment (one cursor entry)."""
-
-    active: str | None
-    status: str | None
-    latest: str | None
-    updated_at: str | None
-    failed: str | None
-    name: str | None = None
-
-    def to_json(self) -> list[str | None]:
-        return [self.active, self.status, self.latest, self.updated_at, self.failed, self.name]
-
-    @classmethod
-    def from_json(cls, value: Any) -> _Seen | None:
-        if not isinstance(value, list) or len(value) != 6 or not all(v is None or isinstance(v, str) for v in value):
-            return None
-        return cls(*value)
-
-    @classmethod
-    def of(cls, deployment: Deployment) -> _Seen:
-        return cls(
-            deployment.active_revision_id,
-            deployment.status.value,
-            deployment.latest_revision_id,
-            deployment.updated_at.isoformat(),
-            None,
-            deployment.name,
-        )
 
 
 GONE = "gone"
@@ -101,6 +75,71 @@ def _as_names(value: Any, name: str) -> list[str] | None:
     return list(dict.fromkeys(item.strip() for item in value))
 
 
+PROBE_KEY = "deployment_service_watched"
+"""Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
+succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
+does not (judging is unknown)."""
+
+
+def default_store(uri: str) -> Any | None:
+    """The asset state store of the asset named ``uri`` as a trigger reaches it (through the triggerer's
+    supervisor), or ``None`` outside a triggerer.
+
+    :param uri: the asset's name.
+    """
+    # Airflow's task runner, imported already wherever a supervisor runs us (never imported here: no cost).
+    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
+    try:
+        from airflow.sdk.execution_time.context import AssetStateStoreAccessor
+    except ImportError:  # pragma: no cover - Airflow < 3.3
+        return None
+    return AssetStateStoreAccessor(name=uri)
+
+
+class JudgingReader:
+    """Reads deployments' judging markers for one watcher (one read per question; at most one probe write
+    per deployment while the watcher lives).
+
+    :param store_of: the asset state store of an asset name (tests give their own).
+    :param log: the watcher's logger.
+    """
+
+    def __init__(self, store_of: Callable[[str], Any | None], log: Any) -> None:
+        self.store_of = store_of
+        self.log = log
+        self.exists: dict[str, bool] = {}
+        """Per deployment: whether its id asset was found (probed) in Airflow."""
+
+    async def marker(self, deployment_id: str) -> Any | None:
+        """The deployment's marker, ``{}`` when there is none (no rollout of this provider marked it), ``None``
+        when it cannot be known (no asset for the deployment's id, no store, a failing store)."""
+        uri = deployment_asset_uri(deployment_id)
+        store = self.store_of(uri)
+        if store is None:
+            return None
+        try:
+            value = await store.aget(JUDGING_KEY)
+        except Exception as err:  # the API server briefly unreachable: unknown this time
+            self.log.warning("Could not read the judging marker of deployment %s: %s", deployment_id, err)
+            return None
+        if value is not None:
+            self.exists[deployment_id] = True
+            return value
+        if deployment_id not in self.exists:
+            try:
+                await store.aset(PROBE_KEY, {"at": round(time.time(), 3)})
+            except Exception as err:  # no such asset in Airflow
+                self.exists[deployment_id] = False
+                self.log.info(
+                    "No Airflow asset %s: the watcher cannot see rollouts judging this deployment (%s)", uri, err
+                )
+            else:
+                self.exists[deployment_id] = True
+        return {} if self.exists[deployment_id] else None
+
+
 class DeploymentEventTrigger(BaseEventTrigger):
     """Watch deployments and fire an event when a revision goes live or fails, or a status changes.
 
@@ -112,12 +151,22 @@ class DeploymentEventTrigger(BaseEventTrigger):
     asset state store of the watched asset, saved :data:`CURSOR_COMMIT_DELAY` seconds after the events it
     includes.
 
+    A new active revision is announced (``revision_live``) only once it has served, ``READY``, for
+    ``settle_time`` seconds and no rollout of this provider is judging it any more (the judging marker the
+    tasks write to the asset state store of the deployment's id asset); a revision such a rollout rejected is
+    never announced. An announced revision that stops serving fires ``revision_rolled_back`` (an older one
+    serves again) or ``revision_replaced`` (a newer one serves; its own ``revision_live`` follows once it
+    settles). See :mod:`airflow_provider.settling`.
+
     Each event's payload (the asset event's ``extra["payload"]``) has ``kind`` (``revision_live``,
-    ``revision_failed``, ``status_changed``, ``deleted``), ``event_id``, ``deployment_id``,
+    ``revision_failed``, ``status_changed``, ``deleted``, ``revision_rolled_back``, ``revision_replaced``),
+    ``event_id``, ``deployment_id``,
     ``deployment_name``, ``status``, ``previous_status``, ``revision_id`` (active now),
     ``previous_revision_id``, ``latest_revision_id``, ``failed_revision_id``, ``failed_revision_status``,
     ``source_revision_config``, ``deployment_url``, ``updated_at``, ``origin`` (``"watcher"``) and
-    ``outcome``; never a secret.
+    ``outcome``; ``revision_live`` also ``judging`` (``True``: a rollout of this provider is still judging the
+    revision, ``False``: none is, ``None``: unknown), ``verdict``, ``judged_by``, ``judging_stale``,
+    ``live_since`` and ``settle_time``; never a secret.
 
     Give exactly one of ``deployment_ids``, ``deployment_names`` and ``filters``.
 
@@ -128,9 +177,15 @@ class DeploymentEventTrigger(BaseEventTrigger):
         ``remote_reconciled``, ``tag_value_ids``, ``image_version``, ``deployment_type``,
         ``deployment_ids``): every matching deployment is watched, including ones created later.
     :param events: which kinds fire (default: all of ``revision_live``, ``revision_failed``,
-        ``status_changed``, ``deleted``). ``revision_failed`` needs the service's revision endpoint and
-        stays silent without it.
+        ``status_changed``, ``deleted``, ``revision_rolled_back``, ``revision_replaced``). ``revision_failed``
+        needs the service's revision endpoint and stays silent without it.
     :param poll_interval: seconds between two looks.
+    :param settle_time: seconds a new active revision must serve (``READY``, at every look) before
+        ``revision_live`` fires (default :data:`~airflow_provider.settling.DEFAULT_SETTLE_TIME`).
+        ``0`` announces it at the first look that sees it, as before this existed: only when you ask.
+    :param wait_for_verdict: hold ``revision_live`` while a rollout of this provider is still judging the
+        revision (until its verdict, or the judging's own deadline); ``False`` announces it after the settle
+        time with ``judging: true``. A revision such a rollout rejected is never announced either way.
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls about a
         deployment whose newest revision is not live yet while the deployment record does not change (a
         safety net: a build that fails without touching the deployment is still reported).
@@ -151,6 +206,8 @@ class DeploymentEventTrigger(BaseEventTrigger):
         filters: dict[str, Any] | None = None,
         events: list[str] | tuple[str, ...] | str = EVENT_KINDS,
         poll_interval: float = DEFAULT_EVENT_POLL_INTERVAL,
+        settle_time: float = DEFAULT_SETTLE_TIME,
+        wait_for_verdict: bool = True,
         revision_check_interval: float = DEFAULT_REVISION_CHECK_INTERVAL,
         deployment_service_conn_id: str = DEFAULT_CONN_ID,
         connect_timeout: float | None = None,
@@ -204,6 +261,19 @@ class DeploymentEventTrigger(BaseEventTrigger):
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
         if (
+            isinstance(settle_time, bool)
+            or not isinstance(settle_time, (int, float))
+            or not math.isfinite(settle_time)
+            or settle_time < 0
+        ):
+            raise ValueError(f"settle_time must be >= 0 seconds, got {settle_time!r}")
+        self.settle_time = float(settle_time)
+        if not isinstance(wait_for_verdict, bool):
+            raise ValueError(f"wait_for_verdict must be True or False, got {wait_for_verdict!r}")
+        self.wait_for_verdict = wait_for_verdict
+        self.judging_store: Callable[[str], Any | None] = default_store
+        """Where the deployments' judging markers are read (an asset name to its state store; tests swap it)."""
+        if (
             isinstance(revision_check_interval, bool)
             or not isinstance(revision_check_interval, (int, float))
             or revision_check_interval < 0
@@ -241,6 +311,8 @@ class DeploymentEventTrigger(BaseEventTrigger):
             "filters": self.filters,
             "events": list(self.events),
             "poll_interval": self.poll_interval,
+            "settle_time": self.settle_time,
+            "wait_for_verdict": self.wait_for_verdict,
             "revision_check_interval": self.revision_check_interval,
             "deployment_service_conn_id": self.deployment_service_conn_id,
             **self.hook_overrides,
@@ -324,7 +396,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
             if name in watch.names:
                 watch.resolved[name] = seen_id
         if query is not None:
-            watch.matched = {key for key, value in state.seen.items() if isinstance(value, _Seen)}
+            watch.matched = {key for key, value in state.seen.items() if isinstance(value, Seen)}
         poller = _BatchPoller.acquire(self.hook_params, self.poll_interval)
         poller.watch(watch)
         pending: list[tuple[float | None, dict[str, Any]]] = []
@@ -376,7 +448,7 @@ class _WatchState:
     def __init__(self, trigger: DeploymentEventTrigger, cursor: dict[str, Any] | None) -> None:
         self.trigger = trigger
         self.events = set(trigger.events)
-        self.seen: dict[str, _Seen | str] = {}
+        self.seen: dict[str, Seen | str] = {}
         self.names: dict[str, str] = {}
         self.started = datetime.now(timezone.utc).isoformat()
         self.baseline = cursor is None
@@ -385,12 +457,15 @@ class _WatchState:
         self._parts_round = 0
         self._read_in_parts: set[str] = set()
         """The ids read from this round's partial updates (the closing update skips them)."""
+        self.reader = JudgingReader(trigger.judging_store, trigger.log)
+        self.withheld: set[tuple[str, str]] = set()
+        """Candidates a rollout of this provider rejected, said once in the log (not in the cursor)."""
         self.revision_checks: dict[str, RevisionCheckSchedule] = {}
         """Per deployment, when the revision endpoint was last asked (the safety net's clock; not in the cursor)."""
         if cursor is not None:
             self.started = str(cursor.get("started") or self.started)
             for key, value in cursor["deployments"].items():
-                seen = GONE if value == GONE else _Seen.from_json(value)
+                seen = GONE if value == GONE else Seen.from_json(value)
                 if seen is not None:
                     self.seen[key] = seen
             names = cursor.get("names")
@@ -488,7 +563,7 @@ class _WatchState:
             self.changed = True
         return payloads
 
-    def _revision_check_due(self, deployment_id: str, deployment: Deployment, before: _Seen, now: _Seen) -> bool:
+    def _revision_check_due(self, deployment_id: str, deployment: Deployment, before: Seen, now: Seen) -> bool:
         """Whether to ask the revision endpoint about ``deployment``'s newest revision (not live, not yet
         reported failed): when the deployment changed since the last round (a build moving through its
         statuses usually touches it), or ``revision_check_interval`` seconds passed without a call (a build
@@ -512,7 +587,7 @@ class _WatchState:
                     self.seen[deployment_id] = GONE
                     self.changed = True
                 return []
-            assert isinstance(before, _Seen)
+            assert isinstance(before, Seen)
             self.seen[deployment_id] = GONE
             self.changed = True
             if "deleted" not in self.events:
@@ -527,7 +602,7 @@ class _WatchState:
                 deployment_name=before.name,
             )
             return [payload]
-        now = _Seen.of(deployment)
+        now = Seen.of(deployment)
         if before is None or before == GONE:
             # Found after the first look: new (its first live revision is news) when it has no active
             # revision yet or was created after the watcher first started (e.g. while the triggerer was
@@ -537,10 +612,10 @@ class _WatchState:
                 self.seen[deployment_id] = now  # already there: nothing to report
                 self.changed = True
                 return []
-            before = _Seen(None, None, None, None, None, deployment.name)  # created since: report what it does
-        assert isinstance(before, _Seen)
+            before = Seen(None, None, None, None, None, deployment.name)  # created since: report what it does
+        assert isinstance(before, Seen)
         payloads: list[dict[str, Any]] = []
-        after = _Seen(before.active, now.status, now.latest, before.updated_at, before.failed, now.name)
+        after = dataclasses.replace(before, status=now.status, latest=now.latest, name=now.name)
         if before.status is not None and now.status != before.status and "status_changed" in self.events:
             payloads.append(
                 event_payload(
@@ -552,21 +627,19 @@ class _WatchState:
                     previous_status=before.status,
                 )
             )
-        if deployment.status is DeploymentStatus.READY and now.active != before.active:
-            after.active = now.active
-            if now.active is not None and "revision_live" in self.events:
-                payloads.append(
-                    event_payload(
-                        "revision_live",
-                        deployment,
-                        deployment_id=deployment_id,
-                        origin="watcher",
-                        previous_revision_id=before.active,
-                        previous_status=before.status,
-                    )
+
+        async def created_at(revision_id: str) -> Any:
+            revision = await poller.revision(deployment_id, revision_id) if poller.revision_endpoint else None
+            return revision.created_at if revision is not None else None
+
+        if deployment.status is DeploymentStatus.READY and now.active is not None:
+            payloads.extend(
+                await settle(
+                    self.trigger, self.events, self.reader, self.withheld, deployment, before, after, created_at
                 )
+            )
         elif now.active is None:
-            after.active = None
+            after.active = after.pending = after.pending_since = after.left = None
         checked = True
         latest = deployment.latest_revision_id
         if (

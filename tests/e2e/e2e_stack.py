@@ -21,6 +21,13 @@ WATCH_INTERVAL = 1.0
 """Poll interval of the example watcher (``smoke_test_on_new_revision``); equal to :data:`POLL_INTERVAL`, so
 the watcher shares the rollouts' poller."""
 ROLLOUT_TIMEOUT = 180.0
+SETTLE_TIME = 2.0
+"""Settle time of the example watchers: shorter than the time a rejected revision serves before its rollout's
+rollback replaces it (its build, the analysis' first round), so only the judging marker keeps it unannounced."""
+ANALYSIS_INTERVAL = 2.0
+"""Analysis interval (and initial delay) of ``analysed_rollout``."""
+BAKE_SECONDS = 12.0
+"""Bake window of ``analysed_rollout``: its analysis measures 5 rounds of 2 s after a 2 s delay."""
 PAYMENT_TOKEN = "e2e-payment-token-" + secrets.token_hex(6)
 
 _TIMINGS: dict[str, dict[str, float]] = {}
@@ -85,6 +92,9 @@ def airflow_stack(
             PAYMENT_TOKEN_ENV: PAYMENT_TOKEN,
             "DEPLOYMENT_SERVICE_EXAMPLE_POLL_INTERVAL": str(POLL_INTERVAL),
             "DEPLOYMENT_SERVICE_EXAMPLE_WATCH_INTERVAL": str(WATCH_INTERVAL),
+            "DEPLOYMENT_SERVICE_EXAMPLE_SETTLE_TIME": str(SETTLE_TIME),
+            "DEPLOYMENT_SERVICE_EXAMPLE_ANALYSIS_INTERVAL": str(ANALYSIS_INTERVAL),
+            "DEPLOYMENT_SERVICE_EXAMPLE_BAKE_SECONDS": str(BAKE_SECONDS),
             "DEPLOYMENT_SERVICE_EXAMPLE_ROLLOUT_TIMEOUT": str(ROLLOUT_TIMEOUT),
             **sidecar_env,
             **(extra_env or {}),

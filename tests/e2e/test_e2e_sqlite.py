@@ -10,6 +10,7 @@ import time
 import pytest
 from e2e_airflow import wait_until
 from e2e_events import watcher_scenario
+from e2e_promotion import promotion_scenario
 from e2e_scenarios import (
     FLEET_DAG,
     HANDOVER_BUILD_SECONDS,
@@ -39,6 +40,12 @@ def test_watcher_starts_its_dag_once_per_revision_across_a_triggerer_restart(sql
     First in the module: the later tests roll ``checkout-api-staging`` out too (which starts the DAG again).
     """
     watcher_scenario(sqlite_stack)
+
+
+def test_the_watcher_never_lets_a_downstream_dag_promote_a_revision_airflow_rejected(sqlite_stack: Stack) -> None:
+    """A rollout whose analysis fails and rolls back, watched with a settle time shorter than its judging: the
+    promotion DAG never sees the rejected revision; a landed one is promoted (see :func:`promotion_scenario`)."""
+    promotion_scenario(sqlite_stack)
 
 
 def test_rollouts_defer_and_share_one_poller_sqlite_local(sqlite_stack: Stack) -> None:

@@ -71,8 +71,14 @@ class Running:
             await self.task
 
 
+FIRST_KINDS = ["revision_live", "revision_failed", "status_changed", "deleted"]
+"""The kinds a watcher fired before ``revision_rolled_back``/``revision_replaced`` existed."""
+
+
 def watcher(**kwargs: Any) -> DeploymentEventTrigger:
-    return DeploymentEventTrigger(**{"poll_interval": INTERVAL, "max_attempts": 2, **kwargs})
+    """A fast watcher that announces at once (``settle_time=0``), firing the first four kinds unless told."""
+    defaults = {"poll_interval": INTERVAL, "max_attempts": 2, "settle_time": 0, "events": FIRST_KINDS}
+    return DeploymentEventTrigger(**{**defaults, **kwargs})
 
 
 def roll_out(emulator: Any, deployment_id: str, ref: str = "release/2") -> str:
@@ -138,6 +144,8 @@ def test_serialize_round_trip_and_use_in_an_asset_watcher() -> None:
         "filters": None,
         "events": ["revision_live", "status_changed"],
         "poll_interval": 15.0,
+        "settle_time": 300.0,
+        "wait_for_verdict": True,
         "revision_check_interval": 120.0,
         "deployment_service_conn_id": "svc",
         "read_timeout": 5.0,

@@ -29,7 +29,9 @@ async def test_the_task_checks_the_revision_the_watcher_reported(
     emulator: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     dep = deployment_named(emulator, "checkout-api-staging")
-    trigger = DeploymentEventTrigger(deployment_names=["checkout-api-staging"], poll_interval=0.05)
+    trigger = DeploymentEventTrigger(
+        deployment_names=["checkout-api-staging"], events=["revision_live"], poll_interval=0.05, settle_time=0
+    )
     events = trigger.run()
     first = asyncio.ensure_future(events.__anext__())
     await wait_until(lambda: any(p.rounds_completed for p in active_pollers()))  # first look: nothing fires

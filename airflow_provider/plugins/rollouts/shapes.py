@@ -269,12 +269,13 @@ def row_analysis(value: Any) -> dict[str, Any] | None:
         "failing_check": _json_safe(value.get("failing_check")),
         "reason": _json_safe(value.get("reason")),
     }
+    if isinstance(value.get("round"), int):  # an analysis under way: the rounds measured so far
+        shown["round"] = value["round"]
     measurements = value.get("measurements")
     if isinstance(measurements, list):
-        counted = value.get("measurements_total")  # the record's bounded copy says how many were taken
-        total = (
-            counted if isinstance(counted, int) else len(measurements) + int(value.get("measurements_left_out") or 0)
-        )
+        total = value.get("measurements_total")  # a record entry keeps the latest and counts them all
+        if not isinstance(total, int) or isinstance(total, bool):
+            total = len(measurements) + int(value.get("measurements_left_out") or 0)
         shown["measurements"] = [_measurement_line(item) for item in measurements[-ROW_MEASUREMENTS_SHOWN:]]
         shown["measurements_total"] = total
         shown["charts"] = analysis_charts(value)
