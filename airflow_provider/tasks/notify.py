@@ -202,7 +202,7 @@ def send_notifications(
     sent = 0
     for notifier in given:
         try:
-            copy.copy(notifier)({**dict(context), CONTEXT_KEY: shown})
+            _send(copy.copy(notifier), {**dict(context), CONTEXT_KEY: shown})
         except Exception as err:  # a notification never fails the rollout
             log.warning(
                 "Could not send the %r notification through %s (%s: %s); the rollout goes on",
@@ -216,6 +216,16 @@ def send_notifications(
     if sent:
         log.info("Sent the %r notification to %d notifier(s)", shown["event"], sent)
     return sent
+
+
+def _send(notifier: BaseNotifier, context: dict[str, Any]) -> None:
+    """What ``notifier(context)`` does (its template fields rendered against ``context``, then ``notify``), without
+    ``BaseNotifier.__call__``'s own log of a failure: that one shows the error unscrubbed."""
+    update = getattr(notifier, "_update_context", None)
+    if callable(update):
+        update(context)
+    notifier.render_template_fields(context)  # type: ignore[arg-type]
+    notifier.notify(context)  # type: ignore[arg-type]
 
 
 class RolloutNotifying(DeploymentServiceBaseTask):
