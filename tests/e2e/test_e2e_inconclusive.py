@@ -117,7 +117,7 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
     }, "\n".join(api.describe_run(*run.key) for run in runs.values())
 
     # While asked, the Rollouts view showed the open question and where to answer it.
-    for case, shown in views.items():
+    for shown in views.values():
         (running,) = shown["running"]
         assert running["outcome"] == "asking" and running["question_path"].endswith(
             "/tasks/roll_out/required_actions?map_index=-1"
