@@ -122,7 +122,7 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
         assert running["outcome"] == "asking" and running["question_path"].endswith(
             "/tasks/roll_out/required_actions?map_index=-1"
         ), running
-    assert answered["roll back"]["responded_by_user"]["name"] == "admin"
+    assert answered["roll back"]["responded_by"]["name"] == "admin"
 
     # The emulator's own state after each answer.
     after = {case: emulator.deployment(name) for case, name in TARGETS.items()}
