@@ -269,5 +269,5 @@ class RolloutNotifying(DeploymentServiceBaseTask):
 
     def _notified_secrets(self) -> Sequence[str]:
         """The task's secret values (scrubbed from notifications); none for a task that sends none."""
-        known = getattr(self, "_known_secret_values", None)
+        known = getattr(self, "_known_secret_values", None) or getattr(self, "_secret_values", None)
         return (known() if callable(known) else None) or ()
