@@ -22,7 +22,7 @@ const STATUS_TONE = {
   not_patched: "off", pending: "off",
   // what the record says a task did to a revision (a mark's role) and a task's newest outcome
   judging: "run", rejected: "bad", timed_out: "bad", rolling_back: "warn", rolling_back_to: "run",
-  rolled_back_to: "ok", rollback_revision: "ok", rolled_back_from: "warn", asking: "warn",
+  rolled_back_to: "ok", rollback_revision: "ok", rolled_back_from: "warn", asking: "warn", answered: "run",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
 };
