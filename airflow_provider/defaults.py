@@ -9,6 +9,8 @@ CONN_TYPE = "deployment_service"
 """The Airflow connection type of this provider."""
 DEFAULT_CONN_ID = "deployment_service_default"
 """The connection every hook and task uses when given none."""
+VIEW_URL_PREFIX = "/deployment-service"
+"""Where the API server mounts the Rollouts view (its pages, assets and JSON); tasks link to it in notifications."""
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to the service."""

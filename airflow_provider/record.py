@@ -14,7 +14,13 @@ deployment, stamped with the time and the task's try:
 - ``passed``: an analysis gate passed it (:class:`~airflow_provider.operators.analysis.DeploymentAnalysisOperator`);
 - ``rolling_back``: a rollback was sent (``revision_id``: the revision it created or redeployed,
   ``rolled_back_from``, ``rolled_back_to``, ``path``);
-- ``rolled_back``: that rollback serves (``not_restored``: what it did not undo).
+- ``rolled_back``: that rollback serves (``not_restored``: what it did not undo);
+- ``asking``: the analysis was inconclusive and the task asks a person (``verdict``: the measurements,
+  ``question_path``: where Airflow's UI shows the question, under its base URL);
+- ``answered``: the answer (``answer``: the choice, ``answered_by``: who, none when the timeout answered).
+
+An ``asking`` or ``answered`` entry asked again (another interval analysed, another answer) replaces its earlier
+self and moves to the end: the newest entry says whether a question is open.
 
 A rollback someone asked for by hand (the Rollouts view's "Roll back to this revision") carries who asked
 (``requested_by``: the Airflow user who triggered the run) and where (``requested_from``: ``Rollouts view``).
@@ -90,6 +96,8 @@ class Kind:
     PASSED = "passed"
     ROLLING_BACK = "rolling_back"
     ROLLED_BACK = "rolled_back"
+    ASKING = "asking"
+    ANSWERED = "answered"
 
 
 KINDS = frozenset(value for name, value in vars(Kind).items() if name.isupper())
@@ -113,6 +121,9 @@ _FIELDS = (
     "wave",
     "requested_by",
     "requested_from",
+    "question_path",
+    "answer",
+    "answered_by",
 )
 """The optional fields of an entry, in the order they are written."""
 
@@ -165,7 +176,8 @@ def entry(
     """One entry (plain JSON, bounded): ``kind``, ``deployment_id``, ``revision_id``, ``at``, ``try_number`` and
     the optional fields given (``previous_revision_id``, ``rolled_back_from``, ``rolled_back_to``, ``step``,
     ``steps``, ``verdict``, ``message``, ``status``, ``path``, ``not_restored``, ``with_wave``, ``wave``,
-    ``requested_by``, ``requested_from``; ``None`` values are left out).
+    ``requested_by``, ``requested_from``, ``question_path``, ``answer``, ``answered_by``; ``None`` values are left
+    out).
 
     :param kind: see :class:`Kind`.
     :param deployment_id: the deployment.
@@ -245,6 +257,10 @@ def with_entries(value: Any, new: Iterable[Mapping[str, Any]]) -> dict[str, Any]
             changed = True
         elif item.get("kind") == Kind.JUDGING and _differs(current[same], item):
             current[same] = {**dict(item), "at": current[same].get("at")}
+            changed = True
+        elif item.get("kind") in (Kind.ASKING, Kind.ANSWERED) and _differs(current[same], item):
+            del current[same]  # asked (or answered) again: the newest says it, at the end
+            current.append(dict(item))
             changed = True
     if not changed:
         return None

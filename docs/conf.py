@@ -84,7 +84,7 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         r"(Airflow\w*|PokeReturnValue|TriggerEvent|BaseTrigger|BaseEventTrigger|BaseOperator|BaseSensorOperator"
-        r"|BaseHook|Context)",
+        r"|BaseHook|BaseNotifier|Context|timedelta)",
     ),
     # Types of Airflow's API server and SQLAlchemy as the Rollouts view's signatures name them.
     (r"py:.*", r"(BaseUser|BaseAuthManager|DagAccessEntity|TaskInstanceKey|Session|ColumnElement)"),

@@ -19,6 +19,7 @@ from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
+from airflow_provider.tasks.fleet_notify import notify_fleet_result
 from airflow_provider.tasks.fleet_plan import resolve_targets
 from airflow_provider.tasks.fleet_progress import (
     ProgressStore,
@@ -31,6 +32,7 @@ from airflow_provider.tasks.fleet_result import emit_events, log_plan, report_re
 from airflow_provider.tasks.fleet_rollback import apply_rollbacks
 from airflow_provider.tasks.fleet_watching import in_flight
 from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
+from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 from airflow_provider.tasks.patch_request import SecretValue
 from airflow_provider.tasks.preflight import fleet_analysis_supported
 
@@ -47,7 +49,7 @@ XCOM_FLEET_ANALYSIS = "fleet_analysis"
 """XCom key of ``{deployment name: AnalysisResult}`` of every deployment the analysis judged."""
 
 
-class FleetRolloutOperator(_RolloutWaitingOperator):
+class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a
     failure budget.
 
@@ -163,6 +165,11 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
         ``analysis.count``), and its connections when the task starts, before anything is patched.
+    :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s told, once the rollout is
+        decided, of each deployment it landed (``rolled_out``), whose analysis failed it (``analysis_failed``) or
+        that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``) and of an
+        analysis refused before any patch (``preflight_failed``); see :mod:`airflow_provider.tasks.notify`. A
+        notifier that fails is logged, never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -211,6 +218,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
         analysis: Analysis | None = None,
+        notify: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -264,6 +272,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
         self.resource_spec_mode = resource_spec_mode
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
+        self.notify = checked_notify(notify)
 
     # ---- the change
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
@@ -324,8 +333,12 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                     if earlier_try_since(context) is None
                     else "this try patched nothing (an earlier try's patches, if any, stay as they are)"
                 )
-                check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
-                check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
+                try:
+                    check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
+                    check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
+                except Exception as err:
+                    self._notify(context, "preflight_failed", deployment_id=None, revision_id=None, reason=str(err))
+                    raise
             try:
                 check_budget_fits(self.max_failures, len(targets))  # before any PATCH
                 plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
@@ -460,6 +473,7 @@ class FleetRolloutOperator(_RolloutWaitingOperator):
                 key=XCOM_FLEET_ANALYSIS, value={row.name: row.analysis for row in progress.rows if row.analysis}
             )
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary(progress, analysed=self.analysis is not None))
+        notify_fleet_result(self, context, progress)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             raise stopped_failure(progress)

@@ -17,7 +17,7 @@ resumes it in; the steps stand in the shared task layer, one module per concern:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
@@ -48,7 +48,9 @@ from airflow_provider.tasks.base import (
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.dry_run import dry_run_message
 from airflow_provider.tasks.events import emit_revision_event
-from airflow_provider.tasks.patch_judging import LiveRevisionJudging
+from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
+from airflow_provider.tasks.notify import checked_notify
+from airflow_provider.tasks.patch_asking import InconclusiveAsking
 from airflow_provider.tasks.patch_request import (
     SecretValue,
     against_current,
@@ -70,7 +72,6 @@ from airflow_provider.tasks.patch_retry import (
 from airflow_provider.tasks.patch_verdict import (
     XCOM_ANALYSIS,
     checked_landing,
-    judged_not_restored,
     landing_of,
     may_still_go_live,
     own_xcom,
@@ -79,10 +80,9 @@ from airflow_provider.tasks.patch_verdict import (
     recorded_landing,
     rollback_not_live_message,
     rollback_resumed_unknown,
-    rolled_back_message,
 )
 from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-from airflow_provider.tasks.record import record_entry, record_landing_entry, record_rollback_entry
+from airflow_provider.tasks.record import record_entry, record_landing_entry
 from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
 from airflow_provider.tasks.targets import exactly_one_target
 from airflow_provider.tasks.waiting import resumed_value
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 
-class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
+class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     """Patch a deployment and wait (unless ``wait_for_rollout=False``) until the revision it created is live.
 
     The patch is built and validated before any request (a misspelled field fails the task, naming it).
@@ -174,6 +174,18 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         lands and the XCom, the asset event and the record say what would have happened. An analysis that could
         not be measured at all fails the try while a retry is left; on the last try the revision is inconclusive.
         Needs ``wait_for_rollout``.
+    :param on_inconclusive: what an inconclusive analysis does: ``"fail"`` (default: counted as failed, see
+        ``analysis``) or ``"ask"``: the task asks a person through Airflow's human-in-the-loop (the "Required
+        actions" page, or the REST API), showing the measurements, with the choices "Promote", "Roll back" and
+        "Analyse another interval"; no answer within ``response_timeout`` rolls back. The question and the answer
+        are recorded in ``task_state_store`` before they are acted on (a retry goes on from the answer) and the
+        Rollouts view shows the open question with a link to it. Needs an ``analysis`` and Airflow 3.1+.
+    :param response_timeout: how long a question waits for an answer (a ``timedelta`` or seconds; default 1 hour).
+    :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s (Slack, SMTP...) told about
+        ``rolled_out``, ``analysis_failed``, ``rolled_back``, ``inconclusive`` (a question asked) and
+        ``preflight_failed`` (the analysis refused before the patch); each gets ``rollout_event`` in its context
+        (the deployment, revision, measurements, a link to the Rollouts view, and ``message``: all of it in one
+        text). A notifier that fails is logged, never fails the task. See :mod:`airflow_provider.tasks.notify`.
     :param rollback_on_failure: when ``verify``, the analysis or the bake fails, or the revision has not gone live
         within ``timeout`` (the service would deploy it later), roll back to the revision active before
         the patch (its build, and the whole resource_spec recorded before the patch when the patch changed it,
@@ -223,6 +235,9 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         rollback_on_failure: bool = False,
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
+        on_inconclusive: str = "fail",
+        response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
+        notify: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         exactly_one_target(deployment_id, deployment_name)
@@ -243,6 +258,10 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 )
             analysis.with_count_for(self.bake_seconds or None)  # count=None needs a bake: names analysis.count
         self.analysis = analysis
+        self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
+        if self.on_inconclusive == "ask" and analysis is None:
+            raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
+        self.notify = checked_notify(notify)
         judging = verify is not None or self.bake_seconds or analysis is not None or self.rollback_on_failure
         if judging and not wait_for_rollout:
             raise ValueError(
@@ -317,9 +336,20 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
         if earlier is None:
             if self.analysis is not None:  # an analysis that cannot run or never pass: fail before patching
                 # Only here, on a fresh start: a retry goes on with what an earlier try patched or rolled back.
-                check_analysis_sources(self.hook, self.analysis)
-                check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
-                baseline = baselines_json(preflight_on_worker(self, self.analysis, [current]), current.id)
+                try:
+                    check_analysis_sources(self.hook, self.analysis)
+                    check_custom_urls(self.analysis, [current], request_for=lambda _deployment: to_send)
+                    baseline = baselines_json(preflight_on_worker(self, self.analysis, [current]), current.id)
+                except Exception as err:
+                    self._notify(
+                        context,
+                        "preflight_failed",
+                        deployment_id=deployment_id,
+                        revision_id=None,
+                        deployment_name=current.name,
+                        reason=str(err),
+                    )
+                    raise
             previous_active = current.active_revision_id
             previous_latest = current.latest_revision_id
             previous_config = revision_config_snapshot(self.hook, current, self.log)
@@ -501,10 +531,7 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
             raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
         if not isinstance(landing, dict) or not isinstance(rollback, dict):
             raise AirflowFailException(rollback_resumed_unknown(event, landing, rollback))
-        record_rollback_entry(
-            context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)
-        )
-        raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
+        self._rolled_back(context, landing, rollback, live)
 
     # ---- a rollout that did not go live in time, Airflow's deferral timeout
     def _timed_out(
@@ -594,6 +621,15 @@ class PatchDeploymentOperator(LiveRevisionJudging, _RolloutWaitingOperator):
                 previous_revision_id=previous,
                 outlets=self.outlets,
                 log=self.log,
+                analysis=analysis,
+            )
+            self._notify(
+                context,
+                "rolled_out",
+                deployment_id=live.get("id"),
+                revision_id=live.get("active_revision_id"),
+                deployment_name=live.get("name"),
+                previous_revision_id=previous,
                 analysis=analysis,
             )
         return live

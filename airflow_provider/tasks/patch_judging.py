@@ -76,12 +76,27 @@ class LiveRevisionJudging(AutomaticRollback):
         if landing is None:
             return self._landed(context, live)
         record_landing_entry(context, self.log, Kind.JUDGING, landing, steps=self._judging_steps())
+        promoted = self._promoted(context, landing)
+        if promoted is not None:  # a person promoted it in an earlier try: never judged again
+            return self._bake_and_land(context, live, landing, promoted)
         reason = verify_failure(self.verify, live, self._known_secret_values, self.log)
         if reason is None and self.analysis is not None:
             return self._analyse(context, live, landing)
         if reason is None:
             return self._bake_and_land(context, live, landing)
         return self._roll_back(context, landing, reason, step="verify")
+
+    def _on_inconclusive(
+        self, context: Context, landing: dict[str, Any], result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """What an inconclusive verdict does instead of counting as failed (``None``: it counts as failed); the
+        patch task asks a person (:mod:`~airflow_provider.tasks.patch_asking`)."""
+        return None
+
+    def _promoted(self, context: Context, landing: dict[str, Any]) -> dict[str, Any] | None:
+        """The analysis result a person promoted the revision with in an earlier try (``None``: none): it lands
+        without being judged again (:mod:`~airflow_provider.tasks.patch_asking`)."""
+        return None
 
     def _judging_steps(self) -> list[str]:
         """What judges a live revision, in order: ``verify``, ``analysis``, ``bake``."""
@@ -235,6 +250,13 @@ class LiveRevisionJudging(AutomaticRollback):
             )
         dry_run = self.analysis is not None and self.analysis.dry_run
         if analysis_failure_reason(result) is not None and not dry_run:
+            asked = (
+                self._on_inconclusive(context, landing, dict(result))
+                if result.get("verdict") == "inconclusive"
+                else None
+            )
+            if asked is not None:
+                return asked
             if result.get("verdict") == "inconclusive":
                 why = "the analysis was inconclusive (counted as failed)"
             else:

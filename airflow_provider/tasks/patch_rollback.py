@@ -14,12 +14,12 @@ which provides the wait (``_wait``), the deployment read (``_read``) and its XCo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_provider.record import Kind, verdict_kind
-from airflow_provider.tasks.base import DeploymentServiceBaseTask
+from airflow_provider.tasks.notify import RolloutNotifying
 from airflow_provider.tasks.patch_retry import EarlierTry, record_rollback, rollback_record
 from airflow_provider.tasks.patch_verdict import (
     XCOM_ANALYSIS,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["AutomaticRollback"]
 
 
-class AutomaticRollback(DeploymentServiceBaseTask):
+class AutomaticRollback(RolloutNotifying):
     """Roll the patch's revision back when it failed, and pick up an earlier try's rollback or verdict (see the
     module). A base of :class:`~airflow_provider.operators.patch.PatchDeploymentOperator`: the operator gives
     the arguments and the wait; the steps here are its methods."""
@@ -98,6 +98,16 @@ class AutomaticRollback(DeploymentServiceBaseTask):
         if analysis is not None:
             context["ti"].xcom_push(key=XCOM_ANALYSIS, value=analysis)
         previous = landing.get("previous_active_revision_id")
+        if step == "analysis":
+            self._notify(
+                context,
+                "analysis_failed",
+                deployment_id=deployment_id,
+                revision_id=revision_id,
+                previous_revision_id=previous,
+                reason=reason,
+                analysis=analysis,
+            )
         bad = failed_revision(landing, step, reason)
         if not self.rollback_on_failure:
             raise AirflowFailException(
@@ -159,10 +169,26 @@ class AutomaticRollback(DeploymentServiceBaseTask):
             )
         except AirflowSensorTimeout as err:
             raise AirflowSensorTimeout(self._logged(rollback_not_live_message(landing, rollback, err))) from None
+        self._rolled_back(context, landing, rollback, live)
+
+    def _rolled_back(
+        self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]
+    ) -> NoReturn:
+        """The rollback serves: record it, notify ``rolled_back``, fail naming both revisions."""
         record_rollback_entry(
             context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)
         )
-        raise AirflowFailException(self._logged(rolled_back_message(landing, rollback, live)))
+        message = rolled_back_message(landing, rollback, live)
+        self._notify(
+            context,
+            "rolled_back",
+            deployment_id=landing.get("deployment_id"),
+            revision_id=landing.get("revision_id"),
+            deployment_name=live.get("name"),
+            previous_revision_id=landing.get("previous_active_revision_id"),
+            reason=message,
+        )
+        raise AirflowFailException(self._logged(message))
 
     # ---- retries: an earlier verdict, an earlier try's rollback
     def _resume_failed_verdict(

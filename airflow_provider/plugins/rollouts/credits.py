@@ -15,7 +15,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider.plugins.rollouts.history import TaskHistory
-from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
+from airflow_provider.plugins.rollouts.paths import (
+    airflow_root_path,
+    dag_run_path,
+    task_instance_path,
+    task_instance_tab_path,
+)
 from airflow_provider.plugins.rollouts.shapes import event_rollout, row_analysis, touch_rollout
 from airflow_provider.record import Kind
 
@@ -35,12 +40,14 @@ ROLES = {
     "rolling_back_to": "rolling back to",
     "rolled_back_to": "rolled back to",
     "rollback_revision": "rollback revision",
+    "asking": "waiting for a person (analysis inconclusive)",
 }
 """Every role a revision can have in a task's history, and its label (a rejection's says what rejected it)."""
 _STRENGTH = {
     "rolled_out": 1,
     "judging": 2,
     "analysing": 2,
+    "asking": 2,
     "rolling_back_to": 2,
     "landed": 3,
     "passed": 3,
@@ -70,6 +77,7 @@ _OUTCOMES = {
     Kind.PASSED: "passed",
     Kind.ROLLING_BACK: "rolling_back",
     Kind.ROLLED_BACK: "rolled_back",
+    Kind.ASKING: "asking",
 }
 
 
@@ -99,7 +107,7 @@ def _roles_of_entry(item: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if source:
             found.append((source, "rolled_back_with_wave" if item.get("with_wave") else "rolled_back_from"))
         return [(rev, role, ROLES[role]) for rev, role in found]
-    if not revision:
+    if not revision or kind == Kind.ANSWERED:  # an answer is said by what follows it (landed, rejected...)
         return []
     if kind == Kind.JUDGING:
         role = _judging_role(item)
@@ -165,7 +173,8 @@ def history_rollout(history: TaskHistory, *, running: bool, detailed: bool) -> d
 
     ``outcome`` is the newest entry's (``rolled_out``, ``analysing``/``judging``, ``landed``, ``rejected``,
     ``timed_out``, ``failed``, ``passed``, ``rolling_back``, ``rolled_back``; a fleet row keeps its own outcome,
-    ``analysing`` while it waits for its wave's analysis), ``entries`` the task's record of it.
+    ``analysing`` while it waits for its wave's analysis; ``asking`` while a person is asked about an inconclusive
+    analysis, with ``question_path``: where Airflow's UI shows the question), ``entries`` the task's record of it.
 
     :param history: the task instance's history of the deployment.
     :param running: whether the task still runs.
@@ -182,6 +191,9 @@ def history_rollout(history: TaskHistory, *, running: bool, detailed: bool) -> d
     entries = [_shown_entry(item, detailed) for item in history.entries]
     rollout.update(_task_fields(history, tab=history.source == "fleet"))
     rollout.update(deployment_id=history.deployment_id, entries=entries, at=_iso(history.at), running=running)
+    question = history.entries[-1] if history.entries else {}
+    if running and question.get("kind") == Kind.ASKING and question.get("question_path"):
+        rollout["question_path"] = airflow_root_path() + str(question["question_path"]).lstrip("/")
     if not detailed:
         rollout.update(message="", analysis=None)
     return rollout
@@ -193,6 +205,8 @@ def _record_rollout(history: TaskHistory, running: bool) -> dict[str, Any]:
     last = history.entries[-1]
     kind = last.get("kind")
     outcome = _judging_role(last) if kind == Kind.JUDGING else _OUTCOMES.get(str(kind), str(kind))
+    if kind == Kind.ANSWERED:  # acted on now: judged again, landing or rolling back
+        outcome = "judging"
     if kind == Kind.ROLLED_BACK and last.get("not_restored"):
         outcome = "rolled_back_partially"
     rollbacks = [item for item in history.entries if item.get("kind") in (Kind.ROLLING_BACK, Kind.ROLLED_BACK)]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlsplit
 
-URL_PREFIX = "/deployment-service"
+from airflow_provider.defaults import VIEW_URL_PREFIX
+
+URL_PREFIX = VIEW_URL_PREFIX
 """Where the API server mounts the view's FastAPI app (pages, assets and JSON)."""
 NAV_ROUTE = "rollouts"
 """The UI route of the navigation entry: ``<airflow>/plugin/rollouts``."""

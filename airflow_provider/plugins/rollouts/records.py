@@ -48,7 +48,9 @@ STATE_REF = "__airflow_state_ref__"
 """How a worker-side store backend's reference looks in the ``task_state_store`` table."""
 UNTOUCHED = frozenset({"pending", "not_patched"})
 """Fleet row outcomes of a deployment the rollout has not patched (yet, or ever)."""
-RUNNING_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule"})
+RUNNING_STATES = frozenset(
+    {"running", "deferred", "awaiting_input", "queued", "scheduled", "up_for_retry", "up_for_reschedule"}
+)
 """Task instance states in which a fleet rollout is still going on."""
 
 

@@ -22,7 +22,7 @@ const STATUS_TONE = {
   not_patched: "off", pending: "off",
   // what the record says a task did to a revision (a mark's role) and a task's newest outcome
   judging: "run", rejected: "bad", timed_out: "bad", rolling_back: "warn", rolling_back_to: "run",
-  rolled_back_to: "ok", rollback_revision: "ok", rolled_back_from: "warn",
+  rolled_back_to: "ok", rollback_revision: "ok", rolled_back_from: "warn", asking: "warn", answered: "run",
   failed: "bad", CREATE_FAILED: "bad", BUILD_FAILED: "bad", DEPLOY_FAILED: "bad", INTERRUPTED: "bad",
   revision_failed: "bad", deleted: "bad", upstream_failed: "bad",
 };
@@ -330,7 +330,15 @@ function lastRollout(rollout) {
   return h("div", { "data-last-rollout": label },
     badge(label, rollout.message || null), " ", when(rollout.at),
     h("div", { class: "small" }, taskLink(rollout), rollout.wave ? h("span", { class: "muted" }, ` · ${rollout.wave}`) : null),
-    rollout.tab_path ? h("div", { class: "small" }, h("a", { href: rollout.tab_path, target: "_top" }, "fleet rollout ›")) : null);
+    rollout.tab_path ? h("div", { class: "small" }, h("a", { href: rollout.tab_path, target: "_top" }, "fleet rollout ›")) : null,
+    questionLink(rollout));
+}
+
+function questionLink(rollout) {
+  // An inconclusive analysis waiting for a person: where Airflow asks (its Required actions page).
+  if (!rollout.question_path) return null;
+  return h("div", { class: "small", "data-question": rollout.task_id },
+    h("a", { href: rollout.question_path, target: "_top" }, "answer the question ›"));
 }
 
 // -------------------------------------------------------------------------------- deployment page
@@ -441,7 +449,7 @@ function renderDeployment(target, data) {
       h("thead", {}, h("tr", {}, ["Task", "Wave", "Outcome so far", "To revision", "Since"].map((title) => h("th", {}, title)))),
       h("tbody", {}, data.running.map((rollout) => h("tr", {},
         h("td", {}, taskLink(rollout), rollout.tab_path ? [" ", h("a", { href: rollout.tab_path, target: "_top", class: "small" }, "fleet rollout ›")] : null),
-        h("td", {}, rollout.wave || "—"), h("td", {}, badge(rollout.outcome, rollout.message)),
+        h("td", {}, rollout.wave || "—"), h("td", {}, badge(rollout.outcome, rollout.message), questionLink(rollout)),
         h("td", {}, shortId(rollout.revision_id)), h("td", {}, when(rollout.at)))))));
   }
   pieces.push(h("h2", {}, "Revisions"));
