@@ -188,6 +188,10 @@ async def announcement(
     return Announcement(not (wait_for_verdict and judged["judging"]), False, fields)
 
 
+STOP_KINDS = frozenset({"revision_rolled_back", "revision_replaced"})
+"""The kinds that say an announced revision stopped serving."""
+
+
 async def stop_kind(
     reader: MarkerReader,
     deployment_id: str,
@@ -260,30 +264,31 @@ async def settle(
     payloads: list[dict[str, Any]] = []
     if before.active is not None and serving != before.active and before.left != before.active:
         after.left = before.active
-
-        kind = await stop_kind(
-            reader,
-            deployment_id,
-            before.active,
-            serving,
-            serving_build=_build_now(deployment),
-            served=before.served_list(),
-            created_at=created_at,
-        )
-        log.info(
-            "%s: announced revision %s no longer serves (%s now): %s", deployment.name, before.active, serving, kind
-        )
-        if kind in events:
-            payloads.append(
-                event_payload(
-                    kind,
-                    deployment,
-                    deployment_id=deployment_id,
-                    origin="watcher",
-                    previous_revision_id=before.active,
-                    previous_status=before.status,
-                )
+        # which of the two it was costs up to two revision reads: only for a watcher that fires one of them
+        if events & STOP_KINDS:
+            kind = await stop_kind(
+                reader,
+                deployment_id,
+                before.active,
+                serving,
+                serving_build=_build_now(deployment),
+                served=before.served_list(),
+                created_at=created_at,
             )
+            log.info(
+                "%s: announced revision %s no longer serves (%s now): %s", deployment.name, before.active, serving, kind
+            )
+            if kind in events:
+                payloads.append(
+                    event_payload(
+                        kind,
+                        deployment,
+                        deployment_id=deployment_id,
+                        origin="watcher",
+                        previous_revision_id=before.active,
+                        previous_status=before.status,
+                    )
+                )
     if serving == before.active and after.left != serving:
         after.pending = after.pending_since = None  # a candidate that stopped serving first is forgotten
         return payloads
