@@ -370,6 +370,7 @@ async def test_an_event_does_not_wait_for_the_rounds_other_list_requests(service
         emulator.state.patch_deployment(deployment_id, change)
     emulator.state.advance(3.5)
     emulator.state.add_fault(kind="delay", delay_seconds=1.5, method="GET", path="/v2/deployments", count=1)
+
     def late_page_answered() -> bool:  # the emulator logs a request once it answered it
         return any(record.fault == "delay" for record in emulator.state.request_log)
 
