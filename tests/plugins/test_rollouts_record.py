@@ -27,7 +27,8 @@ from airflow_provider.models import PatchDeploymentRequest
 from tests.conftest import CONN_ENV, connection_json
 
 API_KEY = "rollouts-record-Distinctive-Key-51d2"
-REJECTED, LANDED, TIMEOUT = "checkout-api-staging", "search-prod", "billing-worker-dev"
+# deployments no other test in this process touches: the DORA figures count every record of a deployment
+REJECTED, LANDED, TIMEOUT = "pricing-engine-dev", "recommendation-agent-prod", "catalog-graph-staging"
 FLEET = ("fraud-detector-dev", "fraud-detector-staging")
 FLEET_BAD = FLEET[0]
 ROLLBACK = "ledger-service-prod"
