@@ -29,7 +29,7 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.run import MeasuringSources, condition_text, counted
+from airflow_provider.analysis.run import MeasuringSources, measurement_of
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
@@ -120,18 +120,7 @@ async def preflight(
                 readings = await sources.measure(check, targets, now, dict(deployments))
                 for target in targets:
                     reading = readings[target.deployment_id]
-                    measurement = Measurement(
-                        round=BASELINE_ROUND,
-                        check=label,
-                        deployment_id=target.deployment_id,
-                        name=target.name,
-                        at=now.isoformat(),
-                        value=reading.value,
-                        condition=condition_text(check),
-                        verdict=reading.verdict,
-                        detail=scrubber(reading.detail),
-                    )
-                    counted(measurement, reading)
+                    measurement = measurement_of(check, label, target, reading, BASELINE_ROUND, now, scrubber)
                     baselines[target.deployment_id].append(measurement)
                     _log_baseline(log, target, measurement)
                     if reading.verdict == "inconclusive":

@@ -58,7 +58,7 @@ __all__ = [
     "analysis_not_run_reason",
     "analysis_overran_reason",
     "condition_text",
-    "counted",
+    "measurement_of",
     "run_analysis",
     "still_serving",
 ]
@@ -163,17 +163,43 @@ async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | No
         ) from None
 
 
-def counted(measurement: Measurement, reading: Reading) -> None:
-    """Add the run and error counts of ``reading`` (a tracing measurement's) to ``measurement``: what a rate test
-    of a later measurement compares with.
+def measurement_of(
+    check: Any,
+    label: str,
+    target: AnalysisTarget,
+    reading: Reading,
+    round_number: int,
+    at: datetime,
+    scrubber: Scrubber,
+) -> Measurement:
+    """The measurement of ``reading`` (``check``'s on ``target`` in round ``round_number``, taken ``at``), with
+    its run and error counts when the reading has them (a tracing measurement's: what a rate test of a later
+    measurement compares with).
 
-    :param measurement: the measurement made of ``reading``.
-    :param reading: the reading.
+    :param check: the check measured.
+    :param label: its label.
+    :param target: the revision measured.
+    :param reading: what the source answered.
+    :param round_number: the round (the preflight's baseline has its own).
+    :param at: when it was measured.
+    :param scrubber: removes secrets from the detail.
     """
+    measurement = Measurement(
+        round=round_number,
+        check=label,
+        deployment_id=target.deployment_id,
+        name=target.name,
+        at=at.isoformat(),
+        value=reading.value,
+        condition=condition_text(check),
+        verdict=reading.verdict,
+        detail=scrubber(reading.detail),
+    )
     if reading.runs is not None:
         measurement["runs"] = reading.runs
     if reading.errors is not None:
         measurement["errors"] = reading.errors
+    return measurement
 
 
 def condition_text(check: Any) -> str:
@@ -339,18 +365,7 @@ async def analyse(
                 for target in active:
                     for check, label, by_target in zip(analysis.checks, labels, readings, strict=True):
                         reading = by_target[target.deployment_id]
-                        measurement = Measurement(
-                            round=round_number,
-                            check=label,
-                            deployment_id=target.deployment_id,
-                            name=target.name,
-                            at=now.isoformat(),
-                            value=reading.value,
-                            condition=condition_text(check),
-                            verdict=reading.verdict,
-                            detail=scrubber(reading.detail),
-                        )
-                        counted(measurement, reading)
+                        measurement = measurement_of(check, label, target, reading, round_number, now, scrubber)
                         _log_measurement(log, measurement, count)
                         judgements[target.deployment_id].record(measurement)
                 if on_round is not None:
