@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -172,7 +173,7 @@ async def announcement(
     :param wait_for_verdict: hold it while a rollout of this provider judges it.
     :param now: the time (Unix seconds).
     """
-    if now - live_since < settle_time:
+    if settle_time > 0 and now - live_since < settle_time:
         return None
     judged = judging_of(await reader.marker(deployment_id), revision_id, now)
     fields = {
@@ -294,7 +295,8 @@ async def settle(
         return payloads
     now = time.time()
     if after.pending != serving or after.pending_since is None:
-        after.pending, after.pending_since = serving, f"{now:.3f}"
+        # Rounded down: a time rounded up would lie in the future, and ``settle_time=0`` would wait a round.
+        after.pending, after.pending_since = serving, f"{math.floor(now * 1000) / 1000:.3f}"
     if (deployment_id, serving) in withheld:
         return payloads
     decided = await announcement(

@@ -6,7 +6,9 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 from airflow.sdk import AssetWatcher
@@ -51,16 +53,26 @@ class FakeStore:
 class Running:
     """A watcher's event loop running in the background, collecting payloads."""
 
-    def __init__(self, trigger: DeploymentEventTrigger, store: FakeStore | None = None) -> None:
+    def __init__(
+        self,
+        trigger: DeploymentEventTrigger,
+        store: FakeStore | None = None,
+        witness: Callable[[], Any] | None = None,
+    ) -> None:
         self.trigger = trigger
         trigger.asset_state_store = store  # type: ignore[assignment]
         self.payloads: list[dict[str, Any]] = []
+        self.witness = witness
+        self.witnessed: list[Any] = []
+        """What ``witness()`` answered the moment each payload arrived (not when a test got round to look)."""
         self.task = asyncio.create_task(self._collect())
 
     async def _collect(self) -> None:
         async for event in self.trigger.run():
             json.dumps(event.payload)
             self.payloads.append(event.payload)
+            if self.witness is not None:
+                self.witnessed.append(self.witness())
 
     def kinds(self) -> list[tuple[str, str]]:
         return [(p["kind"], p["deployment_name"]) for p in self.payloads]
@@ -356,7 +368,11 @@ async def test_an_event_does_not_wait_for_the_rounds_other_list_requests(service
     emulator.state.advance(5)
     deployments = emulator.state.snapshot()["deployments"]
     ids = [item["id"] for item in deployments]
-    run = Running(watcher(deployment_ids=ids, events=["revision_live", "deleted"]))
+
+    def late_page_answered() -> bool:  # the emulator logs a request once it answered it
+        return any(record.fault == "delay" for record in emulator.state.request_log)
+
+    run = Running(watcher(deployment_ids=ids, events=["revision_live", "deleted"]), witness=late_page_answered)
     await wait_until(lambda: len(active_pollers()) == 1)
     (poller,) = active_pollers()
     await rounds(3)
@@ -364,24 +380,30 @@ async def test_an_event_does_not_wait_for_the_rounds_other_list_requests(service
     await wait_until(lambda: poller.rounds_completed > completed)
     # No await from here until the changes are made: the next round sees both, and one page comes late.
     seen_by = poller.rounds_completed + 1
-    first, last = ids[0], ids[-1]  # one in each list request
+    first, last = (chunk[0] for chunk in list_request_chunks(emulator, 2))  # one in each list request
     change = PatchDeploymentRequest(source_revision_config={"repo_ref": "r2"})
     for deployment_id in (first, last):
         emulator.state.patch_deployment(deployment_id, change)
     emulator.state.advance(3.5)
-    emulator.state.add_fault(kind="delay", delay_seconds=1.5, method="GET", path="/v2/deployments", count=1)
+    # Late by far more than a loaded machine delays an event (the test looks when the event arrives).
+    emulator.state.add_fault(kind="delay", delay_seconds=3, method="GET", path="/v2/deployments", count=1)
 
-    def late_page_answered() -> bool:  # the emulator logs a request once it answered it
-        return any(record.fault == "delay" for record in emulator.state.request_log)
-
-    await wait_until(lambda: len(run.payloads) >= 1)
-    assert len(run.payloads) == 1 and not late_page_answered(), "the first page's event came at once"
-    await wait_until(lambda: poller.rounds_completed >= seen_by + 2, timeout=15)
+    await wait_until(lambda: len(run.payloads) >= 1, timeout=10)
+    assert run.witnessed[0] is False, "the first page's event waited for the late page"
+    await wait_until(lambda: poller.rounds_completed >= seen_by + 2, timeout=20)
     assert late_page_answered(), "no list request was answered late: the test proved nothing"
     assert sorted(payload["deployment_id"] for payload in run.payloads) == sorted([first, last])
     assert {payload["kind"] for payload in run.payloads} == {"revision_live"}
     await run.stop()
     await no_tasks_left()
+
+
+def list_request_chunks(emulator: Any, count: int) -> list[list[str]]:
+    """The ids each of the last ``count`` list requests asked for (the watcher's chunks: their order varies)."""
+    listed = [record for record in emulator.state.request_log if record.path == "/v2/deployments"][-count:]
+    chunks = [parse_qs(record.query)["deployment_ids"][0].split(",") for record in listed]
+    assert len({id_ for chunk in chunks for id_ in chunk}) == sum(map(len, chunks)), chunks
+    return chunks
 
 
 async def _drain(trig: DeploymentRolloutTrigger) -> list[Any]:

@@ -337,3 +337,36 @@ def patch_op_like(**attributes: Any) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(**attributes)
+
+
+class NoMarker:
+    """A marker reader for a deployment no rollout of this provider touches."""
+
+    async def marker(self, deployment_id: str) -> Any | None:
+        return {}
+
+
+@pytest.mark.parametrize("now", [1795743138.2646, 1795743138.9999, 1795743138.0])
+async def test_without_a_settle_time_a_revision_is_announced_the_first_time_it_is_seen_serving(
+    monkeypatch: pytest.MonkeyPatch, now: float
+) -> None:
+    # The time the candidate was first seen is kept to the millisecond: rounded up (.2646 -> .265) it lay in
+    # the future and a watcher with settle_time=0 announced one round late (half the time, by the clock).
+    from airflow_provider import settling
+    from airflow_provider.models import Deployment
+    from tests.test_models import REV_NEW, REV_OLD, deployment_json
+
+    monkeypatch.setattr(settling.time, "time", lambda: now)
+    trigger = DeploymentEventTrigger(deployment_names=["checkout-api"], settle_time=0)
+    deployment = Deployment.model_validate(deployment_json(active_revision_id=REV_NEW, latest_revision_id=REV_NEW))
+    before = Seen(REV_OLD, "READY", REV_OLD, "2026-11-27T00:00:00Z", None, "checkout-api")
+    after = Seen(REV_OLD, "READY", REV_NEW, "2026-11-27T00:00:01Z", None, "checkout-api")
+
+    async def created_at(revision_id: str) -> Any:
+        return None
+
+    payloads = await settling.settle(
+        trigger, {"revision_live"}, NoMarker(), set(), deployment, before, after, created_at
+    )
+    assert [payload["kind"] for payload in payloads] == ["revision_live"]
+    assert float(payloads[0]["live_since"]) <= now and after.active == REV_NEW and after.pending is None
