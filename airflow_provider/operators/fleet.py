@@ -19,8 +19,8 @@ from airflow_provider.tasks.analysis import check_analysis_sources, check_custom
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
-from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_asking import take_answer
+from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_notify import NotifiedRecord, notify_fleet_result
 from airflow_provider.tasks.fleet_plan import resolve_targets
 from airflow_provider.tasks.fleet_progress import (

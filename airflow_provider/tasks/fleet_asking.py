@@ -52,13 +52,10 @@ NAMED = 10
 
 
 class AskingFleetTask(Protocol):
-    """What asking needs of the fleet task: its logger, ``defer``, connection, timeout and ``_notify``."""
+    """What asking needs of the fleet task: its logger, ``defer``, ``response_timeout`` and ``_notify``."""
 
     @property
     def log(self) -> logging.Logger: ...
-
-    @property
-    def deployment_service_conn_id(self) -> str: ...
 
     @property
     def response_timeout(self) -> timedelta: ...

@@ -265,7 +265,7 @@ class FleetRun:
         )
 
     def wave_question(self, index: int) -> WaveQuestion:
-        """The question about wave ``index``'s inconclusive analysis (see :mod:`~airflow_provider.tasks.fleet_asking`)."""
+        """The question about wave ``index``'s inconclusive analysis (:mod:`~airflow_provider.tasks.fleet_asking`)."""
         return WaveQuestion(self.task, self.context, self.progress, self.progress_store, index, secrets=self.secrets)
 
     def watch_bake_seconds(self) -> float:

@@ -255,7 +255,7 @@ def fleet_touches(
         if not key.startswith(WAVE_KEY_PREFIX) or not isinstance(wave, dict):
             continue
         question = wave.get("question")
-        asking = isinstance(question, dict) and "answer" not in question and isinstance(question.get("path"), str)
+        path = question.get("path") if isinstance(question, dict) and "answer" not in question else None
         for row in wave.get("rows") or []:
             if not isinstance(row, dict) or (deployment_id is not None and row.get("deployment_id") != deployment_id):
                 continue
@@ -269,7 +269,7 @@ def fleet_touches(
                     row,
                     _aware(updated_at) or since,
                     phase=str(wave.get("phase") or "") or None,
-                    question_path=str(question["path"]) if asking else None,
+                    question_path=path if isinstance(path, str) else None,
                 )
             )
     return touches
