@@ -178,6 +178,57 @@ def test_without_ask_an_inconclusive_canary_still_counts_as_failed(
     assert rows(ti)["app-0000"]["outcome"] == Outcome.ROLLED_BACK
 
 
+def test_a_wave_that_stops_the_rollout_anyway_asks_no_one(emulator: Any, questions: list[dict[str, Any]]) -> None:
+    """Both deployments are the canary; app-0001 fails its analysis, so the canary stops the rollout whatever a
+    person would say about app-0000: no one is asked, and the whole canary is rolled back."""
+    bad = deployment(emulator, "app-0001")["id"]
+    emulator.state.set_behaviour(bad, revision_id="next", error_rate=0.5, requests_per_second=TRAFFIC)
+    ti = AskingTI()
+
+    failed = drive(fleet_op(canary=2), {"ti": ti, "task_state_store": FakeStore()}, "execute")
+
+    assert isinstance(failed, AirflowFailException), failed
+    assert questions == []
+    for name in NAMES:  # each restored: a patch, then a rollback
+        assert rows(ti)[name]["outcome"] in (Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_WITH_WAVE)
+        assert deployment(emulator, name)["source_revision_config"]["repo_ref"] != "v2"
+        assert len(revisions(emulator, name)) == 3
+
+
+def test_an_inconclusive_deployment_of_a_wave_already_stopping_fails_without_a_question(
+    questions: list[dict[str, Any]],
+) -> None:
+    """The verdicts came the other way round (the inconclusive one first, then a failure that stops the canary): once
+    the wave's analysis is over, the inconclusive deployment fails as without ``ask``, recorded, and no one is
+    asked."""
+    import logging
+
+    from airflow_provider.fleet import FleetProgress, FleetRow, WaveRecord
+    from airflow_provider.tasks.fleet_asking import WaveQuestion
+    from airflow_provider.tasks.fleet_progress import ProgressStore
+
+    unsure = FleetRow(
+        "id-a", "a", "canary", "r0", "r1", Outcome.LANDED, analysis={"verdict": "inconclusive", "reason": "few"}
+    )
+    broken = FleetRow(
+        "id-b", "b", "canary", "r2", "r3", Outcome.FAILED, analysis={"verdict": "failed", "reason": "5xx"}
+    )
+    progress = FleetProgress(
+        [WaveRecord("canary", [unsure, broken], phase="analysing")], allowed_failures=1, change="x"
+    )
+    store = FakeStore()
+    task = fleet_op()()
+
+    WaveQuestion(
+        task, {"ti": AskingTI()}, progress, ProgressStore(store, logging.getLogger("t")), 0
+    ).ask_if_inconclusive()
+
+    assert questions == []
+    assert unsure.outcome == Outcome.FAILED and "no one was asked" in unsure.message
+    assert store.data[f"{STATE_KEY}/wave/0"]["rows"][0]["outcome"] == Outcome.FAILED
+    assert progress.waves[0].question is None
+
+
 # ------------------------------------------------------------------------------------------ the answers
 @pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
 def test_promote_goes_on_with_the_next_wave(emulator: Any, questions: list[dict[str, Any]], deferrable: bool) -> None:
