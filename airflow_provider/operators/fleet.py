@@ -5,6 +5,7 @@ waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -497,8 +498,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             request_for, change = self._change()
             progress_store = self._progress_store(context)
             progress = resumed_progress(progress_store, change, {"carry": carry})
-            save = lambda: progress_store.save(progress)  # noqa: E731
-            take_answer(progress, fleet_wave, question, event, save, self.log)
+            take_answer(
+                progress, fleet_wave, question, event, functools.partial(progress_store.save, progress), self.log
+            )
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()
