@@ -394,20 +394,25 @@ class WaveRecord:
         decided), ``analysing`` (verified; the analysis of what landed is under way, each row's verdict
         recorded as it comes), ``rolling_back`` (rollbacks sent, waiting for them), ``done`` (verified,
         analysed and counted).
+    :param question: the question a person was asked about the wave's inconclusive analysis (``on_inconclusive=
+        "ask"``) and, once given, its ``answer``; ``None`` when none was asked.
     """
 
     name: str
     rows: list[FleetRow]
     phase: str = "planned"
+    question: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {"name": self.name, "phase": self.phase, "rows": [row.to_json() for row in self.rows]}
+        shown = {"name": self.name, "phase": self.phase, "rows": [row.to_json() for row in self.rows]}
+        return shown if self.question is None else {**shown, "question": dict(self.question)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WaveRecord:
         """Back from :meth:`to_json`."""
-        return cls(data["name"], [FleetRow(**row) for row in data["rows"]], data.get("phase", "planned"))
+        rows = [FleetRow(**row) for row in data["rows"]]
+        return cls(data["name"], rows, data.get("phase", "planned"), data.get("question"))
 
 
 @dataclass
@@ -454,11 +459,14 @@ class FleetProgress:
 
     @property
     def analysis_failures(self) -> list[FleetRow]:
-        """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`)."""
+        """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`; an
+        inconclusive one a person promoted, or that waits for the answer, is not)."""
         return [
             row
             for row in self.rows
-            if row.analysis is not None and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+            if row.analysis is not None
+            and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+            and row.outcome not in SUCCESS_OUTCOMES | WITH_WAVE_OUTCOMES
         ]
 
     def analysis_verdicts(self) -> dict[str, int]:

@@ -5,7 +5,9 @@ waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -18,8 +20,9 @@ from airflow_provider.tasks.analysis import check_analysis_sources, check_custom
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
+from airflow_provider.tasks.fleet_asking import take_answer
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
-from airflow_provider.tasks.fleet_notify import notify_fleet_result
+from airflow_provider.tasks.fleet_notify import NotifiedRecord, notify_fleet_result
 from airflow_provider.tasks.fleet_plan import resolve_targets
 from airflow_provider.tasks.fleet_progress import (
     ProgressStore,
@@ -32,6 +35,7 @@ from airflow_provider.tasks.fleet_result import emit_events, log_plan, report_re
 from airflow_provider.tasks.fleet_rollback import apply_rollbacks
 from airflow_provider.tasks.fleet_watching import in_flight
 from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
+from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 from airflow_provider.tasks.patch_request import SecretValue
 from airflow_provider.tasks.preflight import fleet_analysis_supported
@@ -165,11 +169,22 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
         ``analysis.count``), and its connections when the task starts, before anything is patched.
+    :param on_inconclusive: what an inconclusive verdict does: ``"fail"`` (default: the deployment fails, as on a
+        failed verdict) or ``"ask"``: once the wave's analysis is over, its inconclusive deployments (still serving
+        their new revisions) are put to a person through Airflow's human-in-the-loop, in one question showing the
+        wave, the deployments and the measurements: "Promote" (they land; the rollout goes on with the next wave),
+        "Roll back" (they fail, as on a failed verdict: rolled back with ``rollback_on_failure``, counted against the
+        budget; a canary's stops the rollout) or "Analyse another interval"; no answer within ``response_timeout``
+        rolls back. The question and the answer are recorded in the wave's progress before they are acted on: a
+        retry goes on from the answer (see :mod:`~airflow_provider.tasks.fleet_asking`). Needs ``analysis``.
+    :param response_timeout: how long a question waits for an answer (a ``timedelta`` or seconds; default 1 hour).
     :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s told, once the rollout is
         decided, of each deployment it landed (``rolled_out``), whose analysis failed it (``analysis_failed``) or
-        that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``) and of an
-        analysis refused before any patch (``preflight_failed``); see :mod:`airflow_provider.tasks.notify`. A
-        notifier that fails is logged, never fails the task.
+        that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``), of an
+        analysis refused before any patch (``preflight_failed``) and, as it asks, of each deployment a person is
+        asked about (``inconclusive``); see :mod:`airflow_provider.tasks.notify`. Each event is sent at most once
+        across the task's tries (:mod:`~airflow_provider.tasks.fleet_notify`). A notifier that fails is logged,
+        never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
     :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
@@ -219,6 +234,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         check_source_rules: bool = True,
         analysis: Analysis | None = None,
         notify: Mapping[str, Any] | None = None,
+        on_inconclusive: str = "fail",
+        response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -273,6 +290,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
         self.notify = checked_notify(notify)
+        self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
+        if self.on_inconclusive == "ask" and analysis is None:
+            raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
 
     # ---- the change
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
@@ -337,7 +357,15 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                     check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
                     check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
                 except Exception as err:
-                    self._notify(context, "preflight_failed", deployment_id=None, revision_id=None, reason=str(err))
+                    NotifiedRecord(context.get("task_state_store"), self.log).notify_once(
+                        self,
+                        context,
+                        "preflight_failed",
+                        "preflight_failed",
+                        deployment_id=None,
+                        revision_id=None,
+                        reason=str(err),
+                    )
                     raise
             try:
                 check_budget_fits(self.max_failures, len(targets))  # before any PATCH
@@ -445,6 +473,34 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             run = self._fleet_run(context, progress, progress_store, request_for)
             run.wave_analysis(index).resume(event, method_name="execute_complete_analysis")
             progress_store.save(progress, index)
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
+
+    def execute_fleet_inconclusive_answered(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        fleet_wave: int | None = None,
+        question: int | None = None,
+        carry: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Resume with the answer to a wave's inconclusive analysis (``on_inconclusive="ask"``): record it in the
+        wave's progress with what it does to the rows (one write), then go on with the rollout, which acts on it.
+
+        :param context: the task context.
+        :param event: the answer (``HITLDetail.as_resume_event_payload()``) or the timeout.
+        :param fleet_wave: the wave asked about (else the wave whose question is open).
+        :param question: the question's number (an answer to another is not taken).
+        :param carry: the progress, when the task has no store or its last save failed.
+        """
+        try:
+            request_for, change = self._change()
+            progress_store = self._progress_store(context)
+            progress = resumed_progress(progress_store, change, {"carry": carry})
+            take_answer(
+                progress, fleet_wave, question, event, functools.partial(progress_store.save, progress), self.log
+            )
             return self._advance(context, progress, progress_store, request_for)
         finally:
             self.close_hook()

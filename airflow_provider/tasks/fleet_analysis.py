@@ -144,18 +144,22 @@ def apply_analysis(
     log: logging.Logger | Any,
     *,
     missing_reason: str | None = NO_RESULT,
+    ask: bool = False,
 ) -> None:
     """Record verdicts of the wave's analysis: each row of :func:`awaiting_analysis` with a result keeps it (its
     latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive``
     verdict fails the row, which is then rolled back as a failed ``verify`` is (``rollback_on_failure``) and
     counts against the budget. Once the analysis is over (``missing_reason`` given), a row the results leave out
-    (or judge on another revision) is ``inconclusive``: a revision is never called landed without a verdict.
+    (or judge on another revision) is ``inconclusive``: a revision is never called landed without a verdict. With
+    ``ask``, an ``inconclusive`` row stays ``landed`` with its result, for a person to decide
+    (:mod:`~airflow_provider.tasks.fleet_asking`).
 
     :param wave: the wave (its rows are updated in place).
     :param results: ``{deployment_id: AnalysisResult}``.
     :param log: the task's logger.
     :param missing_reason: the reason recorded for a row the results leave out; ``None`` while the analysis goes
         on (such a row is still under analysis).
+    :param ask: whether an inconclusive verdict waits for a person (``on_inconclusive="ask"``).
     """
     for row in awaiting_analysis(wave):
         now = time.time()
@@ -182,6 +186,15 @@ def apply_analysis(
             )
             continue
         reason = str(result.get("reason") or "no reason given")
+        if ask and verdict == "inconclusive":
+            log.warning(
+                "%s: %s: analysis inconclusive on revision %s (%s): a person is asked once the wave's analysis is over",
+                wave.name,
+                row.name,
+                row.to_revision,
+                reason,
+            )
+            continue
         shown = {"failed": "failed", "inconclusive": "inconclusive (treated as failed)"}.get(
             verdict, f"verdict {verdict!r} (not passed)"
         )
@@ -222,6 +235,7 @@ class WaveAnalysis:
         wave's deployments inconclusive instead of failing the try).
     :param earlier_try_since: the run's start when this is a retry (a rollback found may be an earlier try's).
     :param secrets: the task's secret values (scrubbed from the rows before they travel to the triggerer).
+    :param ask: an inconclusive verdict waits for a person (``on_inconclusive="ask"``) instead of failing the row.
     """
 
     task: AnalysingTask
@@ -234,6 +248,7 @@ class WaveAnalysis:
     last_try: bool
     earlier_try_since: datetime | None = None
     secrets: Sequence[str] = ()
+    ask: bool = False
 
     @property
     def wave(self) -> WaveRecord:
@@ -369,7 +384,7 @@ class WaveAnalysis:
         :param over: whether the analysis is over (every deployment it was to judge has its verdict).
         :param rounds: the rounds measured so far.
         """
-        apply_analysis(self.wave, results, self.task.log, missing_reason=NO_RESULT if over else None)
+        apply_analysis(self.wave, results, self.task.log, missing_reason=NO_RESULT if over else None, ask=self.ask)
         return self.act(rounds=rounds)
 
     def act(self, *, rounds: int) -> bool:
@@ -436,5 +451,6 @@ class WaveAnalysis:
             {},
             self.task.log,
             missing_reason=f"the analysis could not be measured on the task's last try ({why})",
+            ask=self.ask,
         )
         self.act(rounds=0)

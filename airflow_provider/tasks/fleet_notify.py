@@ -2,27 +2,101 @@
 :mod:`~airflow_provider.tasks.notify`): once the rollout is decided, one event per deployment it landed
 (``rolled_out``), whose analysis failed it (``analysis_failed``) or that it rolled back (``rolled_back``), and
 ``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary), naming the
-deployments that failed.
+deployments that failed; ``inconclusive`` when a person is asked (:mod:`~airflow_provider.tasks.fleet_asking`) and
+``preflight_failed`` when the analysis is refused before any patch.
+
+Each event is sent at most once across the task's tries: the events sent are recorded in ``task_state_store``
+(:class:`NotifiedRecord`, under ``<progress key>/notified``) before they are sent, so a retry that finishes the same
+rollout again (a failed rollout's retry, a try that failed after notifying) does not send them again. A try that dies
+between the record and the sending loses those notifications rather than sending them twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_provider.fleet import ANALYSIS_FAILED_VERDICTS, ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
+from airflow_provider.fleet import ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
+from airflow_provider.tasks.fleet_progress import STATE_KEY
 
 if TYPE_CHECKING:
-    from airflow_provider.tasks.notify import RolloutNotifying
+    import logging
 
-__all__ = ["notify_fleet_result"]
+__all__ = ["NOTIFIED_KEY", "NotifiedRecord", "Notifying", "notify_fleet_result"]
 
 NAMED_FAILURES = 20
 """Most failed deployments a ``fleet_aborted`` notification names."""
+NOTIFIED_KEY = f"{STATE_KEY}/notified"
+"""Key in ``task_state_store`` of the fleet's notifications sent (``{"sent": [event key, ...]}``)."""
 
 
-def notify_fleet_result(task: RolloutNotifying, context: Mapping[str, Any], progress: FleetProgress) -> None:
-    """Send the fleet rollout's events to the task's notifiers (each notifier failure logged, never raised).
+class Notifying(Protocol):
+    """A task that notifies (:class:`~airflow_provider.tasks.notify.RolloutNotifying`)."""
+
+    def _notify(
+        self,
+        context: Mapping[str, Any],
+        event: str,
+        *,
+        deployment_id: str | None,
+        revision_id: str | None,
+        **fields: Any,
+    ) -> None: ...
+
+
+class NotifiedRecord:
+    """The fleet's notifications sent, across tries, in ``task_state_store`` (in memory only without one).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, store: Any, log: logging.Logger | Any) -> None:
+        self.store, self.log = store, log
+        self.sent: set[str] = set()
+        if store is not None:
+            try:
+                value = store.get(NOTIFIED_KEY)
+            except Exception as err:  # sent again rather than never
+                self.log.warning("Could not read the notifications sent from task_state_store (%s)", err)
+                value = None
+            if isinstance(value, Mapping):
+                self.sent = {str(key) for key in value.get("sent") or []}
+
+    def claim(self, keys: list[str]) -> list[str]:
+        """Of ``keys`` (one per event), those not sent yet, recorded as sent (one write) before they are sent.
+
+        :param keys: the events about to be sent.
+        """
+        new = [key for key in dict.fromkeys(keys) if key not in self.sent]
+        if not new:
+            return []
+        self.sent.update(new)
+        if self.store is not None:
+            try:
+                self.store.set(NOTIFIED_KEY, {"sent": sorted(self.sent)})
+            except Exception as err:  # a retry may send them again
+                self.log.warning("Could not record the notifications sent in task_state_store (%s)", err)
+        return new
+
+    def notify_once(self, task: Notifying, context: Mapping[str, Any], key: str, event: str, **fields: Any) -> None:
+        """Send ``event`` (``task._notify``'s fields) unless the event ``key`` names was sent by this or an earlier try.
+
+        :param task: the task.
+        :param context: its context.
+        :param key: the event's identity across tries.
+        :param event: one of :data:`~airflow_provider.tasks.notify.EVENTS`.
+        :param fields: ``deployment_id``, ``revision_id`` and the others.
+        """
+        if self.claim([key]):
+            task._notify(context, event, **fields)
+        else:
+            self.log.info("The %r notification (%s) was sent by an earlier try: not sent again", event, key)
+
+
+def notify_fleet_result(task: Notifying, context: Mapping[str, Any], progress: FleetProgress) -> None:
+    """Send the fleet rollout's events to the task's notifiers (each notifier failure logged, never raised), each at
+    most once across tries.
 
     :param task: the fleet task (its ``notify`` and logger).
     :param context: the task's context.
@@ -30,6 +104,8 @@ def notify_fleet_result(task: RolloutNotifying, context: Mapping[str, Any], prog
     """
     if not getattr(task, "notify", None):
         return
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    analysis_failed = {row.deployment_id for row in progress.analysis_failures}
     for row in progress.rows:
         fields: dict[str, Any] = {
             "deployment_id": row.deployment_id,
@@ -38,24 +114,34 @@ def notify_fleet_result(task: RolloutNotifying, context: Mapping[str, Any], prog
             "previous_revision_id": row.from_revision,
             "extra": {"wave": row.wave},
         }
+        about = f"{row.deployment_id}/{row.to_revision}"
         analysis = row.analysis if isinstance(row.analysis, Mapping) else None
         if row.outcome == Outcome.LANDED:
-            task._notify(context, "rolled_out", analysis=analysis, **fields)
-        if analysis is not None and analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS:
-            task._notify(context, "analysis_failed", analysis=analysis, reason=str(analysis.get("reason")), **fields)
+            events.append((f"rolled_out/{about}", "rolled_out", {"analysis": analysis, **fields}))
+        if analysis is not None and row.deployment_id in analysis_failed:
+            reason = str(analysis.get("reason"))
+            events.append(
+                (f"analysis_failed/{about}", "analysis_failed", {"analysis": analysis, "reason": reason, **fields})
+            )
         if row.outcome in ROLLED_BACK_OUTCOMES:
-            task._notify(context, "rolled_back", reason=row.message or None, **fields)
+            events.append((f"rolled_back/{about}", "rolled_back", {"reason": row.message or None, **fields}))
     if progress.stopped:
         failed = progress.failures
         named = ", ".join(row.name for row in failed[:NAMED_FAILURES]) + (
             " ..." if len(failed) > NAMED_FAILURES else ""
         )
         counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(progress.counts().items()) if count)
-        task._notify(
-            context,
-            "fleet_aborted",
-            deployment_id=None,
-            revision_id=None,
-            reason=progress.stopped,
-            extra={"failed": named or "none", "outcomes": counts},
-        )
+        extra = {"failed": named or "none", "outcomes": counts}
+        fields = {"deployment_id": None, "revision_id": None, "reason": progress.stopped, "extra": extra}
+        events.append(("fleet_aborted", "fleet_aborted", fields))
+    notifiers = getattr(task, "notify", None) or {}
+    wanted = [item for item in events if notifiers.get(item[1])]  # only events someone listens to are recorded
+    log = getattr(task, "log", None)
+    record = NotifiedRecord(context.get("task_state_store"), log)
+    new = set(record.claim([key for key, _event, _fields in wanted]))
+    skipped = len(wanted) - len(new)
+    if skipped and log is not None:
+        log.info("%d notification(s) were sent by an earlier try: not sent again", skipped)
+    for key, event, fields in wanted:
+        if key in new:
+            task._notify(context, event, **fields)

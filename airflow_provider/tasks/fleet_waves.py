@@ -19,6 +19,7 @@ from airflow_provider.tasks import fleet_watching
 from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 from airflow_provider.tasks.fleet_analysis import WaveAnalysis
+from airflow_provider.tasks.fleet_asking import WaveQuestion
 from airflow_provider.tasks.fleet_change import completed_for
 from airflow_provider.tasks.fleet_patching import patch_wave
 from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages, stop_as_decided, stop_reason
@@ -74,6 +75,22 @@ class FleetTask(AnalysingTask, Protocol):
 
     @property
     def check_source_rules(self) -> bool: ...
+
+    @property
+    def on_inconclusive(self) -> str: ...
+
+    @property
+    def response_timeout(self) -> timedelta: ...
+
+    def _notify(
+        self,
+        context: Mapping[str, Any],
+        event: str,
+        *,
+        deployment_id: str | None,
+        revision_id: str | None,
+        **fields: Any,
+    ) -> None: ...
 
 
 def earlier_try_since(context: Context) -> datetime | None:
@@ -171,6 +188,8 @@ class FleetRun:
             if wave.phase == "analysing" and task.analysis is not None:  # (a retry of a task that lost it goes on)
                 # Rows already judged (an earlier try, or the resume) are not judged again.
                 self.wave_analysis(index).run(deferrable=task.deferrable, method_name="execute_complete_analysis")
+                if task.on_inconclusive == "ask":  # the wave's inconclusive deployments: a person decides
+                    self.wave_question(index).ask_if_inconclusive()
             if wave.phase in ("watched", "analysing"):
                 if task.rollback_on_failure:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
@@ -242,7 +261,12 @@ class FleetRun:
             last_try=no_retry_left(self.context, self.retries),
             earlier_try_since=earlier_try_since(self.context),
             secrets=self.secrets,
+            ask=task.on_inconclusive == "ask",
         )
+
+    def wave_question(self, index: int) -> WaveQuestion:
+        """The question about wave ``index``'s inconclusive analysis (:mod:`~airflow_provider.tasks.fleet_asking`)."""
+        return WaveQuestion(self.task, self.context, self.progress, self.progress_store, index, secrets=self.secrets)
 
     def watch_bake_seconds(self) -> float:
         """The bake a wave's watch waits: none when the analysis's rounds fill ``bake_seconds`` (``count=None``:

@@ -43,8 +43,8 @@ EVENTS = ("rolled_out", "analysis_failed", "rolled_back", "inconclusive", "fleet
 - ``rolled_out``: the revision is live and passed what judged it;
 - ``analysis_failed``: the analysis judged the revision failed (or inconclusive, counted as failed);
 - ``rolled_back``: the revision was rolled back, and the one before serves again;
-- ``inconclusive``: the analysis was inconclusive and the patch task asks a person (its ``on_inconclusive``
-  is ``"ask"``; the fleet task does not ask yet);
+- ``inconclusive``: the analysis was inconclusive and the task asks a person (its ``on_inconclusive`` is
+  ``"ask"``; the fleet task sends one per deployment of the wave it asks about);
 - ``fleet_aborted``: a fleet rollout stopped before the end (its failure budget spent);
 - ``preflight_failed``: a check before the rollout refused it (the analysis's sources, the fleet's targets):
   nothing was changed."""

@@ -193,3 +193,38 @@ def test_a_patch_tasks_record_reads_the_right_way_round_and_a_retry_adds_no_seco
     }
     judging = {**ours, "entries": entries[:2]}
     assert [mark["label"] for mark in revision_marks("bad", [judging])] == ["analysing"]
+
+
+def test_an_open_question_about_an_inconclusive_wave_is_shown_with_its_link() -> None:
+    """``on_inconclusive="ask"``: the row waiting for a person shows ``asking``, the fleet tab names the open
+    question, its deployments and the link to Airflow's Required actions page; once answered, the answer shows on
+    the row and the question is no longer open."""
+    result = {"verdict": "inconclusive", "failing_check": "tracing error_rate", "reason": "too few runs"}
+    asked = {
+        "number": 1,
+        "asked_at": 1_700_000_000.0,
+        "path": "dags/d/runs/r/tasks/t/required_actions?map_index=-1",
+        "deployments": [{"deployment_id": "id-a", "name": "a", "revision_id": "r1", "reason": "too few runs"}],
+    }
+    row = FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.LANDED, analysis=dict(result))
+    canary = WaveRecord("canary", [row], phase="analysing", question=dict(asked))
+    waves = [canary, WaveRecord("wave 1", [FleetRow("id-b", "b", "wave 1", "r2")])]
+
+    view = fleet_view(record(state="awaiting_input", progress=FleetProgress(waves, 0, "x"), source="task_state_store"))
+
+    assert view["waves"][0]["rows"][0]["outcome"] == "asking" and view["waves"][0]["counts"] == {"asking": 1}
+    question = view["question"]
+    assert question["wave"] == "canary" and question["number"] == 1 and question["answer"] is None
+    assert question["question_path"] == "/dags/d/runs/r/tasks/t/required_actions?map_index=-1"
+    assert [item["name"] for item in question["deployments"]] == ["a"]
+    assert question["asked_at"].startswith("2023-11-14")
+
+    answer = {"choice": "Promote", "by": "bob", "at": None, "timed_out": False}
+    row.analysis = {**result, "answer": answer}
+    canary.question = {**asked, "answer": answer}
+    answered = fleet_view(record(state="running", progress=FleetProgress(waves, 0, "x"), source="task_state_store"))
+
+    assert answered["question"] is None
+    assert answered["waves"][0]["question"]["answer"]["choice"] == "Promote"
+    assert answered["waves"][0]["rows"][0]["outcome"] == Outcome.LANDED
+    assert answered["waves"][0]["rows"][0]["analysis"]["answer"] == answer

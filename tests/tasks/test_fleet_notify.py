@@ -128,3 +128,57 @@ def test_an_analysis_refused_before_any_patch_notifies_preflight_failed(fleet: C
     ((text, event),) = refused.sent
     assert event["event"] == "preflight_failed" and "no_such_prometheus" in text and "nothing was patched" in text
     assert emulator.state.find_deployment("app-0000")["latest_revision_id"] == before
+
+
+# ------------------------------------------------------------------------------------------ once per event
+def test_a_retry_of_a_stopped_fleet_does_not_notify_again(fleet: Callable[..., Any]) -> None:
+    """The first try stops on the failed canary and notifies; the retry finds the rollout decided and fails the same
+    way, sending nothing again (each event at most once across tries)."""
+    emulator = fleet(3, bad=("app-0000",))
+    told = RecordingNotifier()
+    events = {name: told for name in ("rolled_out", "analysis_failed", "rolled_back", "fleet_aborted")}
+    store = FakeStore()
+
+    def attempt(try_number: int) -> None:
+        with pytest.raises(AirflowFailException, match="fleet rollout stopped"):
+            fleet_op(deployment_names="app-0000,app-0001,app-0002", canary=1, notify=events).execute(
+                make_context(FakeTI(try_number), store)
+            )
+
+    attempt(1)
+    first = [event["event"] for _text, event in told.sent]
+    assert sorted(first) == ["analysis_failed", "fleet_aborted", "rolled_back"]
+
+    attempt(2)
+    attempt(3)
+
+    assert [event["event"] for _text, event in told.sent] == first
+    assert len(told.calls) == 3
+    assert emulator.state.find_deployment("app-0000")["active_revision_id"] != told.sent[0][1]["revision_id"]
+
+
+def test_a_retry_after_a_try_that_failed_once_it_had_notified_sends_nothing_again(
+    fleet: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try lands both deployments and notifies, then fails emitting its asset events; the retry lands
+    nothing again, succeeds, and each deployment's ``rolled_out`` was sent once."""
+    emulator = fleet(2)
+    told = RecordingNotifier()
+    store = FakeStore()
+    task = fleet_op(deployment_names="app-0000,app-0001", notify={"rolled_out": told})
+    with monkeypatch.context() as broken:
+        broken.setattr(
+            "airflow_provider.operators.fleet.emit_events",
+            lambda *a, **k: (_ for _ in ()).throw(RuntimeError("asset events could not be written")),
+        )
+        with pytest.raises(RuntimeError):
+            task.execute(make_context(FakeTI(1), store))
+    assert len(told.calls) == 2
+
+    table = fleet_op(deployment_names="app-0000,app-0001", notify={"rolled_out": told}).execute(
+        make_context(FakeTI(2), store)
+    )
+
+    assert sorted(event["deployment_name"] for _text, event in told.sent) == ["app-0000", "app-0001"]
+    for row in table:
+        assert emulator.state.find_deployment(row["name"])["active_revision_id"] == row["to_revision"]

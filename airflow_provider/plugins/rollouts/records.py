@@ -177,6 +177,8 @@ class FleetTouch:
     :param row: the row (:class:`~airflow_provider.fleet.FleetRow` as JSON).
     :param updated_at: when the wave was last written.
     :param phase: the wave's phase (``analysing``: the rows that landed are being judged).
+    :param question_path: where Airflow asks about the wave's inconclusive analysis, while its question is open
+        (``on_inconclusive="ask"``), relative to Airflow's base URL.
     """
 
     dag_id: str
@@ -187,6 +189,7 @@ class FleetTouch:
     row: dict[str, Any]
     updated_at: datetime
     phase: str | None = None
+    question_path: str | None = None
 
     @property
     def at(self) -> float:
@@ -251,6 +254,8 @@ def fleet_touches(
         wave = _stored_json(value)
         if not key.startswith(WAVE_KEY_PREFIX) or not isinstance(wave, dict):
             continue
+        question = wave.get("question")
+        path = question.get("path") if isinstance(question, dict) and "answer" not in question else None
         for row in wave.get("rows") or []:
             if not isinstance(row, dict) or (deployment_id is not None and row.get("deployment_id") != deployment_id):
                 continue
@@ -264,6 +269,7 @@ def fleet_touches(
                     row,
                     _aware(updated_at) or since,
                     phase=str(wave.get("phase") or "") or None,
+                    question_path=path if isinstance(path, str) else None,
                 )
             )
     return touches

@@ -27,9 +27,16 @@ from airflow_provider.fleet import (
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
 from airflow_provider.plugins.rollouts.charts import analysis_charts
-from airflow_provider.plugins.rollouts.paths import dag_run_path, task_instance_path, task_instance_tab_path
+from airflow_provider.plugins.rollouts.paths import (
+    airflow_root_path,
+    dag_run_path,
+    task_instance_path,
+    task_instance_tab_path,
+)
 from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
+ASKING = "asking"
+"""How the view shows a fleet row whose inconclusive analysis waits for a person's answer."""
 ANALYSING = "analysing"
 """How the view shows a fleet row that landed and waits for its wave's analysis (no verdict yet)."""
 BUILD_FIELDS = ("image_uri", "repo_ref", "repo_commit_sha", "source_tarball_path", "graph_config_path")
@@ -112,6 +119,17 @@ def touch_rollout(touch: FleetTouch, running: bool) -> dict[str, Any]:
         "analysis": row_analysis(row.get("analysis")),
         "running": running,
     }
+    analysis = row.get("analysis")
+    if (
+        touch.phase == "analysing"
+        and row.get("outcome") == Outcome.LANDED
+        and isinstance(analysis, Mapping)
+        and analysis.get("verdict") == "inconclusive"
+        and "answer" not in analysis
+    ):  # waiting for a person (on_inconclusive="ask"): where Airflow asks
+        rollout["outcome"] = ASKING
+        if running and touch.question_path:
+            rollout["question_path"] = airflow_root_path() + touch.question_path.lstrip("/")
     return {**rollout, **_task_fields(touch.dag_id, touch.run_id, touch.task_id, touch.map_index, tab=True)}
 
 
@@ -218,13 +236,22 @@ def _wave_state(progress: FleetProgress, index: int, wave: WaveRecord, resume_at
 
 def shown_outcome(row: FleetRow, phase: str) -> str:
     """A fleet row's outcome as the view shows it: ``analysing`` for a row that landed while its wave's analysis
-    is under way and has no verdict yet (never ``landed`` before its verdict).
+    is under way and has no verdict yet (never ``landed`` before its verdict); ``asking`` for one whose analysis
+    was inconclusive and that waits for a person's answer (``on_inconclusive="ask"``).
 
     :param row: the row.
     :param phase: its wave's phase.
     """
     if phase == "analysing" and row.outcome == Outcome.LANDED and row.analysis is None:
         return ANALYSING
+    if (
+        phase == "analysing"
+        and row.outcome == Outcome.LANDED
+        and row.analysis is not None
+        and row.analysis.get("verdict") == "inconclusive"
+        and "answer" not in row.analysis
+    ):
+        return ASKING
     return row.outcome
 
 
@@ -269,6 +296,9 @@ def row_analysis(value: Any) -> dict[str, Any] | None:
         "failing_check": _json_safe(value.get("failing_check")),
         "reason": _json_safe(value.get("reason")),
     }
+    answer = value.get("answer")
+    if isinstance(answer, Mapping):  # an inconclusive verdict a person answered (on_inconclusive="ask")
+        shown["answer"] = {name: _json_safe(answer.get(name)) for name in ("choice", "by", "at", "timed_out")}
     if isinstance(value.get("round"), int):  # an analysis under way: the rounds measured so far
         shown["round"] = value["round"]
     measurements = value.get("measurements")
@@ -310,6 +340,32 @@ def _waves_from_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return waves
 
 
+def _question(wave: WaveRecord, index: int) -> dict[str, Any] | None:
+    """A wave's question about its inconclusive analysis as the fleet tab shows it: its number, when it was asked,
+    the deployments asked about, the link to Airflow's "Required actions" page, and the answer once given."""
+    question = wave.question
+    if not isinstance(question, Mapping):
+        return None
+    answer = question.get("answer")
+    return {
+        "wave": wave.name,
+        "index": index,
+        "number": _json_safe(question.get("number")),
+        "asked_at": _iso(asked) if isinstance(asked := question.get("asked_at"), (int, float)) else None,
+        "deployments": [
+            {name: _json_safe(item.get(name)) for name in ("name", "deployment_id", "revision_id", "reason")}
+            for item in question.get("deployments") or []
+            if isinstance(item, Mapping)
+        ],
+        "question_path": airflow_root_path() + str(question.get("path") or "").lstrip("/"),
+        "answer": (
+            {name: _json_safe(answer.get(name)) for name in ("choice", "by", "at", "timed_out")}
+            if isinstance(answer, Mapping)
+            else None
+        ),
+    }
+
+
 def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
     """The fleet tab's JSON for one task instance.
 
@@ -347,6 +403,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         "current_wave": None,
         "canary": None,
         "analysis": None,
+        "question": None,
     }
     progress = record.progress
     if progress is not None:
@@ -358,9 +415,13 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
                 "state": _wave_state(progress, index, wave, record.resume_at),
                 "counts": dict(Counter(shown_outcome(row, wave.phase) for row in wave.rows)),
                 "rows": [_row(row, wave.phase) for row in wave.rows],
+                "question": _question(wave, index),
             }
             for index, wave in enumerate(progress.waves)
         ]
+        asked = [wave["question"] for wave in view["waves"] if wave["question"] and wave["question"]["answer"] is None]
+        if asked and record.running:  # the open question, with the link where it is answered
+            view["question"] = asked[-1]
         view["counts"] = dict(Counter(shown_outcome(row, wave.phase) for wave in progress.waves for row in wave.rows))
         view["current_wave"] = progress.current()
         view["budget"] = {
@@ -404,6 +465,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
 
 __all__ = [
     "ANALYSING",
+    "ASKING",
     "BUILD_FIELDS",
     "ROW_MEASUREMENTS_SHOWN",
     "build_of",

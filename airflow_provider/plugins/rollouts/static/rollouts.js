@@ -539,6 +539,7 @@ function renderFleet(target, data, key) {
     card("Now", nowText(data))));
   if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
+  if (data.question) pieces.push(fleetQuestion(data.question));
   const analysed = data.waves.some((wave) => wave.rows.some((row) => row.analysis));
   for (const wave of data.waves) pieces.push(waveSection(wave, data.current_wave === wave.index && task.running, data.conn_id, analysed));
   pieces.push(...approvalsSection(data, key));
@@ -546,6 +547,16 @@ function renderFleet(target, data, key) {
     h("a", { href: task.ti_path, target: "_top" }, "Task instance"), " · ", h("a", { href: task.run_path, target: "_top" }, "DAG run")));
   target.replaceChildren(...pieces);
   for (const meter of target.querySelectorAll("[data-width]")) meter.style.width = `${meter.dataset.width}%`;
+}
+
+// The open question about a wave's inconclusive analysis (on_inconclusive="ask"): the deployments asked about, and
+// where Airflow asks (its Required actions page).
+function fleetQuestion(question) {
+  const names = question.deployments.map((item) => item.name).join(", ");
+  return h("div", { class: "callout warn", id: "question", "data-question": question.wave },
+    `Waiting for a person: the analysis of ${question.wave} was inconclusive (${names}); question ${question.number}, asked `,
+    when(question.asked_at), ". Promote, roll back or analyse another interval: ",
+    h("a", { href: question.question_path, target: "_top" }, "answer the question ›"));
 }
 
 // The approval gates of the fleet rollout's DAG run, each waiting one with its options as buttons for those who may
@@ -610,7 +621,9 @@ function analysisCell(analysis) {
   if (!analysis) return h("td", { "data-analysis": "" }, h("span", { class: "muted" }, "—"));
   return h("td", { "data-analysis": analysis.verdict || "" }, badge(analysis.verdict),
     analysis.failing_check ? h("div", { class: "small" }, analysis.failing_check) : null,
-    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => key !== "verdict" && key !== "failing_check"))),
+    analysis.answer ? h("div", { class: "small", "data-answer": analysis.answer.choice },
+      analysis.answer.timed_out ? `no answer in time: ${analysis.answer.choice}` : `${analysis.answer.choice} (${analysis.answer.by || "unnamed"})`) : null,
+    analysisDetails(Object.fromEntries(Object.entries(analysis).filter(([key]) => !["verdict", "failing_check", "answer"].includes(key)))),
     chartsBlock(analysis));
 }
 
