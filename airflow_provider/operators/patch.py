@@ -204,6 +204,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
     """
 
+    notified_state_key = f"{TASK_STATE_KEY}/notified"
     template_fields = (
         "deployment_id",
         "deployment_name",

@@ -14,10 +14,12 @@ between the record and the sending loses those notifications rather than sending
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider.fleet import ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
 from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.notify import NotifiedRecord as TaskNotifiedRecord
+from airflow_provider.tasks.notify import Notifying
 
 if TYPE_CHECKING:
     import logging
@@ -30,68 +32,15 @@ NOTIFIED_KEY = f"{STATE_KEY}/notified"
 """Key in ``task_state_store`` of the fleet's notifications sent (``{"sent": [event key, ...]}``)."""
 
 
-class Notifying(Protocol):
-    """A task that notifies (:class:`~airflow_provider.tasks.notify.RolloutNotifying`)."""
-
-    def _notify(
-        self,
-        context: Mapping[str, Any],
-        event: str,
-        *,
-        deployment_id: str | None,
-        revision_id: str | None,
-        **fields: Any,
-    ) -> None: ...
-
-
-class NotifiedRecord:
-    """The fleet's notifications sent, across tries, in ``task_state_store`` (in memory only without one).
+class NotifiedRecord(TaskNotifiedRecord):
+    """The fleet's notifications sent, across tries, under :data:`NOTIFIED_KEY` (in memory only without a store).
 
     :param store: ``context["task_state_store"]`` or ``None``.
     :param log: the task's logger.
     """
 
     def __init__(self, store: Any, log: logging.Logger | Any) -> None:
-        self.store, self.log = store, log
-        self.sent: set[str] = set()
-        if store is not None:
-            try:
-                value = store.get(NOTIFIED_KEY)
-            except Exception as err:  # sent again rather than never
-                self.log.warning("Could not read the notifications sent from task_state_store (%s)", err)
-                value = None
-            if isinstance(value, Mapping):
-                self.sent = {str(key) for key in value.get("sent") or []}
-
-    def claim(self, keys: list[str]) -> list[str]:
-        """Of ``keys`` (one per event), those not sent yet, recorded as sent (one write) before they are sent.
-
-        :param keys: the events about to be sent.
-        """
-        new = [key for key in dict.fromkeys(keys) if key not in self.sent]
-        if not new:
-            return []
-        self.sent.update(new)
-        if self.store is not None:
-            try:
-                self.store.set(NOTIFIED_KEY, {"sent": sorted(self.sent)})
-            except Exception as err:  # a retry may send them again
-                self.log.warning("Could not record the notifications sent in task_state_store (%s)", err)
-        return new
-
-    def notify_once(self, task: Notifying, context: Mapping[str, Any], key: str, event: str, **fields: Any) -> None:
-        """Send ``event`` (``task._notify``'s fields) unless the event ``key`` names was sent by this or an earlier try.
-
-        :param task: the task.
-        :param context: its context.
-        :param key: the event's identity across tries.
-        :param event: one of :data:`~airflow_provider.tasks.notify.EVENTS`.
-        :param fields: ``deployment_id``, ``revision_id`` and the others.
-        """
-        if self.claim([key]):
-            task._notify(context, event, **fields)
-        else:
-            self.log.info("The %r notification (%s) was sent by an earlier try: not sent again", event, key)
+        super().__init__(store, log, key=NOTIFIED_KEY)
 
 
 def notify_fleet_result(task: Notifying, context: Mapping[str, Any], progress: FleetProgress) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
@@ -30,6 +30,8 @@ __all__ = [
     "CONTEXT_KEY",
     "EVENTS",
     "MEASUREMENTS_SHOWN",
+    "NotifiedRecord",
+    "Notifying",
     "RolloutNotifying",
     "checked_notify",
     "deployment_view_url",
@@ -229,11 +231,82 @@ def _send(notifier: BaseNotifier, context: dict[str, Any]) -> None:
     notifier.notify(context)  # type: ignore[arg-type]
 
 
+class Notifying(Protocol):
+    """A task that notifies (:class:`RolloutNotifying`)."""
+
+    def _notify(
+        self,
+        context: Mapping[str, Any],
+        event: str,
+        *,
+        deployment_id: str | None,
+        revision_id: str | None,
+        **fields: Any,
+    ) -> None: ...
+
+
+class NotifiedRecord:
+    """A task's notifications sent, across tries, in ``task_state_store`` under ``key`` (in memory only without a
+    store): each event is recorded before it is sent, so a retry never sends it again (a try that dies between the
+    two loses it rather than sending it twice).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param log: the task's logger.
+    :param key: the key in ``task_state_store`` (``{"sent": [event key, ...]}``).
+    """
+
+    def __init__(self, store: Any, log: logging.Logger | Any, *, key: str) -> None:
+        self.store, self.log, self.key = store, log, key
+        self.sent: set[str] = set()
+        if store is not None:
+            try:
+                value = store.get(self.key)
+            except Exception as err:  # sent again rather than never
+                self.log.warning("Could not read the notifications sent from task_state_store (%s)", err)
+                value = None
+            if isinstance(value, Mapping):
+                self.sent = {str(key) for key in value.get("sent") or []}
+
+    def claim(self, keys: list[str]) -> list[str]:
+        """Of ``keys`` (one per event), those not sent yet, recorded as sent (one write) before they are sent.
+
+        :param keys: the events about to be sent.
+        """
+        new = [key for key in dict.fromkeys(keys) if key not in self.sent]
+        if not new:
+            return []
+        self.sent.update(new)
+        if self.store is not None:
+            try:
+                self.store.set(self.key, {"sent": sorted(self.sent)})
+            except Exception as err:  # a retry may send them again
+                self.log.warning("Could not record the notifications sent in task_state_store (%s)", err)
+        return new
+
+    def notify_once(self, task: Notifying, context: Mapping[str, Any], key: str, event: str, **fields: Any) -> None:
+        """Send ``event`` (``task._notify``'s fields) unless the event ``key`` names was sent by this or an earlier try.
+
+        :param task: the task.
+        :param context: its context.
+        :param key: the event's identity across tries.
+        :param event: one of :data:`~airflow_provider.tasks.notify.EVENTS`.
+        :param fields: ``deployment_id``, ``revision_id`` and the others.
+        """
+        if self.claim([key]):
+            task._notify(context, event, **fields)
+        else:
+            self.log.info("The %r notification (%s) was sent by an earlier try: not sent again", event, key)
+
+
 class RolloutNotifying(DeploymentServiceBaseTask):
     """What a task that notifies shares: :meth:`_notify` sends one event to the notifiers its ``notify`` names
     (the task sets ``self.notify = checked_notify(notify)`` when built)."""
 
     notify: dict[str, list[BaseNotifier]]
+    notified_state_key: str | None = None
+    """Where in ``task_state_store`` :meth:`_notify` records the events it sent (:class:`NotifiedRecord`), so that
+    each (event, deployment, revision, question) is sent at most once across tries; ``None``: the task keeps its
+    own record (the fleet task's :mod:`~airflow_provider.tasks.fleet_notify`)."""
 
     def _notify(
         self,
@@ -255,6 +328,14 @@ class RolloutNotifying(DeploymentServiceBaseTask):
         notifiers = getattr(self, "notify", None) or {}
         if not notifiers.get(event):
             return
+        if self.notified_state_key is not None:
+            extra = fields.get("extra")
+            question = extra.get("question_url") if isinstance(extra, Mapping) else None
+            about = "/".join(str(part) for part in (event, deployment_id, revision_id, question) if part is not None)
+            record = NotifiedRecord(context.get("task_state_store"), self.log, key=self.notified_state_key)
+            if not record.claim([about]):
+                self.log.info("The %r notification (%s) was sent by an earlier try: not sent again", event, about)
+                return
         try:
             payload = rollout_event(
                 event,

@@ -147,6 +147,27 @@ def test_a_failed_analysis_notifies_analysis_failed_then_rolled_back(emulator: A
     assert f"rolled back to revision {before['active_revision_id']}" in text and "/deployment-service/" in text
 
 
+def test_a_retry_of_a_rolled_back_rollout_does_not_notify_again(emulator: Any) -> None:
+    # Try 1 rolls the bad revision back and fails; try 2 finds that rollback (the record) and fails the same way:
+    # the people told the first time are not told again. A new preflight failure on a fresh start is news, though.
+    before = svc(emulator)
+    next_revision(emulator, error_rate=0.6)
+    failed, back = RecordingNotifier(), RecordingNotifier()
+    store = FakeStore()
+    task = patch_op(emulator, {"analysis_failed": failed, "rolled_back": back}, analysis=tracing())
+
+    for try_number in (1, 2):
+        ti = FakeTI(try_number=try_number)
+        ti.id = uuid.uuid4()  # type: ignore[attr-defined]
+        with pytest.raises(AirflowFailException, match="rolled back"):
+            task.execute({"ti": ti, "task_state_store": store})
+        assert svc(emulator)["source_revision_config"]["image_uri"] == OLD_IMAGE
+
+    assert svc(emulator)["active_revision_id"] != before["active_revision_id"]  # the rollback's redeploy serves
+    assert [event["event"] for _, event in failed.sent] == ["analysis_failed"]
+    assert [event["event"] for _, event in back.sent] == ["rolled_back"]
+
+
 def test_no_secret_reaches_a_notification_and_a_failing_notifier_never_fails_the_rollout(
     emulator: Any, task_logs: Callable[[], str]
 ) -> None:
