@@ -68,3 +68,38 @@ def test_the_patch_task_records_each_round_and_the_view_shows_analysing_with_the
     assert mark["analysis"]["measurements"] == rollout["analysis"]["measurements"]
     hidden = history_rollout(history, running=True, detailed=False)  # without the fleet tab's access
     assert hidden["outcome"] == "analysing" and hidden["analysis"] is None
+
+
+def test_the_analysis_gate_records_each_round_and_the_view_shows_analysing_with_the_measurements(
+    emulator: Any,  # noqa: F811
+) -> None:
+    """``DeploymentAnalysisOperator`` on the worker: each round's measurements in the record while it runs, so the
+    view shows the gate's revision "analysing" with them, then "passed"."""
+    from airflow_provider.operators.analysis import DeploymentAnalysisOperator
+
+    before = svc(emulator)
+    deployment_id, revision = before["id"], before["active_revision_id"]
+    emulator.admin.set_behaviour(deployment_id, error_rate=0.0, requests_per_second=TRAFFIC)
+    ti, store = FakeTI(), SnapshotStore()
+    gate = DeploymentAnalysisOperator(
+        task_id="gate",
+        analysis=analysis_of(health_check(emulator), count=3, preflight=False),
+        deployment_ids=deployment_id,
+        deferrable=False,
+    )
+
+    result = gate.execute(context_with_events(ti, store))
+
+    assert result["svc"]["verdict"] == "passed" and svc(emulator)["active_revision_id"] == revision
+    newest = [snapshot[-1] for snapshot in store.snapshots]
+    analysing = [item for item in newest if item["kind"] == "judging" and "verdict" in item]
+    assert [item["verdict"]["measurements_total"] for item in analysing] == [1, 2, 3], "one write per round"
+    assert newest[-1]["kind"] == "passed" and newest[-1]["revision_id"] == revision
+
+    during = next(s for s in store.snapshots if s[-1].get("verdict", {}).get("measurements_total") == 2)
+    history = TaskHistory("dag", "run", "gate", -1, deployment_id, "record", during, datetime.now(timezone.utc))
+    rollout = history_rollout(history, running=True, detailed=True)
+    assert (rollout["outcome"], rollout["revision_id"]) == ("analysing", revision)
+    assert rollout["analysis"]["round"] == 2 and len(rollout["analysis"]["measurements"]) == 2
+    [mark] = revision_marks(revision, [rollout])
+    assert (mark["role"], mark["label"]) == ("analysing", "analysing")
