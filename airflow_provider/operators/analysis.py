@@ -22,6 +22,7 @@ from airflow_provider.tasks.analysis import (
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
 from airflow_provider.tasks.dry_run import dry_run_result
+from airflow_provider.tasks.judging import trigger_judging
 from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 from airflow_provider.tasks.record import judging_entry, record_entries, round_recorder, verdict_entry
 
@@ -125,6 +126,7 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
                 targets,
                 method_name="execute_complete",
                 carry={"names": names, "revisions": revisions},
+                judging=trigger_judging(context),  # the rounds shown as measured, while deferred
             )
         if self.deferrable:
             self.log.info("The analysis holds a CallableCheck: measured on the worker, not in the triggerer")
