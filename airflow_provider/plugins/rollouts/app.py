@@ -324,9 +324,8 @@ def _histories(
     detailed = _fleet_readable(user, events, touches) | access.fleet_readable_dag_ids(user, {t.dag_id for t in tasks})
     fleets = history.fleet_histories(touch for touch in touches if touch.dag_id in detailed)
     told = history.without_duplicates([*tasks, *fleets, *history.event_histories(events)])
+    told = history.with_rounds_measured(told, history.judging_markers(session, history.judged_deployments(told)))
     running = records.running_task_keys(session, told)
-    analysing = {item.deployment_id for item in told if item.key in running and item.source != "asset_event"}
-    told = history.with_rounds_measured(told, history.judging_markers(session, analysing))  # deferred analyses
     rollouts = []
     for item in told:
         live = item.key in running

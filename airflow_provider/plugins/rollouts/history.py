@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.judging import JUDGING_KEY, rounds_of
-from airflow_provider.plugins.rollouts.records import _aware, _state_store_model, _stored_json
+from airflow_provider.plugins.rollouts.records import _aware, _chunks, _state_store_model, _stored_json
 from airflow_provider.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = [
     "TaskHistory",
     "event_histories",
     "fleet_histories",
+    "judged_deployments",
     "judging_markers",
     "task_histories",
     "with_rounds_measured",
@@ -206,6 +207,20 @@ def without_duplicates(histories: Iterable[TaskHistory]) -> list[TaskHistory]:
     return [item for item in listed if item.source != "asset_event" or (item.key, item.deployment_id) not in recorded]
 
 
+def judged_deployments(histories: Iterable[TaskHistory]) -> set[str]:
+    """The deployments of ``histories`` with a revision still being judged (a ``judging`` entry, newest of its
+    revision): those whose judging markers may hold rounds measured in the triggerer.
+
+    :param histories: histories of any sources.
+    """
+    found = set()
+    for item in histories:
+        newest = {entry.get("revision_id"): entry.get("kind") for entry in item.entries}
+        if item.source != "asset_event" and Kind.JUDGING in newest.values():
+            found.add(item.deployment_id)
+    return found
+
+
 def judging_markers(session: Session, deployment_ids: Collection[str]) -> dict[str, Any]:
     """The judging markers of ``deployment_ids`` (by deployment id; a deployment without an Airflow asset, or
     without a marker, is left out).
@@ -228,12 +243,15 @@ def judging_markers(session: Session, deployment_ids: Collection[str]) -> dict[s
             continue
     if not uris:
         return {}
-    rows = session.execute(
-        select(AssetModel.uri, AssetStateStoreModel.value)
-        .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
-        .where(AssetModel.uri.in_(list(uris)), AssetStateStoreModel.key == JUDGING_KEY)
-    )
-    return {uris[uri]: _stored_json(value) for uri, value in rows if uri in uris}
+    found: dict[str, Any] = {}
+    for chunk in _chunks(sorted(uris)):
+        rows = session.execute(
+            select(AssetModel.uri, AssetStateStoreModel.value)
+            .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .where(AssetModel.uri.in_(chunk), AssetStateStoreModel.key == JUDGING_KEY)
+        )
+        found.update((uris[uri], _stored_json(value)) for uri, value in rows if uri in uris)
+    return found
 
 
 def with_rounds_measured(histories: Iterable[TaskHistory], markers: Mapping[str, Any]) -> list[TaskHistory]:
