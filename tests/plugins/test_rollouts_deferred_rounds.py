@@ -3,6 +3,8 @@ database says "judging" without measurements (the rounds run in the triggerer, w
 deployment's judging marker in the asset state store holds the rounds the trigger measured; the view's page of the
 deployment shows "analysing" with them, for that task only, and only with the fleet tab's access."""
 
+# ruff: noqa: F811 - the fixtures are imported from the module that defines them
+
 from __future__ import annotations
 
 import json
