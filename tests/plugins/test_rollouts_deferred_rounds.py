@@ -13,21 +13,38 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.judging import JUDGING_KEY, with_marker, with_rounds
 from airflow_provider.models import PatchDeploymentRequest
 from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
+from tests.conftest import connection_json
 from tests.plugins.test_rollouts_access import (  # noqa: F401 - fixtures
     VISIBLE_DAG,
     add_dags_and_events,
     add_failed_run,
     dag_scoped_manager,
     fleet_hidden_manager,
-    fleet_service,
     shown_text,
 )
+
+NAMES = ("deferred-rounds-gate", "deferred-rounds-hidden")
+"""Deployments no other test touches: the view's last rollout of a deployment is its newest record in the shared
+metadata database."""
+
+
+@pytest.fixture
+def rounds_service(deployment_service_emulator_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An emulator with the deployments of :data:`NAMES` behind ``deployment_service_default``."""
+    data = {"deployments": [{"name": name, "source": "codehost"} for name in NAMES]}
+    server = deployment_service_emulator_factory(data=data)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT",
+        connection_json(server.base_url, server.api_key, backoff_initial=0.01, backoff_max=0.02),
+    )
+    return server
 
 
 def measurement(number: int) -> dict[str, Any]:
@@ -85,10 +102,10 @@ def add_deferred_analysis(server: Any, deployment_id: str) -> tuple[str, str]:
 
 
 def test_a_deferred_analysis_shows_analysing_with_the_rounds_measured_so_far(
-    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, dag_scoped_manager: Any
+    view: Callable[..., TestClient], token: Callable[[str], str], rounds_service: Any, dag_scoped_manager: Any
 ) -> None:
-    deployment_id = fleet_service.admin.find_deployment("app-0000")["id"]
-    run_id, revision = add_deferred_analysis(fleet_service, deployment_id)
+    deployment_id = rounds_service.admin.find_deployment(NAMES[0])["id"]
+    run_id, revision = add_deferred_analysis(rounds_service, deployment_id)
 
     _row, page, _text = shown_text(view(cookie=token("op")), deployment_id)
 
@@ -106,10 +123,10 @@ def test_a_deferred_analysis_shows_analysing_with_the_rounds_measured_so_far(
 
 
 def test_a_deferred_analysis_rounds_need_the_fleet_tabs_access(
-    view: Callable[..., TestClient], token: Callable[[str], str], fleet_service: Any, fleet_hidden_manager: Any
+    view: Callable[..., TestClient], token: Callable[[str], str], rounds_service: Any, fleet_hidden_manager: Any
 ) -> None:
-    deployment_id = fleet_service.admin.find_deployment("app-0001")["id"]
-    run_id, _revision = add_deferred_analysis(fleet_service, deployment_id)
+    deployment_id = rounds_service.admin.find_deployment(NAMES[1])["id"]
+    run_id, _revision = add_deferred_analysis(rounds_service, deployment_id)
 
     _row, page, text = shown_text(view(cookie=token("op")), deployment_id)
 
