@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.fleet import WITH_WAVE_OUTCOMES
 from airflow_provider.judging import JUDGING_KEY, JUDGING_STATES, with_marker
 from airflow_provider.record import Kind, fleet_row_entries
 
@@ -171,15 +172,21 @@ def publish_judging(
 def fleet_marker_entries(row: Mapping[str, Any], phase: str | None) -> list[dict[str, Any]]:
     """What a fleet row says of its revisions, for the judging marker: its record entries
     (:func:`~airflow_provider.record.fleet_row_entries`), a ``landed`` one read as ``judging`` until its wave is
-    ``done`` (verify, the analysis or the rollback of a wave that stops the rollout may yet undo it).
+    ``done`` (verify, the analysis or the rollback of a wave that stops the rollout may yet undo it), and left out
+    of a row rolled back (with its wave: the rollback's entry marks the revision rejected).
 
     :param row: the row (:class:`~airflow_provider.fleet.FleetRow` JSON).
     :param phase: its wave's phase.
     """
-    found = fleet_row_entries(row, phase)
-    if phase == "done":
-        return found
-    return [{**item, "kind": Kind.JUDGING} if item.get("kind") == Kind.LANDED else item for item in found]
+    undone = row.get("outcome") in WITH_WAVE_OUTCOMES or bool(row.get("rollback_revision"))
+    found = []
+    for item in fleet_row_entries(row, phase):
+        if item.get("kind") == Kind.LANDED and undone:
+            continue  # rolled back with its wave: its rollback's entry marks it rejected
+        if item.get("kind") == Kind.LANDED and phase != "done":
+            item = {**item, "kind": Kind.JUDGING}
+        found.append(item)
+    return found
 
 
 class FleetJudging:

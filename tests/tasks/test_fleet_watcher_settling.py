@@ -61,3 +61,22 @@ async def test_a_fleet_canary_rejected_by_its_analysis_is_never_announced(
     states = [value["revisions"].get(bad, {}).get("state") for _, value in store.history]
     assert states[0] == "rolled_out" and "landed" not in states, states  # marked before it served, never landed
     assert "judging" in states, states  # under analysis
+
+
+def test_a_fleet_row_is_landed_for_the_watchers_only_once_its_wave_is_done_and_never_when_rolled_back() -> None:
+    from airflow_provider.tasks.judging import fleet_marker_entries
+
+    row = {
+        "deployment_id": "d",
+        "wave": "wave 1",
+        "from_revision": "r1",
+        "to_revision": "r2",
+        "outcome": "landed",
+        "started_at": 10.0,
+        "finished_at": 20.0,
+    }
+    kinds = {phase: [item["kind"] for item in fleet_marker_entries(row, phase)] for phase in ("watched", "done")}
+    assert kinds == {"watched": ["rolled_out", "judging"], "done": ["rolled_out", "landed"]}
+    with_wave = {**row, "outcome": "rolled_back_with_wave", "rollback_revision": "r3", "rollback_decided": True}
+    found = [(item["kind"], item["revision_id"]) for item in fleet_marker_entries(with_wave, "done")]
+    assert found == [("rolled_out", "r2"), ("rolled_back", "r3")], found  # r2: rejected by its rollback's mark
