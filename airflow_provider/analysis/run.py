@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -295,7 +296,8 @@ async def analyse(
     :param sleep: awaits a number of seconds (tests pass a fake one).
     :param clock: wall-clock seconds since the epoch (tests pass a fake one).
     :param on_round: called after each round that measured something, with the round's number and every
-        target's measurements so far (by deployment id); what it raises is logged, never the analysis's.
+        target's measurements so far (by deployment id), and awaited when it returns an awaitable (a
+        coroutine function); what it raises is logged, never the analysis's.
     :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     :raises ValueError: targets that are not distinct, or a ``resume`` state that does not fit the analysis.
@@ -371,7 +373,9 @@ async def analyse(
                 if on_round is not None:
                     so_far = {key: list(judgement.measurements) for key, judgement in judgements.items()}
                     try:
-                        on_round(round_number, so_far)
+                        told = on_round(round_number, so_far)
+                        if inspect.isawaitable(told):  # a trigger's: it writes through the supervisor
+                            await told
                     except Exception as err:  # the measurements so far are for people: never fatal
                         log.warning("Could not report analysis round %d: %s", round_number, err)
             decided = [target for target in targets if judgements[target.deployment_id].decided]

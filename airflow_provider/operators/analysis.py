@@ -22,8 +22,9 @@ from airflow_provider.tasks.analysis import (
 )
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
 from airflow_provider.tasks.dry_run import dry_run_result
+from airflow_provider.tasks.judging import trigger_judging
 from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-from airflow_provider.tasks.record import judging_entry, record_entries, verdict_entry
+from airflow_provider.tasks.record import judging_entry, record_entries, round_recorder, verdict_entry
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -125,10 +126,13 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
                 targets,
                 method_name="execute_complete",
                 carry={"names": names, "revisions": revisions},
+                judging=trigger_judging(context),  # the rounds shown as measured, while deferred
             )
         if self.deferrable:
             self.log.info("The analysis holds a CallableCheck: measured on the worker, not in the triggerer")
-        return self._judged(context, analyse_on_worker(self, self.analysis, targets), names, revisions)
+        recorder = round_recorder(context, self.log, targets, steps=["analysis"])  # "analysing", as it goes
+        results = analyse_on_worker(self, self.analysis, targets, on_round=recorder)
+        return self._judged(context, results, names, revisions)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None

@@ -36,6 +36,7 @@ from airflow_provider.tasks.fleet_rollback import apply_rollbacks
 from airflow_provider.tasks.fleet_watching import in_flight
 from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
+from airflow_provider.tasks.judging import FleetJudging
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 from airflow_provider.tasks.patch_request import SecretValue
 from airflow_provider.tasks.preflight import fleet_analysis_supported
@@ -312,7 +313,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _progress_store(self, context: Context) -> ProgressStore:
-        return ProgressStore(context.get("task_state_store"), self.log, secrets=self._secret_values())
+        return ProgressStore(
+            context.get("task_state_store"),
+            self.log,
+            secrets=self._secret_values(),
+            judging=FleetJudging(context, self.log),  # the deployments' watchers: never announce a rejected one
+        )
 
     def _fleet_run(
         self,

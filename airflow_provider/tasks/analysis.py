@@ -219,6 +219,7 @@ def defer_analysis(
     partial: bool = False,
     state: dict[str, Any] | None = None,
     deadline: float | None = None,
+    judging: dict[str, Any] | None = None,
 ) -> NoReturn:
     """Hand the analysis to a :class:`DeploymentAnalysisTrigger` (raises ``TaskDeferred``).
 
@@ -240,6 +241,8 @@ def defer_analysis(
     :param partial: resume as soon as some targets are judged (a ``partial`` event), not once all are.
     :param state: a ``partial`` event's ``state``: go on with the analysis of ``targets`` where it stopped.
     :param deadline: a ``partial`` event's ``deadline`` (wall-clock seconds), with ``state``; ``None``: from now.
+    :param judging: the trigger writes each round's measurements to the deployments' judging markers for this
+        task (:func:`~airflow_provider.tasks.judging.trigger_judging`), for the Rollouts view; ``None``: it does not.
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 
@@ -254,6 +257,7 @@ def defer_analysis(
         deadline=deadline,
         partial=partial,
         state=state,
+        judging=judging,
     )
     task.defer(
         trigger=trigger,

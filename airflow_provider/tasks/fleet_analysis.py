@@ -38,6 +38,7 @@ from airflow_provider.tasks.analysis import (
 from airflow_provider.tasks.fleet_plan import read_deployments
 from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages
 from airflow_provider.tasks.fleet_rollback import start_rollbacks
+from airflow_provider.tasks.judging import trigger_judging
 
 if TYPE_CHECKING:
     import logging
@@ -325,6 +326,8 @@ class WaveAnalysis:
             partial=True,
             state=state,
             deadline=deadline,
+            # the rounds shown as measured while deferred, for the task whose watchers the progress store tells
+            judging=trigger_judging(store.judging.context) if store.judging is not None else None,
         )
 
     # ---- a resume

@@ -26,6 +26,8 @@ from airflow_provider.models import (
 if TYPE_CHECKING:
     import logging
 
+    from airflow_provider.tasks.judging import FleetJudging
+
 
 STATE_KEY = "deployment_service_fleet"
 """Key of the progress header in ``task_state_store``; each wave is under ``<key>/wave/<index>``
@@ -43,12 +45,20 @@ class ProgressStore:
     :param store: ``context["task_state_store"]`` or ``None``.
     :param log: the task's logger.
     :param secrets: secret values to scrub from every row's message before it is recorded.
+    :param judging: where each save tells the deployments' watchers what the rows say (``None``: nowhere).
     """
 
-    def __init__(self, store: Any, log: logging.Logger | Any, secrets: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        store: Any,
+        log: logging.Logger | Any,
+        secrets: Iterable[str] = (),
+        judging: FleetJudging | None = None,
+    ) -> None:
         self.store = store
         self.log = log
         self.secrets = tuple(secrets)
+        self.judging = judging
         self._written: dict[str, dict[str, Any]] = {}
         self.behind = False
         """Whether the last save failed: what the store holds is older than the progress (a deferral then
@@ -74,8 +84,14 @@ class ProgressStore:
         return FleetProgress.from_json(header, waves)
 
     def save(self, progress: FleetProgress, *waves: int) -> None:
-        """Record the header and the given waves (all when none is given), their messages scrubbed."""
+        """Record the header and the given waves (all when none is given), their messages scrubbed, and tell the
+        deployments' watchers what the rows say of their revisions (``judging``)."""
         scrub_messages(progress, self.secrets)
+        if self.judging is not None:
+            saved = waves or range(len(progress.waves))
+            self.judging.publish(
+                (progress.waves[index].phase, [row.to_json() for row in progress.waves[index].rows]) for index in saved
+            )
         if self.store is None:
             return
         try:

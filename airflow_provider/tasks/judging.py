@@ -12,22 +12,36 @@ Publishing never fails the task and never delays it beyond one read and one writ
 supervisor (tests, a plain script) nothing is published; when the deployment has no asset in Airflow (no DAG
 names ``deployment_asset(<id>)``), the write fails, is logged once per task instance at info level, and the
 watchers say ``judging: null`` (unknown) for its revisions.
+
+A fleet rollout keeps no record entries (its rows are its record): :class:`FleetJudging` publishes what each row
+says of its revisions each time the fleet's progress is saved, a row that landed still judged until its wave is
+done (its wave's analysis, or the rollback of a wave that stops the rollout, may yet undo it).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.fleet import WITH_WAVE_OUTCOMES
 from airflow_provider.judging import JUDGING_KEY, JUDGING_STATES, with_marker
+from airflow_provider.record import Kind, fleet_row_entries
 
 if TYPE_CHECKING:
     import logging
 
-__all__ = ["JUDGING_MARGIN", "asset_store", "judging_window", "publish_judging"]
+__all__ = [
+    "JUDGING_MARGIN",
+    "FleetJudging",
+    "asset_store",
+    "fleet_marker_entries",
+    "judging_window",
+    "publish_judging",
+    "trigger_judging",
+]
 
 JUDGING_MARGIN = 600.0
 """Seconds added to a task's own bound on its judging (``timeout``, the analysis, the bake) for the marker's
@@ -74,6 +88,24 @@ def judging_window(task: Any) -> float:
     return total
 
 
+def _by(ti: Any) -> dict[str, Any]:
+    """The task instance a marker names (``by``)."""
+    names = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+    return {name: getattr(ti, name, None) for name in names}
+
+
+def trigger_judging(context: Mapping[str, Any]) -> dict[str, Any]:
+    """What an analysis trigger needs to write its rounds to the deployments' judging markers for this task
+    (:class:`~airflow_provider.triggers.analysis.DeploymentAnalysisTrigger`'s ``judging``): the task instance
+    (``by``) and until when its judging may last (``until``, as :func:`publish_judging` marks it).
+
+    :param context: the task's context (``ti``, ``task``).
+    """
+    ti = context.get("ti")
+    task = context.get("task") or getattr(ti, "task", None)
+    return {"by": _by(ti), "until": round(time.time() + judging_window(task), 3)}
+
+
 def publish_judging(
     context: Mapping[str, Any], log: logging.Logger | Any, entries: Sequence[Mapping[str, Any]]
 ) -> None:
@@ -98,13 +130,7 @@ def publish_judging(
     ]
     if not marked:
         return
-    by = {
-        "dag_id": getattr(ti, "dag_id", None),
-        "run_id": getattr(ti, "run_id", None),
-        "task_id": getattr(ti, "task_id", None),
-        "map_index": getattr(ti, "map_index", None),
-        "try_number": getattr(ti, "try_number", None),
-    }
+    by = _by(ti)
     window = judging_window(task)
     for deployment_id in dict.fromkeys(str(item["deployment_id"]) for item in marked):
         try:
@@ -141,3 +167,53 @@ def publish_judging(
                     uri,
                     err,
                 )
+
+
+def fleet_marker_entries(row: Mapping[str, Any], phase: str | None) -> list[dict[str, Any]]:
+    """What a fleet row says of its revisions, for the judging marker: its record entries
+    (:func:`~airflow_provider.record.fleet_row_entries`), a ``landed`` one read as ``judging`` until its wave is
+    ``done`` (verify, the analysis or the rollback of a wave that stops the rollout may yet undo it), and left out
+    of a row rolled back (with its wave: the rollback's entry marks the revision rejected).
+
+    :param row: the row (:class:`~airflow_provider.fleet.FleetRow` JSON).
+    :param phase: its wave's phase.
+    """
+    undone = row.get("outcome") in WITH_WAVE_OUTCOMES or bool(row.get("rollback_revision"))
+    found = []
+    for item in fleet_row_entries(row, phase):
+        if item.get("kind") == Kind.LANDED and undone:
+            continue  # rolled back with its wave: its rollback's entry marks it rejected
+        if item.get("kind") == Kind.LANDED and phase != "done":
+            item = {**item, "kind": Kind.JUDGING}
+        found.append(item)
+    return found
+
+
+class FleetJudging:
+    """Publishes a fleet rollout's rows to the deployments' judging markers, each fact once per try (as the patch
+    task's record does; see :func:`publish_judging`).
+
+    :param context: the fleet task's context (``ti``, ``task``).
+    :param log: its logger.
+    """
+
+    def __init__(self, context: Mapping[str, Any], log: logging.Logger | Any) -> None:
+        self.context = context
+        self.log = log
+        self.published: set[tuple[Any, ...]] = set()
+
+    def publish(self, waves: Iterable[tuple[str | None, Iterable[Mapping[str, Any]]]]) -> None:
+        """Tell the watchers what the rows of ``waves`` (each its phase and rows) say that was not told yet.
+
+        :param waves: ``(phase, rows)`` of each wave just saved.
+        """
+        new = []
+        for phase, rows in waves:
+            for row in rows:
+                for item in fleet_marker_entries(row, phase):
+                    fact = (item.get("kind"), item.get("deployment_id"), item.get("revision_id"))
+                    if fact not in self.published:
+                        self.published.add(fact)
+                        new.append({**item, "at": item.get("at") or time.time()})
+        if new:
+            publish_judging(self.context, self.log, new)

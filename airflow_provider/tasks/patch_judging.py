@@ -36,6 +36,7 @@ from airflow_provider.tasks.analysis import (
 )
 from airflow_provider.tasks.dry_run import dry_run_result
 from airflow_provider.tasks.events import analysis_extra
+from airflow_provider.tasks.judging import trigger_judging
 from airflow_provider.tasks.patch_rollback import AutomaticRollback
 from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, recorded_landing, verify_failure
 from airflow_provider.tasks.record import record_landing_entry, round_recorder
@@ -163,7 +164,12 @@ class LiveRevisionJudging(AutomaticRollback):
         if self.deferrable:
             if not analysis.runs_on_worker:
                 defer_analysis(
-                    self, analysis, [target], method_name="execute_analysis_complete", carry={"landing": landing}
+                    self,
+                    analysis,
+                    [target],
+                    method_name="execute_analysis_complete",
+                    carry={"landing": landing},
+                    judging=trigger_judging(context),  # the rounds shown as measured, while deferred
                 )
             self.log.info("The analysis holds a CallableCheck, which runs only on the worker: measuring here")
         try:

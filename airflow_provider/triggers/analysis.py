@@ -1,13 +1,18 @@
 """Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): the rounds of
 :func:`~airflow_provider.analysis.run.analyse` for the deployments of one task, then one event (with
-``partial``, as soon as some are judged: the task acts on them and goes on with the rest in another trigger)."""
+``partial``, as soon as some are judged: the task acts on them and goes on with the rest in another trigger).
+
+A trigger cannot write its task's record, so with ``judging`` it writes each round's measurements so far to the
+judging marker of each deployment (:func:`~airflow_provider.judging.with_rounds`, in the asset state store of
+the deployment's id asset, as the deployment watchers read it): the Rollouts view shows the revision "analysing"
+with them while the task is deferred."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,8 +23,10 @@ from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
 from airflow_provider.analysis.judge import AnalysisState
 from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
+from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.error_text import describe_validation_error
-from airflow_provider.triggers import serialized_classpath
+from airflow_provider.judging import JUDGING_KEY, with_rounds
+from airflow_provider.triggers import default_store, serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]
 
@@ -59,6 +66,9 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         fleet wave: each failed deployment is rolled back at once), instead of once all are judged.
     :param state: where an earlier trigger's analysis of these targets stopped (a ``partial`` event's
         ``state``); ``None``: the analysis starts now.
+    :param judging: the task instance the analysis is for and until when its judging may last (``{"by":
+        {"dag_id", "run_id", "task_id", "map_index", "try_number"}, "until": <Unix seconds>}``): each round's
+        measurements so far are written to each deployment's judging marker; ``None``: they are not.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         deadline: float | None = None,
         partial: bool = False,
         state: dict[str, Any] | None = None,
+        judging: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.analysis = analysis
@@ -79,6 +90,10 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         self.deadline = deadline
         self.partial = bool(partial)
         self.state = state
+        self.judging = judging
+        self.judging_store: Callable[[str], Any | None] = default_store
+        """Where the deployments' judging markers are written (an asset name to its state store; tests swap it)."""
+        self._unmarked: set[str] = set()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and JSON-only keyword arguments (connection ids, never a key or password)."""
@@ -92,6 +107,7 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "partial": self.partial,
                 "state": self.state,
+                "judging": self.judging,
             },
         )
 
@@ -148,7 +164,14 @@ class DeploymentAnalysisTrigger(BaseTrigger):
         """The rounds up to the event: every one, or (``partial``) up to the first step that judged some."""
         results: dict[str, AnalysisResult] = {}
         async with contextlib.aclosing(
-            analyse(analysis, targets, hook_params=self.hook_params, log=self.log, resume=state)
+            analyse(
+                analysis,
+                targets,
+                hook_params=self.hook_params,
+                log=self.log,
+                resume=state,
+                on_round=self._round_measured(targets) if self.judging else None,
+            )
         ) as steps:
             async for verdicts in steps:
                 results.update(verdicts.decided)
@@ -161,3 +184,40 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                         "deadline": self.deadline,
                     }
         return {"status": "done", "results": results}
+
+    def _round_measured(self, targets: list[AnalysisTarget]) -> Callable[[int, dict[str, list[Any]]], Awaitable[None]]:
+        """What each round calls: the measurements so far of each target, on its deployment's judging marker
+        (one read and one write per deployment; a deployment whose marker cannot be written is said once)."""
+        revisions = {target.deployment_id: target.revision_id for target in targets}
+        judging = self.judging or {}
+        named = judging.get("by")
+        by: dict[str, Any] = dict(named) if isinstance(named, dict) else {}
+        until = judging.get("until") if isinstance(judging.get("until"), (int, float)) else None
+
+        async def measured(round_number: int, so_far: dict[str, list[Any]]) -> None:
+            now = time.time()
+            for deployment_id, revision_id in revisions.items():
+                if deployment_id not in so_far or deployment_id in self._unmarked:
+                    continue
+                analysis = {"verdict": "analysing", "round": round_number, "measurements": so_far[deployment_id]}
+                try:
+                    store = self.judging_store(deployment_asset_uri(deployment_id))
+                    if store is None:
+                        return  # not in a triggerer: nowhere to write
+                    value = with_rounds(
+                        await store.aget(JUDGING_KEY),
+                        revision_id=revision_id,
+                        analysis=analysis,
+                        at=now,
+                        until=until,
+                        by=by,
+                    )
+                    if value is not None:
+                        await store.aset(JUDGING_KEY, value)
+                except Exception as err:  # no Airflow asset for the deployment: its rounds show at the verdict
+                    self._unmarked.add(deployment_id)
+                    self.log.info(
+                        "The rounds of deployment %s are not shown while measured here: %s", deployment_id, err
+                    )
+
+        return measured

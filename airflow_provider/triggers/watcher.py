@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
@@ -29,7 +28,7 @@ from airflow_provider.judging import JUDGING_KEY
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.rollout import RevisionCheckSchedule
 from airflow_provider.settling import DEFAULT_SETTLE_TIME, Seen, settle
-from airflow_provider.triggers import serialized_classpath
+from airflow_provider.triggers import default_store, serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate, next_update
 
 __all__ = [
@@ -79,23 +78,6 @@ PROBE_KEY = "deployment_service_watched"
 """Key a watcher writes once to a deployment's id asset when it finds no judging marker there: the write
 succeeds when the asset exists (so "no marker" means no rollout of this provider judged it) and fails when it
 does not (judging is unknown)."""
-
-
-def default_store(uri: str) -> Any | None:
-    """The asset state store of the asset named ``uri`` as a trigger reaches it (through the triggerer's
-    supervisor), or ``None`` outside a triggerer.
-
-    :param uri: the asset's name.
-    """
-    # Airflow's task runner, imported already wherever a supervisor runs us (never imported here: no cost).
-    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
-        return None
-    try:
-        from airflow.sdk.execution_time.context import AssetStateStoreAccessor
-    except ImportError:  # pragma: no cover - Airflow < 3.3
-        return None
-    return AssetStateStoreAccessor(name=uri)
 
 
 class JudgingReader:

@@ -324,6 +324,7 @@ def _histories(
     detailed = _fleet_readable(user, events, touches) | access.fleet_readable_dag_ids(user, {t.dag_id for t in tasks})
     fleets = history.fleet_histories(touch for touch in touches if touch.dag_id in detailed)
     told = history.without_duplicates([*tasks, *fleets, *history.event_histories(events)])
+    told = history.with_rounds_measured(told, history.judging_markers(session, history.judged_deployments(told)))
     running = records.running_task_keys(session, told)
     rollouts = []
     for item in told:

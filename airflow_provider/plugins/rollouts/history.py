@@ -9,6 +9,11 @@ record entries (:mod:`airflow_provider.record`), from three places in Airflow's 
 - **the provider's asset events** of tasks that kept no record (a task of an earlier provider version, or one run
   without a task state store): a landed or rolled-back revision.
 
+A task whose analysis runs in the triggerer cannot write its record until the verdict: its trigger writes the
+rounds so far to the deployment's judging marker (:mod:`airflow_provider.judging`, in the asset state store of the
+deployment's id asset), which :func:`judging_markers` reads and :func:`with_rounds_measured` adds to that task's
+``judging`` entry.
+
 One :class:`TaskHistory` per task instance, deployment and place; :func:`without_duplicates` keeps a task
 instance's asset events only when it has no record of that deployment. Nothing here calls the service or checks
 access: callers pass the DAG ids the user may read.
@@ -16,15 +21,17 @@ access: callers pass the DAG ids the user may read.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from airflow_provider.plugins.rollouts.records import _aware, _state_store_model, _stored_json
-from airflow_provider.record import RECORD_KEY, entries_of, event_entries, fleet_row_entries
+from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.judging import JUDGING_KEY, rounds_of
+from airflow_provider.plugins.rollouts.records import _aware, _chunks, _state_store_model, _stored_json
+from airflow_provider.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -36,7 +43,10 @@ __all__ = [
     "TaskHistory",
     "event_histories",
     "fleet_histories",
+    "judged_deployments",
+    "judging_markers",
     "task_histories",
+    "with_rounds_measured",
     "without_duplicates",
 ]
 
@@ -195,3 +205,76 @@ def without_duplicates(histories: Iterable[TaskHistory]) -> list[TaskHistory]:
     listed = list(histories)
     recorded = {(item.key, item.deployment_id) for item in listed if item.source != "asset_event"}
     return [item for item in listed if item.source != "asset_event" or (item.key, item.deployment_id) not in recorded]
+
+
+def judged_deployments(histories: Iterable[TaskHistory]) -> set[str]:
+    """The deployments of ``histories`` with a revision still being judged (a ``judging`` entry, newest of its
+    revision): those whose judging markers may hold rounds measured in the triggerer.
+
+    :param histories: histories of any sources.
+    """
+    found = set()
+    for item in histories:
+        newest = {entry.get("revision_id"): entry.get("kind") for entry in item.entries}
+        if item.source != "asset_event" and Kind.JUDGING in newest.values():
+            found.add(item.deployment_id)
+    return found
+
+
+def judging_markers(session: Session, deployment_ids: Collection[str]) -> dict[str, Any]:
+    """The judging markers of ``deployment_ids`` (by deployment id; a deployment without an Airflow asset, or
+    without a marker, is left out).
+
+    :param session: a metadata database session.
+    :param deployment_ids: the deployments.
+    """
+    if not deployment_ids:
+        return {}
+    try:
+        from airflow.models.asset import AssetModel
+        from airflow.models.asset_state_store import AssetStateStoreModel
+    except ImportError:  # pragma: no cover - Airflow < 3.3
+        return {}
+    uris: dict[str, str] = {}
+    for deployment_id in deployment_ids:
+        try:
+            uris[deployment_asset_uri(deployment_id)] = deployment_id
+        except ValueError:  # not a deployment id: no asset
+            continue
+    if not uris:
+        return {}
+    found: dict[str, Any] = {}
+    for chunk in _chunks(sorted(uris)):
+        rows = session.execute(
+            select(AssetModel.uri, AssetStateStoreModel.value)
+            .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .where(AssetModel.uri.in_(chunk), AssetStateStoreModel.key == JUDGING_KEY)
+        )
+        found.update((uris[uri], _stored_json(value)) for uri, value in rows if uri in uris)
+    return found
+
+
+def with_rounds_measured(histories: Iterable[TaskHistory], markers: Mapping[str, Any]) -> list[TaskHistory]:
+    """``histories`` with the rounds an analysis measured in the triggerer: a history whose newest entry of a
+    revision is ``judging`` gets the marker's measurements so far for it, when the marker says they were measured
+    for that task instance and are newer than the record's (another task's rounds are never its own).
+
+    :param histories: histories of any sources.
+    :param markers: the deployments' judging markers (:func:`judging_markers`).
+    """
+    found = []
+    for item in histories:
+        rounds = rounds_of(markers.get(item.deployment_id)) if item.source != "asset_event" else {}
+        entries, changed = list(item.entries), False
+        for revision_id, (by, analysis) in rounds.items():
+            if (by.get("dag_id"), by.get("run_id"), by.get("task_id"), by.get("map_index")) != item.key:
+                continue
+            index = max((i for i, e in enumerate(entries) if e.get("revision_id") == revision_id), default=None)
+            if index is None or entries[index].get("kind") != Kind.JUDGING:
+                continue
+            recorded = entries[index].get("verdict") or {}
+            if int(analysis.get("round") or 0) > int(recorded.get("round") or 0):
+                entries[index] = {**entries[index], "verdict": analysis}
+                changed = True
+        found.append(replace(item, entries=entries) if changed else item)
+    return found
