@@ -292,6 +292,8 @@ class FleetRow:
         ``None`` without an analysis, or before it.
     :param failed_at: wall-clock time it was first decided ``failed`` (kept when a rollback decides it again: the
         record's time to restore runs from it).
+    :param baseline: the preflight's measurements of the revision it served before the rollout (what its analysis's
+        checks on the baseline compare with); ``None`` without a preflight.
     """
 
     deployment_id: str
@@ -319,6 +321,7 @@ class FleetRow:
     not_restored: list[str] = field(default_factory=list)
     analysis: dict[str, Any] | None = None
     failed_at: float | None = None
+    baseline: list[dict[str, Any]] | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -454,11 +457,14 @@ class FleetProgress:
 
     @property
     def analysis_failures(self) -> list[FleetRow]:
-        """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`)."""
+        """Rows whose analysis failed or was inconclusive (each is also a failure, see :attr:`failures`; a dry run's
+        verdict is not: it only says what the gate would have done)."""
         return [
             row
             for row in self.rows
-            if row.analysis is not None and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+            if row.analysis
+            and row.analysis.get("verdict") in ANALYSIS_FAILED_VERDICTS
+            and not row.analysis.get("dry_run")
         ]
 
     def analysis_verdicts(self) -> dict[str, int]:

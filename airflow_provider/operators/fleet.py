@@ -11,13 +11,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider import fleet
-from airflow_provider.analysis import Analysis
+from airflow_provider.analysis import Analysis, Measurement
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
+from airflow_provider.tasks.fleet_arguments import (
+    check_arguments,
+    check_budget_fits,
+    check_canary_baseline,
+    known_fleet_size,
+)
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_notify import notify_fleet_result
 from airflow_provider.tasks.fleet_plan import resolve_targets
@@ -34,7 +39,7 @@ from airflow_provider.tasks.fleet_watching import in_flight
 from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 from airflow_provider.tasks.patch_request import SecretValue
-from airflow_provider.tasks.preflight import fleet_analysis_supported
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -164,7 +169,21 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
         holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
-        ``analysis.count``), and its connections when the task starts, before anything is patched.
+        ``analysis.count``), and its connections when the task starts, before anything is patched. Then its
+        preflight (``Analysis(preflight=True)``, the default) measures every check once on the revision each
+        deployment of the fleet serves (all of them, not only the canary's: each is judged against its own),
+        over ``baseline_window_seconds`` up to the start of the rollout: a check that cannot be measured refuses
+        the rollout with nothing patched (naming the source URL, the connection id and the rendered project or
+        query), and what it measured is each deployment's baseline (``"<= baseline * 1.5 + 0.01"``, a
+        ``RateTest``), kept in its row. With ``Analysis(dry_run=True)`` every verdict is reached as usual, but one
+        that is not "passed" neither fails the deployment nor rolls it back: its row lands, its message, its
+        ``analysis`` and ``fleet_summary["would_have"]`` say "would have rolled back", and the fleet goes on.
+    :param canary_baseline: what the canary's checks on the baseline compare with: ``"previous_revision"``
+        (default: the revision each canary deployment served before, measured by the preflight) or
+        ``"control_group"`` (Kayenta's canary versus baseline: its tracing checks of ``error_rate`` and
+        ``feedback.<key>`` judged, each round, against the pooled statistics of up to 20 deployments not rolled
+        out yet, over the canary's own window; see :mod:`airflow_provider.analysis.control`). Needs a canary and
+        such a check.
     :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s told, once the rollout is
         decided, of each deployment it landed (``rolled_out``), whose analysis failed it (``analysis_failed``) or
         that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``) and of an
@@ -218,6 +237,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
         analysis: Analysis | None = None,
+        canary_baseline: str = "previous_revision",
         notify: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -243,8 +263,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             bake_seconds=bake_seconds,
             resource_spec_mode=resource_spec_mode,
         )
-        if analysis is not None:
-            fleet_analysis_supported(analysis)
+        check_canary_baseline(canary_baseline, analysis, canary)
         self.deployment_ids = deployment_ids
         self.deployment_names = deployment_names
         self.filters = filters
@@ -272,6 +291,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.resource_spec_mode = resource_spec_mode
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
+        self.canary_baseline = canary_baseline
         self.notify = checked_notify(notify)
 
     # ---- the change
@@ -326,6 +346,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 deployment_names=self.deployment_names,
                 filters=self.filters,
             )
+            baselines: dict[str, list[Measurement]] = {}
             if self.analysis is not None:  # an analysis that cannot run or never pass: fail before any patch
                 # Only on a fresh start: a retry with saved progress goes on with what an earlier try started.
                 unchanged = (
@@ -336,6 +357,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 try:
                     check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
                     check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
+                    baselines = preflight_on_worker(self, self.analysis, targets, unchanged=unchanged)
                 except Exception as err:
                     self._notify(context, "preflight_failed", deployment_id=None, revision_id=None, reason=str(err))
                     raise
@@ -346,6 +368,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 raise AirflowFailException(str(err)) from None
             allowed = fleet.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
+            for row in progress.rows:
+                row.baseline = baselines_json(baselines, row.deployment_id)
             log_plan(progress, self.log)
             progress_store.save(progress)
         return self._advance(context, progress, progress_store, request_for)

@@ -75,6 +75,9 @@ class FleetTask(AnalysingTask, Protocol):
     @property
     def check_source_rules(self) -> bool: ...
 
+    @property
+    def canary_baseline(self) -> str: ...
+
 
 def earlier_try_since(context: Context) -> datetime | None:
     """The run's start when this is a retry (patches found on deployments may be an earlier try's), else
@@ -242,6 +245,7 @@ class FleetRun:
             last_try=no_retry_left(self.context, self.retries),
             earlier_try_since=earlier_try_since(self.context),
             secrets=self.secrets,
+            control_group=task.canary_baseline == "control_group",
         )
 
     def watch_bake_seconds(self) -> float:
