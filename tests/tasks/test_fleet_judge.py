@@ -269,11 +269,11 @@ def test_control_group_arguments_are_checked_when_the_dag_is_parsed() -> None:
 
     with pytest.raises(ValueError, match="canary_baseline must be one of 'previous_revision', 'control_group'"):
         make(canary=1, analysis=judge(RATE_TEST), canary_baseline="control")
-    with pytest.raises(ValueError, match="canary_baseline='control_group'.*give a canary"):
+    with pytest.raises(ValueError, match=r"canary_baseline='control_group'.*give a canary"):
         make(analysis=judge(RATE_TEST), canary_baseline="control_group")
-    with pytest.raises(ValueError, match="canary_baseline='control_group'.*give an analysis"):
+    with pytest.raises(ValueError, match=r"canary_baseline='control_group'.*give an analysis"):
         make(canary=1, canary_baseline="control_group")
     fixed = TracingProjectCheck(metric="error_rate", condition="< 0.05")
-    with pytest.raises(ValueError, match="the analysis has none .*rate_test=RateTest"):
+    with pytest.raises(ValueError, match=r"the analysis has none .*rate_test=RateTest"):
         make(canary=1, analysis=judge(fixed), canary_baseline="control_group")
     make(canary=1, analysis=judge(ON_BASELINE), canary_baseline="control_group")
