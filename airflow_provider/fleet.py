@@ -353,10 +353,12 @@ class FleetRow:
 
     @property
     def analysis_summary(self) -> dict[str, Any] | None:
-        """``{"verdict", "failing_check", "reason"}`` of the row's analysis (``None``: not analysed)."""
+        """``{"verdict", "failing_check", "reason"}`` of the row's analysis, and ``would_have`` of a dry run's that
+        did not pass (``None``: not analysed)."""
         if self.analysis is None:
             return None
-        return {name: self.analysis.get(name) for name in ("verdict", "failing_check", "reason")}
+        names = ("verdict", "failing_check", "reason", *(("would_have",) if self.analysis.get("would_have") else ()))
+        return {name: self.analysis.get(name) for name in names}
 
     def decide(self, outcome: str, message: str, at: float) -> None:
         """Record the outcome."""
