@@ -70,8 +70,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``:
-    ``{"verdict", "failing_check", "reason"}``, with ``would_have`` in a dry run, or ``None`` when not analysed) with ``outcome`` one of
-    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
+    ``{"verdict", "failing_check", "reason"}``, with ``would_have`` in a dry run, or ``None`` when not
+    analysed) with ``outcome`` one of ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
     serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
     its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
     ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
