@@ -71,8 +71,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
     "from_revision", "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``:
     ``{"verdict", "failing_check", "reason"}``, with ``would_have`` in a dry run, or ``None`` when not
-    analysed) with ``outcome`` one of ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
-    serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
+    analysed) with ``outcome`` one of ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then
+    restored: its previous build serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
     its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
     ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
     back ... except: ...``), ``rolled_back_reason_unknown`` (a retry without a record found it rolled back by
