@@ -68,21 +68,20 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     there whatever ``max_failures`` allows (as Argo Rollouts and Flagger abort on a failed canary); the
     budget applies to the waves after it.
 
-    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
-    "from_revision", "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``:
-    ``{"verdict", "failing_check", "reason"}``, with ``would_have`` in a dry run, or ``None`` when not
-    analysed) with ``outcome`` one of ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then
-    restored: its previous build serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
-    its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
-    ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
-    back ... except: ...``), ``rolled_back_reason_unknown`` (a retry without a record found it rolled back by
-    an earlier try that left no record of why), ``not_patched`` (also pushed as the return value when the
-    task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per
-    outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``, ``rolled_back``
-    and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
-    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per
-    deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per
-    deployment it rolled back.
+    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave", "from_revision",
+    "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``: ``{"verdict", "failing_check",
+    "reason"}``, with ``would_have`` in a dry run, or ``None`` when not analysed) with ``outcome`` one of
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build serves with
+    its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because its wave stopped the
+    rollout: not a failure), ``rolled_back_partially`` / ``rolled_back_with_wave_partially`` (the same, but part of
+    the change stays: the message says ``rolled back ... except: ...``), ``rolled_back_reason_unknown`` (a retry
+    without a record found it rolled back by an earlier try that left no record of why), ``not_patched`` (also
+    pushed as the return value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it);
+    pushes the counts per outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``,
+    ``rolled_back`` and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
+    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per deployment it
+    landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per deployment it rolled
+    back.
 
     With ``analysis``, each wave's landed deployments are then judged together by what the application does
     (error rate, latency, health, a metric): a failed or inconclusive analysis fails the deployment, exactly
