@@ -331,7 +331,11 @@ def fleet_row_entries(row: Mapping[str, Any], phase: str | None = None) -> list[
         found.append(entry(Kind.JUDGING, deployment_id, revision, at=finished, steps=["analysis"], wave=wave))
     elif outcome == Outcome.LANDED or outcome in WITH_WAVE_OUTCOMES:
         landed_at = finished if outcome == Outcome.LANDED else None
-        found.append(entry(Kind.LANDED, deployment_id, revision, at=landed_at, verdict=analysis, wave=wave))
+        would_have = analysis.get("would_have") if isinstance(analysis, Mapping) else None  # a dry run's verdict
+        said = f"dry run: {would_have}: {analysis.get('reason')}" if would_have and analysis else None
+        found.append(
+            entry(Kind.LANDED, deployment_id, revision, at=landed_at, verdict=analysis, wave=wave, message=said)
+        )
     elif outcome == Outcome.FAILED or (rolled_back and outcome not in REASON_UNKNOWN_OUTCOMES):
         at = failed_at if failed_at is not None else (None if rolled_back else finished)
         found.append(_failure_entry(row, at))

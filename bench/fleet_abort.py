@@ -162,6 +162,7 @@ def roll_out(
                 checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)],
                 interval_seconds=INTERVAL,
                 count=COUNT,
+                preflight=False,  # the bench times the abort; the serving revisions have no traffic history
             ),
         )
 

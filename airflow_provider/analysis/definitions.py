@@ -588,6 +588,9 @@ class AnalysisTarget(BaseModel):
         reported with the verdict; ``None``: no preflight.
     :param role: ``"judged"`` (a revision under analysis) or ``"baseline"`` (the preflight measuring the revision
         serving before: a check on the baseline only measures it then).
+    :param control: the control group of a fleet's canary (``{"deployment_id", "name", "revision_id"}`` of each
+        deployment not rolled out yet, see :mod:`~airflow_provider.analysis.control`): each round, its rate checks'
+        baseline is their pooled measurement over this target's window; ``None``: no control group.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -599,6 +602,7 @@ class AnalysisTarget(BaseModel):
     custom_url: str | None = None
     baseline: list[dict[str, Any]] | None = None
     role: Literal["judged", "baseline"] = "judged"
+    control: list[dict[str, str]] | None = None
 
     def baseline_of(self, check: str) -> dict[str, Any] | None:
         """The preflight's measurement of ``check`` (by label) with a value, ``None`` when there is none.

@@ -66,11 +66,7 @@ def against(
         return judged(condition.measuring(), value, lambda shown: f"{describe(shown)} (the baseline)")
     base = target.baseline_of(check.label())
     if base is None:
-        return Reading(
-            "inconclusive",
-            None,
-            f"no baseline of check {check.label()!r} was measured before the rollout, so {condition} cannot be judged",
-        )
+        return Reading("inconclusive", None, f"{_no_baseline(target, check.label())}, so {condition} cannot be judged")
     resolved = condition.resolve(float(base["value"]))
     return judged(
         resolved,
@@ -98,7 +94,7 @@ def rate_tested(
         return Reading(
             "inconclusive",
             float(rate),
-            f"{shown}: no baseline run counts of check {check.label()!r} were measured before the rollout",
+            f"{shown}: {_no_baseline(target, check.label(), 'baseline run counts')}",
             run_count,
             errors,
         )
@@ -107,6 +103,16 @@ def rate_tested(
     if tested.verdict == "inconclusive":
         verdict = "inconclusive"
     return Reading(verdict, float(rate), f"{shown}: {tested.detail}", run_count, errors)
+
+
+def _no_baseline(target: AnalysisTarget, label: str, what: str = "baseline") -> str:
+    """Why ``target`` has no ``what`` of check ``label``: none was measured before the rollout, or (with a control
+    group) none of the group's deployments had runs over the same window."""
+    if target.control is not None:
+        return (
+            f"the control group (deployments not rolled out yet) gave no {what} of check {label!r} over the same window"
+        )
+    return f"no {what} of check {label!r} was measured before the rollout"
 
 
 def _number(value: Any) -> float | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from airflow_provider.analysis.control import control_members, pool, pooled_checks, with_pooled_baseline
 from airflow_provider.analysis.definitions import (
     Analysis,
     AnalysisResult,
@@ -361,6 +362,7 @@ async def analyse(
             active = [target for target in active if not judgements[target.deployment_id].decided]
             if active:
                 now = datetime.fromtimestamp(clock(), tz=timezone.utc)
+                active = await _with_control(sources, pooled_checks(analysis), active, now, round_number, log)
                 readings = await asyncio.gather(
                     *(sources.measure(check, active, now, deployments) for check in analysis.checks)
                 )
@@ -385,6 +387,41 @@ async def analyse(
         await sources.aclose()
         await hook.aclose()
     yield step(final=True)
+
+
+async def _with_control(
+    sources: MeasuringSources,
+    checks: Sequence[TracingProjectCheck],
+    targets: Sequence[AnalysisTarget],
+    now: datetime,
+    round_number: int,
+    log: Any,
+) -> list[AnalysisTarget]:
+    """``targets``, each one with a control group given this round's pooled measurement of ``checks`` on it (over
+    the target's own window, now) as their baseline (see :mod:`~airflow_provider.analysis.control`)."""
+    judged: list[AnalysisTarget] = []
+    for target in targets:
+        if target.control is None or not checks:
+            judged.append(target)
+            continue
+        members = control_members(target)
+        pooled: list[Measurement] = []
+        for check in checks:
+            readings = await sources.measure(check, members, now, {}) if members else {}
+            measured = [(member.name, readings[member.deployment_id]) for member in members]
+            pooled.append(pool(check, target, measured, round_number, now))
+        for measurement in pooled:
+            value = measurement["value"]
+            log.info(
+                "Analysis round %d: %s of the %s = %s (%s)",
+                round_number,
+                measurement["check"],
+                measurement["name"],
+                "n/a" if value is None else f"{value:.4g}",
+                measurement["detail"],
+            )
+        judged.append(with_pooled_baseline(target, pooled))
+    return judged
 
 
 def _round_due(analysis: Analysis, started_at: float, delay: float, round_number: int) -> float:

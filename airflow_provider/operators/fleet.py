@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider import fleet
-from airflow_provider.analysis import Analysis
+from airflow_provider.analysis import Analysis, Measurement
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
+from airflow_provider.tasks.fleet_arguments import (
+    check_arguments,
+    check_budget_fits,
+    check_canary_baseline,
+    known_fleet_size,
+)
 from airflow_provider.tasks.fleet_asking import take_answer
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_notify import NotifiedRecord, notify_fleet_result
@@ -39,7 +44,7 @@ from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checke
 from airflow_provider.tasks.judging import FleetJudging
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 from airflow_provider.tasks.patch_request import SecretValue
-from airflow_provider.tasks.preflight import fleet_analysis_supported
+from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -68,21 +73,20 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     there whatever ``max_failures`` allows (as Argo Rollouts and Flagger abort on a failed canary); the
     budget applies to the waves after it.
 
-    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave",
-    "from_revision", "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``:
-    ``{"verdict", "failing_check", "reason"}``, or ``None`` when not analysed) with ``outcome`` one of
-    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build
-    serves with its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because
-    its wave stopped the rollout: not a failure), ``rolled_back_partially`` /
-    ``rolled_back_with_wave_partially`` (the same, but part of the change stays: the message says ``rolled
-    back ... except: ...``), ``rolled_back_reason_unknown`` (a retry without a record found it rolled back by
-    an earlier try that left no record of why), ``not_patched`` (also pushed as the return value when the
-    task fails, so a summary task with ``trigger_rule="all_done"`` can read it); pushes the counts per
-    outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``, ``rolled_back``
-    and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
-    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per
-    deployment it landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per
-    deployment it rolled back.
+    Returns the result table: one row per deployment, ``{"name", "deployment_id", "wave", "from_revision",
+    "to_revision", "outcome", "seconds", "message", "analysis"}`` (``analysis``: ``{"verdict", "failing_check",
+    "reason"}``, with ``would_have`` in a dry run, or ``None`` when not analysed) with ``outcome`` one of
+    ``landed``, ``unchanged``, ``failed``, ``rolled_back`` (failed, then restored: its previous build serves with
+    its previous ``resource_spec``), ``rolled_back_with_wave`` (landed, then restored because its wave stopped the
+    rollout: not a failure), ``rolled_back_partially`` / ``rolled_back_with_wave_partially`` (the same, but part of
+    the change stays: the message says ``rolled back ... except: ...``), ``rolled_back_reason_unknown`` (a retry
+    without a record found it rolled back by an earlier try that left no record of why), ``not_patched`` (also
+    pushed as the return value when the task fails, so a summary task with ``trigger_rule="all_done"`` can read it);
+    pushes the counts per outcome, the deployments that failed and the budget under ``fleet_summary``. ``failed``,
+    ``rolled_back`` and ``rolled_back_partially`` count against ``max_failures``, and (conservatively, named apart)
+    ``rolled_back_reason_unknown``. When it succeeds, the task emits a ``rolled_out`` asset event per deployment it
+    landed and a ``rolled_back`` (or ``rolled_back_partially``, with ``not_restored``) one per deployment it rolled
+    back.
 
     With ``analysis``, each wave's landed deployments are then judged together by what the application does
     (error rate, latency, health, a metric): a failed or inconclusive analysis fails the deployment, exactly
@@ -169,7 +173,21 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
         holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
-        ``analysis.count``), and its connections when the task starts, before anything is patched.
+        ``analysis.count``), and its connections when the task starts, before anything is patched. Then its
+        preflight (``Analysis(preflight=True)``, the default) measures every check once on the revision each
+        deployment of the fleet serves (all of them, not only the canary's: each is judged against its own),
+        over ``baseline_window_seconds`` up to the start of the rollout: a check that cannot be measured refuses
+        the rollout with nothing patched (naming the source URL, the connection id and the rendered project or
+        query), and what it measured is each deployment's baseline (``"<= baseline * 1.5 + 0.01"``, a
+        ``RateTest``), kept in its row. With ``Analysis(dry_run=True)`` every verdict is reached as usual, but one
+        that is not "passed" neither fails the deployment nor rolls it back: its row lands, its message, its
+        ``analysis`` and ``fleet_summary["would_have"]`` say "would have rolled back", and the fleet goes on.
+    :param canary_baseline: what the canary's checks on the baseline compare with: ``"previous_revision"``
+        (default: the revision each canary deployment served before, measured by the preflight) or
+        ``"control_group"`` (Kayenta's canary versus baseline: its tracing checks of ``error_rate`` and
+        ``feedback.<key>`` judged, each round, against the pooled statistics of up to 20 deployments not rolled
+        out yet, over the canary's own window; see :mod:`airflow_provider.analysis.control`). Needs a canary and
+        such a check.
     :param on_inconclusive: what an inconclusive verdict does: ``"fail"`` (default: the deployment fails, as on a
         failed verdict) or ``"ask"``: once the wave's analysis is over, its inconclusive deployments (still serving
         their new revisions) are put to a person through Airflow's human-in-the-loop, in one question showing the
@@ -234,6 +252,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         resource_spec_mode: str = "merge",
         check_source_rules: bool = True,
         analysis: Analysis | None = None,
+        canary_baseline: str = "previous_revision",
         notify: Mapping[str, Any] | None = None,
         on_inconclusive: str = "fail",
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
@@ -261,8 +280,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             bake_seconds=bake_seconds,
             resource_spec_mode=resource_spec_mode,
         )
-        if analysis is not None:
-            fleet_analysis_supported(analysis)
+        check_canary_baseline(canary_baseline, analysis, canary)
         self.deployment_ids = deployment_ids
         self.deployment_names = deployment_names
         self.filters = filters
@@ -290,6 +308,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.resource_spec_mode = resource_spec_mode
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
+        self.canary_baseline = canary_baseline
         self.notify = checked_notify(notify)
         self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
         if self.on_inconclusive == "ask" and analysis is None:
@@ -352,6 +371,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 deployment_names=self.deployment_names,
                 filters=self.filters,
             )
+            baselines: dict[str, list[Measurement]] = {}
             if self.analysis is not None:  # an analysis that cannot run or never pass: fail before any patch
                 # Only on a fresh start: a retry with saved progress goes on with what an earlier try started.
                 unchanged = (
@@ -362,6 +382,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 try:
                     check_analysis_sources(self.hook, self.analysis, unchanged=unchanged)
                     check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
+                    baselines = preflight_on_worker(self, self.analysis, targets, unchanged=unchanged)
                 except Exception as err:
                     NotifiedRecord(context.get("task_state_store"), self.log).notify_once(
                         self,
@@ -380,6 +401,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 raise AirflowFailException(str(err)) from None
             allowed = fleet.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
+            for row in progress.rows:
+                row.baseline = baselines_json(baselines, row.deployment_id)
             log_plan(progress, self.log)
             progress_store.save(progress)
         return self._advance(context, progress, progress_store, request_for)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.analysis import Analysis, AnalysisTarget
-from airflow_provider.fleet import ROW_MEASUREMENTS, FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.fleet import CANARY, ROW_MEASUREMENTS, FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import DeploymentStatus
 from airflow_provider.tasks.analysis import (
@@ -35,6 +35,7 @@ from airflow_provider.tasks.analysis import (
     defer_analysis,
     live_since,
 )
+from airflow_provider.tasks.dry_run import dry_run_message, dry_run_result
 from airflow_provider.tasks.fleet_plan import read_deployments
 from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages
 from airflow_provider.tasks.fleet_rollback import start_rollbacks
@@ -53,6 +54,7 @@ __all__ = [
     "analysis_targets",
     "apply_analysis",
     "awaiting_analysis",
+    "control_rows",
     "kept_result",
 ]
 
@@ -92,9 +94,30 @@ def left_unjudged(row: FleetRow) -> bool:
     return f"; {NOT_ANALYSED}" in row.message or f"; {NOT_JUDGED}" in row.message
 
 
-def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging.Logger | Any) -> list[AnalysisTarget]:
+def control_rows(progress: FleetProgress, index: int) -> list[FleetRow] | None:
+    """The control group of wave ``index`` when it is the canary: the first
+    :data:`~airflow_provider.analysis.control.CONTROL_GROUP_LIMIT` deployments of the waves not patched yet (by the
+    plan's order); ``None`` for any other wave (judged against its preflight baseline).
+
+    :param progress: the rollout's progress.
+    :param index: the wave analysed.
+    """
+    from airflow_provider.analysis.control import CONTROL_GROUP_LIMIT
+
+    if progress.waves[index].name != CANARY:
+        return None
+    later = [row for wave in progress.waves[index + 1 :] if wave.phase == "planned" for row in wave.rows]
+    return later[:CONTROL_GROUP_LIMIT]
+
+
+def analysis_targets(
+    hook: DeploymentServiceHook,
+    wave: WaveRecord,
+    log: logging.Logger | Any,
+    control: Sequence[FleetRow] | None = None,
+) -> list[AnalysisTarget]:
     """What the analysis of the wave judges: each row of :func:`awaiting_analysis`, read live (one list request
-    per 100).
+    per 100), with the baseline the preflight measured for it.
 
     A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
     fails here, not analysed, as :func:`~airflow_provider.tasks.fleet_watching.verify_wave` fails one that no longer
@@ -105,9 +128,26 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
     :param hook: the hook.
     :param wave: the wave (rows that no longer serve are decided ``failed`` in place).
     :param log: the task's logger.
+    :param control: the canary's control group (:func:`control_rows`), read in the same request; those serving a
+        revision (``READY``) are each target's ``control``; ``None``: no control group.
     """
     rows = awaiting_analysis(wave)
-    live = read_deployments(hook, [row.deployment_id for row in rows]) if rows else {}
+    wanted = [row.deployment_id for row in [*rows, *(control or [])]]
+    live = read_deployments(hook, wanted) if rows else {}
+    group: list[dict[str, str]] | None = None
+    if control is not None:
+        group = []
+        for row in control:
+            serving = live.get(row.deployment_id)
+            if serving is not None and serving.active_revision_id and serving.status == DeploymentStatus.READY:
+                group.append(
+                    {"deployment_id": row.deployment_id, "name": row.name, "revision_id": serving.active_revision_id}
+                )
+        log.info(
+            "%s: the control group (not rolled out yet, serving): %s",
+            wave.name,
+            ", ".join(member["name"] for member in group) or "none",
+        )
     targets: list[AnalysisTarget] = []
     for row in rows:
         deployment = live.get(row.deployment_id)
@@ -133,6 +173,8 @@ def analysis_targets(hook: DeploymentServiceHook, wave: WaveRecord, log: logging
                 revision_id=row.to_revision,
                 live_since=live_since(hook, deployment, row.to_revision, log=log),
                 custom_url=deployment.source_config.custom_url,
+                baseline=row.baseline,
+                control=group,
             )
         )
     return targets
@@ -146,6 +188,8 @@ def apply_analysis(
     *,
     missing_reason: str | None = NO_RESULT,
     ask: bool = False,
+    dry_run: bool = False,
+    rollback: bool = False,
 ) -> None:
     """Record verdicts of the wave's analysis: each row of :func:`awaiting_analysis` with a result keeps it (its
     latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive``
@@ -161,6 +205,9 @@ def apply_analysis(
     :param missing_reason: the reason recorded for a row the results leave out; ``None`` while the analysis goes
         on (such a row is still under analysis).
     :param ask: whether an inconclusive verdict waits for a person (``on_inconclusive="ask"``).
+    :param dry_run: the analysis's ``dry_run``: a verdict that is not "passed" leaves the row landed (not rolled
+        back, not counted against the budget), its result and message saying what the gate would have done.
+    :param rollback: whether the gate would have rolled back (``rollback_on_failure``), for a dry run's message.
     """
     for row in awaiting_analysis(wave):
         now = time.time()
@@ -175,8 +222,17 @@ def apply_analysis(
                 "revision_id": row.to_revision,
                 "measurements": [],
             }
-        row.analysis = kept_result(result)
         verdict = str(result.get("verdict"))
+        if dry_run:
+            subject = f"revision {row.to_revision} of {row.name!r}"
+            then = "the fleet goes on (nothing rolled back, nothing counted against max_failures)"
+            result = dry_run_result(result, rollback=rollback, log=log, subject=subject, then=then)
+            said = dry_run_message(result)
+            if said:
+                row.message = f"{row.message}; {said}" if row.message else said
+        row.analysis = kept_result(result)
+        if dry_run:
+            continue
         if verdict == "passed":
             log.info(
                 "%s: %s passed its analysis on revision %s (%d measurement(s))",
@@ -237,6 +293,8 @@ class WaveAnalysis:
     :param earlier_try_since: the run's start when this is a retry (a rollback found may be an earlier try's).
     :param secrets: the task's secret values (scrubbed from the rows before they travel to the triggerer).
     :param ask: an inconclusive verdict waits for a person (``on_inconclusive="ask"``) instead of failing the row.
+    :param control_group: judge the canary's rate checks against its control group (``canary_baseline=
+        "control_group"``, see :func:`control_rows`).
     """
 
     task: AnalysingTask
@@ -250,6 +308,7 @@ class WaveAnalysis:
     earlier_try_since: datetime | None = None
     secrets: Sequence[str] = ()
     ask: bool = False
+    control_group: bool = False
 
     @property
     def wave(self) -> WaveRecord:
@@ -268,7 +327,8 @@ class WaveAnalysis:
         rolled back and the budget is looked at (over it, nothing is analysed)."""
         if not self.act(rounds=0):
             return
-        targets = analysis_targets(self.task.hook, self.wave, self.task.log)
+        control = control_rows(self.progress, self.index) if self.control_group else None
+        targets = analysis_targets(self.task.hook, self.wave, self.task.log, control)
         if not self.act(rounds=0) or not targets:  # rows no longer serving failed: acted on at once too
             return
         analysis = self.analysis
@@ -387,7 +447,15 @@ class WaveAnalysis:
         :param over: whether the analysis is over (every deployment it was to judge has its verdict).
         :param rounds: the rounds measured so far.
         """
-        apply_analysis(self.wave, results, self.task.log, missing_reason=NO_RESULT if over else None, ask=self.ask)
+        apply_analysis(
+            self.wave,
+            results,
+            self.task.log,
+            missing_reason=NO_RESULT if over else None,
+            dry_run=self.analysis.dry_run,
+            rollback=self.rollback_on_failure,
+            ask=self.ask,
+        )
         return self.act(rounds=rounds)
 
     def act(self, *, rounds: int) -> bool:
@@ -455,5 +523,7 @@ class WaveAnalysis:
             self.task.log,
             missing_reason=f"the analysis could not be measured on the task's last try ({why})",
             ask=self.ask,
+            dry_run=self.analysis.dry_run,
+            rollback=self.rollback_on_failure,
         )
         self.act(rounds=0)

@@ -12,7 +12,18 @@ from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.fleet_plan import check_filters
 
-__all__ = ["check_arguments", "check_budget_fits", "check_targets", "known_fleet_size"]
+__all__ = [
+    "CANARY_BASELINES",
+    "check_arguments",
+    "check_budget_fits",
+    "check_canary_baseline",
+    "check_targets",
+    "known_fleet_size",
+]
+
+CANARY_BASELINES = ("previous_revision", "control_group")
+"""What the canary's checks on the baseline compare with: the revision each canary deployment served before the
+rollout (measured by the preflight), or the control group (the deployments not rolled out yet, same window)."""
 
 
 def known_fleet_size(targets: Mapping[str, Any]) -> int | None:
@@ -104,3 +115,33 @@ def check_arguments(
             raise ValueError(f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}")
         # count=None fills the bake window: without one there is nothing to fill (names analysis.count).
         analysis.with_count_for(non_negative_seconds(bake_seconds, "bake_seconds") or None)
+
+
+def check_canary_baseline(canary_baseline: object, analysis: Analysis | None, canary: object) -> None:
+    """Refuse a ``canary_baseline`` the rollout cannot use (``ValueError`` naming the argument): another value than
+    :data:`CANARY_BASELINES`; ``"control_group"`` without an analysis, without a canary, or without a check it
+    applies to (a :class:`~airflow_provider.analysis.TracingProjectCheck` of ``error_rate`` or ``feedback.<key>``
+    judged against the baseline).
+
+    :param canary_baseline: as given.
+    :param analysis: the fleet task's analysis.
+    :param canary: the fleet task's ``canary``.
+    """
+    from airflow_provider.analysis.control import pooled_checks
+
+    if canary_baseline not in CANARY_BASELINES:
+        raise ValueError(
+            f"canary_baseline must be one of {', '.join(map(repr, CANARY_BASELINES))}, got {canary_baseline!r}"
+        )
+    if canary_baseline != "control_group":
+        return
+    wanted = "canary_baseline='control_group' judges the canary against the deployments not rolled out yet"
+    if analysis is None:
+        raise ValueError(f"{wanted}: give an analysis")
+    if canary is None:
+        raise ValueError(f"{wanted}: give a canary (a count or names)")
+    if not pooled_checks(analysis):
+        raise ValueError(
+            f"{wanted}, by its tracing checks of error_rate or feedback.<key> judged against the baseline: the "
+            "analysis has none (give one a rate_test=RateTest() or a condition like '<= baseline * 1.5 + 0.01')"
+        )

@@ -71,7 +71,8 @@ def log_wave(progress: FleetProgress, index: int, log: logging.Logger | Any) -> 
 
 def summary(progress: FleetProgress, *, analysed: bool) -> dict[str, Any]:
     """What the task pushes under ``fleet_summary``: the counts per outcome, the failures, the budget, why it
-    stopped; with an analysis, its failures and verdicts too.
+    stopped; with an analysis, its failures and verdicts too, and in a dry run (``Analysis(dry_run=True)``)
+    ``would_have``: ``{name: "would have rolled back"}`` of each deployment the gate would have acted on.
 
     :param progress: the finished progress.
     :param analysed: whether the rollout had an analysis.
@@ -85,6 +86,10 @@ def summary(progress: FleetProgress, *, analysed: bool) -> dict[str, Any]:
     if analysed:
         shown["analysis_failures"] = len(progress.analysis_failures)
         shown["analysis_verdicts"] = progress.analysis_verdicts()
+        said = {row.name: (row.analysis or {}).get("would_have") for row in progress.rows}
+        would_have = {name: what for name, what in said.items() if what}
+        if would_have:
+            shown["would_have"] = would_have
     return shown
 
 

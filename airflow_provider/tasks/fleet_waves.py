@@ -92,6 +92,9 @@ class FleetTask(AnalysingTask, Protocol):
         **fields: Any,
     ) -> None: ...
 
+    @property
+    def canary_baseline(self) -> str: ...
+
 
 def earlier_try_since(context: Context) -> datetime | None:
     """The run's start when this is a retry (patches found on deployments may be an earlier try's), else
@@ -262,6 +265,7 @@ class FleetRun:
             earlier_try_since=earlier_try_since(self.context),
             secrets=self.secrets,
             ask=task.on_inconclusive == "ask",
+            control_group=task.canary_baseline == "control_group",
         )
 
     def wave_question(self, index: int) -> WaveQuestion:

@@ -22,7 +22,6 @@ __all__ = [
     "PREFLIGHT_OFF_HINT",
     "baseline_target",
     "baselines_json",
-    "fleet_analysis_supported",
     "preflight_on_worker",
 ]
 
@@ -34,25 +33,6 @@ EXACT_LIVE_SINCE_LIMIT = 20
 """Up to this many deployments, each serving revision's go-live time is asked of the revision endpoint (one request
 each); a larger fleet's baseline windows start at each deployment's ``updated_at`` (at or after the PATCH that made
 the revision serving now) or the window's start, whichever is later."""
-
-
-def fleet_analysis_supported(analysis: Analysis) -> None:
-    """Refuse, when the DAG is parsed, what a fleet rollout's analysis does not do yet: dry runs, and checks judged
-    against the baseline (the fleet task runs no preflight yet, so it has no baseline; nor a control group).
-
-    :param analysis: the fleet task's analysis.
-    :raises ValueError: naming the argument.
-    """
-    if analysis.dry_run:
-        raise ValueError(
-            "analysis.dry_run is not supported by FleetRolloutOperator yet (only by the patch and standalone tasks)"
-        )
-    on_baseline = [check.label() for check in analysis.checks if getattr(check, "uses_baseline", False)]
-    if on_baseline:
-        raise ValueError(
-            f"analysis: the check(s) {', '.join(repr(label) for label in on_baseline)} are judged against the "
-            "baseline, which FleetRolloutOperator does not keep yet: give them fixed conditions"
-        )
 
 
 def baseline_target(

@@ -228,3 +228,29 @@ def test_an_open_question_about_an_inconclusive_wave_is_shown_with_its_link() ->
     assert answered["waves"][0]["question"]["answer"]["choice"] == "Promote"
     assert answered["waves"][0]["rows"][0]["outcome"] == Outcome.LANDED
     assert answered["waves"][0]["rows"][0]["analysis"]["answer"] == answer
+
+
+def test_a_dry_run_fleet_shows_what_the_gate_would_have_rolled_back_not_failures() -> None:
+    """Issue 31: a fleet's dry run lands a deployment its analysis failed; the fleet tab counts it apart, from the
+    progress and from the result table alike."""
+    said = "dry run: would have rolled back: check 'tracing error_rate' failed"
+    failed = {"verdict": "failed", "failing_check": "tracing error_rate", "reason": "check failed", "measurements": []}
+    dry = {**failed, "dry_run": True, "would_have": "would have rolled back"}
+    rows = [
+        FleetRow("id-a", "a", "canary", "r0", "r1", Outcome.LANDED, message=said, analysis=dry),
+        FleetRow("id-b", "b", "wave 1", "r2", "r3", Outcome.LANDED, analysis={**failed, "verdict": "passed"}),
+    ]
+    waves = [WaveRecord("canary", rows[:1], phase="done"), WaveRecord("wave 1", rows[1:], phase="done")]
+    view = fleet_view(record(progress=FleetProgress(waves=waves, allowed_failures=0, change="x"), source="trigger"))
+    assert view["analysis"] == {
+        "failures": 0,
+        "verdicts": {"failed": 1, "passed": 1},
+        "would_have": {"a": "would have rolled back"},
+    }
+    assert view["waves"][0]["rows"][0]["outcome"] == Outcome.LANDED
+    from_table = fleet_view(record(state="success", table=[row.table_row() for row in rows], source="xcom"))
+    assert from_table["analysis"] == {
+        "failures": 0,
+        "verdicts": {"failed": 1, "passed": 1},
+        "would_have": {"a": "would have rolled back"},
+    }

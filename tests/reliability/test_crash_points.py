@@ -360,9 +360,11 @@ ANALYSIS = Analysis(
     interval_seconds=0.001,
     count=2,
     inconclusive_limit=1,
+    preflight=False,
 )
 """Each deployment's tracing error rate, twice: every look at deployments (the round's still-serving check)
-moves the virtual clock 2.5 s, so a round sees about 12 runs at the emulator's default 5 a second."""
+moves the virtual clock 2.5 s, so a round sees about 12 runs at the emulator's default 5 a second. No preflight:
+the crash points are those of the rollout (the preflight sends reads only)."""
 BAD_ERROR_RATE = 0.5
 
 

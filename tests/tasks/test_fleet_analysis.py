@@ -160,16 +160,18 @@ def prometheus(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], Fake
         fake.stop()
 
 
+# preflight=False by default: the serving revisions have no traffic yet when the task starts, and these tests are
+# about the verdicts (the fleet's preflight is tests/tasks/test_fleet_judge.py's).
 def tracing_analysis(**options: Any) -> Analysis:
     """The error rate of each deployment's tracing project, measured twice, 0.3 s apart."""
     check = TracingProjectCheck(condition="< 0.05", min_run_count=5)
-    return Analysis(checks=[check], **{"interval_seconds": 0.3, "count": 2, **options})
+    return Analysis(checks=[check], **{"interval_seconds": 0.3, "count": 2, "preflight": False, **options})
 
 
 def metric_analysis(**options: Any) -> Analysis:
     """The error-rate vector from Prometheus (one query for the whole wave), measured twice, 0.3 s apart."""
     check = MetricQueryCheck(query=ERROR_RATE_QUERY, condition="< 0.05", name="error rate")
-    return Analysis(checks=[check], **{"interval_seconds": 0.3, "count": 2, **options})
+    return Analysis(checks=[check], **{"interval_seconds": 0.3, "count": 2, "preflight": False, **options})
 
 
 def fleet_op(deferrable: bool, **kwargs: Any) -> Callable[[], FleetRolloutOperator]:
@@ -392,7 +394,10 @@ with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1), catchup=Fal
         max_failures=1,
         pause_seconds=0.2,
         analysis=Analysis(
-            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)], interval_seconds=0.3, count=2
+            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)],
+            interval_seconds=0.3,
+            count=2,
+            preflight=False,
         ),
         rollback_on_failure=True,
         deferrable=True,
@@ -518,7 +523,10 @@ def test_an_inconclusive_analysis_fails_the_deployment_like_a_failed_one(fleet: 
     ids = ids_by_name(emulator)
     before = emulator.state.deployment(ids["app-0000"])["active_revision_id"]
     unreachable = Analysis(
-        checks=[TracingProjectCheck(condition="< 0.05", min_run_count=10**9)], interval_seconds=0.2, count=2
+        checks=[TracingProjectCheck(condition="< 0.05", min_run_count=10**9)],
+        interval_seconds=0.2,
+        count=2,
+        preflight=False,  # which would refuse the rollout (the fleet's preflight: tests/tasks/test_fleet_judge.py)
     )
     ti = FakeTI()
     failed, _ = run(fleet_op(False, deployment_names=sorted(ids), canary=1, analysis=unreachable), ti)

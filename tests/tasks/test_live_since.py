@@ -114,7 +114,8 @@ def test_the_fleets_window_excludes_the_build(
             wave_size=1,
             max_failures=0,
             rollback_on_failure=True,
-            analysis=Analysis(checks=[check], interval_seconds=0.3, count=2),
+            # No preflight: the serving revisions' traffic starts with the test (the window is what it is about).
+            analysis=Analysis(checks=[check], interval_seconds=0.3, count=2, preflight=False),
             deferrable=True,
             poll_interval=0.1,
             timeout=30,

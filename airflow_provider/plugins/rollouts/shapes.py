@@ -437,6 +437,7 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
         verdicts = progress.analysis_verdicts()
         if verdicts:
             view["analysis"] = {"failures": len(progress.analysis_failures), "verdicts": verdicts}
+            _dry_run(view["analysis"], [(row.name, row.analysis) for row in progress.rows])
     elif record.table is not None:
         view["waves"] = _waves_from_table(record.table)
         view["counts"] = dict(Counter(str(row.get("outcome")) for row in record.table))
@@ -452,8 +453,15 @@ def fleet_view(record: FleetTaskRecord) -> dict[str, Any]:
             str(row["analysis"].get("verdict")) for row in record.table if isinstance(row.get("analysis"), Mapping)
         )
         if verdicts:
-            failed = sum(count for verdict, count in verdicts.items() if verdict in ANALYSIS_FAILED_VERDICTS)
+            analysed = [(str(row.get("name")), row.get("analysis")) for row in record.table]
+            failed = sum(
+                isinstance(shown, Mapping)
+                and shown.get("verdict") in ANALYSIS_FAILED_VERDICTS
+                and not shown.get("would_have")
+                for _name, shown in analysed
+            )
             view["analysis"] = {"failures": failed, "verdicts": dict(verdicts)}
+            _dry_run(view["analysis"], analysed)
         canary_rows = [row for row in record.table if row.get("wave") == CANARY]
         if canary_rows:
             view["canary"] = {
@@ -477,3 +485,15 @@ __all__ = [
     "shown_outcome",
     "touch_rollout",
 ]
+
+
+def _dry_run(shown: dict[str, Any], analysed: list[tuple[str, Any]]) -> None:
+    """Add ``would_have`` (``{name: "would have rolled back"}``) to the fleet view's analysis when a dry run's gate
+    would have acted on some deployments (they landed: not failures)."""
+    would_have = {
+        name: result["would_have"]
+        for name, result in analysed
+        if isinstance(result, Mapping) and result.get("would_have")
+    }
+    if would_have:
+        shown["would_have"] = would_have

@@ -534,7 +534,9 @@ function renderFleet(target, data, key) {
       h("div", { class: "small muted" }, countsText(counts))),
     card("Failures", allowed === null || allowed === undefined ? `${budget.failures}${unknownText}` : `${budget.failures}${unknownText} of ${allowed} allowed`,
       used === null ? null : h("div", { class: `meter ${budget.exceeded ? "bad" : ""}` }, h("span", { style: null, "data-width": used }))),
-    data.analysis ? card("Analysis", `${data.analysis.failures} failed or inconclusive`, h("div", { class: "small muted", id: "analysis-verdicts" }, countsText(data.analysis.verdicts))) : null,
+    data.analysis ? card("Analysis", `${data.analysis.failures} failed or inconclusive`, h("div", {},
+      h("div", { class: "small muted", id: "analysis-verdicts" }, countsText(data.analysis.verdicts)),
+      data.analysis.would_have ? h("div", { class: "small", id: "analysis-dry-run" }, `dry run: ${Object.entries(data.analysis.would_have).map(([name, said]) => `${name} ${said}`).join(", ")}`) : null)) : null,
     card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
     card("Now", nowText(data))));
   if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
