@@ -34,7 +34,8 @@ with DAG("fleet_inconclusive_ask", schedule=None, start_date=datetime(2026, 1, 1
         task_id="fleet", deployment_names=["app-0000", "app-0001"], canary=1, repo_ref="v2",
         rollback_on_failure=True, deferrable=True, poll_interval=0.1, timeout=60, retries=0,
         analysis=Analysis(
-            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)], interval_seconds=0.3, count=2
+            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)], interval_seconds=0.3, count=2,
+            preflight=False,
         ),
         on_inconclusive="ask", response_timeout=timedelta(minutes=10),
     )

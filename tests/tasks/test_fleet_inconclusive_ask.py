@@ -85,7 +85,10 @@ def fleet_op(deferrable: bool = False, **kwargs: Any) -> Callable[[], FleetRollo
         "rollback_on_failure": True,
         "deferrable": deferrable,
         "analysis": Analysis(
-            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)], interval_seconds=0.3, count=2
+            checks=[TracingProjectCheck(condition="< 0.05", min_run_count=5)],
+            interval_seconds=0.3,
+            count=2,
+            preflight=False,  # the serving revisions have too little traffic too: this is about the verdict
         ),
         "on_inconclusive": "ask",
         "response_timeout": timedelta(minutes=5),
