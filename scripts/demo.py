@@ -378,7 +378,10 @@ def main() -> int:
             say(f"{step}. airflow dags test {run.dag_id} {json.dumps(run.conf)}")
             run_started = time.monotonic()
             log_path = logs / f"{run.label or run.dag_id}.log"
-            code = airflow.run(log_path, ["dags", "test", run.dag_id, "-c", json.dumps(run.conf)], echo)
+            # -f: the CLI parses only the DAG's own file to find it (dag.test() then syncs the whole folder).
+            dag_file = str(REPO / "example_dags" / f"{run.dag_id}.py")
+            command = ["dags", "test", run.dag_id, "-c", json.dumps(run.conf), "-f", dag_file]
+            code = airflow.run(log_path, command, echo)
             took = time.monotonic() - run_started
             outcome = "succeeded" if code == 0 else "FAILED"
             as_expected = (code != 0) == run.rolled_back
