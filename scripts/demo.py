@@ -4,8 +4,12 @@ Starts the emulator on a free loopback port with the shipped example data, sets 
 AIRFLOW_HOME with SQLite and the connection, runs ``rollout_after_build`` twice with ``airflow dags test``
 (a release that lands, then one that goes live unhealthy and is rolled back), then ``analysed_rollout``
 with a release that goes live READY but fails 20 % of its requests: its tracing project's error rate fails
-the analysis and it is rolled back, each measurement in the log (the mapped fleet DAG too with
-``--with-fleet``), prints what happened, and stops everything it started. It ends by saying where the
+the analysis and it is rolled back, each measurement in the log, then ``quality_gated_rollout`` with an LLM
+application's release that serves without a single error but whose answers an online evaluator scores
+worse (``correctness`` 0.55 against the 0.9 of the revision before, the preflight's baseline): the quality
+gate rolls it back (the mapped fleet DAG too with ``--with-fleet``). Every ``airflow`` command runs in one
+Airflow process, in turn (``scripts/demo_airflow.py``: Airflow starts once, not once per command). It
+prints what happened, the scores measured, and stops everything it started. It ends by saying where the
 Rollouts view is: ``python scripts/demo.py --serve`` then keeps the emulator and an Airflow API server up
 (``scripts/demo_serve.py``), with a progressive fleet rollout to look at, until Ctrl-C.
 A deployment watcher (the trigger of ``smoke_test_on_new_revision``) runs inline meanwhile and reports
@@ -25,11 +29,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from demo_airflow import AirflowProcess
 from demo_serve import serve
 from demo_watch import InlineWatcher
 
@@ -46,6 +51,10 @@ BAKE_SECONDS = 9.0
 STEP_TIMEOUT = 300
 
 
+SCORED_DEPLOYMENT = "support-bot-dev"
+"""The LLM application whose answers an online evaluator scores (``quality_gated_rollout``)."""
+
+
 @dataclass
 class DemoRun:
     """One DAG run of the demo: what to run, which deployments it should move, and how it should end.
@@ -56,6 +65,8 @@ class DemoRun:
     :param behaviour: an emulator behaviour rule (``image_uri`` glob and the app's behaviour) set before the run.
     :param story: how the summary tells a rolled-back run.
     :param failure: what made a rolled-back run fail, as the step's outcome says it.
+    :param gate: what the run's analysis needs, as the summary says it next to what the tracing project recorded.
+    :param evidence: what a rolled-back run's log must say (the check that failed it), else it failed otherwise.
     """
 
     dag_id: str
@@ -67,6 +78,8 @@ class DemoRun:
     behaviour: dict[str, Any] | None = None
     story: str = "went live unhealthy, failed its smoke test and was rolled back"
     failure: str = "smoke test failed"
+    gate: str = ""
+    evidence: str = "failed its smoke test"
 
 
 RUNS = [
@@ -90,6 +103,29 @@ RUNS = [
         story="went live READY but failed 20% of its runs: its tracing project failed the analysis and it was "
         "rolled back",
         failure="its tracing project's error rate failed the analysis",
+        evidence="check 'tracing error_rate' failed",
+        gate="the analysis needs < 0.05 over at least 20 runs",
+    ),
+    DemoRun(
+        "quality_gated_rollout",
+        {
+            "deployment_name": SCORED_DEPLOYMENT,
+            "image_repository": "registry.example.com/acme/support-bot",
+            "version": "0.5.0",
+        },
+        [SCORED_DEPLOYMENT],
+        behaviour={
+            "image_uri": "*/support-bot:0.5.0",
+            "error_rate": 0.0,
+            "requests_per_second": 20,
+            "feedback": {"correctness": {"score": 0.55, "share": 0.5}},
+        },
+        rolled_back=True,
+        story="went live READY and answered every run without an error, but the online evaluator's correctness "
+        "score of its answers dropped: the quality gate rolled it back",
+        failure="its correctness score failed the quality gate",
+        evidence="check 'correctness' failed",
+        gate="the gate needs correctness > 0.8 over at least 10 scored runs, and no more errors than before",
     ),
     DemoRun(
         "deploy_fleet_after_build",
@@ -146,27 +182,10 @@ def stop(process: subprocess.Popen[str]) -> None:
         process.wait()
 
 
-def airflow(env: dict[str, str], log_path: Path, *args: str) -> int:
-    """Run an Airflow CLI command, its output to ``log_path``; echo the provider's own log lines."""
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "airflow", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        assert process.stdout is not None
-        deadline = time.monotonic() + STEP_TIMEOUT
-        for line in process.stdout:
-            log.write(line)
-            if _worth_showing(line):
-                say("   " + _short(line))
-            if time.monotonic() > deadline:
-                stop(process)
-                raise SystemExit(f"`airflow {' '.join(args)}` took more than {STEP_TIMEOUT} s; see {log_path}")
-        return process.wait()
+def echo(line: str) -> None:
+    """Show a line of Airflow's output when it is one of the provider's own, or the reason a task failed."""
+    if _worth_showing(line):
+        say("   " + _short(line))
 
 
 def _worth_showing(line: str) -> bool:
@@ -193,20 +212,94 @@ def revision_times(deployment: dict[str, Any], revision_id: str) -> float | None
     return None
 
 
-def served_while_live(base_url: str, before: dict[str, Any], after: dict[str, Any]) -> str:
-    """What the deployment's tracing project recorded while the run's first new revision was live (the
-    tracing service's ``POST /runs/stats``, as the analysis reads it)."""
+def tracing_stats(base_url: str, project_name: str, start: str, end: str | None = None) -> dict[str, Any]:
+    """The run statistics of a tracing project in a window (the tracing service's ``POST /runs/stats``, as the
+    analysis reads it)."""
+    headers = {"X-Api-Key": API_KEY}
+    project = httpx.get(f"{base_url}/tracing/sessions", params={"name": project_name}, headers=headers).json()[0]
+    window = {"session": [project["id"]], "start_time": start, "end_time": end, "is_root": True}
+    stats: dict[str, Any] = httpx.post(f"{base_url}/tracing/runs/stats", json=window, headers=headers).json()
+    return stats
+
+
+def _runs(stats: dict[str, Any]) -> str:
+    """A window's error rate, latency and feedback scores, in a few words."""
+    text = f"error_rate {stats['error_rate']:.3f} over {stats['run_count']} runs"
+    if stats["latency_p50"]:
+        text += f", latency p50 {stats['latency_p50']:.3f} s"
+    for key, scores in sorted((stats.get("feedback_stats") or {}).items()):
+        text += f", {key} mean {scores['avg']:.3f} over {scores['n']} scored runs"
+    return text
+
+
+def served_while_live(base_url: str, run: DemoRun, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What the deployment's tracing project recorded while the run's first new revision was live, and, for a
+    revision judged by its feedback scores, in the hour before it (the baseline) and since the rollback."""
     known = {revision["id"] for revision in before["revisions"]}
     new = [revision for revision in after["revisions"] if revision["id"] not in known]
     if len(new) < 2 or new[0]["status"] != "DEPLOYED":
-        return "its tracing project: the revision never went live"
-    headers = {"X-Api-Key": API_KEY}
-    project = httpx.get(f"{base_url}/tracing/sessions", params={"name": after["name"]}, headers=headers).json()[0]
-    window = {"session": [project["id"]], "start_time": new[0]["updated_at"], "end_time": new[1]["updated_at"]}
-    stats = httpx.post(f"{base_url}/tracing/runs/stats", json={**window, "is_root": True}, headers=headers).json()
-    return (
-        f"its tracing project while it served: error_rate {stats['error_rate']:.3f} over {stats['run_count']} runs, "
-        f"latency p50 {stats['latency_p50']:.3f} s (the analysis needs < 0.05 over at least 20 runs)"
+        return ["its tracing project: the revision never went live"]
+    name = after["name"]
+    stats = tracing_stats(base_url, name, new[0]["updated_at"], new[1]["updated_at"])
+    lines = [f"its tracing project while it served: {_runs(stats)} ({run.gate})"]
+    if stats.get("feedback_stats"):
+        patched = datetime.fromisoformat(new[0]["created_at"].replace("Z", "+00:00"))
+        hour_before = (patched - timedelta(hours=1)).isoformat()
+        lines.append(
+            f"the revision serving before, in the hour up to the patch (the baseline): "
+            f"{_runs(tracing_stats(base_url, name, hour_before, patched.isoformat()))}"
+        )
+        lines.append(
+            f"since the rollback (revision {new[1]['id'][:8]} serving again): "
+            f"{_runs(tracing_stats(base_url, name, new[1]['updated_at']))}"
+        )
+    return lines
+
+
+def _behaving(behaviour: dict[str, Any]) -> str:
+    """What an app given ``behaviour`` does, in a few words."""
+    text = f"go live READY and fail {behaviour['error_rate']:.0%} of their requests"
+    for key, given in behaviour.get("feedback", {}).items():
+        text += f"; an online evaluator scores {given['share']:.0%} of their answers {given['score']} for {key}"
+    return text + " (their tracing project shows it)"
+
+
+def serving_state(admin: EmulatorAdmin, runs: list[DemoRun]) -> dict[str, Any]:
+    """What the deployments the runs moved serve at the end, as the emulator holds it (no secret values): for a
+    look afterwards, and for the demo's test."""
+    names = {name for run in runs for name in run.deployments}
+    kept = ("id", "status", "source_revision_config", "created_at", "updated_at")
+    return {
+        "deployments": [
+            {
+                "name": deployment["name"],
+                "status": deployment["status"],
+                "active_revision_id": deployment["active_revision_id"],
+                "latest_revision_id": deployment["latest_revision_id"],
+                "source_revision_config": deployment["source_revision_config"],
+                "revisions": [{key: revision.get(key) for key in kept} for revision in deployment["revisions"]],
+            }
+            for deployment in admin.state()["deployments"]
+            if deployment["name"] in names
+        ]
+    }
+
+
+def prepare_traffic(admin: EmulatorAdmin) -> None:
+    """The traffic of the apps serving before the rollouts, so their preflights have a baseline to measure:
+    ``checkout-api`` 2.0.0 answers 20 requests a second; ``support-bot-dev``'s serving revision too, and an online
+    evaluator scores the ``correctness`` of half of its answers 0.9 (per revision, from the control API)."""
+    admin.add_behaviour_rule(image_uri=f"*/checkout-api:{RUNS[0].conf['version']}", requests_per_second=20)
+    bot = admin.find_deployment(SCORED_DEPLOYMENT)
+    admin.set_behaviour(
+        bot["id"],
+        revision_id=bot["active_revision_id"],
+        requests_per_second=20,
+        feedback={"correctness": {"score": 0.9, "share": 0.5}},
+    )
+    say(
+        f"   the emulator's apps serve 20 requests a second; an online evaluator scores half of the answers of "
+        f"{SCORED_DEPLOYMENT}'s serving revision {bot['active_revision_id'][:8]}: correctness 0.9"
     )
 
 
@@ -262,11 +355,14 @@ def main() -> int:
                 "extra": {"tracing_base_url": f"{base_url}/tracing"},
             }
         )
+        prepare_traffic(admin)
         say(f"2. throwaway Airflow home {home} (SQLite); migrating the database")
-        if airflow(env, logs / "db-migrate.log", "db", "migrate") != 0:
+        airflow = AirflowProcess(env, STEP_TIMEOUT)  # one Airflow process runs every command below, in turn
+        atexit.register(airflow.stop)
+        if airflow.run(logs / "db-migrate.log", ["db", "migrate"], echo) != 0:
             raise SystemExit(f"`airflow db migrate` failed; see {logs / 'db-migrate.log'}")
         snapshots: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        notes: dict[int, list[str]] = {}
+        notes: dict[int, list[list[str]]] = {}
         watcher = InlineWatcher(env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"], RUNS[0].deployments[0], POLL_INTERVAL)
         say(f"   watching {watcher.deployment_name} for new revisions (smoke_test_on_new_revision's AssetWatcher)")
         watcher.start()
@@ -277,26 +373,30 @@ def main() -> int:
                 say(f"{step}. the emulator will serve images {run.unhealthy_image} unhealthy (their app answers 500)")
             if run.behaviour:
                 admin.add_behaviour_rule(**run.behaviour)
-                say(
-                    f"{step}. the emulator's apps of images {run.behaviour['image_uri']} will go live READY and "
-                    f"fail {run.behaviour['error_rate']:.0%} of their requests (their tracing project shows it)"
-                )
+                images = run.behaviour["image_uri"]
+                say(f"{step}. the emulator's apps of images {images} will {_behaving(run.behaviour)}")
             say(f"{step}. airflow dags test {run.dag_id} {json.dumps(run.conf)}")
             run_started = time.monotonic()
             log_path = logs / f"{run.label or run.dag_id}.log"
-            code = airflow(env, log_path, "dags", "test", run.dag_id, "-c", json.dumps(run.conf))
+            # -f: the CLI parses only the DAG's own file to find it (dag.test() then syncs the whole folder).
+            dag_file = str(REPO / "example_dags" / f"{run.dag_id}.py")
+            command = ["dags", "test", run.dag_id, "-c", json.dumps(run.conf), "-f", dag_file]
+            code = airflow.run(log_path, command, echo)
             took = time.monotonic() - run_started
             outcome = "succeeded" if code == 0 else "FAILED"
+            as_expected = (code != 0) == run.rolled_back
             if run.rolled_back:
+                as_expected = as_expected and run.evidence in log_path.read_text()
                 expected = f"failed as expected ({run.failure}, rolled back)"
-                outcome = expected if code != 0 else "SUCCEEDED unexpectedly"
+                outcome = expected if as_expected else f"FAILED otherwise ({run.evidence!r} is not in the log)"
+                outcome = outcome if code != 0 else "SUCCEEDED unexpectedly"
             say(f"   -> {outcome} in {took:.1f} s (full log: {log_path})")
-            if (code != 0) != run.rolled_back:
+            if not as_expected:
                 failures.append(run.label or run.dag_id)
             snapshots.append((before, {d["name"]: d for d in admin.state()["deployments"]}))
             if run.behaviour:  # what the tracing project recorded, read while the emulator still runs
                 notes[len(snapshots) - 1] = [
-                    served_while_live(base_url, before[name], snapshots[-1][1][name]) for name in run.deployments
+                    served_while_live(base_url, run, before[name], snapshots[-1][1][name]) for name in run.deployments
                 ]
         event = watcher.wait(timeout=10 * POLL_INTERVAL)
         if event is None:
@@ -308,6 +408,8 @@ def main() -> int:
                 "starts smoke_test_on_new_revision"
             )
         counters = admin.counters()
+        (logs / "emulator-state.json").write_text(json.dumps(serving_state(admin, runs), indent=1))
+        airflow.stop()
     except BaseException:
         stop(emulator)
         raise
@@ -333,8 +435,8 @@ def main() -> int:
                     f" {'ok ' if back else '!! '}{name}: {run.conf.get('version')} {run.story}; {created} new "
                     f"revisions; at the end it serves {image} (revision {active[:8]}, status {new['status']})"
                 )
-                if index in notes:
-                    say(f"    {notes[index][position]}")
+                for note in notes.get(index, [[]] * len(run.deployments))[position]:
+                    say(f"    {note}")
             continue
         for name in run.deployments:
             old, new = before[name], after[name]
@@ -358,8 +460,8 @@ def main() -> int:
     else:
         say(
             " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
-            "not just READY, the unhealthy one was rolled back to the build that served before, and so was the "
-            "READY one its tracing project showed failing."
+            "not just READY, the unhealthy one was rolled back to the build that served before, and so were the "
+            "READY one its tracing project showed failing and the one whose answers scored worse."
         )
     if not args.serve:
         say(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -46,3 +47,39 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     logs = (tmp_path / "demo" / "logs" / "rollout_after_build.log").read_text()
     assert "demo-payment-token-masked-in-logs" not in logs
     assert "demo-api-key-not-a-real-secret" not in logs
+    # An LLM application's release that serves without a single error but whose answers the online evaluator
+    # scores worse: the quality gate (quality_gated_rollout) measures the scores and rolls it back.
+    assert_the_quality_gate_rolled_back_a_worse_answering_release(out, tmp_path / "demo" / "logs")
+
+
+def assert_the_quality_gate_rolled_back_a_worse_answering_release(out: str, logs: Path) -> None:
+    """What the demo printed and left behind for ``quality_gated_rollout`` (issue 31): the scores the preflight
+    and the rounds measured, the verdict, and the emulator's real state at the end."""
+    story = (
+        "0.5.0 went live READY and answered every run without an error, but the online evaluator's correctness "
+        "score of its answers dropped: the quality gate rolled it back; 2 new revisions"
+    )
+    assert f"ok support-bot-dev: {story}" in out, out[-3000:]
+    assert "at the end it serves registry.example.com/acme/support-bot:0.4.0" in out
+    assert re.search(
+        r"Preflight: correctness on 'support-bot-dev' \(serving revision [0-9a-f-]+\) = 0\.900 -> passed", out
+    )
+    scored = r"Analysis round 1/\d: correctness on 'support-bot-dev' = 0\.550, needs > 0\.8 -> failed \(feedback"
+    assert re.search(scored, out), out[-3000:]
+    assert re.search(
+        r"Analysis round 1/\d: errors on 'support-bot-dev' = 0\.000, needs error rate at most .* passed", out
+    )
+    served = r"its tracing project while it served: error_rate 0\.000 over \d+ runs, correctness mean 0\.550 over \d+"
+    assert re.search(served, out), out[-3000:]
+    assert re.search(r"in the hour up to the patch \(the baseline\): error_rate 0\.000 .* correctness mean 0\.900", out)
+    assert re.search(r"since the rollback \(revision [0-9a-f]{8} serving again\): .* correctness mean 0\.900", out)
+    log = (logs / "quality_gated_rollout.log").read_text()
+    assert "check 'correctness' failed" in log and "rolled back to revision" in log
+    assert "demo-api-key-not-a-real-secret" not in log
+    # The emulator's own state at the end: the worse revision was live, and the one before serves again.
+    state = json.loads((logs / "emulator-state.json").read_text())
+    [bot] = [deployment for deployment in state["deployments"] if deployment["name"] == "support-bot-dev"]
+    *_, worse, restored = bot["revisions"]
+    assert worse["source_revision_config"]["image_uri"] == "registry.example.com/acme/support-bot:0.5.0"
+    assert bot["active_revision_id"] == restored["id"] == bot["latest_revision_id"] and bot["status"] == "READY"
+    assert bot["source_revision_config"]["image_uri"] == "registry.example.com/acme/support-bot:0.4.0"

@@ -644,6 +644,9 @@ class Measurement(TypedDict):
     runs: NotRequired[int]
     """The runs (for a feedback key: the scored runs) a tracing measurement is over; its errors, for a rate."""
     errors: NotRequired[int]
+    bound: NotRequired[float]
+    """The line the value was judged against when the baseline made it, in the condition's unit: a baseline
+    condition's threshold (``baseline * 1.5 + 0.01``), a rate test's tolerated rate."""
 
 
 class AnalysisResult(TypedDict):

@@ -28,6 +28,9 @@ class Reading:
     :param detail: one line for people (scrubbed).
     :param runs: the runs a tracing measurement is over (a feedback key's: the scored runs).
     :param errors: the errors among them (an error rate's).
+    :param bound: the line the value was judged against when the baseline made it (in the condition's unit): a
+        baseline condition's threshold for this baseline, a rate test's tolerated rate (the baseline's rate times
+        ``1 + tolerated_increase``); ``None`` for a fixed threshold (the condition says it) or no baseline.
     """
 
     verdict: Verdict
@@ -35,6 +38,7 @@ class Reading:
     detail: str
     runs: int | None = None
     errors: int | None = None
+    bound: float | None = None
 
 
 def judged(condition: Condition, value: float, describe: Callable[[str], str]) -> Reading:
@@ -68,11 +72,12 @@ def against(
     if base is None:
         return Reading("inconclusive", None, f"{_no_baseline(target, check.label())}, so {condition} cannot be judged")
     resolved = condition.resolve(float(base["value"]))
-    return judged(
+    reading = judged(
         resolved,
         value,
         lambda shown: f"{describe(shown)}; baseline {resolved.show(float(base['value']))}, so {resolved}",
     )
+    return replace(reading, bound=resolved.threshold)
 
 
 def rate_tested(
@@ -102,7 +107,8 @@ def rate_tested(
     verdict: Verdict = "failed" if tested.verdict == "failed" else "passed"
     if tested.verdict == "inconclusive":
         verdict = "inconclusive"
-    return Reading(verdict, float(rate), f"{shown}: {tested.detail}", run_count, errors)
+    tolerated = base_errors / base_runs * (1.0 + check.rate_test.tolerated_increase) if base_runs > 0 else None
+    return Reading(verdict, float(rate), f"{shown}: {tested.detail}", run_count, errors, tolerated)
 
 
 def _no_baseline(target: AnalysisTarget, label: str, what: str = "baseline") -> str:

@@ -201,6 +201,8 @@ def measurement_of(
         measurement["runs"] = reading.runs
     if reading.errors is not None:
         measurement["errors"] = reading.errors
+    if reading.bound is not None:
+        measurement["bound"] = reading.bound
     return measurement
 
 

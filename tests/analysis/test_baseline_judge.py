@@ -87,6 +87,22 @@ def test_a_baseline_condition_is_resolved_from_the_preflight_measurement() -> No
     assert against(check, _target(None, role="baseline"), 0.5, str).verdict == "passed"  # the preflight measures
 
 
+def test_a_reading_judged_against_the_baseline_carries_the_bound_it_was_judged_by() -> None:
+    """The Rollouts view draws the line there (issue 32): a baseline condition's threshold for this baseline, the
+    rate test's tolerated rate; a fixed threshold's line is its condition, and the baseline itself has none."""
+    on_baseline = TracingProjectCheck(metric="error_rate", condition="<= baseline * 1.5 + 0.01")
+    base = [{"check": "tracing error_rate", "value": 0.08, "runs": 1000, "errors": 80, "round": 0}]
+    assert against(on_baseline, _target(base), 0.12, str).bound == pytest.approx(0.13)
+    assert against(on_baseline, _target(base), 0.5, str).bound == pytest.approx(0.13)  # failed: same line
+    assert against(on_baseline, _target(None, role="baseline"), 0.08, str).bound is None
+    fixed = TracingProjectCheck(metric="error_rate", condition="< 0.05")
+    assert against(fixed, _target(base), 0.01, str).bound is None
+    tested = TracingProjectCheck(rate_test=RateTest(confidence=0.99, tolerated_increase=0.25), min_run_count=100)
+    reading = rate_tested(tested, _target(base), {"error_rate": 0.09, "error_count": 90}, 1000, "1000 runs")
+    assert reading.bound == pytest.approx(0.08 * 1.25)
+    assert rate_tested(tested, _target(base, role="baseline"), {"error_rate": 0.08}, 1000, "").bound is None
+
+
 def test_the_rate_test_on_counts() -> None:
     check = TracingProjectCheck(rate_test=RateTest(confidence=0.99, tolerated_increase=0.25), min_run_count=100)
     base = [{"check": "tracing error_rate", "value": 0.03, "runs": 10000, "errors": 300, "round": 0}]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from airflow_provider.plugins.rollouts.charts import analysis_charts, round_verdicts
 from airflow_provider.plugins.rollouts.shapes import row_analysis
 from airflow_provider.record import bounded_verdict
@@ -80,3 +82,62 @@ def test_the_views_analysis_carries_the_charts_of_the_records_bounded_copy() -> 
     assert shown is not None and shown["measurements_total"] == 30
     [chart] = shown["charts"]
     assert len(chart["points"]) == 10 and chart["threshold"] == 0.05
+
+
+def judged(round_: int, value: float | None, condition: str, verdict: str, bound: float) -> dict[str, Any]:
+    return {**measurement(round_, "errors", value, condition, verdict), "bound": bound}
+
+
+ON_BASELINE = {
+    "verdict": "failed",
+    "baseline": [{**measurement(0, "errors", 0.08, "<= baseline * 1.5 + 0.01", "passed"), "runs": 900}],
+    "measurements": [
+        judged(1, 0.09, "<= baseline * 1.5 + 0.01", "passed", 0.13),
+        judged(2, 0.3, "<= baseline * 1.5 + 0.01", "failed", 0.13),
+    ],
+}
+RATE_TESTED = {
+    "verdict": "passed",
+    "baseline": [
+        {**measurement(0, "errors", 0.02, "error rate at most 1.25 x the baseline's (99 % confidence)", "passed")}
+    ],
+    "measurements": [
+        judged(1, 0.021, "error rate at most 1.25 x the baseline's (99 % confidence)", "passed", 0.025),
+        judged(2, None, "error rate at most 1.25 x the baseline's (99 % confidence)", "inconclusive", 0.025),
+    ],
+}
+
+
+def test_a_baseline_conditions_line_is_the_bound_it_made_from_the_baseline() -> None:
+    [chart] = analysis_charts(ON_BASELINE)
+    assert (chart["line_kind"], chart["operator"], chart["threshold"], chart["baseline"]) == (
+        "baseline",
+        "<=",
+        0.13,
+        0.08,
+    )
+    assert chart["line_label"] == "<= baseline * 1.5 + 0.01: baseline 0.08 -> <= 0.13"
+    assert [(p["round"], p["verdict"]) for p in chart["points"]] == [(1, "passed"), (2, "failed")]
+    assert chart["rounds"] == [{"round": 1, "verdict": "passed"}, {"round": 2, "verdict": "failed"}]
+    # a measurement without its bound (taken before measurements carried one): made from the baseline alike
+    older = {
+        **ON_BASELINE,
+        "measurements": [{k: v for k, v in m.items() if k != "bound"} for m in ON_BASELINE["measurements"]],
+    }
+    assert analysis_charts(older)[0]["threshold"] == pytest.approx(0.13)
+    # no baseline measured: no line (it would be a guess), the condition still said
+    [unknown] = analysis_charts({"measurements": older["measurements"]})
+    assert unknown["threshold"] is None and unknown["line_label"] == "<= baseline * 1.5 + 0.01"
+
+
+def test_the_rate_tests_line_is_the_tolerated_rate_and_the_view_json_carries_it() -> None:
+    shown = row_analysis(bounded_verdict(RATE_TESTED))
+    assert shown is not None
+    [chart] = shown["charts"]
+    assert (chart["line_kind"], chart["operator"], chart["threshold"]) == ("tolerated", "<=", 0.025)
+    assert chart["line_label"] == "tolerated 0.025 (baseline 0.02)"
+    assert [(p["value"], p["verdict"]) for p in chart["points"]] == [(0.021, "passed"), (None, "inconclusive")]
+    assert chart["rounds"] == [{"round": 1, "verdict": "passed"}, {"round": 2, "verdict": "inconclusive"}]
+    # a fixed threshold stays what it was
+    assert analysis_charts(RESULT)[0]["line_kind"] == "threshold"
+    assert analysis_charts(RESULT)[0]["line_label"] == "< 0.05"

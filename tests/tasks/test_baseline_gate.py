@@ -61,6 +61,10 @@ def test_a_revision_as_good_as_an_8_percent_baseline_lands(emulator: Any, path: 
     assert result["verdict"] == "passed"
     (baseline,) = result["baseline"]
     assert baseline["value"] == pytest.approx(0.08, abs=0.01) and baseline["runs"] > 50
+    # Each round's measurement carries the line it was judged by (the view draws it): made from this baseline.
+    base = baseline["errors"] / baseline["runs"] if check is RATE_TEST else baseline["value"]
+    bound = base * 1.25 if check is RATE_TEST else base * 1.5 + 0.01
+    assert [m["bound"] for m in result["measurements"]] == pytest.approx([bound] * len(result["measurements"]))
 
 
 @PATHS

@@ -109,7 +109,8 @@ function analysisDetails(analysis) {
 }
 
 // ------------------------------------------------------------------------------------------ charts
-// Each check's measurements over the rounds, as plain SVG: the threshold as a dashed line, each measurement a dot
+// Each check's measurements over the rounds, as plain SVG: its line (the threshold, or the bound the baseline made)
+// dashed, each measurement a dot
 // in its verdict's colour (a hollow one at the bottom when nothing could be measured), and under the plot one
 // mark per round in the colour of that round's verdict (over all checks).
 const SVG = "http://www.w3.org/2000/svg";
@@ -149,9 +150,12 @@ function measurementChart(chart) {
     svgEl("text", { x: CHART.left - 4, y: bottom, class: "tick", "text-anchor": "end" }, chartNumber(low, chart.unit)),
   ];
   if (chart.threshold !== null && chart.threshold !== undefined) {
-    parts.push(svgEl("line", { x1: CHART.left, y1: y(chart.threshold), x2: CHART.left + width, y2: y(chart.threshold), class: "threshold", "data-threshold": chart.threshold },
-      svgEl("title", {}, `threshold ${chart.condition}`)));
-    parts.push(svgEl("text", { x: CHART.left + width, y: y(chart.threshold) - 3, class: "tick", "text-anchor": "end" }, chart.condition));
+    // The line the verdicts were drawn against: the fixed threshold, the bound a baseline condition made from the
+    // baseline, or the rate test's tolerated rate; labelled with what it is.
+    const kind = chart.line_kind || "threshold", label = chart.line_label || chart.condition;
+    parts.push(svgEl("line", { x1: CHART.left, y1: y(chart.threshold), x2: CHART.left + width, y2: y(chart.threshold), class: `threshold ${kind}`, "data-threshold": chart.threshold, "data-line-kind": kind },
+      svgEl("title", {}, `${kind === "threshold" ? "threshold" : kind === "baseline" ? "from the baseline" : "tolerated (rate test)"}: ${label}`)));
+    parts.push(svgEl("text", { x: CHART.left + width, y: y(chart.threshold) - 3, class: "tick", "text-anchor": "end", "data-line-label": kind }, label));
   }
   if (measured.length > 1) parts.push(svgEl("polyline", { points: measured.map((point) => `${x(point.round)},${y(point.value)}`).join(" "), class: "series" }));
   for (const point of points) {
@@ -165,7 +169,7 @@ function measurementChart(chart) {
     parts.push(svgEl("text", { x: x(item.round), y: bottom + 6 + CHART.band + 10, class: "tick", "text-anchor": "middle" }, String(item.round)));
   }
   const svg = svgEl("svg", { viewBox: `0 0 ${CHART.width} ${CHART.height + 14}`, width: CHART.width, height: CHART.height + 14, role: "img",
-    "aria-label": `${chart.check}: ${points.length} measurement${points.length === 1 ? "" : "s"}, threshold ${chart.condition || "none"}` }, parts);
+    "aria-label": `${chart.check}: ${points.length} measurement${points.length === 1 ? "" : "s"}, ${chart.line_kind === "baseline" || chart.line_kind === "tolerated" ? chart.line_label : `threshold ${chart.condition || "none"}`}` }, parts);
   return h("figure", { class: "chart", "data-chart": chart.check, "data-chart-verdict": chart.verdict },
     h("figcaption", { class: "small" }, badge(chart.verdict), " ", chart.check, h("span", { class: "muted" }, ` ${chart.condition}`)), svg);
 }
