@@ -33,7 +33,7 @@ def emulator(deployment_service_emulator: EmulatorServer) -> EmulatorServer:
 def client(emulator: EmulatorServer) -> Iterator[httpx.Client]:
     """An authorized httpx client of the default emulator."""
     with httpx.Client(
-        base_url=emulator.base_url, headers=emulator.headers, timeout=5, verify=SHARED_SSL_CONTEXT
+        base_url=emulator.base_url, headers=emulator.headers, timeout=30, verify=SHARED_SSL_CONTEXT
     ) as http:
         yield http
 
@@ -41,7 +41,7 @@ def client(emulator: EmulatorServer) -> Iterator[httpx.Client]:
 @pytest.fixture
 def web() -> Iterator[httpx.Client]:
     """A bare httpx client: full URLs, no headers."""
-    with httpx.Client(timeout=5, verify=SHARED_SSL_CONTEXT) as http:
+    with httpx.Client(timeout=30, verify=SHARED_SSL_CONTEXT) as http:
         yield http
 
 
@@ -54,7 +54,7 @@ def make_client() -> Iterator[Callable[..., httpx.Client]]:
         http = httpx.Client(
             base_url=server.base_url,
             headers=server.headers if headers is None else headers,
-            timeout=options.pop("timeout", 5),
+            timeout=options.pop("timeout", 30),  # a loaded machine answers late; no test here is about time
             verify=SHARED_SSL_CONTEXT,
             **options,
         )

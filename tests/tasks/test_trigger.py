@@ -91,8 +91,9 @@ async def test_success_only_when_our_revision_is_active(
 ) -> None:
     dep = deployment_named(emulator, "checkout-api-dev")
     revision_id = patch(emulator, dep["id"])
+    listed = emulator.state.count(LIST_ROUTE)
     task = asyncio.create_task(outcome(trigger(dep["id"], revision_id)))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: emulator.state.count(LIST_ROUTE) >= listed + 3, timeout=20)  # several polls, however busy
     assert not task.done(), "READY with the old revision active must keep waiting"
     emulator.state.advance(2.5)
     event = await task
