@@ -304,9 +304,10 @@ class RolloutNotifying(DeploymentServiceBaseTask):
 
     notify: dict[str, list[BaseNotifier]]
     notified_state_key: str | None = None
-    """Where in ``task_state_store`` :meth:`_notify` records the events it sent (:class:`NotifiedRecord`), so that
-    each (event, deployment, revision, question) is sent at most once across tries; ``None``: the task keeps its
-    own record (the fleet task's :mod:`~airflow_provider.tasks.fleet_notify`)."""
+    """Where in ``task_state_store`` :meth:`_notify` records the events it sent
+    (:class:`~airflow_provider.tasks.notify.NotifiedRecord`), so that each (event, deployment, revision, question)
+    is sent at most once across tries; ``None``: the task keeps its own record (the fleet task's
+    :mod:`~airflow_provider.tasks.fleet_notify`)."""
 
     def _notify(
         self,
