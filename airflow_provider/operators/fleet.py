@@ -11,33 +11,21 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider import fleet
-from airflow_provider.analysis import Analysis
-from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
-from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
-from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
-from airflow_provider.tasks.fleet_notify import notify_fleet_result
-from airflow_provider.tasks.fleet_plan import resolve_targets
-from airflow_provider.tasks.fleet_progress import (
-    ProgressStore,
-    new_progress,
-    resumed_progress,
-    resumed_wave,
-    scrub_messages,
-)
-from airflow_provider.tasks.fleet_result import emit_events, log_plan, report_result, stopped_failure, summary
-from airflow_provider.tasks.fleet_rollback import apply_rollbacks
-from airflow_provider.tasks.fleet_watching import in_flight
-from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
+from airflow_provider.tasks.fleet_change import PATCH_FIELDS
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
-from airflow_provider.tasks.patch_request import SecretValue
-from airflow_provider.tasks.preflight import fleet_analysis_supported
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.analysis import Analysis
+    from airflow_provider.models import Deployment, PatchDeploymentRequest
+    from airflow_provider.tasks.fleet_progress import ProgressStore
+    from airflow_provider.tasks.fleet_waves import FleetRun
+    from airflow_provider.tasks.patch_request import SecretValue
 
 __all__ = [
     "PATCH_FIELDS",
@@ -244,6 +232,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             resource_spec_mode=resource_spec_mode,
         )
         if analysis is not None:
+            from airflow_provider.tasks.preflight import fleet_analysis_supported  # with an analysis only
+
             fleet_analysis_supported(analysis)
         self.deployment_ids = deployment_ids
         self.deployment_names = deployment_names
@@ -278,6 +268,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
         """The patch for each deployment, and a digest of the whole request (no secret values); the secrets
         resolved (scrubbed from the rows and build logs)."""
+        from airflow_provider.tasks.fleet_change import fleet_change
+
         change = fleet_change(
             {name: getattr(self, name) for name in PATCH_FIELDS},
             self.patch_for,
@@ -292,6 +284,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _progress_store(self, context: Context) -> ProgressStore:
+        from airflow_provider.tasks.fleet_progress import ProgressStore
+
         return ProgressStore(context.get("task_state_store"), self.log, secrets=self._secret_values())
 
     def _fleet_run(
@@ -301,6 +295,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> FleetRun:
+        from airflow_provider.tasks.fleet_waves import FleetRun
+
         return FleetRun(
             self,
             context,
@@ -314,6 +310,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
+        from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
+        from airflow_provider.tasks.fleet_plan import resolve_targets
+        from airflow_provider.tasks.fleet_progress import new_progress
+        from airflow_provider.tasks.fleet_result import log_plan
+        from airflow_provider.tasks.fleet_waves import earlier_try_since
+
         request_for, change = self._change()
         progress_store = self._progress_store(context)
         progress = progress_store.load(change)
@@ -361,6 +363,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
         of going on from a progress that is not the one that deferred.
         """
+        from airflow_provider.tasks.fleet_progress import resumed_progress, resumed_wave
+        from airflow_provider.tasks.fleet_rollback import apply_rollbacks
+        from airflow_provider.tasks.fleet_watching import in_flight
+
         try:
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
                 raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
@@ -423,6 +429,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
             event's is used: ``dag.test()`` passes none).
         """
+        from airflow_provider.tasks.fleet_progress import resumed_progress
+
         try:
             carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
             if not isinstance(carry, dict) or not isinstance(carry.get("fleet_wave"), int):
@@ -464,6 +472,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
+        from airflow_provider.tasks.fleet_notify import notify_fleet_result
+        from airflow_provider.tasks.fleet_progress import scrub_messages
+        from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary
+
         scrub_messages(progress, self._secret_values())
         table = progress.table()
         self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet.format_table(table))
