@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider import fleet
+from airflow_provider import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
@@ -21,6 +21,7 @@ from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider import fleet
     from airflow_provider.analysis import Analysis
     from airflow_provider.models import Deployment, PatchDeploymentRequest
     from airflow_provider.tasks.fleet_progress import ProgressStore
@@ -246,16 +247,16 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.secrets = secrets
         self.secret_references = secret_references
         self.patch_for = patch_for
-        self.canary = fleet.check_canary(canary)
-        self.wave_size = fleet.check_wave_size(wave_size)
-        self.max_failures = fleet.check_max_failures(max_failures)
+        self.canary = fleet_strategy.check_canary(canary)
+        self.wave_size = fleet_strategy.check_wave_size(wave_size)
+        self.max_failures = fleet_strategy.check_max_failures(max_failures)
         size = known_fleet_size(
             {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
         )
         if size is not None:  # known now: refused when the DAG is parsed; else once the targets are resolved
             check_budget_fits(self.max_failures, size)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
-        self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
+        self.max_parallel_patches = fleet_strategy.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
@@ -343,10 +344,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                     raise
             try:
                 check_budget_fits(self.max_failures, len(targets))  # before any PATCH
-                plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
+                plan = fleet_strategy.plan_waves(
+                    [(item.id, item.name) for item in targets], self.canary, self.wave_size
+                )
             except ValueError as err:
                 raise AirflowFailException(str(err)) from None
-            allowed = fleet.failure_allowance(self.max_failures, len(targets))
+            allowed = fleet_strategy.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
             log_plan(progress, self.log)
             progress_store.save(progress)
@@ -472,6 +475,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
+        from airflow_provider import fleet
         from airflow_provider.tasks.fleet_notify import notify_fleet_result
         from airflow_provider.tasks.fleet_progress import scrub_messages
         from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary

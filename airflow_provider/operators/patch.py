@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
 from airflow_provider.operators.base import (
@@ -34,7 +35,6 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
-from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
+from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.fleet_plan import check_filters
 
