@@ -181,8 +181,9 @@ def main() -> None:
             f"**Why the 50 ms goal is missed.** {seconds[ours] * 1000:.1f} ms wall ({cpu[ours] * 1000:.1f} ms CPU). "
             "What is left is what defining and constructing the tasks needs: the service's schema "
             "(`airflow_provider.models`, about 40 % of the rest, imported by the hook's client, which reads every "
-            "answer into it), the hook and its client, and the task bases. The goal is absolute time, so it moves with this machine's "
-            "load (a wall figure well above the CPU figure means the machine was busy); the ratio to the HTTP "
+            "answer into it), the hook and its client, and the task bases. The goal is absolute time, so it moves "
+            "with this machine's load (a wall figure well above the CPU figure means the machine was busy); the "
+            "ratio to the HTTP "
             f"provider measured beside it ({fmt(seconds[ours] / seconds[http])}) is the stable comparison."
         )
     goals = [
