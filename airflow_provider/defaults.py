@@ -34,6 +34,10 @@ DEFAULT_POLL_INTERVAL = 30.0
 DEFAULT_REVISION_CHECK_INTERVAL = 600.0
 """Safety-net interval of revision-endpoint calls while a building deployment shows no change."""
 
+RESOURCE_SPEC_MODES = ("merge", "replace")
+"""How a patch's ``resource_spec`` is sent: completed from the current one, or as given (checked when a patch or
+fleet task is constructed; ``airflow_provider.patch_rules`` re-exports it)."""
+
 SETTING_OVERRIDES = (
     "connect_timeout",
     "read_timeout",

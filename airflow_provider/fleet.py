@@ -1,5 +1,6 @@
-"""Pure planning of a fleet rollout (no Airflow, no I/O): the strategy arguments, the waves, the failure
-budget, watching one wave, the per-deployment result table and the progress kept across tries.
+"""Pure planning of a fleet rollout (no Airflow, no I/O): watching one wave, the per-deployment result table and
+the progress kept across tries; the strategy arguments, the waves and the failure budget are
+:mod:`airflow_provider.fleet_strategy`'s (re-exported here: ``fleet.plan_waves`` still works).
 
 A fleet rollout patches its targets wave by wave: first the canary, then waves of ``wave_size``. Each
 wave is patched, watched until every rollout in it is decided (live for ``bake_seconds``, or failed),

@@ -1,6 +1,10 @@
-"""The strategy arguments of a fleet rollout and its waves (pure, no Airflow, no I/O): ``wave_size``,
-``max_failures``, ``max_parallel_patches`` and ``canary`` checked and turned into the waves and the failure budget.
-Re-exported by :mod:`airflow_provider.fleet`, where the rest of a fleet rollout's planning lives.
+"""The strategy of a fleet rollout (pure: no Airflow, no I/O, no models): its arguments checked when the DAG is
+parsed (``canary``, ``wave_size``, ``max_failures``, ``max_parallel_patches``), the failure allowance, and the
+waves the targets are split into.
+
+Apart from :mod:`airflow_provider.fleet` (the rows, the progress and watching a wave, which only a running task
+needs) so that constructing a :class:`~airflow_provider.operators.fleet.FleetRolloutOperator` in a DAG file
+imports this small module only; :mod:`airflow_provider.fleet` re-exports every name.
 """
 
 from __future__ import annotations

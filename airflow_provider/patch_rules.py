@@ -33,6 +33,7 @@ from typing import Any
 
 import pydantic
 
+from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.models import (
     CarriedResourceSpec,
     Deployment,
@@ -56,9 +57,6 @@ REVISION_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
 
 EXTERNAL_ONLY = DeploymentSource.EXTERNAL_DOCKER.value
 TAG_PREFIX = "refs/tags/"
-
-RESOURCE_SPEC_MODES = ("merge", "replace")
-"""How a patch's ``resource_spec`` is sent: completed from the current one, or as given."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ LAYERS = {
     "airflow_provider.rollout": 2,
     "airflow_provider.assets": 2,
     "airflow_provider.patch_rules": 2,
+    # The fleet rollout's strategy arguments and waves (what constructing the fleet task checks), below the fleet's
+    # planning, which re-exports them.
+    "airflow_provider.fleet_strategy": 2,
     "airflow_provider.client_settings": 3,
     "airflow_provider.pagination": 3,
     "airflow_provider.fleet": 3,

@@ -10,24 +10,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
-from airflow_provider.models import Deployment, DeploymentStatus, canonical_uuid
 from airflow_provider.operators.base import _DeploymentServiceOperator
-from airflow_provider.tasks.analysis import (
-    analyse_on_worker,
-    analysis_event_results,
-    analysis_failure_reason,
-    defer_analysis,
-    live_since,
-)
 from airflow_provider.tasks.base import check_rendered_value, deployment_by_name
-from airflow_provider.tasks.dry_run import dry_run_result
-from airflow_provider.tasks.judging import trigger_judging
-from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-from airflow_provider.tasks.record import judging_entry, record_entries, round_recorder, verdict_entry
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
+    from airflow_provider.models import Deployment
+
+# What only a running task needs (the measuring side, the preflight, the record) is imported in the methods that
+# use it, so a DAG file that imports the operators does not pay for it (bench/import_cost.py). The analysis
+# definitions themselves come with the ``Analysis`` the DAG file builds.
 
 __all__ = ["NO_RESULT", "XCOM_ANALYSIS", "DeploymentAnalysisOperator"]
 
@@ -86,6 +80,8 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
+        from airflow_provider.analysis import Analysis  # loaded already: the caller built one
+
         super().__init__(**kwargs)
         if not isinstance(analysis, Analysis):
             raise TypeError(f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}")
@@ -100,6 +96,11 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
 
     # ------------------------------------------------------------------------------------------ run
     def _run(self, context: Context) -> dict[str, AnalysisResult]:
+        from airflow_provider.tasks.analysis import analyse_on_worker, defer_analysis
+        from airflow_provider.tasks.judging import trigger_judging
+        from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
+        from airflow_provider.tasks.record import judging_entry, record_entries, round_recorder
+
         deployments = self._deployments()
         since = self._live_since()
         targets = [self._target(deployment, since) for deployment in deployments]
@@ -138,6 +139,8 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None
     ) -> dict[str, AnalysisResult]:
         """Resume after the trigger's event: push and return the results, or fail naming what did not pass."""
+        from airflow_provider.tasks.analysis import analysis_event_results
+
         try:
             results = analysis_event_results(event)
             carried = carry if carry is not None else (event or {}).get("carry")
@@ -158,6 +161,10 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     ) -> dict[str, AnalysisResult]:
         """Push and return the results by deployment name; fail naming every deployment whose verdict is not
         "passed", each deployment of ``names`` without a result counted inconclusive."""
+        from airflow_provider.tasks.analysis import analysis_failure_reason
+        from airflow_provider.tasks.dry_run import dry_run_result
+        from airflow_provider.tasks.record import record_entries, verdict_entry
+
         judged = dict(results)
         for deployment_id in names:
             if deployment_id not in judged:
@@ -198,6 +205,8 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
 
     # --------------------------------------------------------------------------------- arguments
     def _deployments(self) -> list[Deployment]:
+        from airflow_provider.models import canonical_uuid
+
         if self.deployment_names is not None:
             names = _as_list(self.deployment_names, "deployment_names")
             for name in names:
@@ -240,6 +249,10 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     def _target(self, deployment: Deployment, since: datetime) -> AnalysisTarget:
         """The active revision to judge; its window from ``since``, or from when it went live when later (only
         asked when ``live_since`` was given: the task's start is after it anyway)."""
+        from airflow_provider.analysis import AnalysisTarget
+        from airflow_provider.models import DeploymentStatus
+        from airflow_provider.tasks.analysis import live_since
+
         revision_id = deployment.active_revision_id
         if revision_id is None or deployment.status != DeploymentStatus.READY:
             raise AirflowFailException(

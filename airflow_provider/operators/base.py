@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.models import Deployment, Revision
-from airflow_provider.rollout import RolloutState, rollout_verdict
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
@@ -25,13 +23,18 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
-from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.events import with_revision_outlets
-from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_provider.models import Deployment, Revision
+
+# The operator modules import at module level only what defining and constructing their tasks needs; what a
+# running task needs (waiting, judging, rolling back, the record, notifying, asking) is imported in the method
+# that uses it, so a DAG file that imports the operators does not pay for it (bench/import_cost.py,
+# tests/test_import_cost.py).
 
 __all__ = [
     "XCOM_DEPLOYMENT_ID",
@@ -148,6 +151,9 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         logged before failing. ``allowed_latest_revision_id``: a newer revision that may stay the latest while
         ``revision_id`` goes live (see :func:`~airflow_provider.rollout.rollout_verdict`).
         """
+        from airflow_provider.rollout import RolloutState, rollout_verdict
+        from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live
+
         try:
             verdict = rollout_verdict(
                 deployment,
@@ -178,6 +184,8 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired: return the live deployment JSON or raise what the event says."""
+        from airflow_provider.tasks.waiting import rollout_event_result
+
         try:
             return rollout_event_result(event, self.log)
         except AirflowFailException:
@@ -189,6 +197,8 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
 
     def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:
         """After a failed rollout: log the build log's last lines when the revision's build failed."""
+        from airflow_provider.tasks.build_logs import log_failed_build
+
         return log_failed_build(self.hook, deployment_id, revision_id, self.log, secrets=self._secret_values())
 
     def _secret_values(self) -> tuple[str, ...]:

@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider import fleet
-from airflow_provider.analysis import Analysis, Measurement
-from airflow_provider.models import Deployment, PatchDeploymentRequest
+from airflow_provider import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
-from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.fleet_arguments import (
@@ -25,29 +22,19 @@ from airflow_provider.tasks.fleet_arguments import (
     check_canary_baseline,
     known_fleet_size,
 )
-from airflow_provider.tasks.fleet_asking import take_answer
-from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
-from airflow_provider.tasks.fleet_notify import NotifiedRecord, notify_fleet_result
-from airflow_provider.tasks.fleet_plan import resolve_targets
-from airflow_provider.tasks.fleet_progress import (
-    ProgressStore,
-    new_progress,
-    resumed_progress,
-    resumed_wave,
-    scrub_messages,
-)
-from airflow_provider.tasks.fleet_result import emit_events, log_plan, report_result, stopped_failure, summary
-from airflow_provider.tasks.fleet_rollback import apply_rollbacks
-from airflow_provider.tasks.fleet_watching import in_flight
-from airflow_provider.tasks.fleet_waves import FleetRun, earlier_try_since
+from airflow_provider.tasks.fleet_change import PATCH_FIELDS
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
-from airflow_provider.tasks.judging import FleetJudging
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
-from airflow_provider.tasks.patch_request import SecretValue
-from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider import fleet
+    from airflow_provider.analysis import Analysis, Measurement
+    from airflow_provider.models import Deployment, PatchDeploymentRequest
+    from airflow_provider.tasks.fleet_progress import ProgressStore
+    from airflow_provider.tasks.fleet_waves import FleetRun
+    from airflow_provider.tasks.patch_request import SecretValue
 
 __all__ = [
     "PATCH_FIELDS",
@@ -292,16 +279,16 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.secrets = secrets
         self.secret_references = secret_references
         self.patch_for = patch_for
-        self.canary = fleet.check_canary(canary)
-        self.wave_size = fleet.check_wave_size(wave_size)
-        self.max_failures = fleet.check_max_failures(max_failures)
+        self.canary = fleet_strategy.check_canary(canary)
+        self.wave_size = fleet_strategy.check_wave_size(wave_size)
+        self.max_failures = fleet_strategy.check_max_failures(max_failures)
         size = known_fleet_size(
             {"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters}
         )
         if size is not None:  # known now: refused when the DAG is parsed; else once the targets are resolved
             check_budget_fits(self.max_failures, size)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
-        self.max_parallel_patches = fleet.check_max_parallel_patches(max_parallel_patches)
+        self.max_parallel_patches = fleet_strategy.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
         self.bake_seconds = non_negative_seconds(bake_seconds, "bake_seconds")
         self.rollback_on_failure = bool(rollback_on_failure)
@@ -318,6 +305,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
         """The patch for each deployment, and a digest of the whole request (no secret values); the secrets
         resolved (scrubbed from the rows and build logs)."""
+        from airflow_provider.tasks.fleet_change import fleet_change
+
         change = fleet_change(
             {name: getattr(self, name) for name in PATCH_FIELDS},
             self.patch_for,
@@ -332,6 +321,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _progress_store(self, context: Context) -> ProgressStore:
+        from airflow_provider.tasks.fleet_progress import ProgressStore
+        from airflow_provider.tasks.judging import FleetJudging
+
         return ProgressStore(
             context.get("task_state_store"),
             self.log,
@@ -346,6 +338,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> FleetRun:
+        from airflow_provider.tasks.fleet_waves import FleetRun
+
         return FleetRun(
             self,
             context,
@@ -359,6 +353,14 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
+        from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
+        from airflow_provider.tasks.fleet_notify import NotifiedRecord
+        from airflow_provider.tasks.fleet_plan import resolve_targets
+        from airflow_provider.tasks.fleet_progress import new_progress
+        from airflow_provider.tasks.fleet_result import log_plan
+        from airflow_provider.tasks.fleet_waves import earlier_try_since
+        from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
+
         request_for, change = self._change()
         progress_store = self._progress_store(context)
         progress = progress_store.load(change)
@@ -396,10 +398,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                     raise
             try:
                 check_budget_fits(self.max_failures, len(targets))  # before any PATCH
-                plan = fleet.plan_waves([(item.id, item.name) for item in targets], self.canary, self.wave_size)
+                plan = fleet_strategy.plan_waves(
+                    [(item.id, item.name) for item in targets], self.canary, self.wave_size
+                )
             except ValueError as err:
                 raise AirflowFailException(str(err)) from None
-            allowed = fleet.failure_allowance(self.max_failures, len(targets))
+            allowed = fleet_strategy.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
             for row in progress.rows:
                 row.baseline = baselines_json(baselines, row.deployment_id)
@@ -418,6 +422,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
         of going on from a progress that is not the one that deferred.
         """
+        from airflow_provider.tasks.fleet_progress import resumed_progress, resumed_wave
+        from airflow_provider.tasks.fleet_rollback import apply_rollbacks
+        from airflow_provider.tasks.fleet_watching import in_flight
+
         try:
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
                 raise AirflowException(f"unexpected event from FleetWaveTrigger: {event!r}")
@@ -480,6 +488,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
             event's is used: ``dag.test()`` passes none).
         """
+        from airflow_provider.tasks.fleet_progress import resumed_progress
+
         try:
             carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
             if not isinstance(carry, dict) or not isinstance(carry.get("fleet_wave"), int):
@@ -523,6 +533,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param question: the question's number (an answer to another is not taken).
         :param carry: the progress, when the task has no store or its last save failed.
         """
+        from airflow_provider.tasks.fleet_asking import take_answer
+        from airflow_provider.tasks.fleet_progress import resumed_progress
+
         try:
             request_for, change = self._change()
             progress_store = self._progress_store(context)
@@ -549,6 +562,11 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
+        from airflow_provider import fleet
+        from airflow_provider.tasks.fleet_notify import notify_fleet_result
+        from airflow_provider.tasks.fleet_progress import scrub_messages
+        from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary
+
         scrub_messages(progress, self._secret_values())
         table = progress.table()
         self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet.format_table(table))

@@ -13,7 +13,6 @@ from airflow_provider.errors import NotFoundError
 from airflow_provider.models import ListDeploymentsQuery, RevisionStatus, canonical_uuid
 from airflow_provider.operators.base import _DeploymentServiceOperator
 from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, validation_failure
-from airflow_provider.tasks.rollback_revisions import revision_fields
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
@@ -279,6 +278,8 @@ class ListRevisionsOperator(_DeploymentServiceOperator):
 
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Return the newest revisions (at most ``max_results``), newest first."""
+        from airflow_provider.tasks.rollback_revisions import revision_fields  # what a running task needs
+
         statuses = self._statuses()
         if self.deployment_name is not None:
             deployment = deployment_by_name(self.hook, checked_name(self.deployment_name))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.analysis import Analysis
+from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.errors import NotFoundError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision
 from airflow_provider.operators.base import (
@@ -35,19 +35,8 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
-from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
-from airflow_provider.record import Kind
-from airflow_provider.spec_changes import changes_of, resource_spec_json
-from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls, no_retry_left
-from airflow_provider.tasks.base import (
-    checked_ids,
-    checked_name,
-    deployment_by_name,
-    non_negative_seconds,
-)
+from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.dry_run import dry_run_message
-from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import checked_notify
 from airflow_provider.tasks.patch_asking import InconclusiveAsking
@@ -58,37 +47,15 @@ from airflow_provider.tasks.patch_request import (
     describe_patch,
     resolve_secrets,
 )
-from airflow_provider.tasks.patch_retry import (
-    HISTORY_LOOKBACK,
-    TASK_STATE_KEY,
-    EarlierTry,
-    find_earlier_try,
-    patch_fingerprint,
-    record_patch,
-    recorded_patch,
-    sets_resource_spec,
-    unrestorable_parts,
-)
-from airflow_provider.tasks.patch_verdict import (
-    XCOM_ANALYSIS,
-    checked_landing,
-    landing_of,
-    may_still_go_live,
-    own_xcom,
-    read_record,
-    recorded_failed_verdict,
-    recorded_landing,
-    rollback_not_live_message,
-    rollback_resumed_unknown,
-)
-from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-from airflow_provider.tasks.record import record_entry, record_landing_entry
-from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+from airflow_provider.tasks.patch_retry import HISTORY_LOOKBACK, TASK_STATE_KEY
+from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
 from airflow_provider.tasks.targets import exactly_one_target
-from airflow_provider.tasks.waiting import resumed_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.analysis import Analysis
+    from airflow_provider.tasks.patch_retry import EarlierTry
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -241,6 +208,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         notify: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider.analysis import Analysis
+
         exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
         if resource_spec_mode not in RESOURCE_SPEC_MODES:
@@ -303,6 +272,21 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
         """Patch (or reattach on a retry), push the XComs, and wait when asked to."""
+        from airflow_provider.record import Kind
+        from airflow_provider.spec_changes import changes_of, resource_spec_json
+        from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
+        from airflow_provider.tasks.patch_retry import (
+            patch_fingerprint,
+            record_patch,
+            recorded_patch,
+            sets_resource_spec,
+            unrestorable_parts,
+        )
+        from airflow_provider.tasks.patch_verdict import landing_of, recorded_failed_verdict
+        from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
+        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+
         ti = context["ti"]
         # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
         ti.xcom_push(key=XCOM_DEPLOYMENT_URL, value=None)
@@ -464,6 +448,11 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         kwargs); a task with ``verify``, an analysis or a bake that gets neither fails instead of declaring
         the revision landed unjudged.
         """
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.waiting import resumed_value
+
         landing = resumed_value("landing", landing, event)
         if landing is None and (self._judges_live() or self.rollback_on_failure):
             landing = recorded_landing(context.get("task_state_store"), event, self.log)
@@ -522,6 +511,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """Resume after the rollback's revision went live (or not): fail naming both revisions (``landing``
         and ``rollback`` from the resume kwargs, else from the trigger's event; without them the task still
         fails, saying what it lacks)."""
+        from airflow_provider.tasks.patch_verdict import rollback_not_live_message, rollback_resumed_unknown
+        from airflow_provider.tasks.waiting import resumed_value
+
         landing = resumed_value("landing", landing, event)
         rollback = resumed_value("rollback", rollback, event)
         try:
@@ -546,6 +538,10 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The patch's revision did not go live within ``timeout``: the service may still deploy it. With
         ``rollback_on_failure``, roll back (recorded before sending, waited for) so that it does not end up
         serving; without, fail naming the revision that may still go live."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import may_still_go_live, own_xcom
+        from airflow_provider.tasks.record import record_entry
+
         if not revision_id:  # waiting for READY only: nothing of this patch is rolling out
             raise err
         if self.rollback_on_failure and landing is not None:
@@ -580,6 +576,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """A deferral ended by Airflow's timeout: a retry reattaches and goes on. On the last try, from the
         ``task_state_store`` record (without one, the try fails): a live revision not judged is rolled back as an
         analysis not measured (or as unjudged), one not live as a timed-out rollout; a recorded rollback is named."""
+        from airflow_provider.tasks.analysis import no_retry_left
+        from airflow_provider.tasks.patch_verdict import landing_of, own_xcom, read_record, rollback_not_live_message
+
         record = read_record(context.get("task_state_store"), self.log)
         revision_id = record.get("revision_id") if record else own_xcom(context, XCOM_REVISION_ID, self.log)
         where = f"deployment {record.get('deployment_id') if record else self.deployment_id}, revision {revision_id}"
@@ -602,6 +601,12 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The one place where the patch's revision is known to be live (verified, analysed and baked when
         asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
         changed the revision serving."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.dry_run import dry_run_message
+        from airflow_provider.tasks.events import emit_revision_event
+        from airflow_provider.tasks.patch_verdict import own_xcom
+        from airflow_provider.tasks.record import record_entry
+
         previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )
@@ -678,6 +683,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     ) -> EarlierTry | None:
         """What an earlier try of this patch left to reattach to (see
         :func:`~airflow_provider.tasks.patch_retry.find_earlier_try`); ``None`` to patch now."""
+        from airflow_provider.tasks.patch_retry import find_earlier_try
+
         started = getattr(context.get("dag_run"), "start_date", None)
         return find_earlier_try(
             self.hook,

@@ -21,26 +21,14 @@ from airflow_provider.operators.base import (
     DeploymentLink,
     _RolloutWaitingOperator,
 )
-from airflow_provider.record import Kind
 from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
-from airflow_provider.tasks.events import emit_revision_event
 from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
-from airflow_provider.tasks.record import record_rollback_entry
-from airflow_provider.tasks.rollback import (
-    RESOURCE_SPEC_UNKNOWN,
-    RESOURCE_SPEC_VERDICTS,
-    RollbackStarted,
-    checked_fallback_config,
-    checked_resource_spec,
-    find_earlier_rollback,
-    reattach_recorded_rollback,
-    start_rollback,
-)
-from airflow_provider.tasks.rollback_previous import PREVIOUS, previous_served_revision
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.tasks.rollback import RollbackStarted
 
 __all__ = [
     "ROLLBACK_CARRY_KEY",
@@ -171,6 +159,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _checked_revisions(self) -> tuple[str | None, str | None]:
         """Canonical ``(revision_id, rolling_back_from)`` (``None`` for ``"previous"``, resolved once the deployment
         is read); fails naming the field (before any request)."""
+        from airflow_provider.tasks.rollback_previous import PREVIOUS
+
         value = self.revision_id
         if isinstance(value, str) and value.strip().lower() == PREVIOUS:
             given = self.rolling_back_from
@@ -219,6 +209,15 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _run(self, context: Context) -> dict[str, Any]:
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.rollback import (
+            checked_fallback_config,
+            checked_resource_spec,
+            reattach_recorded_rollback,
+            start_rollback,
+        )
+
         target, source = self._checked_revisions()
         fallback = checked_fallback_config(self.source_revision_config)
         spec = checked_resource_spec(self.resource_spec, refuse_typos=True)
@@ -284,6 +283,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _resumed_rollback(self, context: Context, event: dict[str, Any], live: dict[str, Any]) -> RollbackStarted:
         """The rollback this try started, from the trigger's event, else from ``task_state_store``."""
+        from airflow_provider.tasks.rollback import RollbackStarted
+
         deployment = Deployment.model_validate(live)
         target, _ = self._checked_revisions()
         carried = event.get("carry")
@@ -303,6 +304,11 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _landed(self, context: Context, started: RollbackStarted, live: dict[str, Any]) -> dict[str, Any]:
         """The one place where the restored revision is known to be live: judge what it restored."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.events import emit_revision_event
+        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.rollback import RESOURCE_SPEC_VERDICTS
+
         deployment = Deployment.model_validate(live)
         judged = started.judged_on(deployment)
         record_rollback_entry(context, self.log, Kind.ROLLED_BACK, judged.record(), **self._requested())
@@ -334,6 +340,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _spec_hint(self, judged: RollbackStarted) -> str:
         """How to restore (or vouch for) the resource_spec when none was given and the verdict calls it unknown."""
+        from airflow_provider.tasks.rollback import RESOURCE_SPEC_UNKNOWN
+
         if self.resource_spec is not None or RESOURCE_SPEC_UNKNOWN not in judged.not_restored:
             return ""
         return (
@@ -357,6 +365,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """``revision_id="previous"`` resolved: on a retry, what the earlier try recorded (never resolved again:
         after its rollback, "previous" would be an older revision still); else the revision that served before
         the current one (:func:`~airflow_provider.tasks.rollback_previous.previous_served_revision`)."""
+        from airflow_provider.tasks.rollback_previous import previous_served_revision
+
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None
         except Exception as err:  # the store is an optimisation
@@ -407,6 +417,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         spec: dict[str, Any] | None,
     ) -> RollbackStarted | None:
         """On a retry with no record: the rollback an earlier try sent, recognised on the deployment."""
+        from airflow_provider.tasks.rollback import find_earlier_rollback
+
         try_number = getattr(context["ti"], "try_number", 1) or 1
         if try_number <= 1:
             return None

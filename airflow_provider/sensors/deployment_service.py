@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.rollout import RolloutVerdict
 from airflow_provider.tasks.base import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REVISION_CHECK_INTERVAL,
@@ -19,12 +18,13 @@ from airflow_provider.tasks.base import (
     non_negative_seconds,
     positive_seconds,
 )
-from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.targets import exactly_one_target
-from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live, rollout_event_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.rollout import RolloutVerdict
+    from airflow_provider.tasks.waiting import RolloutCheck
 
 
 class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
@@ -83,6 +83,8 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
         return float(self.poke_interval)
 
     def _rollout_check(self) -> RolloutCheck:
+        from airflow_provider.tasks.waiting import RolloutCheck
+
         if self._check is None:
             if self.deployment_name is not None:
                 name = checked_name(self.deployment_name)
@@ -96,6 +98,8 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
 
     def execute(self, context: Context) -> Any:
         """Poke (or reschedule) until live; in deferrable mode check once, then defer to the trigger."""
+        from airflow_provider.tasks.waiting import defer_until_live
+
         try:
             check = self._rollout_check()
             if not self.deferrable:
@@ -119,6 +123,9 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired: return the deployment JSON or raise what the event says."""
+        from airflow_provider.tasks.build_logs import log_failed_build
+        from airflow_provider.tasks.waiting import rollout_event_result
+
         try:
             return rollout_event_result(event, self.log)
         except AirflowFailException:
@@ -130,6 +137,8 @@ class DeploymentRolloutSensor(BaseSensorOperator, DeploymentServiceBaseTask):
 
     def _outcome(self, check: RolloutCheck, verdict: RolloutVerdict) -> Any:
         """``check.outcome(verdict)``; on a failed rollout, first log a failed build's last log lines."""
+        from airflow_provider.tasks.build_logs import log_failed_build
+
         try:
             return check.outcome(verdict)
         except AirflowFailException:

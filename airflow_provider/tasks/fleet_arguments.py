@@ -5,12 +5,14 @@ and what was expected (a templated value is checked again once rendered, when th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider.analysis import Analysis
-from airflow_provider.patch_rules import RESOURCE_SPEC_MODES
+from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.fleet_plan import check_filters
+
+if TYPE_CHECKING:
+    from airflow_provider.analysis import Analysis
 
 __all__ = [
     "CANARY_BASELINES",
@@ -111,6 +113,8 @@ def check_arguments(
     if verify is not None and not callable(verify):
         raise ValueError(f"verify must be a callable given the live Deployment, got {verify!r}")
     if analysis is not None:
+        from airflow_provider.analysis import Analysis  # loaded already: the caller built one
+
         if not isinstance(analysis, Analysis):
             raise ValueError(f"analysis must be an airflow_provider.analysis.Analysis, got {type(analysis).__name__}")
         # count=None fills the bake window: without one there is nothing to fill (names analysis.count).

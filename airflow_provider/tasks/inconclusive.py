@@ -20,9 +20,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
-from airflow_provider.tasks.patch_verdict import read_record
-
 if TYPE_CHECKING:
     import logging
 
@@ -257,6 +254,8 @@ def _same_revision(record: Mapping[str, Any] | None, landing: Mapping[str, Any])
 
 
 def _write(store: Any, record: dict[str, Any], log: logging.Logger | Any, what: str) -> None:
+    from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+
     try:
         store.set(TASK_STATE_KEY, record)
     except Exception as err:  # the record lets a retry go on; the task itself goes on without it
@@ -274,6 +273,8 @@ def record_question(
     :param question: ``{"result", "path", "asked_at", "round"}``.
     :param log: where to say the store failed.
     """
+    from airflow_provider.tasks.patch_verdict import read_record
+
     record = read_record(store, log)
     if not _same_revision(record, landing):
         return
@@ -298,6 +299,8 @@ def record_answer(
     :param log: where to say the store failed.
     :param verdict: the failed verdict the answer makes (:func:`~airflow_provider.tasks.patch_verdict.failed_verdict`).
     """
+    from airflow_provider.tasks.patch_verdict import read_record
+
     record = read_record(store, log)
     if not _same_revision(record, landing):
         return
@@ -315,6 +318,8 @@ def recorded_answer(store: Any, landing: Mapping[str, Any], log: logging.Logger 
     :param landing: the patch's landing.
     :param log: where to say the store failed.
     """
+    from airflow_provider.tasks.patch_verdict import read_record
+
     record = read_record(store, log)
     answer = record.get(ANSWER) if record is not None and _same_revision(record, landing) else None
     if not isinstance(answer, Mapping) or answer.get("choice") not in OPTIONS:
@@ -334,6 +339,8 @@ def recorded_question(store: Any, landing: Mapping[str, Any], log: logging.Logge
     :param landing: the patch's landing.
     :param log: where to say the store failed.
     """
+    from airflow_provider.tasks.patch_verdict import read_record
+
     record = read_record(store, log)
     question = record.get(QUESTION) if record is not None and _same_revision(record, landing) else None
     return dict(question) if isinstance(question, Mapping) else None

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.record import Kind
-from airflow_provider.rollout import bake_verdict
 from airflow_provider.tasks.inconclusive import (
     ANALYSE_AGAIN,
     PROMOTE,
@@ -38,8 +36,6 @@ from airflow_provider.tasks.inconclusive import (
 )
 from airflow_provider.tasks.notify import deployment_view_url
 from airflow_provider.tasks.patch_judging import LiveRevisionJudging
-from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, failed_verdict, landing_of, read_record
-from airflow_provider.tasks.record import record_landing_entry
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,6 +66,10 @@ class InconclusiveAsking(LiveRevisionJudging):
 
     def _ask(self, context: Context, landing: dict[str, Any], result: dict[str, Any]) -> NoReturn:
         """Record the question, say it (record entry, notification, log), then wait for the answer."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+        from airflow_provider.tasks.record import record_landing_entry
+
         ti = context["ti"]
         store = context.get("task_state_store")
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
@@ -138,6 +138,9 @@ class InconclusiveAsking(LiveRevisionJudging):
         landing: dict[str, Any] | None,
         analysis: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.tasks.patch_verdict import checked_landing, failed_verdict, landing_of, read_record
+
         store = context.get("task_state_store")
         record = read_record(store, self.log)
         if landing is None and record is not None:
@@ -173,6 +176,9 @@ class InconclusiveAsking(LiveRevisionJudging):
         return self._roll_back(context, landing, reason, step="analysis", analysis=decided)
 
     def _answer_entry(self, context: Context, landing: dict[str, Any], answer: Answer, reason: str) -> None:
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.record import record_landing_entry
+
         record_landing_entry(
             context, self.log, Kind.ANSWERED, landing, answer=answer.choice, answered_by=answer.by, message=reason
         )
@@ -180,6 +186,9 @@ class InconclusiveAsking(LiveRevisionJudging):
     def _promote(self, context: Context, landing: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Land the promoted revision (after the bake when it is its own step), the deployment read again: it must
         still serve."""
+        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+
         current = self._read(landing["deployment_id"])
         left = bake_verdict(current, landing["revision_id"]) if landing["revision_id"] else None
         if left is not None:

@@ -19,31 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
-from airflow_provider.models import Deployment
-from airflow_provider.record import Kind
-from airflow_provider.rollout import bake_verdict
-from airflow_provider.tasks.analysis import (
-    AnalysisNotMeasured,
-    analyse_on_worker,
-    analysis_event_results,
-    analysis_event_subject,
-    analysis_failure_reason,
-    defer_analysis,
-    live_since,
-    no_retry_left,
-    not_measured_result,
-)
-from airflow_provider.tasks.dry_run import dry_run_result
-from airflow_provider.tasks.events import analysis_extra
-from airflow_provider.tasks.judging import trigger_judging
 from airflow_provider.tasks.patch_rollback import AutomaticRollback
-from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, checked_landing, recorded_landing, verify_failure
-from airflow_provider.tasks.record import record_landing_entry, round_recorder
-from airflow_provider.tasks.waiting import bake, defer_bake, resumed_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
+    from airflow_provider.models import Deployment
 
 __all__ = ["LiveRevisionJudging"]
 
@@ -74,6 +56,10 @@ class LiveRevisionJudging(AutomaticRollback):
     def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
         """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
         any fails."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import verify_failure
+        from airflow_provider.tasks.record import record_landing_entry
+
         if landing is None:
             return self._landed(context, live)
         record_landing_entry(context, self.log, Kind.JUDGING, landing, steps=self._judging_steps())
@@ -117,6 +103,9 @@ class LiveRevisionJudging(AutomaticRollback):
     ) -> dict[str, Any]:
         """Bake the live revision when asked (deferred to a trigger when ``deferrable``), then land it; roll
         back (or fail) when it left. ``analysis``: the result that passed it, for the asset event."""
+        from airflow_provider.tasks.events import analysis_extra
+        from airflow_provider.tasks.waiting import bake, defer_bake
+
         revision_id = landing["revision_id"]
         reason = None
         if self._bakes_separately() and revision_id:
@@ -150,6 +139,10 @@ class LiveRevisionJudging(AutomaticRollback):
     def _analyse(self, context: Context, live: dict[str, Any], landing: dict[str, Any]) -> dict[str, Any]:
         """Judge the live revision by its analysis: in the triggerer when ``deferrable`` (the landing carried in
         the trigger's event, which every resume gets), else (or with a ``CallableCheck``) on the worker."""
+        from airflow_provider.tasks.analysis import AnalysisNotMeasured, analyse_on_worker, defer_analysis
+        from airflow_provider.tasks.judging import trigger_judging
+        from airflow_provider.tasks.record import round_recorder
+
         assert self.analysis is not None
         analysis = self.analysis.with_count_for(self.bake_seconds or None)
         target = self._analysis_target(live, landing)
@@ -191,6 +184,8 @@ class LiveRevisionJudging(AutomaticRollback):
         """The analysis could not be measured at all (its trigger reported an error, or it could not run here):
         with a retry left, fail to retry (the retry reattaches to the revision and analyses it again); on the
         last try, the revision is inconclusive, a failed revision: roll back (or fail) saying so."""
+        from airflow_provider.tasks.analysis import no_retry_left, not_measured_result
+
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         if self.analysis is not None and self.analysis.dry_run and no_retry_left(context, self.retries):
             return self._judge_analysis(context, landing, {deployment_id: not_measured_result(revision_id or "", why)})
@@ -211,6 +206,10 @@ class LiveRevisionJudging(AutomaticRollback):
     def _analysis_target(self, live: dict[str, Any], landing: dict[str, Any]) -> AnalysisTarget:
         """The live revision to analyse, its window from when it went live (see
         :func:`~airflow_provider.tasks.analysis.live_since`)."""
+        from airflow_provider.analysis import AnalysisTarget
+        from airflow_provider.models import Deployment
+        from airflow_provider.tasks.analysis import live_since
+
         deployment = Deployment.model_validate(live)
         revision_id = landing.get("revision_id") or deployment.active_revision_id or ""
         return AnalysisTarget(
@@ -227,6 +226,10 @@ class LiveRevisionJudging(AutomaticRollback):
     ) -> dict[str, Any]:
         """The resume of the analysis trigger (see ``execute_analysis_complete``): the landing from ``carry``, else
         the event, else ``task_state_store`` (without it the try fails: a retry analyses again); then the verdict."""
+        from airflow_provider.tasks.analysis import AnalysisNotMeasured, analysis_event_results, analysis_event_subject
+        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.waiting import resumed_value
+
         subject = analysis_event_subject(event)
         given = carry.get("landing") if isinstance(carry, dict) else None
         landing = checked_landing(
@@ -247,6 +250,11 @@ class LiveRevisionJudging(AutomaticRollback):
         """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
         else bake (when that is its own step) and land, the deployment read again: the revision must still
         serve."""
+        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.tasks.analysis import analysis_failure_reason
+        from airflow_provider.tasks.dry_run import dry_run_result
+        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         result = results.get(deployment_id)
         if result is None:
@@ -292,6 +300,9 @@ class LiveRevisionJudging(AutomaticRollback):
     ) -> dict[str, Any]:
         """The resume of the bake trigger (see ``execute_bake_complete``): landed, or rolled back when the
         revision left."""
+        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.waiting import resumed_value
+
         if not isinstance(event, dict):
             raise AirflowException(f"unexpected event from DeploymentBakeTrigger: {event!r}")
         landing = checked_landing(

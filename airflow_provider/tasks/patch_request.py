@@ -16,17 +16,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from airflow_provider.models import Deployment, PatchDeploymentRequest
-from airflow_provider.patch_rules import (
-    MergedSpec,
-    describe_limits_below_requests,
-    describe_refusals,
-    discouraged_fields,
-    limits_below_requests,
-    merge_resource_spec,
-    refusals,
-    unchanged_fixed_fields,
-    without_unchanged_fixed_fields,
-)
 from airflow_provider.tasks.base import REVISION_VALUE_FIELDS, check_rendered_value, validation_failure
 
 if TYPE_CHECKING:
@@ -154,6 +143,8 @@ def build_patch_request(
     :param image_uri: shortcut for ``source_revision_config["image_uri"]``.
     :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``.
     """
+    from airflow_provider.patch_rules import describe_limits_below_requests, limits_below_requests
+
     revision_config = _plain(source_revision_config)
     if revision_config is not None and not isinstance(revision_config, Mapping):
         raise AirflowFailException(f"source_revision_config must be a mapping, got {type(revision_config).__name__}")
@@ -227,6 +218,16 @@ def complete_request(
     :param check_source_rules: whether to refuse locally what production refuses.
     :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
     """
+    from airflow_provider.patch_rules import (
+        MergedSpec,
+        describe_refusals,
+        discouraged_fields,
+        merge_resource_spec,
+        refusals,
+        unchanged_fixed_fields,
+        without_unchanged_fixed_fields,
+    )
+
     if check_source_rules:
         found = refusals(request, deployment)
         if found:

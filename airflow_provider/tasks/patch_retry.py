@@ -29,18 +29,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, PatchDeploymentRequest, Revision, RevisionStatus
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RolloutState, awaits_revision_build, rollout_verdict
-from airflow_provider.spec_changes import resource_spec_json
-from airflow_provider.tasks.rollback_evidence import find_earlier_rollback
-from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN, RollbackIntent, RollbackStarted
-from airflow_provider.tasks.rollback_revisions import in_progress, revision_fields
 
 if TYPE_CHECKING:
     import logging
 
     from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+    from airflow_provider.tasks.rollback_outcome import RollbackIntent, RollbackStarted
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -280,6 +275,9 @@ class _Retry:
         """The earlier try's revision (recorded, else found on the service), judged as the deployment shows it:
         to wait for again, or failed (its build failed: reported again, never built a second time); a
         revision superseded by someone else's, or a deployment going away, fails the task."""
+        from airflow_provider.errors import DeploymentServiceError
+        from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
+
         current = self.current
         if recorded is not None:
             revision_id = recorded.get("revision_id")
@@ -322,6 +320,8 @@ class _Retry:
     def _spec_before(self) -> dict[str, Any] | None:
         """The ``resource_spec`` before the earlier try's patch, without a record: the current one when the
         patch does not set ``resource_spec``; ``None`` (unknown) when it does."""
+        from airflow_provider.spec_changes import resource_spec_json
+
         if sets_resource_spec(self.request):
             return None
         return resource_spec_json(self.current.source_config.resource_spec)
@@ -395,6 +395,9 @@ class _Retry:
         """The earlier try's rollback when the service redeployed the previous revision without making a new
         one: ``patched`` went live (``DEPLOYED``), and the revision before it is active again or being deployed
         again (an older revision only deploys again when redeployed)."""
+        from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN, RollbackStarted
+        from airflow_provider.tasks.rollback_revisions import in_progress, revision_fields
+
         current = self.current
         if previous is None or previous.source_revision_config is None or patched.status is not RevisionStatus.DEPLOYED:
             return None
@@ -416,6 +419,8 @@ class _Retry:
     def _patched_revision(self, patched: Revision, previous: Revision | None) -> EarlierTry:
         """Reattach to ``patched``, the earlier try's revision; what served before it is the active revision
         while it builds, else the revision before it when that one had been deployed."""
+        from airflow_provider.tasks.rollback_revisions import revision_fields
+
         current = self.current
         if current.active_revision_id != patched.id:
             served = previous if previous is not None and previous.id == current.active_revision_id else None
@@ -444,6 +449,9 @@ class _Retry:
         """The earlier try's automatic rollback of ``patched`` to ``previous`` when the service shows positive
         evidence of it (:func:`~airflow_provider.tasks.rollback_evidence.find_earlier_rollback`); ``None`` when it
         shows none."""
+        from airflow_provider.tasks.rollback_evidence import find_earlier_rollback
+        from airflow_provider.tasks.rollback_revisions import revision_fields
+
         assert previous.source_revision_config is not None
         found = find_earlier_rollback(
             self.hook,
@@ -460,6 +468,9 @@ class _Retry:
 
     def _earlier_rollback(self, patched: Revision, previous: Revision, found: RollbackStarted) -> EarlierTry:
         """What a retry without a record reattaches to when it found its earlier try's rollback."""
+        from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN
+        from airflow_provider.tasks.rollback_revisions import revision_fields
+
         assert previous.source_revision_config is not None
         previous_config = revision_fields(previous.source_revision_config)
         not_restorable = unrestorable_parts(self.request, None)
@@ -494,6 +505,9 @@ class _Retry:
     def _history_since(self, started: datetime) -> tuple[list[Revision], Revision | None] | None:
         """``(revisions made since started, newest first; the newest one before it)`` from the revision list
         endpoint; ``None`` when the service has no such endpoint."""
+        from airflow_provider.errors import DeploymentServiceError
+        from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
+
         made: list[Revision] = []
         before: Revision | None = None
         try:

@@ -18,30 +18,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.record import Kind, verdict_kind
 from airflow_provider.tasks.notify import RolloutNotifying
-from airflow_provider.tasks.patch_retry import EarlierTry, record_rollback, rollback_record
-from airflow_provider.tasks.patch_verdict import (
-    XCOM_ANALYSIS,
-    VerdictStep,
-    failed_revision,
-    failed_verdict,
-    judged_not_restored,
-    landing_of,
-    record_verdict,
-    rollback_not_live_message,
-    rolled_back_message,
-)
-from airflow_provider.tasks.record import record_landing_entry, record_rollback_entry
-from airflow_provider.tasks.rollback_evidence import reattach_recorded_rollback
-from airflow_provider.tasks.rollback_outcome import RollbackIntent, recorded_fields
-from airflow_provider.tasks.rollback_paths import start_rollback
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import AnalysisResult
     from airflow_provider.models import Deployment
+    from airflow_provider.tasks.patch_retry import EarlierTry
+    from airflow_provider.tasks.patch_verdict import VerdictStep
+    from airflow_provider.tasks.rollback_outcome import RollbackIntent
 
 __all__ = ["AutomaticRollback"]
 
@@ -88,6 +74,10 @@ class AutomaticRollback(RolloutNotifying):
         """The revision is bad (``step`` said why; ``analysis``: the result that decided): record the verdict
         before anything else (a retry rolls back from it, never judges again), push the XCom ``analysis``, then
         fail, after rolling back when ``rollback_on_failure``."""
+        from airflow_provider.record import verdict_kind
+        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, failed_revision, failed_verdict, record_verdict
+        from airflow_provider.tasks.record import record_landing_entry
+
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         record_verdict(
             context.get("task_state_store"), landing, failed_verdict(step, reason, revision_id, analysis), self.log
@@ -125,6 +115,10 @@ class AutomaticRollback(RolloutNotifying):
         """Roll back to the revision that served before the patch, its resource_spec included; record the
         rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
         (a retry waits for it instead of rolling back twice); wait for it; fail."""
+        from airflow_provider.tasks.patch_retry import record_rollback, rollback_record
+        from airflow_provider.tasks.rollback_outcome import recorded_fields
+        from airflow_provider.tasks.rollback_paths import start_rollback
+
         store = context.get("task_state_store")
         patch_clauses = list(landing.get("not_restorable") or [])
 
@@ -156,6 +150,10 @@ class AutomaticRollback(RolloutNotifying):
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
     ) -> dict[str, Any]:
         """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import rollback_not_live_message
+        from airflow_provider.tasks.record import record_rollback_entry
+
         record_rollback_entry(context, self.log, Kind.ROLLING_BACK, rollback)
         resume_kwargs = {"landing": landing, "rollback": rollback}
         try:
@@ -175,6 +173,10 @@ class AutomaticRollback(RolloutNotifying):
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]
     ) -> NoReturn:
         """The rollback serves: record it, notify ``rolled_back``, fail naming both revisions."""
+        from airflow_provider.record import Kind
+        from airflow_provider.tasks.patch_verdict import judged_not_restored, rolled_back_message
+        from airflow_provider.tasks.record import record_rollback_entry
+
         record_rollback_entry(
             context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)
         )
@@ -197,6 +199,8 @@ class AutomaticRollback(RolloutNotifying):
         """An earlier try judged the patch's revision failed and recorded it, then stopped before its rollback was
         recorded: act on that verdict now (roll back, or fail without ``rollback_on_failure``), never judge the
         revision again (a bad spell that ended since would pass it)."""
+        from airflow_provider.tasks.patch_verdict import landing_of
+
         landing = landing_of(record)
         self._push_landing_xcoms(context, current, landing)
         self.log.warning(
@@ -215,6 +219,10 @@ class AutomaticRollback(RolloutNotifying):
     ) -> dict[str, Any]:
         """An earlier try recorded its rollback: wait for it (sent, or found landed), send it (it never reached
         the service), or fail saying what the deployment shows; never a second rollback, never success."""
+        from airflow_provider.tasks.patch_retry import record_rollback, rollback_record
+        from airflow_provider.tasks.patch_verdict import landing_of
+        from airflow_provider.tasks.rollback_evidence import reattach_recorded_rollback
+
         landing = landing_of(record)
         rollback = dict(record["rollback"])
         self._push_landing_xcoms(context, current, landing)
@@ -250,6 +258,8 @@ class AutomaticRollback(RolloutNotifying):
 
     def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
         """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
+        from airflow_provider.tasks.patch_verdict import landing_of
+
         assert earlier.rollback is not None
         landing = landing_of(earlier.rollback["landing"])
         rollback = earlier.rollback["rollback"]

@@ -27,7 +27,6 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider.error_text import scrub
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
-from airflow_provider.tasks.rollback_outcome import RollbackStarted
 
 if TYPE_CHECKING:
     import logging
@@ -300,6 +299,8 @@ def judged_not_restored(rollback: Mapping[str, Any], live: Mapping[str, Any]) ->
     :param rollback: the rollback's record.
     :param live: the deployment JSON with the rollback's revision live (``{}``: not known).
     """
+    from airflow_provider.tasks.rollback_outcome import RollbackStarted
+
     if not live:
         return list(rollback.get("not_restored") or [])
     shown = Deployment.model_validate(live)
