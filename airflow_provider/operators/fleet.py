@@ -17,6 +17,7 @@ from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingO
 from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.fleet_abort import aborted
 from airflow_provider.tasks.fleet_arguments import check_arguments, check_budget_fits, known_fleet_size
 from airflow_provider.tasks.fleet_change import PATCH_FIELDS, fleet_change
 from airflow_provider.tasks.fleet_notify import notify_fleet_result
@@ -473,7 +474,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 key=XCOM_FLEET_ANALYSIS, value={row.name: row.analysis for row in progress.rows if row.analysis}
             )
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary(progress, analysed=self.analysis is not None))
-        notify_fleet_result(self, context, progress)
+        taken = aborted(context.get("task_state_store"))
+        notify_fleet_result(self, context, progress, aborted_by=taken.request.requested_by if taken else None)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             raise stopped_failure(progress)

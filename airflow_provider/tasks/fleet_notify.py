@@ -1,8 +1,8 @@
 """The fleet rollout's notifications (``FleetRolloutOperator(notify={...})``, see
 :mod:`~airflow_provider.tasks.notify`): once the rollout is decided, one event per deployment it landed
 (``rolled_out``), whose analysis failed it (``analysis_failed``) or that it rolled back (``rolled_back``), and
-``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary), naming the
-deployments that failed.
+``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary, an abort from
+the Rollouts view: ``extra["aborted_by"]`` then names the user), naming the deployments that failed.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ NAMED_FAILURES = 20
 """Most failed deployments a ``fleet_aborted`` notification names."""
 
 
-def notify_fleet_result(task: RolloutNotifying, context: Mapping[str, Any], progress: FleetProgress) -> None:
+def notify_fleet_result(
+    task: RolloutNotifying, context: Mapping[str, Any], progress: FleetProgress, *, aborted_by: str | None = None
+) -> None:
     """Send the fleet rollout's events to the task's notifiers (each notifier failure logged, never raised).
 
     :param task: the fleet task (its ``notify`` and logger).
     :param context: the task's context.
     :param progress: the decided rollout.
+    :param aborted_by: the user who aborted it from the Rollouts view, if one did (``extra["aborted_by"]``).
     """
     if not getattr(task, "notify", None):
         return
@@ -57,5 +60,5 @@ def notify_fleet_result(task: RolloutNotifying, context: Mapping[str, Any], prog
             deployment_id=None,
             revision_id=None,
             reason=progress.stopped,
-            extra={"failed": named or "none", "outcomes": counts},
+            extra={"failed": named or "none", "outcomes": counts, **({"aborted_by": aborted_by} if aborted_by else {})},
         )
