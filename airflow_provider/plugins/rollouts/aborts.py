@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from airflow_provider.plugins.rollouts.records import FleetTaskRecord
 
-__all__ = ["ABORT_AUDIT_EVENT", "ABORTABLE_STATES", "AbortBody", "abort_offer", "may_abort", "request_abort"]
+__all__ = ["ABORTABLE_STATES", "ABORT_AUDIT_EVENT", "AbortBody", "abort_offer", "may_abort", "request_abort"]
 
 ABORT_AUDIT_EVENT = "deployment_service.abort"
 """The ``event`` of the audit log entry an abort from the view writes."""
