@@ -63,6 +63,7 @@ class ViewAborts:
             if key is not None:
                 self.key = key
                 body = {**key, "mode": "rollback", "include_earlier": True, "request_id": "abort-req-0001"}
+                self.answers["viewer_offer"] = self.viewer.get("/deployment-service/api/fleet", params=key).json()
                 self.answers["viewer"] = self.viewer.post(ABORT, json=body)
                 self.answers["bad_mode"] = self.admin.post(ABORT, json={**body, "mode": "pause"})
                 self.answers["admin"] = self.admin.post(ABORT, json=body)
@@ -107,6 +108,7 @@ def test_an_admin_aborts_a_running_fleet_rollout_from_the_view(
     assert offer["preview"]["rolled_back"] == [FLEET[1]]
     assert offer["preview"]["rolled_back_with_earlier"] == [FLEET[0], FLEET[1]]
     # a viewer may read the DAG but not abort it; a mode that does not exist is refused, naming the field
+    assert answers["viewer_offer"]["abort"]["allowed"] is False  # the tab shows the viewer no button
     assert answers["viewer"].status_code == 403, answers["viewer"].text
     assert answers["bad_mode"].status_code == 422 and "mode" in answers["bad_mode"].json()["detail"]
     assert answers["admin"].status_code == 200, answers["admin"].text

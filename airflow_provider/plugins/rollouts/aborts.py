@@ -33,6 +33,7 @@ from airflow_provider.plugins.rollouts.access import HTTP_422
 from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN
 from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
 from airflow_provider.tasks.fleet_abort import ABORT_KEY, ABORT_MODES, TAKEN_KEY, AbortRequest
+from airflow_provider.tasks.fleet_progress import STATE_KEY
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
@@ -185,7 +186,8 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
         )
         if ti is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {where}")
-        if ti.operator != "FleetRolloutOperator":
+        planned = backend.get(scope, STATE_KEY, session=session) is not None  # (a subclass has another name)
+        if ti.operator != "FleetRolloutOperator" and not planned:
             raise HTTPException(status.HTTP_409_CONFLICT, f"{where} is a {ti.operator}, not a fleet rollout")
         existing = AbortRequest.from_json(_json(backend.get(scope, ABORT_KEY, session=session)))
         if existing is not None:
