@@ -658,12 +658,14 @@ def test_an_admin_aborts_a_running_fleet_rollout_from_its_tab_and_a_viewer_may_n
                 interval=0.5,
                 diagnostics=lambda: process.tail(60),
             )
-            for name in ABORT_FLEET[:2]:  # the canary and wave 1 rolled back: a new revision serves what served
+            # Every deployment patched (the canary and wave 1, and wave 2 when the clicks came after it started: the
+            # browser is slower than wave 1's bake on a busy machine) is rolled back: none serves the new build.
+            for name in ABORT_FLEET:
                 served = stack.emulator.deployment(name)
                 assert served["source_revision_config"]["repo_ref"] != "v9.9.9", served
-                assert served["active_revision_id"] == served["latest_revision_id"] != before[name], served
-            untouched = stack.emulator.deployment(ABORT_FLEET[2])
-            assert untouched["active_revision_id"] == untouched["latest_revision_id"] == before[ABORT_FLEET[2]]
+                assert served["active_revision_id"] == served["latest_revision_id"], served
+                if name in ABORT_FLEET[:2]:  # patched before the abort for sure: a rollback's revision serves
+                    assert served["active_revision_id"] != before[name], served
             page.reload()
             frame = view_frame(page, "Fleet rollout")
             aborted = frame.locator("#aborted")

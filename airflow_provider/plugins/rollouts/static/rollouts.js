@@ -607,8 +607,8 @@ function confirmAbort(data, key) {
   const preview = data.abort.preview || {};
   const requestId = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
   const names = (list) => (list && list.length ? list.join(", ") : "none");
-  const choice = (mode, earlier, label, text) => h("label", { class: "row" },
-    h("input", { type: "radio", name: "abort-mode", value: `${mode}${earlier ? "+earlier" : ""}`, "data-mode": mode, "data-earlier": earlier ? "1" : "" }), h("span", {}, h("b", {}, label), ` ${text}`));
+  const choice = (mode, earlier, label, text) => h("label", { class: "abort-choice" },
+    h("input", { type: "radio", name: "abort-mode", value: `${mode}${earlier ? "+earlier" : ""}`, "data-mode": mode, "data-earlier": earlier ? "1" : "" }), " ", h("b", {}, label), ` ${text}`);
   const choices = [
     choice("stop", false, "Stop after the deployments in flight:", `not started: ${names(preview.not_started)}.`),
     choice("rollback", false, `Roll the current wave back (${preview.current_wave || "none"}):`, `rolled back: ${names(preview.rolled_back)}; not started: ${names(preview.not_started)}.`),
