@@ -563,6 +563,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
         from airflow_provider import fleet
+        from airflow_provider.tasks.fleet_abort import aborted
         from airflow_provider.tasks.fleet_notify import notify_fleet_result
         from airflow_provider.tasks.fleet_progress import scrub_messages
         from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary
@@ -576,7 +577,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 key=XCOM_FLEET_ANALYSIS, value={row.name: row.analysis for row in progress.rows if row.analysis}
             )
         ti.xcom_push(key=XCOM_FLEET_SUMMARY, value=summary(progress, analysed=self.analysis is not None))
-        notify_fleet_result(self, context, progress)
+        taken = aborted(context.get("task_state_store"))
+        notify_fleet_result(self, context, progress, aborted_by=taken.request.requested_by if taken else None)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
             raise stopped_failure(progress)

@@ -1,7 +1,8 @@
 """The fleet rollout's notifications (``FleetRolloutOperator(notify={...})``, see
 :mod:`~airflow_provider.tasks.notify`): once the rollout is decided, one event per deployment it landed
 (``rolled_out``), whose analysis failed it (``analysis_failed``) or that it rolled back (``rolled_back``), and
-``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary), naming the
+``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary, an abort from
+the Rollouts view: ``extra["aborted_by"]`` then names the user), naming the
 deployments that failed; ``inconclusive`` when a person is asked (:mod:`~airflow_provider.tasks.fleet_asking`) and
 ``preflight_failed`` when the analysis is refused before any patch.
 
@@ -43,13 +44,16 @@ class NotifiedRecord(TaskNotifiedRecord):
         super().__init__(store, log, key=NOTIFIED_KEY)
 
 
-def notify_fleet_result(task: Notifying, context: Mapping[str, Any], progress: FleetProgress) -> None:
+def notify_fleet_result(
+    task: Notifying, context: Mapping[str, Any], progress: FleetProgress, *, aborted_by: str | None = None
+) -> None:
     """Send the fleet rollout's events to the task's notifiers (each notifier failure logged, never raised), each at
     most once across tries.
 
     :param task: the fleet task (its ``notify`` and logger).
     :param context: the task's context.
     :param progress: the decided rollout.
+    :param aborted_by: the user who aborted it from the Rollouts view, if one did (``extra["aborted_by"]``).
     """
     if not getattr(task, "notify", None):
         return
@@ -80,7 +84,7 @@ def notify_fleet_result(task: Notifying, context: Mapping[str, Any], progress: F
             " ..." if len(failed) > NAMED_FAILURES else ""
         )
         counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(progress.counts().items()) if count)
-        extra = {"failed": named or "none", "outcomes": counts}
+        extra = {"failed": named or "none", "outcomes": counts, **({"aborted_by": aborted_by} if aborted_by else {})}
         fields = {"deployment_id": None, "revision_id": None, "reason": progress.stopped, "extra": extra}
         events.append(("fleet_aborted", "fleet_aborted", fields))
     notifiers = getattr(task, "notify", None) or {}

@@ -18,6 +18,7 @@ from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.tasks import fleet_watching
 from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE
+from airflow_provider.tasks.fleet_abort import TakenAbort, rollback_candidates, take_abort
 from airflow_provider.tasks.fleet_analysis import WaveAnalysis
 from airflow_provider.tasks.fleet_asking import WaveQuestion
 from airflow_provider.tasks.fleet_change import completed_for
@@ -132,12 +133,14 @@ class FleetRun:
     request_for: Callable[[Deployment], PatchDeploymentRequest]
     secrets: Sequence[str] = ()
     retries: int | None = None
+    taken: TakenAbort | None = None
+    """The abort this run acts on (:mod:`~airflow_provider.tasks.fleet_abort`), once taken."""
 
     def advance(self) -> None:
         """Run the waves from where the progress stands until done, stopped or deferred (``TaskDeferred``)."""
         task, progress, progress_store = self.task, self.progress, self.progress_store
         stop_as_decided(progress, progress_store, task.log)
-        while (index := progress.current()) is not None:
+        while self.check_abort() is None and (index := progress.current()) is not None:
             wave = progress.waves[index]
             if wave.phase == "planned":
                 started = any(row.patched for row in progress.rows)
@@ -188,18 +191,20 @@ class FleetRun:
                     wave.phase = "analysing"  # recorded with verify's verdicts: a retry does not verify again
                 if task.verify is not None or task.analysis is not None:
                     save()
-            if wave.phase == "analysing" and task.analysis is not None:  # (a retry of a task that lost it goes on)
+            self.check_abort()  # an abort asked for while the wave was watched rolls it back now, not analysed
+            aborting = self.taken is not None and self.taken.rolls_back(index)
+            if wave.phase == "analysing" and task.analysis is not None and not aborting:  # (a retry goes on)
                 # Rows already judged (an earlier try, or the resume) are not judged again.
                 self.wave_analysis(index).run(deferrable=task.deferrable, method_name="execute_complete_analysis")
                 if task.on_inconclusive == "ask":  # the wave's inconclusive deployments: a person decides
                     self.wave_question(index).ask_if_inconclusive()
             if wave.phase in ("watched", "analysing"):
-                if task.rollback_on_failure:
+                if task.rollback_on_failure or aborting:
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
                     start_rollbacks(
                         task.hook,
                         wave,
-                        stopping=stop_reason(progress, wave),
+                        stopping=self.stopping(index),
                         save=save,
                         log=task.log,
                         records=progress_store.rollback_records(index),
@@ -229,9 +234,38 @@ class FleetRun:
                 wave.phase = "done"
                 log_wave(progress, index, task.log)
                 stopping = stop_reason(progress, wave)
-                if stopping is not None:
+                if stopping is not None and self.taken is None:  # an abort's reason stays the reason
                     progress.stop(stopping, time.time())
                 progress_store.save(progress)
+
+    def check_abort(self) -> TakenAbort | None:
+        """Take an abort requested from the Rollouts view (:func:`~airflow_provider.tasks.fleet_abort.take_abort`),
+        and start the rollbacks it asks for of the waves already done (each marked and recorded before its request;
+        the wave loop then waits for them as for any wave's rollbacks). Returns ``None`` (the loop goes on)."""
+        progress = self.progress
+        self.taken = take_abort(progress, self.progress_store, self.taken, self.task.log)
+        for index in self.taken.rollback_waves if self.taken is not None else ():
+            wave = progress.waves[index]
+            if wave.phase == "done" and rollback_candidates(progress, index):
+                start_rollbacks(
+                    self.task.hook,
+                    wave,
+                    stopping=self.stopping(index),
+                    save=functools.partial(self.progress_store.save, progress, index),
+                    log=self.task.log,
+                    records=self.progress_store.rollback_records(index),
+                    earlier_try_since=earlier_try_since(self.context),
+                )
+                wave.phase = "rolling_back"
+                self.progress_store.save(progress, index)
+        return None
+
+    def stopping(self, index: int) -> str | None:
+        """Why wave ``index`` stops the rollout (its deployments that landed are then rolled back with it): an abort
+        that rolls it back, else :func:`~airflow_provider.tasks.fleet_progress.stop_reason`."""
+        if self.taken is not None and self.taken.rolls_back(index):
+            return self.taken.request.reason
+        return stop_reason(self.progress, self.progress.waves[index])
 
     def complete(self, request: PatchDeploymentRequest, deployment: Deployment) -> PatchDeploymentRequest:
         """The patch to send to ``deployment`` (:func:`~airflow_provider.tasks.fleet_change.completed_for`)."""
@@ -260,7 +294,7 @@ class FleetRun:
             # count=None: as many rounds as fit in bake_seconds.
             analysis=task.analysis.with_count_for(task.bake_seconds),
             rollback_on_failure=task.rollback_on_failure,
-            stop_reason=lambda: stop_reason(progress, progress.waves[index]),
+            stop_reason=lambda: self.stopping(index),
             last_try=no_retry_left(self.context, self.retries),
             earlier_try_since=earlier_try_since(self.context),
             secrets=self.secrets,

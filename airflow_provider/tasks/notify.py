@@ -47,7 +47,8 @@ EVENTS = ("rolled_out", "analysis_failed", "rolled_back", "inconclusive", "fleet
 - ``rolled_back``: the revision was rolled back, and the one before serves again;
 - ``inconclusive``: the analysis was inconclusive and the task asks a person (its ``on_inconclusive`` is
   ``"ask"``; the fleet task sends one per deployment of the wave it asks about);
-- ``fleet_aborted``: a fleet rollout stopped before the end (its failure budget spent);
+- ``fleet_aborted``: a fleet rollout stopped before the end (its failure budget spent, a failed canary, or an
+  abort from the Rollouts view: ``aborted_by`` names the user);
 - ``preflight_failed``: a check before the rollout refused it (the analysis's sources, the fleet's targets):
   nothing was changed."""
 CONTEXT_KEY = "rollout_event"

@@ -59,6 +59,8 @@ ANALYSED_DAG_ID = "rollouts_view_analysed"
 ANALYSED = "billing-worker-sandbox"
 APPROVAL_DAG_ID = "rollouts_view_approval"
 APPROVAL_FLEET = ("inventory-sync-dev", "inventory-sync-sandbox")
+ABORT_DAG_ID = "rollouts_view_abort"
+ABORT_FLEET = ("onboarding-flow-pr-107", "fraud-detector-pr-114", "ledger-service-pr-226")
 CANARY = "checkout-api-dev"
 FLEET = ["checkout-api-dev", "checkout-api-prod", "checkout-api-sandbox", "search-dev", "support-bot-staging"]
 FLEET.append("support-bot-prod")
@@ -588,6 +590,93 @@ def test_an_admin_approves_a_fleet_rollout_from_its_tab_and_a_viewer_may_not(sta
             timeout=10,
         ).json()["event_logs"]
         assert [(log["owner"], log["run_id"], log["task_id"]) for log in logs] == [("admin", run_id, "approve_rollout")]
+    finally:
+        stop_all([process])
+
+
+def test_an_admin_aborts_a_running_fleet_rollout_from_its_tab_and_a_viewer_may_not(stack: Stack, browser: Any) -> None:
+    """``rollouts_view_abort`` runs; while its wave 1 bakes the viewer sees no Abort button, the admin clicks Abort,
+    picks "roll back the current wave, the canary and every earlier wave", confirms; the running task rolls both
+    waves back and fails, the last deployment is never patched, and the tab names the admin."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    home, env = stack.home, stack.dag_test.env
+    process = ManagedProcess("abort", [airflow, "dags", "test", ABORT_DAG_ID], env, home / "abort.log", home)
+    process.start()
+    before = {name: stack.emulator.deployment(name)["active_revision_id"] for name in ABORT_FLEET}
+    headers = {"Authorization": f"Bearer {api_token(stack)}"}
+    base = f"{stack.base_url}/api/v2/dags/{ABORT_DAG_ID}/dagRuns"
+    try:
+
+        def wave_one_patched() -> str | None:
+            if not process.alive:
+                raise AssertionError(f"airflow dags test {ABORT_DAG_ID} exited\n{process.tail(60)}")
+            runs = httpx.get(base, headers=headers, timeout=10).json().get("dag_runs", [])
+            if not runs:
+                return None
+            run = str(runs[0]["dag_run_id"])
+            key = {"dag_id": ABORT_DAG_ID, "run_id": run, "task_id": "roll_out"}
+            shown = httpx.get(f"{stack.base_url}/deployment-service/api/fleet", params=key, headers=headers, timeout=10)
+            waves = shown.json().get("waves") or [] if shown.status_code == 200 else []
+            return run if len(waves) > 1 and any(row.get("to_revision") for row in waves[1]["rows"]) else None
+
+        run_id = wait_until(
+            wave_one_patched,
+            timeout=STEP_TIMEOUT * 2,
+            what="wave 1 of the fleet is patched",
+            interval=0.3,
+            diagnostics=lambda: process.tail(60),
+        )
+        tab = f"{stack.base_url}/dags/{ABORT_DAG_ID}/runs/{quote(run_id, safe='')}/tasks/roll_out/plugin/fleet-rollout"
+        viewer = logged_in(browser, stack, "viewer")
+        try:
+            viewer.goto(tab)
+            frame = view_frame(viewer, "Fleet rollout")
+            frame.locator("[data-wave]").first.wait_for()
+            assert frame.locator("#abort").count() == 0, page_text(frame)
+        finally:
+            viewer.context.close()
+
+        page = logged_in(browser, stack, "admin")
+        try:
+            page.goto(tab)
+            frame = view_frame(page, "Fleet rollout")
+            frame.locator("#abort").click()
+            confirmation = frame.locator("[data-confirmation='abort']")
+            confirmation.wait_for()
+            text = confirmation.inner_text()
+            assert all(name in text for name in ABORT_FLEET), text  # rolled back / not started, by name
+            confirmation.locator("input[value='rollback+earlier']").check()
+            save_shot(page, "fleet-abort")
+            frame.locator("[data-confirm='abort']").click()
+            requested = frame.locator("[data-abort-requested]")
+            requested.wait_for()
+            assert "admin asked the task to abort" in requested.inner_text(), requested.inner_text()
+            wait_until(
+                lambda: not process.alive,
+                timeout=STEP_TIMEOUT * 2,
+                what="the aborted run ends",
+                interval=0.5,
+                diagnostics=lambda: process.tail(60),
+            )
+            # Every deployment patched (the canary and wave 1, and wave 2 when the clicks came after it started: the
+            # browser is slower than wave 1's bake on a busy machine) is rolled back: none serves the new build.
+            for name in ABORT_FLEET:
+                served = stack.emulator.deployment(name)
+                assert served["source_revision_config"]["repo_ref"] != "v9.9.9", served
+                assert served["active_revision_id"] == served["latest_revision_id"], served
+                if name in ABORT_FLEET[:2]:  # patched before the abort for sure: a rollback's revision serves
+                    assert served["active_revision_id"] != before[name], served
+            page.reload()
+            frame = view_frame(page, "Fleet rollout")
+            aborted = frame.locator("#aborted")
+            aborted.wait_for()
+            assert "Aborted by admin from the Rollouts view" in aborted.inner_text(), aborted.inner_text()
+        finally:
+            page.context.close()
+        audit = {"event": "deployment_service.abort"}
+        logs = httpx.get(f"{stack.base_url}/api/v2/eventLogs", params=audit, headers=headers, timeout=10).json()
+        logs = logs["event_logs"]
+        assert [(log["owner"], log["run_id"], log["task_id"]) for log in logs] == [("admin", run_id, "roll_out")]
     finally:
         stop_all([process])
 

@@ -35,7 +35,7 @@ from airflow_provider.client import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import access, actions, credits, history, records, shapes
+from airflow_provider.plugins.rollouts import aborts, access, actions, credits, history, records, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -207,6 +207,21 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
         return await _in_view_threads(request, lambda: _fleet(user, dag_id, run_id, task_id, index))
 
     actions.add_action_routes(app, _in_view_threads)
+
+    @app.post("/api/fleet/abort")
+    async def abort(request: Request, user: UserDep) -> dict[str, Any]:
+        """Ask a running fleet task to abort, as the user (:mod:`~airflow_provider.plugins.rollouts.aborts`)."""
+        if "application/json" not in request.headers.get("content-type", ""):  # no cross-site form posts
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            body = aborts.AbortBody.model_validate(await request.json())
+        except ValueError as err:
+            detail = describe_validation_error(err) if isinstance(err, pydantic.ValidationError) else str(err)
+            raise HTTPException(
+                HTTP_422, f"the body must be a JSON object with dag_id, run_id, task_id, mode and request_id: {detail}"
+            ) from None
+        return await _in_view_threads(request, lambda: aborts.request_abort(user, body))
+
     return app
 
 
@@ -356,6 +371,8 @@ def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -
     allowed = bool(waiting) and actions.may_answer_approvals(user, dag_id)
     for item in shown.get("approvals") or []:  # the fleet tab's Approve buttons
         item["may_answer"] = allowed and item.get("chosen_options") is None and item.get("state") in WAITING_STATES
+    if shown["is_fleet"]:  # the fleet tab's Abort button, its confirmation, and who aborted
+        shown["abort"] = aborts.abort_offer(user, record, record.abort)
     return shown
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import func, or_, select
 
 from airflow_provider.assets import deployment_asset_uri, deployment_event
 from airflow_provider.fleet import FleetProgress
+from airflow_provider.tasks.fleet_abort import ABORT_KEY, TAKEN_KEY
 from airflow_provider.tasks.fleet_progress import STATE_KEY
 
 if TYPE_CHECKING:
@@ -352,6 +353,7 @@ class FleetTaskRecord:
     :param resume_at: when a pause between waves ends (the task waits in the triggerer).
     :param approvals: human-in-the-loop requests of the same DAG run.
     :param conn_id: the connection the task used (its rendered ``deployment_service_conn_id``), if recorded.
+    :param abort: the abort request the view recorded and what the task took it to mean, by key, if any.
     """
 
     dag_id: str
@@ -372,6 +374,7 @@ class FleetTaskRecord:
     resume_at: float | None = None
     approvals: list[dict[str, Any]] = field(default_factory=list)
     conn_id: str | None = None
+    abort: dict[str, Any] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -440,12 +443,14 @@ def _read_store(session: Session, record: FleetTaskRecord) -> None:
             model.run_id == record.run_id,
             model.task_id == record.task_id,
             model.map_index == record.map_index,
-            or_(model.key == STATE_KEY, model.key.like(f"{WAVE_KEY_PREFIX}%")),
+            or_(model.key.in_((STATE_KEY, ABORT_KEY, TAKEN_KEY)), model.key.like(f"{WAVE_KEY_PREFIX}%")),
         )
     ).all()
     if not rows:
         return
     values = {key: _stored_json(value) for key, value, _ in rows}
+    record.abort = {key: values.pop(key) for key in (ABORT_KEY, TAKEN_KEY) if isinstance(values.get(key), dict)}
+    values = {key: value for key, value in values.items() if key not in (ABORT_KEY, TAKEN_KEY)}
     record.updated_at = max(_aware(updated) or datetime.min.replace(tzinfo=timezone.utc) for _, _, updated in rows)
     header = values.get(STATE_KEY)
     if not isinstance(header, dict):

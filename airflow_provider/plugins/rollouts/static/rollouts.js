@@ -544,6 +544,7 @@ function renderFleet(target, data, key) {
     card("Canary", data.canary ? h("span", {}, badge(data.canary.failed ? "failed" : canaryState(data)), ` ${data.canary.deployments.join(", ")}`) : h("span", { class: "muted" }, "none")),
     card("Now", nowText(data))));
   if (data.stopped) pieces.push(h("div", { class: "callout bad", id: "stopped" }, `Stopped: ${data.stopped}`));
+  pieces.push(...abortSection(data, key));
   if (data.resume_at) pieces.push(h("div", { class: "callout warn", id: "paused" }, "Paused between waves; resumes ", when(data.resume_at), "."));
   if (data.question) pieces.push(fleetQuestion(data.question));
   const analysed = data.waves.some((wave) => wave.rows.some((row) => row.analysis));
@@ -598,6 +599,56 @@ function confirmAnswer(key, approval, option) {
   });
   approvalPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "data-confirmation": "answer" },
     h("p", {}, `Answer “${option}” to ${approval.task_id} (“${approval.subject}”) in run ${key.run_id}, as you. Airflow records your answer and resumes the run.`),
+    h("div", { class: "row" }, go, cancel)));
+}
+
+// Abort: the running task is asked to stop (nothing patched any more) or to roll the current wave back (and
+// optionally the earlier waves); a confirmation names the deployments that change first. The task itself acts.
+const abortPanel = h("div", { id: "abort-action" });
+
+function abortSection(data, key) {
+  const abort = data.abort;
+  if (!abort) return [];
+  const taken = abort.taken || abort.requested;
+  if (taken) {
+    const back = abort.taken && abort.taken.rollback_waves.length
+      ? `; rolling back ${abort.taken.rollback_waves.map((index) => data.waves[index] ? data.waves[index].name : `wave ${index}`).join(", ")}` : "";
+    return [h("div", { class: "callout warn", id: "aborted", "data-aborted-by": taken.requested_by },
+      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it before its next step"}.`)];
+  }
+  if (!abort.allowed || !abort.available) return [];
+  return [h("div", { class: "row" }, h("button", { class: "action", id: "abort", onclick: () => confirmAbort(data, key) }, "Abort…")), abortPanel];
+}
+
+function confirmAbort(data, key) {
+  const preview = data.abort.preview || {};
+  const requestId = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(16).slice(2)}`;
+  const names = (list) => (list && list.length ? list.join(", ") : "none");
+  const choice = (mode, earlier, label, text) => h("label", { class: "abort-choice" },
+    h("input", { type: "radio", name: "abort-mode", value: `${mode}${earlier ? "+earlier" : ""}`, "data-mode": mode, "data-earlier": earlier ? "1" : "" }), " ", h("b", {}, label), ` ${text}`);
+  const choices = [
+    choice("stop", false, "Stop after the deployments in flight:", `not started: ${names(preview.not_started)}.`),
+    choice("rollback", false, `Roll the current wave back (${preview.current_wave || "none"}):`, `rolled back: ${names(preview.rolled_back)}; not started: ${names(preview.not_started)}.`),
+    choice("rollback", true, "Roll back the current wave, the canary and every earlier wave:", `rolled back: ${names(preview.rolled_back_with_earlier)}; not started: ${names(preview.not_started)}.`),
+  ];
+  choices[0].querySelector("input").checked = true;
+  const go = h("button", { class: "primary", "data-confirm": "abort" }, "Abort the rollout");
+  const cancel = h("button", { onclick: () => abortPanel.replaceChildren() }, "Cancel");
+  go.addEventListener("click", async () => {
+    const picked = abortPanel.querySelector("input[name=abort-mode]:checked");
+    go.disabled = true;
+    cancel.disabled = true;
+    try {
+      const answer = await postJSON("api/fleet/abort", { dag_id: key.dag_id, run_id: key.run_id, task_id: key.task_id, map_index: Number(key.map_index),
+        mode: picked.dataset.mode, include_earlier: Boolean(picked.dataset.earlier), request_id: requestId });
+      abortPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-abort-requested": answer.request_id },
+        `${answer.requested_by} asked the task to abort; it acts before its next step and fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
+    } catch (error) {
+      showError(abortPanel, error);
+    }
+  });
+  abortPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "data-confirmation": "abort" },
+    h("p", {}, `Abort ${key.task_id} in run ${key.run_id}, as you. The running task carries it out and then fails.`), ...choices,
     h("div", { class: "row" }, go, cancel)));
 }
 

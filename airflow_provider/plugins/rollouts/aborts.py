@@ -1,0 +1,231 @@
+"""**Abort** a running fleet rollout from its fleet tab, carried out by the running task itself.
+
+The view writes an abort request in the task's ``task_state_store`` (key
+:data:`~airflow_provider.tasks.fleet_abort.ABORT_KEY`, through Airflow's state backend, as the Execution API writes
+the task's own keys); the ``FleetRolloutOperator`` reads it before each phase of each wave and acts on it (see
+:mod:`~airflow_provider.tasks.fleet_abort`: recorded before acting, never applied twice, honoured by a retry), then
+fails "aborted by <user> from the Rollouts view". The view never touches a deployment.
+
+- **authorised by Airflow's auth manager**: edit access to the DAG's task instances (``is_authorized_dag``,
+  ``PUT``, ``TASK_INSTANCE``: what Airflow asks to change a task instance's state); anything less is a 403, and the
+  tab shows no button;
+- **once per confirmation**: the page sends one ``request_id`` per confirmation; a second request with it answers
+  with the request already recorded (``already_requested``), another one is a 409 naming who aborted;
+- only a task that still runs (queued, running, deferred, up for retry...) can be aborted (else 409);
+- **in Airflow's audit log**: one ``Log`` row (event ``deployment_service.abort``, the acting user as ``owner``),
+  written in the same transaction as the request.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.models import Log
+from fastapi import HTTPException, status
+
+from airflow_provider.fleet import Outcome
+from airflow_provider.plugins.rollouts import access
+from airflow_provider.plugins.rollouts.access import HTTP_422
+from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN
+from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
+from airflow_provider.tasks.fleet_abort import ABORT_KEY, ABORT_MODES, TAKEN_KEY, AbortRequest
+from airflow_provider.tasks.fleet_progress import STATE_KEY
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+    from airflow_provider.plugins.rollouts.records import FleetTaskRecord
+
+__all__ = ["ABORTABLE_STATES", "ABORT_AUDIT_EVENT", "AbortBody", "abort_offer", "may_abort", "request_abort"]
+
+ABORT_AUDIT_EVENT = "deployment_service.abort"
+"""The ``event`` of the audit log entry an abort from the view writes."""
+ABORTABLE_STATES = ("scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting")
+"""States of a task instance that may still act on an abort."""
+
+
+class AbortBody(pydantic.BaseModel):
+    """The body of ``POST api/fleet/abort``.
+
+    :param dag_id: the DAG.
+    :param run_id: the DAG run.
+    :param task_id: the fleet task.
+    :param map_index: its map index (``-1``: not mapped).
+    :param mode: ``stop`` (no deployment patched any more; those in flight finish) or ``rollback`` (also roll the
+        current wave back).
+    :param include_earlier: with ``rollback``, also roll back the canary and every earlier wave.
+    :param request_id: one per confirmation (a UUID); a second request with it answers with the same request.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    mode: str
+    include_earlier: bool = False
+    request_id: str
+
+
+def may_abort(user: BaseUser, dag_id: str) -> bool:
+    """Whether the user may abort the DAG's fleet tasks (edit access to its task instances).
+
+    :param user: the request's user.
+    :param dag_id: the DAG.
+    """
+    from airflow.models.dag import DagModel
+
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    return bool(
+        access.auth_manager().is_authorized_dag(
+            method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
+        )
+    )
+
+
+def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any]) -> dict[str, Any]:
+    """What the fleet tab shows of Abort: ``allowed`` (the user may), ``available`` (the task still runs, keeps a
+    ``task_state_store``, and no abort was asked for), ``requested`` / ``taken`` (the request, and what the task
+    took it to mean), and the confirmation's ``preview`` per mode: which deployments would not be started, which
+    would be rolled back.
+
+    :param user: the request's user.
+    :param record: the fleet task as the tab reads it.
+    :param stored: the task's abort keys (:data:`~airflow_provider.tasks.fleet_abort.ABORT_KEY` and
+        :data:`~airflow_provider.tasks.fleet_abort.TAKEN_KEY`) as stored.
+    """
+    requested, taken = stored.get(ABORT_KEY), stored.get(TAKEN_KEY)
+    progress = record.progress
+    running = str(record.state) in ABORTABLE_STATES
+    why = ""
+    if requested:
+        why = f"aborted by {requested.get('requested_by')} from the {requested.get('requested_from')}"
+    elif not running:
+        why = f"the task is {record.state}: nothing to abort"
+    elif progress is None or record.source != "task_state_store":
+        why = "the task keeps no task_state_store (Airflow 3.3+) the view can see: it cannot be told to abort"
+    preview: dict[str, Any] = {}
+    if progress is not None:
+        not_started = [row.name for row in progress.rows if row.outcome == Outcome.PENDING and not row.patched]
+        patched = [index for index, wave in enumerate(progress.waves) if any(row.patched for row in wave.rows)]
+        current = patched[-1] if patched else None
+
+        def undone(indices: list[int]) -> list[str]:
+            return [
+                row.name
+                for index in indices
+                for row in progress.waves[index].rows
+                if row.patched and row.outcome in (Outcome.ROLLING_OUT, Outcome.LANDED, Outcome.FAILED)
+            ]
+
+        preview = {
+            "not_started": not_started,
+            "current_wave": progress.waves[current].name if current is not None else None,
+            "rolled_back": undone([current] if current is not None else []),
+            "rolled_back_with_earlier": undone(patched),
+        }
+    return {
+        "allowed": may_abort(user, record.dag_id),
+        "available": not why,
+        "why": why,
+        "requested": requested,
+        "taken": taken,
+        "preview": preview,
+        "modes": list(ABORT_MODES),
+    }
+
+
+def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
+    """Record an abort request for a running fleet task on behalf of ``user`` (blocking: run it in the view's
+    threads).
+
+    :param user: the request's user.
+    :param body: the request.
+    :returns: the request recorded (``request_id``, ``mode``, ``include_earlier``, ``requested_by``...) and
+        ``already_requested``.
+    """
+    from airflow._shared.state import TaskScope
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.state import get_state_backend
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    if body.mode not in ABORT_MODES:
+        raise HTTPException(HTTP_422, f"mode must be one of {list(ABORT_MODES)}, got {body.mode!r}")
+    if body.include_earlier and body.mode != "rollback":
+        raise HTTPException(HTTP_422, "include_earlier goes with mode 'rollback' only")
+    if not REQUEST_ID_PATTERN.fullmatch(body.request_id):
+        raise HTTPException(
+            HTTP_422, f"request_id must be 8 to 64 letters, digits, '-' or '_' (a UUID), got {body.request_id!r}"
+        )
+    if body.map_index < -1:
+        raise HTTPException(HTTP_422, f"map_index must be >= -1, got {body.map_index}")
+    if not may_abort(user, body.dag_id):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"you may not abort DAG {body.dag_id!r}'s tasks: ask for edit access to its task instances",
+        )
+    where = f"task {body.task_id!r} (map index {body.map_index}) of run {body.run_id!r} of DAG {body.dag_id!r}"
+    backend = get_state_backend()
+    scope = TaskScope(dag_id=body.dag_id, run_id=body.run_id, task_id=body.task_id, map_index=body.map_index)
+    with create_session() as session:
+        ti = session.scalar(
+            select(TaskInstance)
+            .where(
+                TaskInstance.dag_id == body.dag_id,
+                TaskInstance.run_id == body.run_id,
+                TaskInstance.task_id == body.task_id,
+                TaskInstance.map_index == body.map_index,
+            )
+            .with_for_update()
+        )
+        if ti is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {where}")
+        planned = backend.get(scope, STATE_KEY, session=session) is not None  # (a subclass has another name)
+        if ti.operator != "FleetRolloutOperator" and not planned:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"{where} is a {ti.operator}, not a fleet rollout")
+        existing = AbortRequest.from_json(_json(backend.get(scope, ABORT_KEY, session=session)))
+        if existing is not None:
+            if existing.request_id != body.request_id:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT,
+                    f"{where} was already aborted by {existing.requested_by} (request {existing.request_id})",
+                )
+            return {**existing.to_json(), "already_requested": True}
+        if str(ti.state) not in ABORTABLE_STATES:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"{where} is {ti.state}: nothing to abort")
+        request = AbortRequest(
+            request_id=body.request_id,
+            mode=body.mode,
+            include_earlier=body.include_earlier,
+            requested_by=user.get_name(),
+            requested_at=datetime.now(timezone.utc).isoformat(),
+            requested_from=REQUESTED_FROM,
+        )
+        backend.set(scope, ABORT_KEY, json.dumps(request.to_json()), session=session)
+        session.add(
+            Log(
+                event=ABORT_AUDIT_EVENT,
+                owner=user.get_name(),
+                owner_display_name=user.get_name(),
+                extra=json.dumps({**request.to_json(), "method": "POST", "from": REQUESTED_FROM}),
+                dag_id=body.dag_id,
+                run_id=body.run_id,
+                task_id=body.task_id,
+                map_index=body.map_index,
+            )
+        )
+        session.commit()
+        return {**request.to_json(), "already_requested": False}
+
+
+def _json(value: str | None) -> Any:
+    try:
+        return json.loads(value) if value is not None else None
+    except ValueError:
+        return None
