@@ -31,12 +31,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers for the suite (a file stays on one worker: its module fixtures are built once); then the tests
-# that start real Airflow services or a browser, one at a time on a quiet machine. Exit code 5 ("no tests
+# Two workers for the suite (a file stays on one worker: its module fixtures are built once; the slowest files
+# first, in the order tests/worker_order.py gives, so that no long file starts last); then the tests that start
+# real Airflow services or a browser, one at a time on a quiet machine. Exit code 5 ("no tests
 # selected", e.g. PYTEST_ARGS naming one file) is not a failure; any other failure fails the target.
 unit: $(STAMP) $(CHROMIUM)
 	@status=0; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not e2e and not alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e and not alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	$(BIN)/python -m pytest -m "e2e or alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 

@@ -380,7 +380,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "8. Crash points",
         "The patch task (patch, verify, bake, automatic rollback), the rollback task and the fleet task, killed "
         "at every point where a worker can die, then retried as Airflow does, and the deployment's real state "
-        "checked in the emulator (`tests/reliability/test_crash_points.py`; the machinery and the invariants in "
+        "checked in the emulator (the scenarios in `tests/reliability/crash_scenarios.py`, swept by "
+        "`tests/reliability/test_crash_points_*.py`; the machinery and the invariants in "
         "`tests/reliability/crash_points.py`). The crash points are not listed by hand: a clean run of each "
         "scenario records its events (each request to the service, `task_state_store` write, XCom push, "
         "deferral, and the end of the try), and the worker is killed in every gap between two of them: after "

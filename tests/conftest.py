@@ -78,6 +78,15 @@ def service_connection(deployment_service_emulator: Any, monkeypatch: pytest.Mon
     yield deployment_service_emulator
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker: the slowest modules first (:mod:`tests.worker_order`; every worker collects, and
+    all order alike). A run without workers keeps the files' order."""
+    if hasattr(config, "workerinput"):
+        from tests.worker_order import slowest_modules_first
+
+        items[:] = slowest_modules_first(items)
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """The session's AIRFLOW_HOME, whose SQLite metadata database was migrated at start-up."""

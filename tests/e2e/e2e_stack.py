@@ -14,6 +14,8 @@ from pathlib import Path
 from e2e_airflow import CONN_ENV, PAYMENT_TOKEN_ENV, AirflowConfig, AirflowServices, Emulator
 from e2e_backends import E2E_DIR
 
+from tests.conftest import PRISTINE_DB
+
 BUILD_SECONDS = 6.0
 """Emulated build time of every revision: long enough that each waiting task really defers."""
 POLL_INTERVAL = 1.0
@@ -82,6 +84,9 @@ def airflow_stack(
     :param sidecar: a service started once the emulator runs and stopped after Airflow (e.g. a Prometheus
         scraping it): called with the emulator, it gives a context manager whose value is more environment
         for the Airflow services (e.g. a connection to it).
+
+    SQLite in the main virtual environment starts from a copy of the database the test session migrated at
+    start-up (``tests/conftest.py``: the same Airflow), instead of migrating one more.
     """
     started = time.monotonic()
     with contextlib.ExitStack() as services:
@@ -101,8 +106,15 @@ def airflow_stack(
         }
         home = workdir / "airflow-home"
         home.mkdir()
+        same_airflow = bin_dir.resolve() == Path(sys.executable).parent.resolve()
         config = AirflowConfig(
-            bin_dir, home, sql_alchemy_conn=sql_alchemy_conn, executor=executor, env=env, celery_queue=celery_queue
+            bin_dir,
+            home,
+            sql_alchemy_conn=sql_alchemy_conn,
+            executor=executor,
+            env=env,
+            celery_queue=celery_queue,
+            migrated_database=PRISTINE_DB if sql_alchemy_conn is None and same_airflow else None,
         )
         try:
             with AirflowServices(config) as airflow:

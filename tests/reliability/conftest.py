@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from airflow_provider.emulator.server import EmulatorServer
+from tests.reliability.crash_points import Harness
+from tests.reliability.crash_scenarios import seeded_harness
 from tests.reliability.support import CONN_ENV, FAST_RETRY_EXTRAS, Report, connection_json
 
 REPORT_ENV = "RELIABILITY_REPORT_JSON"
@@ -91,3 +93,12 @@ def frozen_emulator(
     server = deployment_service_emulator_factory()
     monkeypatch.setenv(CONN_ENV, connection_json(server.base_url, server.api_key, **FAST_RETRY_EXTRAS))
     yield server
+
+
+# ---------------------------------------------------------------------------------------- crash points
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    """The crash-point harness of a test module (:func:`tests.reliability.crash_scenarios.seeded_harness`): one per
+    module, so that its ``dag.test`` sweeps reuse the ``triggerer`` sweeps' runs."""
+    with seeded_harness() as harness:
+        yield harness

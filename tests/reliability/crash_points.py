@@ -1,7 +1,7 @@
 """The crash-point harness: kill a task at every point where its worker can die, retry it as Airflow does,
 and check the deployment's real state in the emulator.
 
-How one scenario is swept (the scenarios are in ``tests/reliability/test_crash_points.py``):
+How one scenario is swept (the scenarios are in ``tests/reliability/crash_scenarios.py``):
 
 1. **A clean run records the events.** An event is what a dying worker can fall between: a request to the
    service (seen in httpx's transport, so every request the code makes is one, whichever module sends it),

@@ -1,11 +1,13 @@
-"""Every crash point of the patch, rollback and fleet tasks: the worker killed there, the task retried as
-Airflow does, and the deployment's real state checked against the invariants
+"""The crash-point scenarios of the patch, rollback and fleet tasks, and how one is swept: the worker killed at
+every crash point, the task retried as Airflow does, and the deployment's real state checked against the invariants
 (:data:`tests.reliability.crash_points.INVARIANTS`).
 
 The machinery (events, kills, retries, virtual time, the checks) is in ``tests/reliability/crash_points.py``;
-this module holds the scenarios. Each test sweeps one scenario on one path (every crash point, with and
-without a ``task_state_store``), records its figures and violations in the ``report`` (rendered into
-``docs/RELIABILITY.md`` by ``scripts/reliability_report.py``) and fails listing every violation.
+this module holds the scenarios, in five lists, each swept by its own test module
+(``tests/reliability/test_crash_points_*.py``; a module stays on one test worker, so the five share the two
+workers). Each test sweeps one scenario on one path (every crash point, with and without a ``task_state_store``),
+records its figures and violations in the ``report`` (rendered into ``docs/RELIABILITY.md`` by
+``scripts/reliability_report.py``) and fails listing every violation.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import copy
 import json
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
-
-import pytest
 
 from airflow_provider.analysis import Analysis, HttpCheck, TracingProjectCheck
 from airflow_provider.emulator.server import EmulatorServer
@@ -208,6 +209,32 @@ PATCH_SCENARIOS = [
     ),
     Scenario(
         "patch",
+        "the build is slower than the timeout: rolled back so that it never ends up serving",
+        patch_task(image_uri=NEW_IMAGE, timeout=SHORT_TIMEOUT),
+        "rolled back",
+        {"svc": 2},
+        setup=slow_build,
+        verify=False,
+        bake_seconds=BAKE_SECONDS,
+        # A crash while the task waits: the retry waits a whole timeout again, in which the build ends (a try's
+        # timeout is its own). Once a try recorded the timeout, no retry lands (the recorded-verdict invariant).
+        also=("landed",),
+    ),
+    Scenario(
+        "patch",
+        "a secrets-only change rolled back",
+        patch_task(secrets={"TOKEN": SECRET_AFTER}),
+        "rolled back",
+        {"svc": 2},
+        refused=("svc",),
+        bake_seconds=BAKE_SECONDS,
+    ),
+]
+"""The patch task without an analysis."""
+
+ANALYSED_PATCH_SCENARIOS = [
+    Scenario(
+        "patch",
         "an analysed revision lands",
         analysed_patch_task(image_uri=NEW_IMAGE),
         "landed",
@@ -243,29 +270,8 @@ PATCH_SCENARIOS = [
         bake_seconds=BAKE_SECONDS,
         also=("rolled back",),  # a crash before the analysis passed: the retry judges it bad
     ),
-    Scenario(
-        "patch",
-        "the build is slower than the timeout: rolled back so that it never ends up serving",
-        patch_task(image_uri=NEW_IMAGE, timeout=SHORT_TIMEOUT),
-        "rolled back",
-        {"svc": 2},
-        setup=slow_build,
-        verify=False,
-        bake_seconds=BAKE_SECONDS,
-        # A crash while the task waits: the retry waits a whole timeout again, in which the build ends (a try's
-        # timeout is its own). Once a try recorded the timeout, no retry lands (the recorded-verdict invariant).
-        also=("landed",),
-    ),
-    Scenario(
-        "patch",
-        "a secrets-only change rolled back",
-        patch_task(secrets={"TOKEN": SECRET_AFTER}),
-        "rolled back",
-        {"svc": 2},
-        refused=("svc",),
-        bake_seconds=BAKE_SECONDS,
-    ),
 ]
+"""The patch task judging its revision with an analysis (its rounds make these the slower patch sweeps)."""
 
 
 # ------------------------------------------------------------------------------------------ rollback
@@ -468,6 +474,10 @@ FLEET_SCENARIOS = [
         bake_seconds=BAKE_SECONDS,
         fleet_outcomes={"fleet-1": LANDED, "fleet-2": ROLLED_BACK, "fleet-4": ("not_patched",)},
     ),
+]
+"""The fleet task without an analysis."""
+
+ANALYSED_FLEET_SCENARIOS = [
     Scenario(
         "fleet",
         "the canary fails its analysis: the rollout stops",
@@ -508,12 +518,25 @@ FLEET_SCENARIOS = [
     ),
 ]
 
-SCENARIOS = [*PATCH_SCENARIOS, *ROLLBACK_SCENARIOS, *FLEET_SCENARIOS]
+SCENARIOS = [
+    *PATCH_SCENARIOS,
+    *ANALYSED_PATCH_SCENARIOS,
+    *ROLLBACK_SCENARIOS,
+    *FLEET_SCENARIOS,
+    *ANALYSED_FLEET_SCENARIOS,
+]
+"""Every scenario; each list above is swept by its own test module (``test_crash_points_<list>.py``), so that the
+test workers share the sweeps (a module stays on one worker)."""
+
+
+def scenario_id(scenario: Scenario) -> str:
+    """A scenario's test id: ``<task>: <name>``."""
+    return f"{scenario.task}: {scenario.name}"
 
 
 # ------------------------------------------------------------------------------------------ the sweeps
-@pytest.fixture(scope="module")
-def harness() -> Iterator[Harness]:
+@contextmanager
+def seeded_harness() -> Iterator[Harness]:
     """One frozen-clock emulator of a newer service (fields the provider does not know in its answers) holding
     :data:`SEED` (reset before every run) behind the default connection, with the harness installed on it."""
     server = EmulatorServer(
@@ -579,11 +602,10 @@ def record(report: Report, result: Sweep) -> None:
         )
 
 
-@pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: f"{scenario.task}: {scenario.name}")
-def test_every_crash_point_keeps_every_invariant(
-    harness: Harness, report: Report, scenario: Scenario, path: str
-) -> None:
+def sweep_and_check(harness: Harness, report: Report, scenario: Scenario, path: str) -> None:
+    """Sweep ``scenario`` on ``path`` (a key of :data:`PATHS`), record it in the ``report`` and fail listing every
+    violation. The ``dag.test`` path reuses the ``triggerer`` path's runs of the same harness, so a test module
+    sweeps both paths of its scenarios."""
     result = sweep(harness, scenario, path)
     record(report, result)
     listed = "\n".join(
