@@ -12,6 +12,7 @@ in Airflow 3.3). Assertions are on the emulator's real state and on what the use
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,9 @@ def set_next_revision_behaviour(emulator: Any, **behaviour: Any) -> None:
     deployment_id = svc(emulator)["id"]
     emulator.admin.set_behaviour(deployment_id, error_rate=0.0, requests_per_second=TRAFFIC)
     emulator.admin.set_behaviour(deployment_id, revision_id="next", **{"requests_per_second": TRAFFIC, **behaviour})
+    # Traffic counts from when it is set: let the serving revision serve the preflight's minimum runs first (twice
+    # over), or a fast machine measures it 75 ms later, at 15 runs, and the preflight refuses the rollout.
+    time.sleep(2 * 20 / TRAFFIC)
 
 
 # ------------------------------------------------------------------------------------------ passed
