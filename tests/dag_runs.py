@@ -129,7 +129,8 @@ class HumanResponder:
                         TriggerEvent(detail.as_resume_event_payload()), task_instance=ti, session=session
                     )
                     self.answered.set()
-                    return
+                    answered = ti.id
+                    break
                 if time.monotonic() >= deadline:
                     late = f"{self.task_id} did not ask within {self.timeout:g} s"
                     if late not in self.seen:
@@ -140,6 +141,36 @@ class HumanResponder:
                     if waiting:
                         return
             time.sleep(0.2)
+        else:
+            return
+        self._resumed(answered)
+
+    def _resumed(self, ti_id: Any) -> None:
+        """See the answered task leave ``AWAITING_INPUT``. Airflow may still be parking it as it is answered (its own
+        ``AWAITING_INPUT`` write lands after the resume, and ``dag.test()`` then waits forever): resume it again
+        while it waits with this answer recorded; fail it if it still waits after 30 s, so a run never hangs."""
+        from airflow.models.hitl import HITLDetail
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.models.trigger import handle_event_submit
+        from airflow.triggers.base import TriggerEvent
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+
+        deadline = time.monotonic() + 30
+        while not self._stop.wait(0.5):
+            with create_session() as session:
+                ti = session.get(TaskInstance, ti_id)
+                if ti is None or ti.state != TaskInstanceState.AWAITING_INPUT:
+                    return
+                detail = session.get(HITLDetail, ti_id)
+                if detail is None or detail.chosen_options != [self.choice]:
+                    return  # another question: not this answer's
+                if time.monotonic() >= deadline:
+                    ti.state = TaskInstanceState.FAILED
+                    self.seen.append(f"{self.task_id} still waited 30 s after it was answered; failed it")
+                    return
+                self.seen.append(f"{self.task_id} still waited after it was answered; resumed it again")
+                handle_event_submit(TriggerEvent(detail.as_resume_event_payload()), task_instance=ti, session=session)
 
     def __enter__(self) -> HumanResponder:
         self._thread.start()
