@@ -37,6 +37,7 @@ from airflow_provider.tasks.inconclusive import (
     read_answer,
     required_actions_path,
 )
+from airflow_provider.tasks.notify import Notifying
 
 if TYPE_CHECKING:
     import logging
@@ -51,7 +52,7 @@ NAMED = 10
 """Most deployments (and revisions) the question's subject names."""
 
 
-class AskingFleetTask(Protocol):
+class AskingFleetTask(Notifying, Protocol):
     """What asking needs of the fleet task: its logger, ``defer``, ``response_timeout`` and ``_notify``."""
 
     @property
@@ -61,16 +62,6 @@ class AskingFleetTask(Protocol):
     def response_timeout(self) -> timedelta: ...
 
     def defer(self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None) -> Any: ...
-
-    def _notify(
-        self,
-        context: Mapping[str, Any],
-        event: str,
-        *,
-        deployment_id: str | None,
-        revision_id: str | None,
-        **fields: Any,
-    ) -> None: ...
 
 
 def awaiting_answer(wave: WaveRecord) -> list[FleetRow]:

@@ -31,6 +31,7 @@ from airflow_provider.tasks.fleet_rollback import (
     rollbacks_allowed_latest,
     start_rollbacks,
 )
+from airflow_provider.tasks.notify import Notifying
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["FleetRun", "FleetTask", "earlier_try_since"]
 
 
-class FleetTask(AnalysingTask, Protocol):
+class FleetTask(AnalysingTask, Notifying, Protocol):
     """What the wave loop needs of the fleet task: its hook, logger and ``defer``, and its settings."""
 
     @property
@@ -82,16 +83,6 @@ class FleetTask(AnalysingTask, Protocol):
 
     @property
     def response_timeout(self) -> timedelta: ...
-
-    def _notify(
-        self,
-        context: Mapping[str, Any],
-        event: str,
-        *,
-        deployment_id: str | None,
-        revision_id: str | None,
-        **fields: Any,
-    ) -> None: ...
 
     @property
     def canary_baseline(self) -> str: ...

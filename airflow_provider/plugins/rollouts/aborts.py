@@ -30,7 +30,7 @@ from fastapi import HTTPException, status
 from airflow_provider.fleet import Outcome
 from airflow_provider.plugins.rollouts import access
 from airflow_provider.plugins.rollouts.access import HTTP_422
-from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN
+from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN, locked_task_instance, task_instance_named
 from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
 from airflow_provider.tasks.fleet_abort import ABORT_KEY, ABORT_MODES, TAKEN_KEY, AbortRequest
 from airflow_provider.tasks.fleet_progress import STATE_KEY
@@ -150,10 +150,8 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
         ``already_requested``.
     """
     from airflow._shared.state import TaskScope
-    from airflow.models.taskinstance import TaskInstance
     from airflow.state import get_state_backend
     from airflow.utils.session import create_session
-    from sqlalchemy import select
 
     if body.mode not in ABORT_MODES:
         raise HTTPException(HTTP_422, f"mode must be one of {list(ABORT_MODES)}, got {body.mode!r}")
@@ -170,20 +168,11 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             status.HTTP_403_FORBIDDEN,
             f"you may not abort DAG {body.dag_id!r}'s tasks: ask for edit access to its task instances",
         )
-    where = f"task {body.task_id!r} (map index {body.map_index}) of run {body.run_id!r} of DAG {body.dag_id!r}"
+    where = task_instance_named(body)
     backend = get_state_backend()
     scope = TaskScope(dag_id=body.dag_id, run_id=body.run_id, task_id=body.task_id, map_index=body.map_index)
     with create_session() as session:
-        ti = session.scalar(
-            select(TaskInstance)
-            .where(
-                TaskInstance.dag_id == body.dag_id,
-                TaskInstance.run_id == body.run_id,
-                TaskInstance.task_id == body.task_id,
-                TaskInstance.map_index == body.map_index,
-            )
-            .with_for_update()
-        )
+        ti = locked_task_instance(session, body)
         if ti is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {where}")
         planned = backend.get(scope, STATE_KEY, session=session) is not None  # (a subclass has another name)

@@ -351,6 +351,35 @@ def may_answer_approvals(user: BaseUser, dag_id: str) -> bool:
     return bool(access.auth_manager().is_authorized_dag(method="PUT", access_entity=entity, details=details, user=user))
 
 
+def task_instance_named(body: Any) -> str:
+    """The task instance a request names (``dag_id``, ``run_id``, ``task_id``, ``map_index``), as messages say it.
+
+    :param body: the request.
+    """
+    return f"task {body.task_id!r} (map index {body.map_index}) of run {body.run_id!r} of DAG {body.dag_id!r}"
+
+
+def locked_task_instance(session: Session, body: Any) -> Any:
+    """The task instance a request names, locked for the rest of ``session``'s transaction (``None``: none).
+
+    :param session: the metadata database session.
+    :param body: the request (``dag_id``, ``run_id``, ``task_id``, ``map_index``).
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    return session.scalar(
+        select(TaskInstance)
+        .where(
+            TaskInstance.dag_id == body.dag_id,
+            TaskInstance.run_id == body.run_id,
+            TaskInstance.task_id == body.task_id,
+            TaskInstance.map_index == body.map_index,
+        )
+        .with_for_update()
+    )
+
+
 def answer_approval(user: BaseUser, body: ApprovalAnswer) -> dict[str, Any]:
     """Answer a waiting approval gate as ``user`` (blocking: run it in the view's threads).
 
@@ -359,13 +388,11 @@ def answer_approval(user: BaseUser, body: ApprovalAnswer) -> dict[str, Any]:
     :returns: ``task_id``, ``chosen_options``, ``responded_by``, ``resumed`` (the parked task was resumed).
     """
     from airflow.models.hitl import HITLDetail, HITLUser
-    from airflow.models.taskinstance import TaskInstance
     from airflow.models.trigger import handle_event_submit
     from airflow.sdk import timezone
     from airflow.triggers.base import TriggerEvent
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
 
     if body.map_index < -1:
         raise HTTPException(HTTP_422, f"map_index must be >= -1, got {body.map_index}")
@@ -374,18 +401,9 @@ def answer_approval(user: BaseUser, body: ApprovalAnswer) -> dict[str, Any]:
             status.HTTP_403_FORBIDDEN,
             f"you may not answer DAG {body.dag_id!r}'s approvals: ask for edit access to its human-in-the-loop tasks",
         )
-    where = f"task {body.task_id!r} (map index {body.map_index}) of run {body.run_id!r} of DAG {body.dag_id!r}"
+    where = task_instance_named(body)
     with create_session() as session:
-        ti = session.scalar(
-            select(TaskInstance)
-            .where(
-                TaskInstance.dag_id == body.dag_id,
-                TaskInstance.run_id == body.run_id,
-                TaskInstance.task_id == body.task_id,
-                TaskInstance.map_index == body.map_index,
-            )
-            .with_for_update()
-        )
+        ti = locked_task_instance(session, body)
         detail = session.get(HITLDetail, ti.id, with_for_update=True) if ti is not None else None
         if ti is None or detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no approval waits in {where}")
