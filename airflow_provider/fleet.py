@@ -29,6 +29,7 @@ from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
+    "ABORTED_WHILE_ROLLING_OUT",
     "ANALYSIS_FAILED_VERDICTS",
     "BUDGET_OUTCOMES",
     "CANARY",
@@ -45,6 +46,7 @@ __all__ = [
     "Outcome",
     "WaveRecord",
     "WaveTracker",
+    "aborted_unjudged",
     "check_canary",
     "check_max_failures",
     "check_max_parallel_patches",
@@ -80,8 +82,9 @@ class Outcome:
     says ``rolled back ... except: ...``."""
     ROLLED_BACK_WITH_WAVE = "rolled_back_with_wave"
     """Landed (live for the bake, passed ``verify``), then restored to its previous build and
-    ``resource_spec`` because its wave stopped the rollout (``rollback_on_failure``): not a failure, it does
-    not count against the budget."""
+    ``resource_spec`` because its wave stopped the rollout (``rollback_on_failure``), or rolled back unjudged by
+    an abort from the Rollouts view while still rolling out (its message says so): not a failure, it does not
+    count against the budget."""
     ROLLED_BACK_WITH_WAVE_PARTIALLY = "rolled_back_with_wave_partially"
     """Landed, then rolled back with its wave, but not everything was undone (as for
     ``rolled_back_partially``): not a failure."""
@@ -100,6 +103,20 @@ REASON_UNKNOWN = "rolled back by an earlier try; why was not recorded (no task_s
 
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_PARTIALLY})
 """Outcomes of a deployment the change broke, restored or not (each counts against the failure budget)."""
+ABORTED_WHILE_ROLLING_OUT = "aborted while rolling out"
+"""How the message of a row begins when an abort from the Rollouts view rolled its wave back before its revision was
+judged (:func:`~airflow_provider.tasks.fleet_abort.abandon_in_flight`): ``failed`` until its rollback goes live,
+then ``rolled_back_with_wave`` (never judged: not a failure of the change)."""
+
+
+def aborted_unjudged(row: FleetRow) -> bool:
+    """Whether an abort gave the row's rollout up before it was judged (see :data:`ABORTED_WHILE_ROLLING_OUT`).
+
+    :param row: a row.
+    """
+    return row.message.startswith(ABORTED_WHILE_ROLLING_OUT)
+
+
 REASON_UNKNOWN_OUTCOMES = frozenset({Outcome.ROLLED_BACK_REASON_UNKNOWN})
 """Outcomes of a deployment an earlier try rolled back without a record of why: not known to have failed."""
 BUDGET_OUTCOMES = FAILURE_OUTCOMES | REASON_UNKNOWN_OUTCOMES

@@ -10,7 +10,8 @@ deployment, stamped with the time and the task's try:
 - ``rejected``: it failed ``verify``, the bake or the analysis (``step``, ``message``, ``verdict`` with its
   measurements), or could not be judged (``step`` ``unjudged``);
 - ``timed_out``: it had not gone live within the task's ``timeout``;
-- ``failed``: its rollout failed before it ever served (``status``: ``BUILD_FAILED``...; or superseded, deleted);
+- ``failed``: its rollout failed before it ever served (``status``: ``BUILD_FAILED``...; or superseded, deleted), or
+  a fleet abort rolled it back before it was judged (``step`` ``abort``);
 - ``passed``: an analysis gate passed it (:class:`~airflow_provider.operators.analysis.DeploymentAnalysisOperator`);
 - ``rolling_back``: a rollback was sent (``revision_id``: the revision it created or redeployed,
   ``rolled_back_from``, ``rolled_back_to``, ``path``);
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider.fleet import (
+    ABORTED_WHILE_ROLLING_OUT,
     ANALYSIS_FAILED_VERDICTS,
     REASON_UNKNOWN_OUTCOMES,
     ROLLED_BACK_OUTCOMES,
@@ -326,17 +328,18 @@ def fleet_row_entries(row: Mapping[str, Any], phase: str | None = None) -> list[
         return []  # never patched, or the patch made no revision
     found = [entry(Kind.ROLLED_OUT, deployment_id, revision, at=started, previous_revision_id=previous, wave=wave)]
     rolled_back = outcome in ROLLED_BACK_OUTCOMES
+    unjudged = str(message or "").startswith(ABORTED_WHILE_ROLLING_OUT)  # rolled back with its wave, never judged
     pending_rollback = row.get("rollback_revision") and not row.get("rollback_decided")
     if outcome == Outcome.LANDED and analysis is None and phase == "analysing":
         found.append(entry(Kind.JUDGING, deployment_id, revision, at=finished, steps=["analysis"], wave=wave))
-    elif outcome == Outcome.LANDED or outcome in WITH_WAVE_OUTCOMES:
+    elif (outcome == Outcome.LANDED or outcome in WITH_WAVE_OUTCOMES) and not unjudged:
         landed_at = finished if outcome == Outcome.LANDED else None
         would_have = analysis.get("would_have") if isinstance(analysis, Mapping) else None  # a dry run's verdict
         said = f"dry run: {would_have}: {analysis.get('reason')}" if would_have and analysis else None
         found.append(
             entry(Kind.LANDED, deployment_id, revision, at=landed_at, verdict=analysis, wave=wave, message=said)
         )
-    elif outcome == Outcome.FAILED or (rolled_back and outcome not in REASON_UNKNOWN_OUTCOMES):
+    elif outcome == Outcome.FAILED or unjudged or (rolled_back and outcome not in REASON_UNKNOWN_OUTCOMES):
         at = failed_at if failed_at is not None else (None if rolled_back else finished)
         found.append(_failure_entry(row, at))
     if rolled_back or pending_rollback:
@@ -372,6 +375,8 @@ def _failure_entry(row: Mapping[str, Any], at: float | None) -> dict[str, Any]:
         return entry(Kind.REJECTED, deployment_id, revision, step="verify", **shared)
     if "left service during the bake" in message:
         return entry(Kind.REJECTED, deployment_id, revision, step="bake", **shared)
+    if message.startswith(ABORTED_WHILE_ROLLING_OUT):  # given up by an abort before it was judged
+        return entry(Kind.FAILED, deployment_id, revision, step="abort", **shared)
     if row.get("timed_out") or message.startswith("timed out"):
         return entry(Kind.TIMED_OUT, deployment_id, revision, step="timeout", **shared)
     status = failure_status(message)

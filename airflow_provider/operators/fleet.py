@@ -454,7 +454,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         restarted too late) could not be measured: a retry analyses the wave's deployments not judged yet again,
         the last try counts them inconclusive and rolls them back (see
         :meth:`~airflow_provider.tasks.fleet_analysis.WaveAnalysis.not_measured`), from the progress in
-        ``task_state_store`` (without one, the try fails as Airflow says)."""
+        ``task_state_store`` (without one, the try fails as Airflow says). A task the Rollouts view woke for an abort
+        goes on from its progress, the abort taken at once (see :meth:`resume_aborted`)."""
+        from airflow_provider.tasks.fleet_abort import is_abort_event
+
+        if is_abort_event((next_kwargs or {}).get("event")):
+            return self.resume_aborted(context, dict(next_kwargs or {}))
         if deferral_timed_out(next_method, next_kwargs):
             request_for, change = self._change()
             store = self._progress_store(context)
@@ -469,6 +474,29 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 finally:
                     self.close_hook()
         return super().resume_execution(next_method, next_kwargs, context)
+
+    def resume_aborted(self, context: Context, next_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """Resume after the Rollouts view woke the task for an abort
+        (:func:`~airflow_provider.tasks.fleet_abort.abort_event`): whatever it waited for (a pause, the watch of a
+        wave, its analysis, a question) is over; the rollout goes on from its progress (the trigger's or the
+        question's ``carry`` when the last save failed, else ``task_state_store``) and takes the abort at once.
+
+        :param context: the task context.
+        :param next_kwargs: the resume's kwargs (``event``: the view's, and the deferral's own).
+        """
+        from airflow_provider.tasks.fleet_abort import carried_progress
+        from airflow_provider.tasks.fleet_progress import resumed_progress
+
+        try:
+            request_for, change = self._change()
+            progress_store = self._progress_store(context)
+            progress = resumed_progress(progress_store, change, {"carry": carried_progress(next_kwargs)})
+            self.log.warning(
+                "Resumed by the Rollouts view: the rollout is aborted (request %s)", next_kwargs["event"]["request_id"]
+            )
+            return self._advance(context, progress, progress_store, request_for)
+        finally:
+            self.close_hook()
 
     def execute_complete_analysis(
         self, context: Context, event: dict[str, Any] | None = None, carry: dict[str, Any] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -160,6 +160,9 @@ def analyse_in_steps_on_worker(
     analysis: Analysis,
     targets: Sequence[AnalysisTarget],
     on_verdicts: Callable[[RoundVerdicts], bool],
+    *,
+    interrupted: Callable[[], bool] | None = None,
+    check_every: float = 5.0,
 ) -> None:
     """Run the analysis here, on the worker, handing the verdicts to ``on_verdicts`` as they are reached (a
     :class:`~airflow_provider.analysis.run.RoundVerdicts` after each round that judged some targets, and one
@@ -173,6 +176,9 @@ def analyse_in_steps_on_worker(
     :param analysis: the analysis, ``count`` resolved.
     :param targets: the revisions to judge.
     :param on_verdicts: given each step; ``False`` stops the analysis there.
+    :param interrupted: asked every ``check_every`` seconds while a round is awaited; true stops the analysis there
+        (an abort from the Rollouts view: the verdicts handed over so far stand, the round awaited is dropped).
+    :param check_every: seconds between two questions to ``interrupted``.
     :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
         client that cannot be built, anything unexpected outside the measurements) or does not finish in time (the
         verdicts handed over so far stand).
@@ -191,8 +197,11 @@ def analyse_in_steps_on_worker(
         while True:
             try:
                 verdicts = loop.run_until_complete(
-                    asyncio.wait_for(anext(steps), max(0.0, deadline - time.monotonic()))
+                    _next_step(steps, max(0.0, deadline - time.monotonic()), interrupted, check_every)
                 )
+                if verdicts is None:
+                    task.log.warning("The analysis stopped: the rollout was aborted")
+                    return
             except StopAsyncIteration:
                 return
             except asyncio.TimeoutError:
@@ -207,6 +216,38 @@ def analyse_in_steps_on_worker(
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+
+async def _next_step(
+    steps: AsyncIterator[RoundVerdicts],
+    timeout: float,
+    interrupted: Callable[[], bool] | None,
+    check_every: float,
+) -> RoundVerdicts | None:
+    """The analysis's next step within ``timeout`` (``asyncio.TimeoutError`` past it), or ``None`` when
+    ``interrupted`` said so while it was awaited (the step is then cancelled)."""
+    if interrupted is None:
+        return await asyncio.wait_for(anext(steps), timeout)
+
+    async def step() -> RoundVerdicts:
+        return await anext(steps)
+
+    end = time.monotonic() + timeout
+    pending = asyncio.ensure_future(step())
+    try:
+        while True:
+            left = end - time.monotonic()
+            done, _ = await asyncio.wait({pending}, timeout=max(0.0, min(check_every, left)))
+            if done:
+                return pending.result()
+            if left <= check_every:
+                raise asyncio.TimeoutError
+            if interrupted():
+                return None
+    finally:
+        if not pending.done():
+            pending.cancel()
+            await asyncio.wait({pending})
 
 
 def defer_analysis(

@@ -19,6 +19,20 @@ try reads it again), so the task itself carries the abort out, with its own guar
   too (the canary included), so the fleet is not left mixed. "The current wave" is the wave in progress when the
   task took the request, else the last wave that patched anything.
 
+**At once**: an abort ends what the task waits for when that wait has nothing left to decide:
+
+- a **pause** before a wave, in either mode (nothing is to be patched any more);
+- in ``rollback`` mode, the **watch** of the current wave's rollouts, its **analysis** and an open **question**
+  about it (the wave is rolled back whatever they would say); its rows still rolling out are rolled back over
+  their revision (:func:`abandon_in_flight`), an open question is answered "Roll back" in the user's name;
+- never the watch of rollbacks (what they restore is awaited either way), and in ``stop`` mode nothing of the
+  wave in flight (it finishes and is judged as usual).
+
+On the worker the task reads the request between two rounds of what it waits for (:func:`abort_interrupts`); a
+deferred task (or one awaiting an answer) is woken by the view itself, as Airflow's API server wakes a task answered
+through its human-in-the-loop API: the view resumes it with an :func:`abort_event` (which carries the trigger's
+``carry``, the progress when the task's last save failed), and the task goes on from its progress.
+
 The task then fails (no retry) with "aborted by <user> from the Rollouts view", and its ``fleet_aborted``
 notification names the user.
 """
@@ -31,21 +45,39 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.fleet import FAILURE_OUTCOMES, FleetProgress, FleetRow, Outcome
+from airflow_provider.fleet import (
+    ABORTED_WHILE_ROLLING_OUT,
+    FAILURE_OUTCOMES,
+    FleetProgress,
+    FleetRow,
+    Outcome,
+    WaveRecord,
+)
 from airflow_provider.tasks.fleet_progress import STATE_KEY, ProgressStore
 
 if TYPE_CHECKING:
     import logging
 
 __all__ = [
+    "ABORTED_WHILE_ROLLING_OUT",
+    "ABORT_EVENT",
     "ABORT_KEY",
     "ABORT_MODES",
     "TAKEN_KEY",
+    "WAITS",
     "AbortRequest",
     "TakenAbort",
+    "abandon_in_flight",
+    "abort_event",
+    "abort_interrupts",
     "aborted",
+    "carried_progress",
+    "interrupts",
+    "is_abort_event",
+    "requested_abort",
     "rollback_candidates",
     "take_abort",
+    "waiting_on",
 ]
 
 ABORT_KEY = f"{STATE_KEY}/abort"
@@ -54,6 +86,11 @@ TAKEN_KEY = f"{STATE_KEY}/abort/taken"
 """Key of what the task took the request to mean (written by the task before it acts on it)."""
 ABORT_MODES = ("stop", "rollback")
 """``stop``: patch nothing more, let what is in flight finish; ``rollback``: also roll the current wave back."""
+ABORT_EVENT = "aborted"
+"""The ``status`` of the event the view resumes a waiting task with (:func:`abort_event`)."""
+WAITS = ("pause", "watch", "analysis", "question", "rollbacks")
+"""What a fleet task may wait for: a pause before a wave, the watch of a wave's rollouts, its analysis, a question
+about it, the watch of its rollbacks."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +200,112 @@ def rollback_candidates(progress: FleetProgress, index: int) -> list[FleetRow]:
         and not row.rollback_decided
         and (row.outcome in FAILURE_OUTCOMES or row.outcome == Outcome.LANDED)
     ]
+
+
+def interrupts(mode: str, waiting: str) -> bool:
+    """Whether an abort in ``mode`` ends a wait for ``waiting`` (one of :data:`WAITS`) at once (see the module).
+
+    :param mode: one of :data:`ABORT_MODES`.
+    :param waiting: one of :data:`WAITS`.
+    """
+    return waiting == "pause" or (mode == "rollback" and waiting in ("watch", "analysis", "question"))
+
+
+def waiting_on(progress: FleetProgress, next_method: str | None) -> str | None:
+    """What a deferred (or answer-awaiting) fleet task waits for, from its progress and the method it resumes in;
+    ``None`` when it is not one of :data:`WAITS`.
+
+    :param progress: the rollout's progress.
+    :param next_method: the task instance's ``next_method``.
+    """
+    from airflow_provider.tasks.fleet_asking import RESUME_METHOD
+
+    index = progress.current()
+    if index is None:
+        return None
+    if next_method == RESUME_METHOD:
+        return "question"
+    if next_method == "execute_complete_analysis":
+        return "analysis"
+    if next_method == "execute_complete":
+        return {"planned": "pause", "patched": "watch", "rolling_back": "rollbacks"}.get(progress.waves[index].phase)
+    return None
+
+
+def abort_event(request: AbortRequest, carry: Any) -> dict[str, Any]:
+    """The event the view resumes a waiting task with (see the module).
+
+    :param request: the abort request just recorded.
+    :param carry: the ``carry`` of the trigger the task waited on (``None`` when it has none).
+    """
+    return {"status": ABORT_EVENT, "request_id": request.request_id, "carry": carry}
+
+
+def is_abort_event(event: Any) -> bool:
+    """Whether a resume's ``event`` is the view's :func:`abort_event`.
+
+    :param event: the event.
+    """
+    return isinstance(event, Mapping) and event.get("status") == ABORT_EVENT and "request_id" in event
+
+
+def carried_progress(next_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The progress a task woken by :func:`abort_event` resumes from when its last save failed: the ``carry`` of
+    the trigger it waited on (in the event; an analysis trigger's holds it under ``progress``), else the question's
+    (in the resume's kwargs); ``None``: the task's store holds the progress.
+
+    :param next_kwargs: the resume's kwargs.
+    """
+    event = next_kwargs.get("event")
+    for carry in (event.get("carry") if isinstance(event, Mapping) else None, next_kwargs.get("carry")):
+        if isinstance(carry, Mapping) and "fleet_wave" in carry:  # an analysis's carry
+            carry = carry.get("progress")
+        if isinstance(carry, Mapping):
+            return dict(carry)
+    return None
+
+
+def requested_abort(store: Any, log: logging.Logger | Any) -> AbortRequest | None:
+    """The abort request recorded in ``store`` (``None`` when none, or the store cannot be read now).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param log: the task's logger.
+    """
+    return AbortRequest.from_json(_read(store, ABORT_KEY, log)) if store is not None else None
+
+
+def abort_interrupts(store: Any, waiting: str, log: logging.Logger | Any) -> bool:
+    """Whether an abort recorded in ``store`` ends the task's wait for ``waiting`` now (asked between two rounds
+    of a wait on the worker: one read of the store).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param waiting: one of :data:`WAITS`.
+    :param log: the task's logger.
+    """
+    request = requested_abort(store, log)
+    return request is not None and interrupts(request.mode, waiting)
+
+
+def abandon_in_flight(wave: WaveRecord, reason: str, at: float) -> list[FleetRow]:
+    """Give up the wave's rollouts still undecided when an abort rolls the wave back: each row fails "aborted while
+    rolling out" and is rolled back over its revision (as a rollout whose watch timed out is: the revision may
+    serve for a while, then the restored one replaces it).
+
+    :param wave: the wave.
+    :param reason: the abort's reason.
+    :param at: when.
+    :returns: the rows given up.
+    """
+    rows = [row for row in wave.rows if row.outcome == Outcome.ROLLING_OUT]
+    for row in rows:
+        row.decide(
+            Outcome.FAILED,
+            f"{ABORTED_WHILE_ROLLING_OUT}: {reason}; its revision {row.to_revision or '(not known yet)'} was not "
+            "judged and is rolled back (it may serve for a while first)",
+            at,
+        )
+        row.timed_out = True  # not judged: rolled back over the revision, whether it went live or not
+    return rows
 
 
 def _read(store: Any, key: str, log: logging.Logger | Any) -> Any:

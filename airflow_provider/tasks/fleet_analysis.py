@@ -295,6 +295,9 @@ class WaveAnalysis:
     :param ask: an inconclusive verdict waits for a person (``on_inconclusive="ask"``) instead of failing the row.
     :param control_group: judge the canary's rate checks against its control group (``canary_baseline=
         "control_group"``, see :func:`control_rows`).
+    :param interrupted: on the worker, asked every ``check_every`` seconds while a round is awaited: true ends the
+        analysis there (an abort that rolls the wave back; see :mod:`~airflow_provider.tasks.fleet_abort`).
+    :param check_every: seconds between two questions to ``interrupted``.
     """
 
     task: AnalysingTask
@@ -309,6 +312,8 @@ class WaveAnalysis:
     secrets: Sequence[str] = ()
     ask: bool = False
     control_group: bool = False
+    interrupted: Callable[[], bool] | None = None
+    check_every: float = 5.0
 
     @property
     def wave(self) -> WaveRecord:
@@ -348,7 +353,14 @@ class WaveAnalysis:
         if in_triggerer:
             self._defer(targets, method_name)
         try:
-            analyse_in_steps_on_worker(self.task, analysis, targets, self._on_worker_step)
+            analyse_in_steps_on_worker(
+                self.task,
+                analysis,
+                targets,
+                self._on_worker_step,
+                interrupted=self.interrupted,
+                check_every=self.check_every,
+            )
         except AnalysisNotMeasured as err:
             self.not_measured(str(err))
 

@@ -20,6 +20,7 @@ from airflow_provider.fleet import (
     FleetRow,
     Outcome,
     WaveRecord,
+    aborted_unjudged,
 )
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
@@ -325,7 +326,8 @@ def apply_rollbacks(
         row.rollback_decided = True
         if outcome in SUCCESS_OUTCOMES:
             _judge_resource_spec(row, live.get(row.deployment_id))
-            how = _ROLLED_BACK_HOW[row.outcome]
+            before = Outcome.LANDED if row.outcome == Outcome.FAILED and aborted_unjudged(row) else row.outcome
+            how = _ROLLED_BACK_HOW[before]
             serves = (
                 f"revision {row.from_revision} serves again (deployed again in place)"
                 if row.rollback_revision == row.from_revision
@@ -333,7 +335,7 @@ def apply_rollbacks(
             )
             except_clause = f" except: {'; '.join(row.not_restored)}" if row.not_restored else ""
             row.decide(
-                _restored_outcome(row.outcome, is_partial(row)),
+                _restored_outcome(before, is_partial(row)),
                 f"{row.message}; rolled back ({serves}){except_clause}",
                 float(at),
             )

@@ -128,6 +128,7 @@ def watch_wave(
     log: logging.Logger | Any,
     sleep: Callable[[float], None] = time.sleep,
     allowed_latest: Mapping[str, str] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> dict[str, tuple[str, str, float]]:
     """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
     per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) when a
@@ -144,6 +145,8 @@ def watch_wave(
     :param sleep: how to wait (tests may pass their own).
     :param allowed_latest: ``{deployment_id: revision}`` allowed to stay the latest (see
         :class:`~airflow_provider.fleet.WaveTracker`).
+    :param interrupted: asked after each round that left rollouts undecided; true ends the watch there (an abort
+        from the Rollouts view: the rollouts still undecided are left out of the result).
     :returns: ``{deployment_id: (outcome, message, decided_at)}``.
     """
     tracker = WaveTracker(dict(rollouts), bake_seconds, deadline, dict(allowed_latest or {}))
@@ -200,7 +203,7 @@ def watch_wave(
             )
             if message is not None:
                 log.info("%s", message)
-        if tracker.done:
+        if tracker.done or (interrupted is not None and interrupted()):
             break
         pause = max(0.0, poll_interval - (time.time() - started))
         if not final and time.time() + pause > deadline:

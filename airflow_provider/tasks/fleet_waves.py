@@ -18,9 +18,16 @@ from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.tasks import fleet_watching
 from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.tasks.fleet_abort import TakenAbort, rollback_candidates, take_abort
+from airflow_provider.tasks.fleet_abort import (
+    TakenAbort,
+    abandon_in_flight,
+    abort_interrupts,
+    interrupts,
+    rollback_candidates,
+    take_abort,
+)
 from airflow_provider.tasks.fleet_analysis import WaveAnalysis
-from airflow_provider.tasks.fleet_asking import WaveQuestion
+from airflow_provider.tasks.fleet_asking import WaveQuestion, apply_answer, open_question
 from airflow_provider.tasks.fleet_change import completed_for
 from airflow_provider.tasks.fleet_patching import patch_wave
 from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages, stop_as_decided, stop_reason
@@ -31,6 +38,7 @@ from airflow_provider.tasks.fleet_rollback import (
     rollbacks_allowed_latest,
     start_rollbacks,
 )
+from airflow_provider.tasks.inconclusive import ROLL_BACK, Answer
 from airflow_provider.tasks.notify import Notifying
 
 if TYPE_CHECKING:
@@ -141,7 +149,8 @@ class FleetRun:
                     task.log.info("Pausing %g s before %s", task.pause_seconds, wave.name)
                     if task.deferrable:
                         self.defer_wave(index, {}, None, time.time() + task.pause_seconds)
-                    time.sleep(task.pause_seconds)
+                    if self.pause(task.pause_seconds):
+                        continue  # aborted while paused: the loop takes the abort
                 task.log.info("Rolling out %s: %s", wave.name, ", ".join(row.name for row in wave.rows))
                 patch_wave(
                     task.hook,
@@ -156,6 +165,7 @@ class FleetRun:
                 wave.phase = "patched"
                 progress_store.save(progress, index)
             if wave.phase == "patched":
+                self.give_up_in_flight(index)  # an abort that rolls the wave back: not watched any further
                 rollouts = fleet_watching.in_flight(wave)
                 if rollouts:
                     begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
@@ -170,27 +180,32 @@ class FleetRun:
                         bake_seconds=self.watch_bake_seconds(),
                         revision_check_interval=task.revision_check_interval,
                         log=task.log,
+                        interrupted=functools.partial(self.abort_interrupts, "watch"),
                     )
                     self.record_outcomes(wave, outcomes)
+                    if fleet_watching.in_flight(wave):  # the watch ended early: an abort rolls the wave back
+                        self.check_abort()
+                        if not self.give_up_in_flight(index):
+                            continue  # (not an abort of this wave after all: watched again)
                 wave.phase = "watched"
                 progress_store.save(progress, index)
             save = functools.partial(progress_store.save, progress, index)
             if wave.phase == "watched":
-                if task.verify is not None:
+                if task.verify is not None and not self.rolls_back(index):
                     fleet_watching.verify_wave(task.hook, wave, task.verify, task.log, secrets=self.secrets)
                 if task.analysis is not None:
                     wave.phase = "analysing"  # recorded with verify's verdicts: a retry does not verify again
                 if task.verify is not None or task.analysis is not None:
                     save()
             self.check_abort()  # an abort asked for while the wave was watched rolls it back now, not analysed
-            aborting = self.taken is not None and self.taken.rolls_back(index)
-            if wave.phase == "analysing" and task.analysis is not None and not aborting:  # (a retry goes on)
+            if wave.phase == "analysing" and task.analysis is not None and not self.rolls_back(index):
                 # Rows already judged (an earlier try, or the resume) are not judged again.
                 self.wave_analysis(index).run(deferrable=task.deferrable, method_name="execute_complete_analysis")
-                if task.on_inconclusive == "ask":  # the wave's inconclusive deployments: a person decides
-                    self.wave_question(index).ask_if_inconclusive()
+                self.check_abort()  # (one that ended the analysis on the worker)
+                if task.on_inconclusive == "ask" and not self.rolls_back(index):
+                    self.wave_question(index).ask_if_inconclusive()  # the wave's inconclusive deployments
             if wave.phase in ("watched", "analysing"):
-                if task.rollback_on_failure or aborting:
+                if task.rollback_on_failure or self.rolls_back(index):
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
                     start_rollbacks(
                         task.hook,
@@ -231,12 +246,20 @@ class FleetRun:
 
     def check_abort(self) -> TakenAbort | None:
         """Take an abort requested from the Rollouts view (:func:`~airflow_provider.tasks.fleet_abort.take_abort`),
-        and start the rollbacks it asks for of the waves already done (each marked and recorded before its request;
-        the wave loop then waits for them as for any wave's rollbacks). Returns ``None`` (the loop goes on)."""
+        answer "Roll back" to an open question about a wave it rolls back (in the user's name), and start the
+        rollbacks it asks for of the waves already done (each marked and recorded before its request; the wave loop
+        then waits for them as for any wave's rollbacks). Returns ``None`` (the loop goes on)."""
         progress = self.progress
-        self.taken = take_abort(progress, self.progress_store, self.taken, self.task.log)
-        for index in self.taken.rollback_waves if self.taken is not None else ():
+        taken = self.taken = take_abort(progress, self.progress_store, self.taken, self.task.log)
+        for index in taken.rollback_waves if taken is not None else ():
             wave = progress.waves[index]
+            question = open_question(wave)
+            if question is not None and taken is not None:
+                request = taken.request
+                answer = Answer(choice=ROLL_BACK, by=request.requested_by, at=request.requested_at, timed_out=False)
+                apply_answer(wave, answer, int(question.get("number") or 0))
+                self.task.log.warning("%s: the open question is answered %s (the abort)", wave.name, answer.said())
+                self.progress_store.save(progress, index)
             if wave.phase == "done" and rollback_candidates(progress, index):
                 start_rollbacks(
                     self.task.hook,
@@ -250,6 +273,37 @@ class FleetRun:
                 wave.phase = "rolling_back"
                 self.progress_store.save(progress, index)
         return None
+
+    def rolls_back(self, index: int) -> bool:
+        """Whether the abort taken rolls wave ``index`` back."""
+        return self.taken is not None and self.taken.rolls_back(index)
+
+    def abort_interrupts(self, waiting: str) -> bool:
+        """Whether an abort (taken, or requested since) ends the wait for ``waiting`` now (asked between two rounds
+        of a wait on the worker; see :func:`~airflow_provider.tasks.fleet_abort.interrupts`)."""
+        if self.taken is not None:
+            return interrupts(self.taken.request.mode, waiting)
+        return abort_interrupts(self.progress_store.store, waiting, self.task.log)
+
+    def pause(self, seconds: float) -> bool:
+        """Pause ``seconds`` before a wave on the worker, asking every ``poll_interval`` whether an abort ends the
+        pause; returns whether one did."""
+        end = time.time() + seconds
+        while (left := end - time.time()) > 0:
+            time.sleep(min(left, max(self.task.poll_interval, 0.1)))
+            if self.abort_interrupts("pause"):
+                return True
+        return False
+
+    def give_up_in_flight(self, index: int) -> bool:
+        """When the abort taken rolls wave ``index`` back, give its rollouts still undecided up
+        (:func:`~airflow_provider.tasks.fleet_abort.abandon_in_flight`) and record it; returns whether it does."""
+        if not self.rolls_back(index):
+            return False
+        assert self.taken is not None
+        if abandon_in_flight(self.progress.waves[index], self.taken.request.reason, time.time()):
+            self.progress_store.save(self.progress, index)
+        return True
 
     def stopping(self, index: int) -> str | None:
         """Why wave ``index`` stops the rollout (its deployments that landed are then rolled back with it): an abort
@@ -291,6 +345,8 @@ class FleetRun:
             secrets=self.secrets,
             ask=task.on_inconclusive == "ask",
             control_group=task.canary_baseline == "control_group",
+            interrupted=functools.partial(self.abort_interrupts, "analysis"),
+            check_every=max(task.poll_interval, 0.1),
         )
 
     def wave_question(self, index: int) -> WaveQuestion:

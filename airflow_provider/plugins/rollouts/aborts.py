@@ -12,6 +12,11 @@ fails "aborted by <user> from the Rollouts view". The view never touches a deplo
 - **once per confirmation**: the page sends one ``request_id`` per confirmation; a second request with it answers
   with the request already recorded (``already_requested``), another one is a 409 naming who aborted;
 - only a task that still runs (queued, running, deferred, up for retry...) can be aborted (else 409);
+- **at once**: a task deferred (or awaiting an answer) on something the abort ends (a pause; in ``rollback`` mode
+  the watch of the current wave, its analysis or a question about it: see
+  :func:`~airflow_provider.tasks.fleet_abort.interrupts`) is resumed by the view in the same transaction, as Airflow's
+  own API server resumes a task answered through its human-in-the-loop API; an open question is answered "Roll back"
+  in the user's name. A running task reads the request between two rounds of what it waits for;
 - **in Airflow's audit log**: one ``Log`` row (event ``deployment_service.abort``, the acting user as ``owner``),
   written in the same transaction as the request.
 """
@@ -26,17 +31,27 @@ import pydantic
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.models import Log
 from fastapi import HTTPException, status
+from sqlalchemy import select
 
 from airflow_provider.fleet import Outcome
 from airflow_provider.plugins.rollouts import access
 from airflow_provider.plugins.rollouts.access import HTTP_422
 from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN, locked_task_instance, task_instance_named
 from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
-from airflow_provider.tasks.fleet_abort import ABORT_KEY, ABORT_MODES, TAKEN_KEY, AbortRequest
+from airflow_provider.tasks.fleet_abort import (
+    ABORT_KEY,
+    ABORT_MODES,
+    TAKEN_KEY,
+    AbortRequest,
+    abort_event,
+    interrupts,
+    waiting_on,
+)
 from airflow_provider.tasks.fleet_progress import STATE_KEY
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+    from sqlalchemy.orm import Session
 
     from airflow_provider.plugins.rollouts.records import FleetTaskRecord
 
@@ -44,7 +59,16 @@ __all__ = ["ABORTABLE_STATES", "ABORT_AUDIT_EVENT", "AbortBody", "abort_offer", 
 
 ABORT_AUDIT_EVENT = "deployment_service.abort"
 """The ``event`` of the audit log entry an abort from the view writes."""
-ABORTABLE_STATES = ("scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting")
+ABORTABLE_STATES = (
+    "scheduled",
+    "queued",
+    "running",
+    "deferred",
+    "awaiting_input",
+    "up_for_retry",
+    "up_for_reschedule",
+    "restarting",
+)
 """States of a task instance that may still act on an abort."""
 
 
@@ -197,12 +221,13 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             requested_from=REQUESTED_FROM,
         )
         backend.set(scope, ABORT_KEY, json.dumps(request.to_json()), session=session)
+        woken = _wake(session, ti, request, user, body)
         session.add(
             Log(
                 event=ABORT_AUDIT_EVENT,
                 owner=user.get_name(),
                 owner_display_name=user.get_name(),
-                extra=json.dumps({**request.to_json(), "method": "POST", "from": REQUESTED_FROM}),
+                extra=json.dumps({**request.to_json(), "method": "POST", "from": REQUESTED_FROM, "woken": woken}),
                 dag_id=body.dag_id,
                 run_id=body.run_id,
                 task_id=body.task_id,
@@ -210,7 +235,56 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             )
         )
         session.commit()
-        return {**request.to_json(), "already_requested": False}
+        return {**request.to_json(), "already_requested": False, "woken": woken}
+
+
+def _wake(session: Session, ti: Any, request: AbortRequest, user: BaseUser, body: AbortBody) -> str | None:
+    """Resume a task deferred (or awaiting an answer) on something the abort ends, with an
+    :func:`~airflow_provider.tasks.fleet_abort.abort_event`, in the caller's transaction (the task instance is
+    locked); an open question is answered "Roll back" in ``user``'s name. Returns what the task waited for when it was
+    woken, else ``None`` (it takes the abort at its next step, or between two rounds on the worker)."""
+    from airflow.models.trigger import Trigger, handle_event_submit
+    from airflow.triggers.base import TriggerEvent
+
+    from airflow_provider.plugins.rollouts.records import fleet_task
+
+    state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
+    if state not in ("deferred", "awaiting_input"):
+        return None
+    record = fleet_task(session, body.dag_id, body.run_id, body.task_id, body.map_index, with_approvals=False)
+    if record is None or record.progress is None or record.source != "task_state_store":
+        return None
+    waiting = waiting_on(record.progress, ti.next_method)
+    if waiting is None or not interrupts(request.mode, waiting):
+        return None
+    carry = None
+    if ti.trigger_id is not None and (trigger := session.get(Trigger, ti.trigger_id)) is not None:
+        try:
+            carry = trigger.kwargs.get("carry")
+        except Exception:  # undecryptable (another Fernet key): the task goes on from its store
+            carry = None
+    if waiting == "question":
+        _answer_roll_back(session, ti, user)
+    handle_event_submit(TriggerEvent(abort_event(request, carry)), task_instance=ti, session=session)
+    return waiting
+
+
+def _answer_roll_back(session: Session, ti: Any, user: BaseUser) -> None:
+    """Answer the task's open human-in-the-loop question "Roll back" in ``user``'s name (as Airflow's
+    ``PATCH .../hitlDetails`` records an answer), so that Airflow's "Required actions" page closes it."""
+    from airflow.models.hitl import HITLDetail, HITLUser
+
+    from airflow_provider.tasks.inconclusive import ROLL_BACK
+
+    detail = session.scalar(select(HITLDetail).where(HITLDetail.ti_id == ti.id).with_for_update(of=HITLDetail))
+    if detail is None or detail.response_received or ROLL_BACK not in (detail.options or []):
+        return
+    user_id = user.get_id()
+    detail.responded_by = HITLUser(id=str(user_id), name=user.get_name())
+    detail.responded_at = datetime.now(timezone.utc)
+    detail.chosen_options = [ROLL_BACK]
+    detail.params_input = {}
+    session.add(detail)
 
 
 def _json(value: str | None) -> Any:

@@ -614,7 +614,7 @@ function abortSection(data, key) {
     const back = abort.taken && abort.taken.rollback_waves.length
       ? `; rolling back ${abort.taken.rollback_waves.map((index) => data.waves[index] ? data.waves[index].name : `wave ${index}`).join(", ")}` : "";
     return [h("div", { class: "callout warn", id: "aborted", "data-aborted-by": taken.requested_by },
-      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it before its next step"}.`)];
+      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it within a poll interval, or before its next step"}.`)];
   }
   if (!abort.allowed || !abort.available) return [];
   return [h("div", { class: "row" }, h("button", { class: "action", id: "abort", onclick: () => confirmAbort(data, key) }, "Abort…")), abortPanel];
@@ -642,7 +642,7 @@ function confirmAbort(data, key) {
       const answer = await postJSON("api/fleet/abort", { dag_id: key.dag_id, run_id: key.run_id, task_id: key.task_id, map_index: Number(key.map_index),
         mode: picked.dataset.mode, include_earlier: Boolean(picked.dataset.earlier), request_id: requestId });
       abortPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-abort-requested": answer.request_id },
-        `${answer.requested_by} asked the task to abort; it acts before its next step and fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
+        `${answer.requested_by} asked the task to abort; ${answer.woken ? `it stopped waiting (${WAITED[answer.woken] || answer.woken}) and acts on it now` : "it acts on it within a poll interval, or before its next step"}, then fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
     } catch (error) {
       showError(abortPanel, error);
     }
@@ -651,6 +651,8 @@ function confirmAbort(data, key) {
     h("p", {}, `Abort ${key.task_id} in run ${key.run_id}, as you. The running task carries it out and then fails.`), ...choices,
     h("div", { class: "row" }, go, cancel)));
 }
+
+const WAITED = { pause: "the pause before the next wave", watch: "the watch of the current wave", analysis: "the analysis of the current wave", question: "the answer to its question, now “Roll back”" };
 
 function canaryState(data) {
   const canary = data.waves.find((wave) => wave.name === "canary");
