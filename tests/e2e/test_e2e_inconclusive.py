@@ -1,43 +1,59 @@
 """End to end (issue 32): an inconclusive analysis asks a person, who answers through Airflow's REST API.
 
 Real Airflow services (SQLite + LocalExecutor) parse ``tests/e2e/dags/inconclusive_ask.py``; the emulator's tracing
-service answers 503 to every stats request, so each patch's analysis is inconclusive and its task parks in
-``awaiting_input`` with a HITL question. Three runs at once, each on its own deployment:
+service answers 503 to every stats request, so every analysis is inconclusive and its task parks in
+``awaiting_input`` with a HITL question. Five runs at once, each on deployments of its own. The patch task
+(``roll_out``):
 
 - answered "Roll back" with ``PATCH /api/v2/dags/.../taskInstances/roll_out/-1/hitlDetails``: the run fails and
   the revision that served before serves again;
 - answered "Promote": the run succeeds and the new revision serves;
 - not answered: the scheduler's timeout sweep answers the default after ``response_timeout``: rolled back.
 
+The fleet task (``FleetRolloutOperator``, ``fleet``) on two deployments, a canary of one, then one wave:
+
+- the canary's question answered "Roll back": the canary serves its previous image again, the wave is never
+  patched, and the run fails naming who answered;
+- "Promote", twice (the canary's question, then the wave's): both deployments serve the new image.
+
 While a question is open, the Rollouts view (the provider's plugin in the real api-server) shows it with the link
-to Airflow's "Required actions" page. Every outcome is checked on the emulator's own state.
+to Airflow's "Required actions" page: the deployment's page shows its rollout ``asking``, and the fleet tab the open
+question about the wave. Every outcome is checked on the emulator's own state.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_airflow import wait_until
-from e2e_scenarios import DagRun, check_run
+from e2e_airflow import AirflowApi, Emulator, wait_until
+from e2e_scenarios import DagRun, check_one_new_revision, check_run, revisions
 from e2e_stack import Stack, airflow_stack, record_timing
 
 pytestmark = pytest.mark.e2e
 
 DAGS = Path(__file__).parent / "dags"
-ASK_DAG, TIMEOUT_DAG = "inconclusive_ask", "inconclusive_ask_timeout"
+ASK_DAG, TIMEOUT_DAG, FLEET_DAG = "inconclusive_ask", "inconclusive_ask_timeout", "inconclusive_ask_fleet"
 RESPONSE_TIMEOUT = 20.0
 THINKING_SECONDS = 8.0
-"""How long the "person" looks at the question before answering. Airflow 3.3.2 fails a task answered within a
+"""How long the "person" looks at a question before answering. Airflow 3.3.2 fails a task answered within a
 few seconds of parking: the executor's late "success" of the run that parked it lands after the answer queued
 the resume (its stale-success race, apache/airflow#66374 and #72716: "finished with state success, but the task
 instance's state attribute is queued"), measured here on an answer 1 s after ``awaiting_input``."""
+ASK_TIMEOUT = 240.0
 RUN_TIMEOUT = 300.0
+OPTIONS = ["Promote", "Roll back", "Analyse another interval"]
 TARGETS = {"roll back": "checkout-api-staging", "promote": "search-staging", "timeout": "ledger-service-staging"}
+FLEETS = {
+    "fleet roll back": ("catalog-graph-staging", "onboarding-flow-staging"),
+    "fleet promote": ("pricing-engine-dev", "recommendation-agent-prod"),
+}
+"""Each fleet's deployments (image ones, of no other case), in rollout order: the canary first."""
 
 
 @pytest.fixture(scope="module")
@@ -53,33 +69,156 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
-def hitl_path(run: DagRun) -> str:
-    return f"/api/v2/dags/{run.dag_id}/dagRuns/{run.run_id}/taskInstances/roll_out/-1/hitlDetails"
+def hitl_path(run: DagRun, task_id: str = "roll_out") -> str:
+    return f"/api/v2/dags/{run.dag_id}/dagRuns/{run.run_id}/taskInstances/{task_id}/-1/hitlDetails"
 
 
-def wait_asking(stack: Stack, run: DagRun) -> dict[str, Any]:
-    """Wait until the run's task parks for an answer; return its HITL detail (through the REST API)."""
-    api = stack.airflow.api
+@dataclass
+class Question:
+    """One question as the person saw it.
 
-    def asking() -> dict[str, Any] | None:
-        states = {ti["task_id"]: ti["state"] for ti in api.task_instances(*run.key)}
-        if states.get("roll_out") in ("failed", "success"):
-            raise AssertionError(f"{run.run_id}: the task ended without asking ({states})")
-        if states.get("roll_out") != "awaiting_input":
-            return None
-        response = api.http.get(hitl_path(run))
-        return dict(response.json()) if response.status_code == 200 else None
+    :param detail: its HITL detail (``GET .../hitlDetails``) when first seen open.
+    :param look: what :attr:`Person.look` recorded then.
+    :param answer: the HITL detail the answer's ``PATCH`` returned.
+    """
 
-    detail = wait_until(asking, timeout=180, what=f"{run.run_id} asks a person", interval=1.0)
-    time.sleep(THINKING_SECONDS)
-    return detail
+    detail: dict[str, Any]
+    look: dict[str, Any]
+    answer: dict[str, Any] | None = None
+
+
+@dataclass
+class Person:
+    """Answers the questions of one run's task through the REST API, in turn, each :data:`THINKING_SECONDS` after
+    first seeing it open, and keeps what it saw.
+
+    :param run: the run.
+    :param task_id: the task that asks.
+    :param choices: the answer to each question, in turn.
+    :param look: what to record while a question is open (called once per question, when first seen).
+    """
+
+    run: DagRun
+    task_id: str
+    choices: Sequence[str]
+    look: Callable[[], dict[str, Any]]
+    questions: list[Question] = field(default_factory=list)
+    seen_at: float | None = None
+    last_state: str | None = None
+
+    @property
+    def path(self) -> str:
+        return hitl_path(self.run, self.task_id)
+
+    @property
+    def done(self) -> bool:
+        return len(self.questions) == len(self.choices) and self.questions[-1].answer is not None
+
+    def describe(self) -> str:
+        answered = [question.answer["chosen_options"] for question in self.questions if question.answer]
+        return f"{self.run.run_id}: {self.task_id} {self.last_state}, answered {answered} of {list(self.choices)}"
+
+    def step(self, api: AirflowApi) -> None:
+        """Look once: note a question newly open, answer the one open for :data:`THINKING_SECONDS`."""
+        states = {ti["task_id"]: ti["state"] for ti in api.task_instances(*self.run.key)}
+        self.last_state = states.get(self.task_id)
+        if self.last_state in ("failed", "success"):
+            raise AssertionError(f"the task ended before every question was answered: {self.describe()}")
+        if self.last_state != "awaiting_input":
+            return
+        response = api.http.get(self.path)
+        if response.status_code != 200 or response.json()["response_received"]:
+            return  # not written yet, or the last answer not taken yet
+        if self.seen_at is None:
+            assert len(self.questions) < len(self.choices), f"one question too many: {self.describe()}"
+            self.seen_at = time.monotonic()
+            self.questions.append(Question(dict(response.json()), self.look()))
+        elif time.monotonic() - self.seen_at >= THINKING_SECONDS:
+            choice = self.choices[len(self.questions) - 1]
+            body = {"chosen_options": [choice], "params_input": {}}
+            self.questions[-1].answer = api.request("PATCH", self.path, json=body)
+            self.seen_at = None
+
+
+def answer_all(api: AirflowApi, people: Sequence[Person]) -> None:
+    """Let every person answer every question (bounded by :data:`ASK_TIMEOUT`)."""
+
+    def answered() -> bool:
+        for person in people:
+            if not person.done:
+                person.step(api)
+        return all(person.done for person in people)
+
+    wait_until(
+        answered,
+        timeout=ASK_TIMEOUT,
+        what="every question is asked and answered",
+        interval=1.0,
+        diagnostics=lambda: "\n".join(person.describe() for person in people),
+    )
+
+
+def deployment_page(api: AirflowApi, deployment_id: str) -> dict[str, Any]:
+    """The Rollouts view's page of one deployment (its ``running`` rollouts)."""
+    return dict(api.request("GET", f"/deployment-service/api/deployments/{deployment_id}"))
+
+
+def patch_look(emulator: Emulator, api: AirflowApi, name: str) -> Callable[[], dict[str, Any]]:
+    def look() -> dict[str, Any]:
+        deployment = emulator.deployment(name)
+        return {"deployment": deployment, "page": deployment_page(api, deployment["id"])}
+
+    return look
+
+
+def fleet_look(emulator: Emulator, api: AirflowApi, run: DagRun, names: Sequence[str]) -> Callable[[], dict[str, Any]]:
+    def look() -> dict[str, Any]:
+        deployments = {name: emulator.deployment(name) for name in names}
+        params = {"dag_id": run.dag_id, "run_id": run.run_id, "task_id": "fleet", "map_index": -1}
+        return {
+            "deployments": deployments,
+            "pages": {name: deployment_page(api, found["id"]) for name, found in deployments.items()},
+            "fleet": api.request("GET", "/deployment-service/api/fleet", params=params),
+        }
+
+    return look
+
+
+def check_patch_question(question: Question, image: str) -> None:
+    """The patch task's question and what the Rollouts view showed while it was open."""
+    detail, look = question.detail, question.look
+    assert detail["options"] == OPTIONS, detail
+    assert detail["defaults"] == ["Roll back"] and detail["response_received"] is False, detail
+    assert "Inconclusive" in detail["subject"] and "tracing error_rate" in detail["body"], detail
+    assert look["deployment"]["source_revision_config"]["image_uri"] == image, "the revision serves while asked"
+    (running,) = look["page"]["running"]
+    assert running["outcome"] == "asking" and running["question_path"].endswith(
+        "/tasks/roll_out/required_actions?map_index=-1"
+    ), running
+
+
+def check_fleet_question(question: Question, wave: str, asked: str, image: str) -> None:
+    """A fleet question while open: the asked deployment serves the new image, the fleet tab shows the question
+    about ``wave`` asking about ``asked``, and the deployment's page shows it ``asking`` with the same link."""
+    look = question.look
+    assert look["deployments"][asked]["source_revision_config"]["image_uri"] == image, "the revision serves while asked"
+    shown = look["fleet"]["question"]
+    assert shown is not None and shown["wave"] == wave, look["fleet"]
+    assert [item["name"] for item in shown["deployments"]] == [asked] and shown["answer"] is None, shown
+    assert shown["question_path"].endswith("/tasks/fleet/required_actions?map_index=-1"), shown
+    (running,) = look["pages"][asked]["running"]
+    assert running["outcome"] == "asking" and running["question_path"] == shown["question_path"], running
 
 
 def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: Stack) -> None:
     emulator, api = stack.emulator, stack.airflow.api
+    assert api is not None, "the Airflow services are not up"
     stamp = int(time.time())
     before = {case: emulator.deployment(name) for case, name in TARGETS.items()}
-    for deployment in before.values():
+    fleet_names = [name for names in FLEETS.values() for name in names]
+    fleet_before = {name: emulator.deployment(name) for name in fleet_names}
+    before_revisions = revisions(emulator)
+    for deployment in [*before.values(), *fleet_before.values()]:
         emulator.set_behaviour(deployment["id"], revision_id="next", requests_per_second=200, error_rate=0.0)
     # The tracing service is down for stats: every analysis is inconclusive.
     emulator._call(
@@ -87,7 +226,8 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
         "/faults",
         {"kind": "status", "method": "POST", "path": "/tracing/runs/stats", "status_code": 503, "count": None},
     )
-    images = {case: f"registry.example.com/acme/{case.replace(' ', '-')}:{stamp}" for case in TARGETS}
+    cases = [*TARGETS, *FLEETS]
+    images = {case: f"registry.example.com/acme/{case.replace(' ', '-')}:{stamp}" for case in cases}
     runs = {
         case: DagRun(
             TIMEOUT_DAG if case == "timeout" else ASK_DAG,
@@ -96,28 +236,26 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
         )
         for case in TARGETS
     }
-    api.wait_for_dags([ASK_DAG, TIMEOUT_DAG], timeout=120)
+    for case, names in FLEETS.items():
+        conf = {"deployment_names": ",".join(names), "image_uri": images[case]}
+        runs[case] = DagRun(FLEET_DAG, f"{case.replace(' ', '-')}-{stamp}", conf)
+    people = {
+        case: Person(runs[case], "roll_out", [choice], patch_look(emulator, api, TARGETS[case]))
+        for case, choice in (("roll back", "Roll back"), ("promote", "Promote"))
+    }
+    for case, choices in (("fleet roll back", ["Roll back"]), ("fleet promote", ["Promote", "Promote"])):
+        people[case] = Person(runs[case], "fleet", choices, fleet_look(emulator, api, runs[case], FLEETS[case]))
+    api.wait_for_dags([ASK_DAG, TIMEOUT_DAG, FLEET_DAG], timeout=120)
     started = time.monotonic()
     for run in runs.values():
         api.trigger(run.dag_id, run.run_id, run.conf)
 
-    answered: dict[str, dict[str, Any]] = {}
-    views: dict[str, dict[str, Any]] = {}
-    for case, choice in (("roll back", "Roll back"), ("promote", "Promote")):
-        run = runs[case]
-        detail = wait_asking(stack, run)
-        assert detail["options"] == ["Promote", "Roll back", "Analyse another interval"], detail
-        assert detail["defaults"] == ["Roll back"] and detail["response_received"] is False, detail
-        assert "Inconclusive" in detail["subject"] and "tracing error_rate" in detail["body"], detail
-        asking = emulator.deployment(TARGETS[case])
-        assert asking["source_revision_config"]["image_uri"] == images[case], "the revision serves while asked"
-        views[case] = api.request("GET", f"/deployment-service/api/deployments/{asking['id']}")
-        answered[case] = api.request("PATCH", hitl_path(run), json={"chosen_options": [choice], "params_input": {}})
+    answer_all(api, list(people.values()))
     record_timing(stack.name, **{"asked and answered": time.monotonic() - started})
-
     states = api.wait_for_runs([run.key for run in runs.values()], timeout=RUN_TIMEOUT)
-    record_timing(stack.name, **{"three runs": time.monotonic() - started})
+    record_timing(stack.name, **{"five runs": time.monotonic() - started})
     expected = {"roll back": "failed", "promote": "success", "timeout": "failed"}
+    expected |= {"fleet roll back": "failed", "fleet promote": "success"}
     for case, run in runs.items():
         check_run(stack, run, states[run.key], expected[case])
     # Each failed for the reason its answer gives (not for Airflow's stale-success race, which also fails a run).
@@ -127,15 +265,14 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
     timed_out = api.task_log(*runs["timeout"].key, "roll_out", try_number=1).exception_values()
     assert any("no answer within the response timeout" in error for error in timed_out), timed_out
 
-    # While asked, the Rollouts view showed the open question and where to answer it.
-    for shown in views.values():
-        (running,) = shown["running"]
-        assert running["outcome"] == "asking" and running["question_path"].endswith(
-            "/tasks/roll_out/required_actions?map_index=-1"
-        ), running
-    assert answered["roll back"]["responded_by"]["name"] == "admin"
+    # The patch task's questions, and the Rollouts view while they were open.
+    for case in ("roll back", "promote"):
+        (question,) = people[case].questions
+        check_patch_question(question, images[case])
+    answered = people["roll back"].questions[0].answer
+    assert answered is not None and answered["responded_by"]["name"] == "admin", answered
 
-    # The emulator's own state after each answer.
+    # The patch task on the emulator after each answer.
     after = {case: emulator.deployment(name) for case, name in TARGETS.items()}
     for case in ("roll back", "timeout"):
         assert (
@@ -145,6 +282,41 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
     assert after["promote"]["source_revision_config"]["image_uri"] == images["promote"]
     promoted = next(r for r in after["promote"]["revisions"] if r["id"] == after["promote"]["active_revision_id"])
     assert promoted["source_revision_config"]["image_uri"] == images["promote"] and promoted["status"] == "DEPLOYED"
-
     timeout_detail = api.request("GET", hitl_path(runs["timeout"]))
     assert timeout_detail["chosen_options"] == ["Roll back"] and timeout_detail["responded_by_user"] is None
+
+    # The fleet rolled back: one question, about the canary, showing its measurements; the wave never patched.
+    canary, wave = FLEETS["fleet roll back"]
+    (question,) = people["fleet roll back"].questions
+    detail = question.detail
+    assert detail["options"] == OPTIONS and detail["defaults"] == ["Roll back"], detail
+    assert "canary" in detail["subject"] and canary in detail["subject"], detail
+    assert f"{canary} · tracing error_rate" in detail["body"], detail
+    check_fleet_question(question, "canary", canary, images["fleet roll back"])
+    assert question.look["deployments"][wave]["latest_revision_id"] == fleet_before[wave]["latest_revision_id"]
+    stopped = api.task_log(*runs["fleet roll back"].key, "fleet", try_number=1).exception_values()
+    assert any(
+        "fleet rollout stopped: the canary failed" in error and "'Roll back', chosen by admin" in error
+        for error in stopped
+    ), stopped
+    for name in (canary, wave):
+        now, then = emulator.deployment(name), fleet_before[name]
+        assert now["source_revision_config"]["image_uri"] == then["source_revision_config"]["image_uri"], (
+            f"{name} does not serve its previous image: {now['source_revision_config']}"
+        )
+        assert now["status"] == "READY", now
+    kept = [revision["id"] for revision in emulator.deployment(wave)["revisions"]]
+    assert kept == [revision["id"] for revision in before_revisions[wave]], f"{wave} was patched: {kept}"
+
+    # The fleet promoted: the canary's question, then the wave's; both serve the new image, in one new revision each.
+    canary, wave = FLEETS["fleet promote"]
+    first, second = people["fleet promote"].questions
+    assert canary in first.detail["subject"] and first.detail["response_received"] is False, first.detail
+    check_fleet_question(first, "canary", canary, images["fleet promote"])
+    assert first.look["deployments"][wave]["latest_revision_id"] == fleet_before[wave]["latest_revision_id"]
+    assert second.detail["options"] == OPTIONS and second.detail["response_received"] is False, second.detail
+    check_fleet_question(second, "wave 1", wave, images["fleet promote"])
+    for name in (canary, wave):
+        check_one_new_revision(before_revisions, emulator, name)
+        serving = emulator.deployment(name)["source_revision_config"]["image_uri"]
+        assert serving == images["fleet promote"], f"{name} serves {serving}"
