@@ -19,6 +19,11 @@ The fleet task (``FleetRolloutOperator``, ``fleet``) on two deployments, a canar
 While a question is open, the Rollouts view (the provider's plugin in the real api-server) shows it with the link
 to Airflow's "Required actions" page: the deployment's page shows its rollout ``asking``, and the fleet tab the open
 question about the wave. Every outcome is checked on the emulator's own state.
+
+On the same stack, ``tests/e2e/dags/fleet_abort.py``: two deferrable fleets waiting in the real triggerer (a
+ten-minute pause after the canary; the canary's ten-minute bake) are aborted through the Rollouts view's API
+(``stop``; ``rollback``); the view resumes each task at once, and each run ends within a minute and a half with the
+emulator showing what the mode promised.
 """
 
 from __future__ import annotations
@@ -320,3 +325,99 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
         check_one_new_revision(before_revisions, emulator, name)
         serving = emulator.deployment(name)["source_revision_config"]["image_uri"]
         assert serving == images["fleet promote"], f"{name} serves {serving}"
+
+
+ABORTS = {
+    "stop": ("billing-worker-prod", "search-sandbox"),
+    "rollback": ("pricing-engine-sandbox", "inventory-sync-staging"),
+}
+"""The aborted fleets' deployments (image ones, of no other case), canary first: ``stop`` aborts ``fleet_abort_pause``
+in its pause after the canary, ``rollback`` aborts ``fleet_abort_bake`` while its canary bakes."""
+ABORT_DAGS = {"stop": "fleet_abort_pause", "rollback": "fleet_abort_bake"}
+ABORTED_WITHIN = 90.0
+"""A run must end this soon after its abort (each DAG waits ten minutes)."""
+
+
+def fleet_tab(api: AirflowApi, run: DagRun) -> dict[str, Any]:
+    params = {"dag_id": run.dag_id, "run_id": run.run_id, "task_id": "fleet", "map_index": -1}
+    return dict(api.request("GET", "/deployment-service/api/fleet", params=params))
+
+
+def test_an_abort_from_the_view_resumes_a_fleet_deferred_in_the_triggerer_at_once(stack: Stack) -> None:
+    """Two deferrable fleets wait in the real triggerer: one in a ten-minute pause after its canary, one in its
+    canary's ten-minute bake. The admin aborts each through the Rollouts view's API (``stop``, ``rollback``); the view
+    resumes each task in the same transaction (``woken``), and each run ends within :data:`ABORTED_WITHIN`: the
+    paused fleet with its canary serving the new image and its wave never patched, the baking one with its canary
+    serving its previous image again. The audit log and the fleet tab name the admin."""
+    emulator, api = stack.emulator, stack.airflow.api
+    assert api is not None, "the Airflow services are not up"
+    stamp = int(time.time())
+    before_revisions = revisions(emulator)
+    before = {name: emulator.deployment(name) for names in ABORTS.values() for name in names}
+    images = {mode: f"registry.example.com/acme/abort-{mode}:{stamp}" for mode in ABORTS}
+    runs = {
+        mode: DagRun(
+            ABORT_DAGS[mode], f"abort-{mode}-{stamp}", {"deployment_names": ",".join(names), "image_uri": images[mode]}
+        )
+        for mode, names in ABORTS.items()
+    }
+    api.wait_for_dags(list(ABORT_DAGS.values()), timeout=120)
+    for run in runs.values():
+        api.trigger(run.dag_id, run.run_id, run.conf)
+
+    def waiting(mode: str) -> Callable[[], dict[str, Any] | None]:
+        """The fleet tab once the task waits where the abort is to find it (deferred), else ``None``."""
+
+        def look() -> dict[str, Any] | None:
+            run = runs[mode]
+            states = {ti["task_id"]: ti["state"] for ti in api.task_instances(*run.key)}
+            if states.get("fleet") in ("failed", "success"):
+                raise AssertionError(f"{run.run_id}: the task ended before the abort ({states})")
+            if states.get("fleet") != "deferred":
+                return None
+            shown = fleet_tab(api, run)
+            canary = (shown.get("waves") or [{}])[0].get("rows") or [{}]
+            if mode == "stop":  # the canary landed and the pause began
+                return shown if shown.get("resume_at") and canary[0].get("outcome") == "landed" else None
+            return (
+                shown
+                if emulator.deployment(ABORTS[mode][0])["source_revision_config"].get("image_uri") == images[mode]
+                else None
+            )
+
+        return look
+
+    answers: dict[str, dict[str, Any]] = {}
+    asked_at: dict[str, float] = {}
+    for mode, run in runs.items():
+        wait_until(waiting(mode), timeout=180, what=f"{run.run_id} waits deferred", interval=1.0)
+        body = {"dag_id": run.dag_id, "run_id": run.run_id, "task_id": "fleet", "map_index": -1, "mode": mode}
+        answers[mode] = api.request(
+            "POST", "/deployment-service/api/fleet/abort", json={**body, "request_id": f"e2e-abort-{mode}-{stamp}"}
+        )
+        asked_at[mode] = time.monotonic()
+    assert answers["stop"]["woken"] == "pause" and answers["rollback"]["woken"] == "watch", answers
+
+    states = api.wait_for_runs([run.key for run in runs.values()], timeout=ABORTED_WITHIN)
+    record_timing(stack.name, **{"aborted runs end": time.monotonic() - min(asked_at.values())})
+    for run in runs.values():
+        check_run(stack, run, states[run.key], "failed")
+        errors = api.task_log(*run.key, "fleet", try_number=1).exception_values()
+        assert any("aborted by admin from the Rollouts view" in error for error in errors), errors
+        shown = fleet_tab(api, run)
+        assert shown["stopped"].startswith("aborted by admin from the Rollouts view"), shown["stopped"]
+
+    canary, wave = ABORTS["stop"]  # the canary stays on the new image; the wave was never patched
+    assert emulator.deployment(canary)["source_revision_config"]["image_uri"] == images["stop"]
+    kept = [revision["id"] for revision in emulator.deployment(wave)["revisions"]]
+    assert kept == [revision["id"] for revision in before_revisions[wave]], f"{wave} was patched: {kept}"
+    canary, wave = ABORTS["rollback"]  # the canary serves its previous image again; the wave was never patched
+    now = emulator.deployment(canary)
+    assert now["source_revision_config"]["image_uri"] == before[canary]["source_revision_config"]["image_uri"], now
+    assert now["status"] == "READY" and now["active_revision_id"] == now["latest_revision_id"], now
+    kept = [revision["id"] for revision in emulator.deployment(wave)["revisions"]]
+    assert kept == [revision["id"] for revision in before_revisions[wave]], f"{wave} was patched: {kept}"
+
+    audit = api.request("GET", "/api/v2/eventLogs", params={"event": "deployment_service.abort"})["event_logs"]
+    mine = {log["run_id"]: log for log in audit if log["run_id"] in {run.run_id for run in runs.values()}}
+    assert {log["owner"] for log in mine.values()} == {"admin"} and len(mine) == 2, audit
