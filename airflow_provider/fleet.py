@@ -29,7 +29,7 @@ from airflow_provider.models import Deployment, Revision
 from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
-    "ABORTED_WHILE_ROLLING_OUT",
+    "ABORTED_UNJUDGED",
     "ANALYSIS_FAILED_VERDICTS",
     "BUDGET_OUTCOMES",
     "CANARY",
@@ -103,18 +103,19 @@ REASON_UNKNOWN = "rolled back by an earlier try; why was not recorded (no task_s
 
 FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLED_BACK_PARTIALLY})
 """Outcomes of a deployment the change broke, restored or not (each counts against the failure budget)."""
-ABORTED_WHILE_ROLLING_OUT = "aborted while rolling out"
+ABORTED_UNJUDGED = "aborted before it was judged"
 """How the message of a row begins when an abort from the Rollouts view rolled its wave back before its revision was
-judged (:func:`~airflow_provider.tasks.fleet_abort.abandon_in_flight`): ``failed`` until its rollback goes live,
-then ``rolled_back_with_wave`` (never judged: not a failure of the change)."""
+judged (:func:`~airflow_provider.tasks.fleet_abort.abandon_unjudged`): still rolling out, it is ``failed`` until its
+rollback goes live; live, it stays ``landed``; then ``rolled_back_with_wave`` (never judged: not a failure of the
+change)."""
 
 
 def aborted_unjudged(row: FleetRow) -> bool:
-    """Whether an abort gave the row's rollout up before it was judged (see :data:`ABORTED_WHILE_ROLLING_OUT`).
+    """Whether an abort gave the row's rollout up before it was judged (see :data:`ABORTED_UNJUDGED`).
 
     :param row: a row.
     """
-    return row.message.startswith(ABORTED_WHILE_ROLLING_OUT)
+    return row.message.startswith(ABORTED_UNJUDGED)
 
 
 REASON_UNKNOWN_OUTCOMES = frozenset({Outcome.ROLLED_BACK_REASON_UNKNOWN})

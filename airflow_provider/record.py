@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider.fleet import (
-    ABORTED_WHILE_ROLLING_OUT,
+    ABORTED_UNJUDGED,
     ANALYSIS_FAILED_VERDICTS,
     REASON_UNKNOWN_OUTCOMES,
     ROLLED_BACK_OUTCOMES,
@@ -328,7 +328,7 @@ def fleet_row_entries(row: Mapping[str, Any], phase: str | None = None) -> list[
         return []  # never patched, or the patch made no revision
     found = [entry(Kind.ROLLED_OUT, deployment_id, revision, at=started, previous_revision_id=previous, wave=wave)]
     rolled_back = outcome in ROLLED_BACK_OUTCOMES
-    unjudged = str(message or "").startswith(ABORTED_WHILE_ROLLING_OUT)  # rolled back with its wave, never judged
+    unjudged = str(message or "").startswith(ABORTED_UNJUDGED)  # rolled back with its wave, never judged
     pending_rollback = row.get("rollback_revision") and not row.get("rollback_decided")
     if outcome == Outcome.LANDED and analysis is None and phase == "analysing":
         found.append(entry(Kind.JUDGING, deployment_id, revision, at=finished, steps=["analysis"], wave=wave))
@@ -375,7 +375,7 @@ def _failure_entry(row: Mapping[str, Any], at: float | None) -> dict[str, Any]:
         return entry(Kind.REJECTED, deployment_id, revision, step="verify", **shared)
     if "left service during the bake" in message:
         return entry(Kind.REJECTED, deployment_id, revision, step="bake", **shared)
-    if message.startswith(ABORTED_WHILE_ROLLING_OUT):  # given up by an abort before it was judged
+    if message.startswith(ABORTED_UNJUDGED):  # given up by an abort before it was judged
         return entry(Kind.FAILED, deployment_id, revision, step="abort", **shared)
     if row.get("timed_out") or message.startswith("timed out"):
         return entry(Kind.TIMED_OUT, deployment_id, revision, step="timeout", **shared)

@@ -24,7 +24,8 @@ try reads it again), so the task itself carries the abort out, with its own guar
 - a **pause** before a wave, in either mode (nothing is to be patched any more);
 - in ``rollback`` mode, the **watch** of the current wave's rollouts, its **analysis** and an open **question**
   about it (the wave is rolled back whatever they would say); its rows still rolling out are rolled back over
-  their revision (:func:`abandon_in_flight`), an open question is answered "Roll back" in the user's name;
+  their revision, those live but not judged yet are rolled back with it (:func:`abandon_unjudged`), an open
+  question is answered "Roll back" in the user's name;
 - never the watch of rollbacks (what they restore is awaited either way), and in ``stop`` mode nothing of the
   wave in flight (it finishes and is judged as usual).
 
@@ -46,7 +47,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.fleet import (
-    ABORTED_WHILE_ROLLING_OUT,
+    ABORTED_UNJUDGED,
     FAILURE_OUTCOMES,
     FleetProgress,
     FleetRow,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     import logging
 
 __all__ = [
-    "ABORTED_WHILE_ROLLING_OUT",
+    "ABORTED_UNJUDGED",
     "ABORT_EVENT",
     "ABORT_KEY",
     "ABORT_MODES",
@@ -67,7 +68,7 @@ __all__ = [
     "WAITS",
     "AbortRequest",
     "TakenAbort",
-    "abandon_in_flight",
+    "abandon_unjudged",
     "abort_event",
     "abort_interrupts",
     "aborted",
@@ -286,26 +287,38 @@ def abort_interrupts(store: Any, waiting: str, log: logging.Logger | Any) -> boo
     return request is not None and interrupts(request.mode, waiting)
 
 
-def abandon_in_flight(wave: WaveRecord, reason: str, at: float) -> list[FleetRow]:
-    """Give up the wave's rollouts still undecided when an abort rolls the wave back: each row fails "aborted while
-    rolling out" and is rolled back over its revision (as a rollout whose watch timed out is: the revision may
-    serve for a while, then the restored one replaces it).
+def abandon_unjudged(wave: WaveRecord, reason: str, at: float, *, landed: bool) -> list[FleetRow]:
+    """Give up the judging of the wave's deployments when an abort rolls the wave back before it was done (see
+    :data:`~airflow_provider.fleet.ABORTED_UNJUDGED`): each rollout still undecided fails and is rolled back over its
+    revision (as a rollout whose watch timed out is: the revision may serve for a while, then the restored one
+    replaces it); with ``landed``, each deployment live but not judged yet (no analysis verdict) says so and is
+    rolled back with its wave.
 
     :param wave: the wave.
     :param reason: the abort's reason.
     :param at: when.
+    :param landed: whether the wave's live deployments were still to be judged (``verify`` or the analysis).
     :returns: the rows given up.
     """
-    rows = [row for row in wave.rows if row.outcome == Outcome.ROLLING_OUT]
-    for row in rows:
-        row.decide(
-            Outcome.FAILED,
-            f"{ABORTED_WHILE_ROLLING_OUT}: {reason}; its revision {row.to_revision or '(not known yet)'} was not "
-            "judged and is rolled back (it may serve for a while first)",
-            at,
-        )
-        row.timed_out = True  # not judged: rolled back over the revision, whether it went live or not
-    return rows
+    given_up = []
+    for row in wave.rows:
+        revision = row.to_revision or "(not known yet)"
+        if row.outcome == Outcome.ROLLING_OUT:
+            still = f"its revision {revision} was still rolling out and is rolled back (it may serve for a while first)"
+            row.decide(Outcome.FAILED, f"{ABORTED_UNJUDGED}: {reason}; {still}", at)
+            row.timed_out = True  # rolled back over the revision, whether it went live or not
+        elif (
+            landed
+            and row.outcome == Outcome.LANDED
+            and row.analysis is None
+            and row.rollback_requested_after is None
+            and not row.message.startswith(ABORTED_UNJUDGED)
+        ):
+            row.message = f"{ABORTED_UNJUDGED}: {reason}; its revision {revision} served, not judged yet"
+        else:
+            continue
+        given_up.append(row)
+    return given_up
 
 
 def _read(store: Any, key: str, log: logging.Logger | Any) -> Any:

@@ -20,7 +20,7 @@ from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 from airflow_provider.tasks.fleet_abort import (
     TakenAbort,
-    abandon_in_flight,
+    abandon_unjudged,
     abort_interrupts,
     interrupts,
     rollback_candidates,
@@ -165,7 +165,7 @@ class FleetRun:
                 wave.phase = "patched"
                 progress_store.save(progress, index)
             if wave.phase == "patched":
-                self.give_up_in_flight(index)  # an abort that rolls the wave back: not watched any further
+                self.give_up_unjudged(index)  # an abort that rolls the wave back: not watched any further
                 rollouts = fleet_watching.in_flight(wave)
                 if rollouts:
                     begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
@@ -185,7 +185,7 @@ class FleetRun:
                     self.record_outcomes(wave, outcomes)
                     if fleet_watching.in_flight(wave):  # the watch ended early: an abort rolls the wave back
                         self.check_abort()
-                        if not self.give_up_in_flight(index):
+                        if not self.give_up_unjudged(index):
                             continue  # (not an abort of this wave after all: watched again)
                 wave.phase = "watched"
                 progress_store.save(progress, index)
@@ -205,6 +205,8 @@ class FleetRun:
                 if task.on_inconclusive == "ask" and not self.rolls_back(index):
                     self.wave_question(index).ask_if_inconclusive()  # the wave's inconclusive deployments
             if wave.phase in ("watched", "analysing"):
+                if wave.phase == "analysing":
+                    self.give_up_unjudged(index)  # an abort: the deployments its analysis had not judged yet
                 if task.rollback_on_failure or self.rolls_back(index):
                     # The wave that stops the rollout (over the budget, or a failed canary) is rolled back whole.
                     start_rollbacks(
@@ -295,13 +297,16 @@ class FleetRun:
                 return True
         return False
 
-    def give_up_in_flight(self, index: int) -> bool:
-        """When the abort taken rolls wave ``index`` back, give its rollouts still undecided up
-        (:func:`~airflow_provider.tasks.fleet_abort.abandon_in_flight`) and record it; returns whether it does."""
+    def give_up_unjudged(self, index: int) -> bool:
+        """When the abort taken rolls wave ``index`` back, give up the judging of its deployments not judged yet
+        (:func:`~airflow_provider.tasks.fleet_abort.abandon_unjudged`: rollouts still undecided, and those live while
+        ``verify`` or the analysis was still to judge them) and record it; returns whether it does."""
         if not self.rolls_back(index):
             return False
         assert self.taken is not None
-        if abandon_in_flight(self.progress.waves[index], self.taken.request.reason, time.time()):
+        wave, task = self.progress.waves[index], self.task
+        landed = task.analysis is not None or (wave.phase == "patched" and task.verify is not None)
+        if abandon_unjudged(wave, self.taken.request.reason, time.time(), landed=landed):
             self.progress_store.save(self.progress, index)
         return True
 

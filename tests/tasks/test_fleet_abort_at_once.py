@@ -20,7 +20,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
-from airflow_provider.fleet import ABORTED_WHILE_ROLLING_OUT, Outcome
+from airflow_provider.fleet import ABORTED_UNJUDGED, Outcome
 from airflow_provider.record import fleet_row_entries
 from airflow_provider.tasks.fleet_abort import ABORT_KEY, TAKEN_KEY, abort_event, interrupts, waiting_on
 from airflow_provider.tasks.fleet_progress import STATE_KEY
@@ -194,7 +194,7 @@ def test_rollback_ends_the_watch_of_the_wave_and_rolls_back_what_is_still_rollin
         assert_untouched(fleet, ids[name])
     (canary,) = store.data[f"{STATE_KEY}/wave/0"]["rows"]
     assert canary["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE  # not judged: not a failure of the change
-    assert canary["message"].startswith(f"{ABORTED_WHILE_ROLLING_OUT}: aborted by alice"), canary["message"]
+    assert canary["message"].startswith(f"{ABORTED_UNJUDGED}: aborted by alice"), canary["message"]
     kinds = [(item["kind"], item.get("step")) for item in fleet_row_entries(canary)]
     assert kinds == [("rolled_out", None), ("failed", "abort"), ("rolled_back", None)], kinds
 
@@ -230,7 +230,12 @@ def test_rollback_ends_the_analysis_of_the_wave(fleet: Any, deferrable: bool) ->
         run_waking(make, context, "DeploymentAnalysisTrigger", wait=10) if deferrable else make().execute(context)
     assert time.monotonic() - started < BOUND, "the analysis was waited out"
     assert_restored(fleet, ids["app-0000"], before)
-    assert outcomes(context)["app-0000"] == Outcome.ROLLED_BACK_WITH_WAVE
+    (canary,) = store.data[f"{STATE_KEY}/wave/0"]["rows"]
+    assert canary["outcome"] == Outcome.ROLLED_BACK_WITH_WAVE  # live, its analysis unfinished: not judged
+    assert canary["message"].startswith(f"{ABORTED_UNJUDGED}: aborted by alice"), canary["message"]
+    assert "served, not judged yet" in canary["message"], canary["message"]
+    kinds = [(item["kind"], item.get("step")) for item in fleet_row_entries(canary)]
+    assert kinds == [("rolled_out", None), ("failed", "abort"), ("rolled_back", None)], kinds
     for name in ("app-0001", "app-0002"):
         assert_untouched(fleet, ids[name])
 
