@@ -18,14 +18,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider.emulator.tracing import tracing_base_url
+from airflow_provider.plugins.rollouts.aborts import WAKE_SETTLE_SECONDS
 from tests.conftest import CONN_ENV, connection_json
 from tests.dag_runs import HumanResponder
 from tests.tasks.conftest import seed
 
 DAG_ID = "fleet_inconclusive_ask"
 ABORT = "/deployment-service/api/fleet/abort"
-THINKING_SECONDS = 2.0
-"""How long after the task parks the admin aborts it (Airflow may still be parking it: see ``HumanResponder``)."""
+THINKING_SECONDS = 1.0
+"""How long after the task parks the admin aborts it: sooner than the view wakes a parked task
+(``aborts.WAKE_SETTLE_SECONDS``), so the view wakes it later, from its timer."""
 DAG = """
 from datetime import datetime, timedelta
 
@@ -193,8 +195,9 @@ def test_an_abort_from_the_view_answers_the_open_question_and_rolls_the_canary_b
     token: Callable[[str], str],
 ) -> None:
     """The task waits for a person (``awaiting_input``, a response timeout of ten minutes); the admin aborts it from
-    the fleet tab in ``rollback`` mode: the view answers the question "Roll back" in the admin's name and resumes the
-    task at once, which rolls the canary back and fails "aborted by admin"."""
+    the fleet tab in ``rollback`` mode a second after it parked: the view answers the question "Roll back" in the
+    admin's name and resumes the task once it has been parked ``WAKE_SETTLE_SECONDS`` (from its timer), which rolls
+    the canary back and fails "aborted by admin"."""
     from airflow import settings
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models import Log
@@ -216,7 +219,8 @@ def test_an_abort_from_the_view_answers_the_open_question_and_rolls_the_canary_b
     aborts.thread.join(timeout=40)
     assert not aborts.seen, (aborts.seen, aborts.answer and aborts.answer.text)
     assert aborts.answer is not None and aborts.answer.status_code == 200, aborts.answer
-    assert aborts.answer.json()["woken"] == "question", aborts.answer.json()
+    answer = aborts.answer.json()  # parked a second ago: woken from the view's timer once parked long enough
+    assert answer["woken"] is None and 0 < answer["wakes_in"] <= WAKE_SETTLE_SECONDS, answer
     assert time.monotonic() - started < 300  # the ten-minute response timeout was not waited out
 
     assert str(run.state) == "failed"
@@ -229,7 +233,7 @@ def test_an_abort_from_the_view_answers_the_open_question_and_rolls_the_canary_b
         assert detail.chosen_options == ["Roll back"] and detail.responded_by["name"] == "admin"
         audit = select(Log).where(Log.event == "deployment_service.abort", Log.run_id == aborts.key["run_id"])
         (entry,) = session.scalars(audit).all()
-        assert entry.owner == "admin" and '"woken": "question"' in str(entry.extra)
+        assert entry.owner == "admin" and '"wakes_in": ' in str(entry.extra), entry.extra
     shown = client.get("/deployment-service/api/fleet", params=aborts.key).json()
     assert shown["stopped"].startswith("aborted by admin from the Rollouts view"), shown["stopped"]
     outcomes = {row["name"]: row["outcome"] for wave in shown["waves"] for row in wave["rows"]}

@@ -16,7 +16,9 @@ fails "aborted by <user> from the Rollouts view". The view never touches a deplo
   the watch of the current wave, its analysis or a question about it: see
   :func:`~airflow_provider.tasks.fleet_abort.interrupts`) is resumed by the view in the same transaction, as Airflow's
   own API server resumes a task answered through its human-in-the-loop API; an open question is answered "Roll back"
-  in the user's name. A running task reads the request between two rounds of what it waits for;
+  in the user's name. A task parked less than :data:`WAKE_SETTLE_SECONDS` ago is woken once it has been parked that
+  long (from a timer of the view's process: Airflow 3.3.2 fails a task resumed within seconds of parking). A running
+  task reads the request between two rounds of what it waits for;
 - **in Airflow's audit log**: one ``Log`` row (event ``deployment_service.abort``, the acting user as ``owner``),
   written in the same transaction as the request.
 """
@@ -24,6 +26,8 @@ fails "aborted by <user> from the Rollouts view". The view never touches a deplo
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +61,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ABORTABLE_STATES", "ABORT_AUDIT_EVENT", "AbortBody", "abort_offer", "may_abort", "request_abort"]
 
+log = logging.getLogger(__name__)
+
 ABORT_AUDIT_EVENT = "deployment_service.abort"
 """The ``event`` of the audit log entry an abort from the view writes."""
 ABORTABLE_STATES = (
@@ -70,6 +76,11 @@ ABORTABLE_STATES = (
     "restarting",
 )
 """States of a task instance that may still act on an abort."""
+WAKE_SETTLE_SECONDS = 8.0
+"""A task parked (deferred, awaiting an answer) less than this long ago is woken only once it has been parked this
+long: Airflow 3.3.2 fails a task resumed within a few seconds of parking (the executor's late "success" of the run
+that parked it lands after the resume: its stale-success race, apache/airflow#66374 and #72716; seen end to end on
+an abort 1 s after the task deferred)."""
 
 
 class AbortBody(pydantic.BaseModel):
@@ -221,13 +232,14 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             requested_from=REQUESTED_FROM,
         )
         backend.set(scope, ABORT_KEY, json.dumps(request.to_json()), session=session)
-        woken = _wake(session, ti, request, user, body)
+        woken, delay = _wake(session, ti, request, user, body)
+        how = {"method": "POST", "from": REQUESTED_FROM, "woken": woken, "wakes_in": delay or None}
         session.add(
             Log(
                 event=ABORT_AUDIT_EVENT,
                 owner=user.get_name(),
                 owner_display_name=user.get_name(),
-                extra=json.dumps({**request.to_json(), "method": "POST", "from": REQUESTED_FROM, "woken": woken}),
+                extra=json.dumps({**request.to_json(), **how}),
                 dag_id=body.dag_id,
                 run_id=body.run_id,
                 task_id=body.task_id,
@@ -235,14 +247,60 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             )
         )
         session.commit()
-        return {**request.to_json(), "already_requested": False, "woken": woken}
+    if delay:
+        timer = threading.Timer(delay, wake_later, (user, body, request.request_id))
+        timer.daemon = True
+        timer.start()
+    return {**request.to_json(), "already_requested": False, "woken": woken, "wakes_in": round(delay, 1) or None}
 
 
-def _wake(session: Session, ti: Any, request: AbortRequest, user: BaseUser, body: AbortBody) -> str | None:
+def wake_later(user: BaseUser, body: AbortBody, request_id: str, attempts: int = 3) -> str | None:
+    """Wake the task for the abort ``request_id`` once it has been parked :data:`WAKE_SETTLE_SECONDS` (run by a timer
+    of the view's process; see :func:`request_abort`): in a transaction of its own, the task instance locked, only
+    while the request is still the recorded one and the task has not taken it. Parked again meanwhile (another
+    wait), it tries again later, ``attempts`` times in all. Never raises: the task takes the abort at its next step
+    anyway. Returns what the task waited for when it was woken.
+
+    :param user: who aborted (an open question is answered in their name).
+    :param body: the request.
+    :param request_id: the request's id.
+    :param attempts: tries left.
+    """
+    from airflow._shared.state import TaskScope
+    from airflow.state import get_state_backend
+    from airflow.utils.session import create_session
+
+    scope = TaskScope(dag_id=body.dag_id, run_id=body.run_id, task_id=body.task_id, map_index=body.map_index)
+    try:
+        backend = get_state_backend()
+        with create_session() as session:
+            ti = locked_task_instance(session, body)
+            request = AbortRequest.from_json(_json(backend.get(scope, ABORT_KEY, session=session)))
+            taken = backend.get(scope, TAKEN_KEY, session=session) is not None
+            if ti is None or request is None or request.request_id != request_id or taken:
+                return None
+            woken, delay = _wake(session, ti, request, user, body)
+            session.commit()
+    except Exception:  # the task takes the abort at its next step
+        log.exception("Could not wake %s for its abort %s", task_instance_named(body), request_id)
+        return None
+    if delay and attempts > 1:
+        timer = threading.Timer(delay, wake_later, (user, body, request_id, attempts - 1))
+        timer.daemon = True
+        timer.start()
+    if woken:
+        log.info("Woke %s for its abort %s (it waited for: %s)", task_instance_named(body), request_id, woken)
+    return woken
+
+
+def _wake(
+    session: Session, ti: Any, request: AbortRequest, user: BaseUser, body: AbortBody
+) -> tuple[str | None, float]:
     """Resume a task deferred (or awaiting an answer) on something the abort ends, with an
     :func:`~airflow_provider.tasks.fleet_abort.abort_event`, in the caller's transaction (the task instance is
     locked); an open question is answered "Roll back" in ``user``'s name. Returns what the task waited for when it was
-    woken, else ``None`` (it takes the abort at its next step, or between two rounds on the worker)."""
+    woken, else ``None`` (it takes the abort at its next step, or between two rounds on the worker), and the seconds
+    after which to try again when the task parked less than :data:`WAKE_SETTLE_SECONDS` ago (else ``0``)."""
     from airflow.models.trigger import Trigger, handle_event_submit
     from airflow.triggers.base import TriggerEvent
 
@@ -250,13 +308,17 @@ def _wake(session: Session, ti: Any, request: AbortRequest, user: BaseUser, body
 
     state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     if state not in ("deferred", "awaiting_input"):
-        return None
+        return None, 0.0
     record = fleet_task(session, body.dag_id, body.run_id, body.task_id, body.map_index, with_approvals=False)
     if record is None or record.progress is None or record.source != "task_state_store":
-        return None
+        return None, 0.0
     waiting = waiting_on(record.progress, ti.next_method)
     if waiting is None or not interrupts(request.mode, waiting):
-        return None
+        return None, 0.0
+    parked = ti.updated_at
+    parked_for = (datetime.now(timezone.utc) - parked).total_seconds() if parked is not None else WAKE_SETTLE_SECONDS
+    if parked_for < WAKE_SETTLE_SECONDS:
+        return None, WAKE_SETTLE_SECONDS - max(parked_for, 0.0)
     carry = None
     if ti.trigger_id is not None and (trigger := session.get(Trigger, ti.trigger_id)) is not None:
         try:
@@ -266,7 +328,7 @@ def _wake(session: Session, ti: Any, request: AbortRequest, user: BaseUser, body
     if waiting == "question":
         _answer_roll_back(session, ti, user)
     handle_event_submit(TriggerEvent(abort_event(request, carry)), task_instance=ti, session=session)
-    return waiting
+    return waiting, 0.0
 
 
 def _answer_roll_back(session: Session, ti: Any, user: BaseUser) -> None:
