@@ -642,7 +642,7 @@ function confirmAbort(data, key) {
       const answer = await postJSON("api/fleet/abort", { dag_id: key.dag_id, run_id: key.run_id, task_id: key.task_id, map_index: Number(key.map_index),
         mode: picked.dataset.mode, include_earlier: Boolean(picked.dataset.earlier), request_id: requestId });
       abortPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-abort-requested": answer.request_id },
-        `${answer.requested_by} asked the task to abort; ${answer.woken ? `it stopped waiting (${WAITED[answer.woken] || answer.woken}) and acts on it now` : "it acts on it within a poll interval, or before its next step"}, then fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
+        `${answer.requested_by} asked the task to abort; ${answer.woken ? `it stopped waiting (${WAITED[answer.woken] || answer.woken}) and acts on it now` : answer.wakes_in ? `it parked moments ago: it is woken in ${answer.wakes_in} s and acts on it then` : "it acts on it within a poll interval, or before its next step"}, then fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
     } catch (error) {
       showError(abortPanel, error);
     }
