@@ -33,8 +33,11 @@ typecheck: $(STAMP)
 
 # Two workers for the suite (a file stays on one worker: its module fixtures are built once; the slowest files
 # first, in the order tests/worker_order.py gives, so that no long file starts last); then the tests that start
-# real Airflow services or a browser, one at a time on a quiet machine. Exit code 5 ("no tests
-# selected", e.g. PYTEST_ARGS naming one file) is not a failure; any other failure fails the target.
+# real Airflow services or a browser (-m "e2e or alone"), one at a time on a quiet machine, each module on a stack
+# of its own: SQLite stacks copy the database the session migrated, PostgreSQL ones a template database migrated
+# once (tests/e2e/e2e_backends.py), so no stack migrates; about 10 minutes of mostly waiting on real rollouts.
+# Exit code 5 ("no tests selected", e.g. PYTEST_ARGS naming one file) is not a failure; any other failure fails
+# the target.
 unit: $(STAMP) $(CHROMIUM)
 	@status=0; \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e and not alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \

@@ -16,6 +16,7 @@ from e2e_backends import (
     BackendUnavailable,
     delete_redis_keys,
     e2e_environment,
+    migrated_template,
     new_database,
     require_postgres,
     require_redis,
@@ -55,11 +56,21 @@ def e2e_bin(postgres_available: None) -> Path:
     return e2e_environment()
 
 
-@pytest.fixture
-def postgres_url(e2e_bin: Path) -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+@pytest.fixture(scope="session")
+def postgres_template(e2e_bin: Path) -> str:
+    """A PostgreSQL database migrated by ``.e2e/venv``'s Airflow and never used: what each test's is a copy of."""
     try:
-        database = new_database(e2e_bin / "python")
+        return migrated_template(e2e_bin)
+    except BackendUnavailable as reason:
+        pytest.skip(str(reason))
+
+
+@pytest.fixture
+def postgres_url(e2e_bin: Path, postgres_template: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, already migrated (a copy of :func:`postgres_template`; give
+    ``database_migrated=True`` to the stack), dropped afterwards."""
+    try:
+        database = new_database(e2e_bin / "python", template=postgres_template)
     except BackendUnavailable as reason:
         pytest.skip(str(reason))
     try:

@@ -330,6 +330,8 @@ class AirflowConfig:
     :param celery_queue: with ``CeleryExecutor``: the queue every task goes to and one worker consumes.
     :param migrated_database: with SQLite: a database that ``airflow db migrate`` of this very Airflow made and
         nothing used since; copied instead of migrating (the same tables, without the migration's seconds).
+    :param database_migrated: with ``sql_alchemy_conn``: that database is already migrated by this very Airflow
+        and unused (a copy of a migrated template), so it is not migrated again.
     """
 
     bin_dir: Path
@@ -339,6 +341,7 @@ class AirflowConfig:
     env: dict[str, str] = field(default_factory=dict)
     celery_queue: str | None = None
     migrated_database: Path | None = None
+    database_migrated: bool = False
 
 
 class AirflowServices:
@@ -414,8 +417,11 @@ class AirflowServices:
 
     def _bring_up(self) -> None:
         started = time.monotonic()
-        if self.config.migrated_database is not None and self.config.sql_alchemy_conn is None:
-            shutil.copyfile(self.config.migrated_database, self.home / "airflow.db")
+        config = self.config
+        pristine = config.migrated_database if config.sql_alchemy_conn is None else None
+        if pristine is not None or (config.database_migrated and config.sql_alchemy_conn is not None):
+            if pristine is not None:
+                shutil.copyfile(pristine, self.home / "airflow.db")
             # Each component writes a default airflow.cfg when there is none (``db migrate`` did, before any
             # started): four starting at once could read one another's half-written file. An empty one means the
             # defaults, which is what that file holds (the environment sets every value these services use).
@@ -505,7 +511,7 @@ class AirflowServices:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        survivors = self.stop()
+        survivors = self.stop(grace=TEARDOWN_GRACE)
         if survivors and exc_type is None:
             raise AssertionError(f"processes of these components survived SIGKILL: {survivors}")
 
@@ -524,6 +530,11 @@ class AirflowServices:
         return [line for line in self.process("scheduler").log_text().splitlines() if STALE_SUCCESS_RACE in line]
 
 
+TEARDOWN_GRACE = 5.0
+"""Seconds the stack's processes get to exit on SIGTERM when it is torn down, before SIGKILL. Each component is done
+within a second, except that the triggerer, some of the time, waits out its trigger runner's full 10 s escalation
+delay (``kill(escalation_delay=10)`` in ``triggerer_job_runner``) for a runner our SIGTERM already ended: 10 s of
+nothing, seen on 2 of 10 stacks here."""
 STALE_SUCCESS_RACE = "finished with state success, but the task instance's state attribute is"
 """What the scheduler logs when the executor's late "success" of a deferring run fails the resumed task
 (an Airflow race: apache/airflow#66374, #72716)."""

@@ -106,17 +106,28 @@ class Prometheus:
         self._http = httpx.Client(base_url=self.url, timeout=5)
 
     def __enter__(self) -> Prometheus:
-        self.process.start()
+        """Start it and wait until it has scraped the emulator."""
+        self.start()
         try:
             self.wait_target_up(timeout=60)
         except BaseException:
-            self.__exit__(None, None, None)
+            self.stop()
             raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.stop()
+
+    def start(self) -> Prometheus:
+        """Start it without waiting (it starts while something else does); :meth:`wait_target_up` before using
+        it, :meth:`stop` afterwards."""
+        self.process.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop it (its whole session) and close the client."""
         self._http.close()
         self.process.stop(grace=10)
 

@@ -78,12 +78,15 @@ def airflow_stack(
     extra_env: dict[str, str] | None = None,
     celery_queue: str | None = None,
     sidecar: Callable[[Emulator], contextlib.AbstractContextManager[dict[str, str]]] | None = None,
+    database_migrated: bool = False,
 ) -> Iterator[Stack]:
     """Start the emulator and the Airflow services; stop both afterwards (also after a failure).
 
     :param sidecar: a service started once the emulator runs and stopped after Airflow (e.g. a Prometheus
         scraping it): called with the emulator, it gives a context manager whose value is more environment
         for the Airflow services (e.g. a connection to it).
+    :param database_migrated: ``sql_alchemy_conn`` is a copy of a migrated template (see
+        :class:`~e2e_airflow.AirflowConfig`): not migrated again.
 
     SQLite in the main virtual environment starts from a copy of the database the test session migrated at
     start-up (``tests/conftest.py``: the same Airflow), instead of migrating one more.
@@ -115,6 +118,7 @@ def airflow_stack(
             env=env,
             celery_queue=celery_queue,
             migrated_database=PRISTINE_DB if sql_alchemy_conn is None and same_airflow else None,
+            database_migrated=database_migrated,
         )
         try:
             with AirflowServices(config) as airflow:

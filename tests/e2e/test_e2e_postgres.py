@@ -1,6 +1,6 @@
-"""End-to-end on PostgreSQL (a fresh database per test), with LocalExecutor and with CeleryExecutor (Redis
-broker, PostgreSQL result backend, one worker). Runs in ``.e2e/venv``; skipped where PostgreSQL or Redis
-is not reachable.
+"""End-to-end on PostgreSQL (a fresh database per test, a copy of one migrated once), with LocalExecutor and
+with CeleryExecutor (Redis broker, PostgreSQL result backend, one worker). Runs in ``.e2e/venv``; skipped where
+PostgreSQL or Redis is not reachable.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.e2e
 
 def test_rollouts_on_postgres_local_executor(postgres_url: str, e2e_bin: Path, tmp_path: Path) -> None:
     """PostgreSQL + LocalExecutor: the same scenario on a fresh database."""
-    with airflow_stack("postgres-local", tmp_path, e2e_bin, sql_alchemy_conn=postgres_url) as stack:
+    with airflow_stack(
+        "postgres-local", tmp_path, e2e_bin, sql_alchemy_conn=postgres_url, database_migrated=True
+    ) as stack:
         rollout_scenario(stack, "2.0.0")
 
 
@@ -35,6 +37,7 @@ def test_rollouts_on_postgres_celery_executor(
         tmp_path,
         e2e_bin,
         sql_alchemy_conn=postgres_url,
+        database_migrated=True,
         executor="CeleryExecutor",
         extra_env=celery_env,
         celery_queue=celery_queue,

@@ -53,9 +53,13 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
             server = Prometheus(workdir / "prometheus", emulator.metrics_url)
         except PrometheusUnavailable as reason:  # a failure, not a skip: "passes three runs in a row" means run
             pytest.fail(f"the real Prometheus this test needs could not be set up: {reason}")
-        with server:
+        # Not waited for here: it starts (and scrapes) while the Airflow services start; waited for below.
+        server.start()
+        try:
             started.append(server)
             yield {PROMETHEUS_CONN_ENV: server.connection_json()}
+        finally:
+            server.stop()
 
     extra_env = {
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
@@ -64,6 +68,9 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     }
     bin_dir = Path(sys.executable).parent
     with airflow_stack("sqlite-prometheus", workdir, bin_dir, extra_env=extra_env, sidecar=prometheus) as stack:
+        waiting = time.monotonic()
+        started[0].wait_target_up(timeout=60)
+        record_timing(stack.name, **{"prometheus scraping after stack ready": time.monotonic() - waiting})
         yield stack, started[0]
 
 
