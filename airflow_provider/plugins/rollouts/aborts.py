@@ -59,7 +59,16 @@ if TYPE_CHECKING:
 
     from airflow_provider.plugins.rollouts.records import FleetTaskRecord
 
-__all__ = ["ABORTABLE_STATES", "ABORT_AUDIT_EVENT", "AbortBody", "abort_offer", "may_abort", "request_abort"]
+__all__ = [
+    "ABORTABLE_STATES",
+    "ABORT_AUDIT_EVENT",
+    "WAKE_SETTLE_SECONDS",
+    "AbortBody",
+    "abort_offer",
+    "may_abort",
+    "request_abort",
+    "wake_later",
+]
 
 log = logging.getLogger(__name__)
 
