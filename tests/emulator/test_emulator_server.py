@@ -39,7 +39,8 @@ def test_thread_server_starts_and_stops_fast_without_leaking_threads() -> None:
     # Not a speed claim (that is bench/'s job): a hang detector. A server that waited for the open
     # keep-alive connection to time out (uvicorn: 5 s) or polled for start-up slowly would take longer.
     assert start_time < 3 and stop_time < 3, (start_time, stop_time)
-    assert set(threading.enumerate()) == threads_before
+    leaked = set(threading.enumerate()) - threads_before  # (an earlier test's pool thread may end meanwhile)
+    assert not leaked, leaked
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v2/deployments")
     with pytest.raises(RuntimeError, match="not running"):
