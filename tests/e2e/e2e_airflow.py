@@ -75,6 +75,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def airflow_db_migrate(bin_dir: Path, env: Mapping[str, str], home: Path | str, what: str = "") -> None:
+    """Run ``airflow db migrate`` of ``bin_dir``'s Airflow with ``env`` in ``home``; fail with its output's tail.
+
+    :param what: what is migrated, for the failure (``" of the template"``...).
+    """
+    migrate = subprocess.run(
+        [str(bin_dir / "airflow"), "db", "migrate"],
+        env=dict(env),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    if migrate.returncode != 0:
+        tail = "\n".join((migrate.stdout + migrate.stderr).splitlines()[-40:])
+        raise AssertionError(f"`airflow db migrate`{what} failed with {migrate.returncode}:\n{tail}")
+
+
 def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
     try:
@@ -449,18 +468,7 @@ class AirflowServices:
     def _migrate(self) -> None:
         """``airflow db migrate`` on the configured database (fails with the command's output tail)."""
         started = time.monotonic()
-        migrate = subprocess.run(
-            [str(self.config.bin_dir / "airflow"), "db", "migrate"],
-            env=self.env,
-            cwd=self.home,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            start_new_session=True,
-        )
-        if migrate.returncode != 0:
-            tail = "\n".join((migrate.stdout + migrate.stderr).splitlines()[-40:])
-            raise AssertionError(f"`airflow db migrate` failed with {migrate.returncode}:\n{tail}")
+        airflow_db_migrate(self.config.bin_dir, self.env, self.home)
         self.timings["db migrate"] = time.monotonic() - started
 
     def start_triggerer(self, name: str) -> ManagedProcess:

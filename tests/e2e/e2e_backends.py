@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e_airflow import REPO_ROOT, child_env, port_open
+from e2e_airflow import REPO_ROOT, airflow_db_migrate, child_env, port_open
 
 E2E_DIR = REPO_ROOT / ".e2e"
 VENV = E2E_DIR / "venv"
@@ -227,18 +227,7 @@ def migrated_template(bin_dir: Path) -> str:
                     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": building.url(),
                 }
             )
-            migrate = subprocess.run(
-                [str(bin_dir / "airflow"), "db", "migrate"],
-                env=env,
-                cwd=home,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                start_new_session=True,
-            )
-        if migrate.returncode != 0:
-            tail = "\n".join((migrate.stdout + migrate.stderr).splitlines()[-40:])
-            raise AssertionError(f"`airflow db migrate` of the template failed with {migrate.returncode}:\n{tail}")
+            airflow_db_migrate(bin_dir, env, home, " of the template")
         if template.exists():  # another session finished one meanwhile
             building.drop()
         else:
