@@ -53,6 +53,8 @@ STEP_TIMEOUT = 300
 
 SCORED_DEPLOYMENT = "support-bot-dev"
 """The LLM application whose answers an online evaluator scores (``quality_gated_rollout``)."""
+BOT_TRAFFIC = 1000.0
+"""Requests a second the LLM application answers: its sequential tests decide on thousands of runs."""
 
 
 @dataclass
@@ -117,7 +119,7 @@ RUNS = [
         behaviour={
             "image_uri": "*/support-bot:0.5.0",
             "error_rate": 0.0,
-            "requests_per_second": 20,
+            "requests_per_second": BOT_TRAFFIC,
             "feedback": {"correctness": {"score": 0.55, "share": 0.5}},
         },
         rolled_back=True,
@@ -125,7 +127,8 @@ RUNS = [
         "score of its answers dropped: the quality gate rolled it back",
         failure="its correctness score failed the quality gate",
         evidence="check 'correctness' failed",
-        gate="the gate needs correctness > 0.8 over at least 10 scored runs, and no more errors than before",
+        gate="the gate fails it once its correctness is shown more than 0.05 below the baseline's, or its error rate "
+        "above it (sequential tests: at most 1 % of good releases rolled back over the whole analysis)",
     ),
     DemoRun(
         "deploy_fleet_after_build",
@@ -234,7 +237,8 @@ def _runs(stats: dict[str, Any]) -> str:
 
 def served_while_live(base_url: str, run: DemoRun, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """What the deployment's tracing project recorded while the run's first new revision was live, and, for a
-    revision judged by its feedback scores, in the hour before it (the baseline) and since the rollback."""
+    revision judged by its feedback scores, in the minute before it (the demo's baseline window) and since the
+    rollback."""
     known = {revision["id"] for revision in before["revisions"]}
     new = [revision for revision in after["revisions"] if revision["id"] not in known]
     if len(new) < 2 or new[0]["status"] != "DEPLOYED":
@@ -244,10 +248,10 @@ def served_while_live(base_url: str, run: DemoRun, before: dict[str, Any], after
     lines = [f"its tracing project while it served: {_runs(stats)} ({run.gate})"]
     if stats.get("feedback_stats"):
         patched = datetime.fromisoformat(new[0]["created_at"].replace("Z", "+00:00"))
-        hour_before = (patched - timedelta(hours=1)).isoformat()
+        minute_before = (patched - timedelta(minutes=1)).isoformat()
         lines.append(
-            f"the revision serving before, in the hour up to the patch (the baseline): "
-            f"{_runs(tracing_stats(base_url, name, hour_before, patched.isoformat()))}"
+            f"the revision serving before, in the minute up to the patch (the baseline): "
+            f"{_runs(tracing_stats(base_url, name, minute_before, patched.isoformat()))}"
         )
         lines.append(
             f"since the rollback (revision {new[1]['id'][:8]} serving again): "
@@ -287,18 +291,20 @@ def serving_state(admin: EmulatorAdmin, runs: list[DemoRun]) -> dict[str, Any]:
 
 def prepare_traffic(admin: EmulatorAdmin) -> None:
     """The traffic of the apps serving before the rollouts, so their preflights have a baseline to measure:
-    ``checkout-api`` 2.0.0 answers 20 requests a second; ``support-bot-dev``'s serving revision too, and an online
-    evaluator scores the ``correctness`` of half of its answers 0.9 (per revision, from the control API)."""
+    ``checkout-api`` 2.0.0 answers 20 requests a second; ``support-bot-dev``'s serving revision :data:`BOT_TRAFFIC`,
+    and an online evaluator scores the ``correctness`` of half of its answers, 9 in 10 good (per revision, from the
+    control API): by its rollout the baseline holds thousands of scored runs, what the sequential tests need."""
     admin.add_behaviour_rule(image_uri=f"*/checkout-api:{RUNS[0].conf['version']}", requests_per_second=20)
     bot = admin.find_deployment(SCORED_DEPLOYMENT)
     admin.set_behaviour(
         bot["id"],
         revision_id=bot["active_revision_id"],
-        requests_per_second=20,
+        requests_per_second=BOT_TRAFFIC,
         feedback={"correctness": {"score": 0.9, "share": 0.5}},
     )
     say(
-        f"   the emulator's apps serve 20 requests a second; an online evaluator scores half of the answers of "
+        f"   the emulator's apps serve 20 requests a second ({SCORED_DEPLOYMENT}: {BOT_TRAFFIC:g}); an online evaluator "
+        "scores half of the answers of "
         f"{SCORED_DEPLOYMENT}'s serving revision {bot['active_revision_id'][:8]}: correctness 0.9"
     )
 
@@ -337,6 +343,8 @@ def main() -> int:
         # analysed_rollout: a measurement every 3 s (the first one 3 s after going live: 30 runs at 10/s) for 9 s.
         "DEPLOYMENT_SERVICE_EXAMPLE_ANALYSIS_INTERVAL": str(ANALYSIS_INTERVAL),
         "DEPLOYMENT_SERVICE_EXAMPLE_BAKE_SECONDS": str(BAKE_SECONDS),
+        # The apps have served the demo's traffic since it started: the last minute is the baseline.
+        "DEPLOYMENT_SERVICE_EXAMPLE_BASELINE_WINDOW": "60",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 

@@ -62,17 +62,18 @@ def assert_the_quality_gate_rolled_back_a_worse_answering_release(out: str, logs
     assert f"ok support-bot-dev: {story}" in out, out[-3000:]
     assert "at the end it serves registry.example.com/acme/support-bot:0.4.0" in out
     assert re.search(
-        r"Preflight: correctness on 'support-bot-dev' \(serving revision [0-9a-f-]+\) = 0\.900 -> passed", out
+        r"Preflight: correctness on 'support-bot-dev' \(serving revision [0-9a-f-]+\) = 0\.(89\d|90\d) -> passed", out
     )
-    scored = r"Analysis round 1/\d: correctness on 'support-bot-dev' = 0\.550, needs > 0\.8 -> failed \(feedback"
+    scored = r"Analysis round 1/\d: correctness on 'support-bot-dev' = 0\.5[45]\d, needs >= baseline - 0\.05 -> failed"
     assert re.search(scored, out), out[-3000:]
-    assert re.search(
-        r"Analysis round 1/\d: errors on 'support-bot-dev' = 0\.000, needs error rate at most .* passed", out
-    )
-    served = r"its tracing project while it served: error_rate 0\.000 over \d+ runs, correctness mean 0\.550 over \d+"
+    assert "harm shown: evidence of a score worse than 0.85" in out  # the sequential test, not a point mean
+    assert re.search(r"Analysis round 1/\d: errors on 'support-bot-dev' = 0\.000, needs error rate below 2x", out)
+    served = r"its tracing project while it served: error_rate 0\.000 over \d+ runs, correctness mean 0\.5[45]\d"
     assert re.search(served, out), out[-3000:]
-    assert re.search(r"in the hour up to the patch \(the baseline\): error_rate 0\.000 .* correctness mean 0\.900", out)
-    assert re.search(r"since the rollback \(revision [0-9a-f]{8} serving again\): .* correctness mean 0\.900", out)
+    baseline = r"in the minute up to the patch \(the baseline\): error_rate 0\.000 .* correctness mean 0\.(89\d|90\d)"
+    assert re.search(baseline, out)
+    assert re.search(r"since the rollback \(revision [0-9a-f]{8} serving again\): .* correctness mean 0\.\d{3} over", out)
+    assert "Preflight: the analysis cannot decide" not in out  # the baseline holds what the tests need
     log = (logs / "quality_gated_rollout.log").read_text()
     assert "check 'correctness' failed" in log and "rolled back to revision" in log
     assert "demo-api-key-not-a-real-secret" not in log

@@ -37,6 +37,9 @@ NOT_TASK_OPTIONS = {
     ("airflow_provider.analysis.definitions", "condition"): "a check's argument, named with the check's class",
     ("airflow_provider.analysis.definitions", "preflight"): "Analysis(preflight=...), a field of the Analysis",
     ("airflow_provider.tasks.preflight", "preflight"): "Analysis(preflight=False), named with the Analysis",
+    ("airflow_provider.tasks.preflight", "baseline_window_seconds"): (
+        "Analysis(baseline_window_seconds=None), a field of the Analysis, named as such"
+    ),
     ("airflow_provider.tasks.dry_run", "dry_run"): "Analysis(dry_run=True), a field of the Analysis the log names",
     ("airflow_provider.hooks.deployment_service", "limit"): "a query string (?limit=1) of the request sent",
     ("airflow_provider.tasks.rollback_inputs", "key"): "XComArg(task, key=...), an Airflow call the user writes",

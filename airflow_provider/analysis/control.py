@@ -1,37 +1,44 @@
-"""The control group of a fleet's canary (Kayenta's canary versus baseline): the canary's rate checks judged against
-the pooled statistics of deployments not rolled out yet, measured over the same window as the canary, in the same
-round, instead of against what the canary's own deployment did before the rollout.
+"""The control group of a fleet's canary (Kayenta's canary versus baseline): the canary's statistical checks judged
+against the deployments not rolled out yet, measured over the same window as the canary, in the same round, instead
+of against what the canary's own deployment did before the rollout.
 
 A rate measured at the same time on the control group cancels what changes for every deployment at once (the hour
 of the day, a load spike, an upstream model that got worse): a before/after comparison counts it against the new
-revision. Which checks are pooled (:func:`pooled_checks`): a :class:`TracingProjectCheck` judged against the
-baseline (a baseline condition or a :class:`~airflow_provider.analysis.rate_test.RateTest`) of ``error_rate``
-(errors and runs summed) or of a ``feedback.<key>`` (the mean score weighted by the scored runs). Every other check
-keeps the preflight's baseline.
+revision. The members' normal rates differ, so they are not pooled as one sample: each member's runs are weighed by
+its own pre-rollout rate relative to the group's (``weighted_runs``), each member's scores are taken against its own
+pre-rollout mean (``shift_sum``), and the canary's own level relative to the group is the test's nuisance (see
+:class:`~airflow_provider.analysis.statistical.SequentialJudge`). Which checks (:func:`pooled_checks`): a
+:class:`TracingProjectCheck` with a :class:`~airflow_provider.analysis.rate_test.RateTest`, and a ``feedback.<key>``
+on the baseline (``">= baseline - 0.05"``). Every other check keeps the canary's own preflight baseline.
 
 Pure: no I/O, no Airflow. :mod:`~airflow_provider.analysis.run` measures the group each round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from airflow_provider.analysis.baseline import BaselineCondition
 from airflow_provider.analysis.definitions import Analysis, AnalysisTarget, Measurement, TracingProjectCheck
 from airflow_provider.analysis.metric_conditions import feedback_key
 from airflow_provider.analysis.reading import Reading
+from airflow_provider.analysis.statistical import member_baseline
 
-__all__ = ["CONTROL_GROUP_LIMIT", "control_members", "pool", "pooled_checks", "with_pooled_baseline"]
+__all__ = ["CONTROL_GROUP_LIMIT", "MEMBER_SHRINK", "control_members", "member_weights", "pool", "pooled_checks"]
 
 CONTROL_GROUP_LIMIT = 20
 """Most deployments in a control group (the first not rolled out yet, by the plan's order): each is one tracing
 statistics request per check and round."""
+MEMBER_SHRINK = 2.0
+"""Pseudo-errors a member's pre-rollout rate is shrunk toward the group's by (a member with few runs weighs as an
+average one)."""
 
 
 def pooled_checks(analysis: Analysis) -> list[TracingProjectCheck]:
-    """The checks of ``analysis`` a control group is measured for: tracing checks judged against the baseline, of
-    ``error_rate`` or a ``feedback.<key>``.
+    """The checks of ``analysis`` a control group is measured for: a tracing ``error_rate`` with a rate test, and a
+    ``feedback.<key>`` with a condition on the baseline.
 
     :param analysis: the analysis.
     """
@@ -39,8 +46,10 @@ def pooled_checks(analysis: Analysis) -> list[TracingProjectCheck]:
         check
         for check in analysis.checks
         if isinstance(check, TracingProjectCheck)
-        and check.uses_baseline
-        and (check.metric == "error_rate" or feedback_key(check.metric) is not None)
+        and (
+            check.rate_test is not None
+            or (feedback_key(check.metric) is not None and isinstance(check.parsed_condition, BaselineCondition))
+        )
     ]
 
 
@@ -62,75 +71,101 @@ def control_members(target: AnalysisTarget) -> list[AnalysisTarget]:
     ]
 
 
+def member_weights(members: Sequence[Mapping[str, Any]], label: str) -> tuple[float | None, dict[str, float]]:
+    """The group's pre-rollout error rate and each member's rate relative to it (shrunk toward 1 by
+    :data:`MEMBER_SHRINK` pseudo-errors; 1 for a member measured without runs), from the members' preflight
+    baselines of check ``label``; ``(None, {})`` when no member was measured.
+
+    :param members: the target's ``control`` entries.
+    :param label: the check's label.
+    """
+    measured = {member["deployment_id"]: member_baseline(member, label) for member in members}
+    runs = sum(int(base.get("runs") or 0) for base in measured.values() if base is not None)
+    errors = sum(int(base.get("errors") or 0) for base in measured.values() if base is not None)
+    if runs <= 0:
+        return None, {}
+    group = (errors + 0.5) / (runs + 1.0)
+    weights = {}
+    for deployment_id, base in measured.items():
+        if base is None:
+            weights[deployment_id] = 1.0
+            continue
+        expected = int(base.get("runs") or 0) * group
+        weights[deployment_id] = (int(base.get("errors") or 0) + MEMBER_SHRINK) / (expected + MEMBER_SHRINK)
+    return group, weights
+
+
 def pool(
     check: TracingProjectCheck,
     target: AnalysisTarget,
-    readings: Sequence[tuple[str, Reading]],
+    readings: Sequence[tuple[Mapping[str, Any], Reading]],
     round_number: int,
     at: datetime,
-) -> Measurement:
-    """The control group's pooled measurement of ``check`` (as the baseline of ``target`` in this round): the
-    members measured with runs count, the others are left out and named; no member with runs gives no value (the
-    canary's check is then inconclusive, never passed).
+) -> tuple[Measurement, dict[str, Any] | None]:
+    """The control group's measurement of ``check`` in this round (for the log and the record) and its counts (the
+    canary's measurement's ``control``, what the test reads): the members measured with runs count, the others are
+    left out and named; none with runs gives no counts (the canary's check is then inconclusive, never passed).
 
     :param check: a check of :func:`pooled_checks`.
     :param target: the canary deployment judged.
-    :param readings: ``(member name, reading)`` of each member.
+    :param readings: ``(member, reading)`` of each member (a ``control`` entry of ``target``).
     :param round_number: the round.
     :param at: when it was measured.
     """
+    label = check.label()
     usable = [
-        (name, reading)
-        for name, reading in readings
-        if reading.verdict != "inconclusive" and reading.value is not None and reading.runs
+        (member, reading)
+        for member, reading in readings
+        if reading.value is not None
+        and reading.runs
+        and (feedback_key(check.metric) is not None or reading.errors is not None)
     ]
-    runs = sum(reading.runs or 0 for _name, reading in usable)
-    errors: int | None = None
+    runs = sum(reading.runs or 0 for _member, reading in usable)
+    counts: dict[str, Any] | None = None
     value: float | None = None
-    if runs and check.metric == "error_rate":
-        errors = sum(
-            reading.errors if reading.errors is not None else round((reading.value or 0.0) * (reading.runs or 0))
-            for _name, reading in usable
-        )
+    if usable and feedback_key(check.metric) is None:
+        _group, weights = member_weights(target.control or [], label)
+        errors = sum(reading.errors or 0 for _member, reading in usable)
+        weighted = sum(weights.get(member["deployment_id"], 1.0) * (reading.runs or 0) for member, reading in usable)
+        counts = {"runs": runs, "errors": errors, "weighted_runs": round(weighted, 6)}
         value = errors / runs
-    elif runs:
-        value = sum((reading.value or 0.0) * (reading.runs or 0) for _name, reading in usable) / runs
-    left_out = [name for name, reading in readings if (name, reading) not in usable]
+    elif usable:
+        total = sum((reading.value or 0.0) * (reading.runs or 0) for _member, reading in usable)
+        value = total / runs
+        shifted = [
+            (reading, member_baseline(member, label))
+            for member, reading in usable
+            if member_baseline(member, label) is not None
+        ]
+        scored = sum(reading.runs or 0 for reading, _base in shifted)
+        shift = sum(
+            (reading.runs or 0) * ((reading.value or 0.0) - float((base or {}).get("value") or 0.0))
+            for reading, base in shifted
+        )
+        counts = {"scored": scored, "shift_sum": round(shift, 9), "value": value} if scored else None
+    left_out = [member["name"] for member, reading in readings if (member, reading) not in usable]
     detail = (
         f"control group of {target.name!r}: {len(usable)} of {len(readings)} deployment(s) not rolled out yet, "
-        f"{runs} runs since {target.live_since.strftime('%H:%M:%S')}"
-        + (f" ({errors} errors)" if errors is not None else "")
+        f"{runs} {'scored ' if feedback_key(check.metric) else ''}runs since {target.live_since.strftime('%H:%M:%S')}"
+        + (f" ({counts['errors']} errors)" if counts is not None and "errors" in counts else "")
         + (
-            f"; left out (no runs to pool): {', '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
+            f"; left out (no runs to compare): {', '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
             if left_out
             else ""
         )
     )
     measurement = Measurement(
         round=round_number,
-        check=check.label(),
+        check=label,
         deployment_id=target.deployment_id,
         name=f"control group of {target.name}",
         at=at.isoformat(),
         value=value,
-        condition="the control group (pooled)",
-        verdict="passed" if value is not None else "inconclusive",
+        condition="the control group (each member against its own pre-rollout level)",
+        verdict="passed" if counts is not None else "inconclusive",
         detail=detail,
     )
-    if value is not None:
+    if counts is not None:
         measurement["runs"] = runs
-        if errors is not None:
-            measurement["errors"] = errors
-    return measurement
-
-
-def with_pooled_baseline(target: AnalysisTarget, pooled: Sequence[Measurement]) -> AnalysisTarget:
-    """``target`` with ``pooled`` as the baseline of their checks (its preflight's baseline of the other checks
-    kept), for one round.
-
-    :param target: the canary deployment judged.
-    :param pooled: the control group's measurements of this round.
-    """
-    labels = {measurement["check"] for measurement in pooled}
-    kept: list[dict[str, Any]] = [taken for taken in target.baseline or [] if taken.get("check") not in labels]
-    return target.model_copy(update={"baseline": [*kept, *(dict(measurement) for measurement in pooled)]})
+        measurement["control"] = counts
+    return measurement, counts

@@ -161,12 +161,16 @@ class TracingProjectCheck(_CheckBase):
         threshold takes a unit, ``ms`` or ``s`` (``"< 800ms"``, ``"< 2s"``); a bare number is seconds
         (``"< 2"`` is kept as ``"< 2s"``), and the measured latency is compared, stored and shown in the
         condition's unit.
-    :param min_run_count: fewer runs than this since the revision went live make the measurement
-        inconclusive (too little traffic to judge).
-    :param rate_test: judge ``error_rate`` by a statistical test against the baseline instead of ``condition``
-        (a :class:`~airflow_provider.analysis.rate_test.RateTest`: the new rate may be up to ``1 +
-        tolerated_increase`` times the baseline's; it fails only when the test is ``confidence`` sure it is
-        higher; fewer than ``min_run_count`` runs is inconclusive). Needs the preflight (the baseline).
+    :param min_run_count: fewer runs than this since the revision went live make the measurement inconclusive;
+        a statistical check (a ``rate_test``, a ``feedback.<key>``) is undecided until then (at least 1).
+    :param rate_test: judge ``error_rate`` by always-valid sequential tests against the baseline instead of
+        ``condition`` (a :class:`~airflow_provider.analysis.rate_test.RateTest`: fails once a rate above ``1 +
+        tolerated_increase`` times the baseline's is shown, passes once ``1 + harmful_increase`` times is ruled
+        out, each at ``confidence`` over the whole analysis; see :mod:`~airflow_provider.analysis.statistical`).
+        Needs the preflight (the baseline).
+    :param confidence: a ``feedback.<key>`` check's confidence (0.5 < confidence < 1; default 0.99): its
+        sequential tests of the scores against the condition's boundary each err at most ``1 - confidence`` over
+        the whole analysis (``">= baseline - 0.05"`` fails once the score is shown worse by more than 0.05).
     :param project: the project's name, a template over ``{name}``, ``{deployment_id}``, ``{revision_id}``;
         by default the deployment's name (the service creates a project named like each deployment).
     :param connection_id: the connection holding the tracing service's base URL (host) and API key
@@ -182,6 +186,7 @@ class TracingProjectCheck(_CheckBase):
     project: str = "{name}"
     connection_id: str | None = None
     rate_test: RateTest | None = None
+    confidence: float | None = Field(default=None, gt=0.5, lt=1.0)
 
     PROJECT_FIELDS: ClassVar[tuple[str, ...]] = TARGET_FIELDS
 
@@ -223,6 +228,13 @@ class TracingProjectCheck(_CheckBase):
     def _rate_test_on_rates(self) -> TracingProjectCheck:
         if self.rate_test is not None and self.metric != "error_rate":
             raise ValueError(f"rate_test judges a rate: metric must be 'error_rate', got {self.metric!r}")
+        hint = ": give it to the RateTest, rate_test=RateTest(confidence=...)" if self.rate_test else ""
+        if self.confidence is not None and feedback_key(self.metric) is None:
+            raise ValueError(
+                f"confidence is a feedback check's (metric 'feedback.<key>'); {self.metric!r} has none{hint}"
+            )
+        if (self.rate_test is not None or feedback_key(self.metric) is not None) and self.min_run_count < 1:
+            raise ValueError(f"min_run_count must be at least 1 for a statistical check, got {self.min_run_count}")
         return self
 
     @property
@@ -455,7 +467,9 @@ class Analysis(_SuggestingModel):
         query. That measurement is the revision's **baseline** (recorded with the verdict). ``False`` skips it
         (e.g. a deployment that serves no traffic yet).
     :param baseline_window_seconds: how far back the preflight (the baseline) looks, up to the moment it runs;
-        never before the serving revision went live.
+        never before the serving revision went live. ``None`` (the default): long enough for the test, an hour
+        first, then up to a day when the statistical checks' decision needs a baseline of more runs (ten times the
+        runs a decision needs, see :mod:`~airflow_provider.analysis.planner`).
     :param dry_run: measure and judge exactly as usual, but never fail the task nor roll back on a verdict that
         is not "passed": the log, the XCom, the asset event and the record say what the gate would have done
         (``would_have``: "would have rolled back", or "would have failed the task") with the measurements
@@ -471,13 +485,13 @@ class Analysis(_SuggestingModel):
     inconclusive_limit: int = Field(default=1, ge=0)
     initial_delay_seconds: float = Field(default=0.0, ge=0)
     preflight: bool = True
-    baseline_window_seconds: float = Field(default=3600.0, gt=0)
+    baseline_window_seconds: float | None = Field(default=None, gt=0)
     dry_run: bool = False
 
     @field_validator("interval_seconds", "initial_delay_seconds", "baseline_window_seconds")
     @classmethod
-    def _finite(cls, value: float, info: ValidationInfo) -> float:
-        if not math.isfinite(value):
+    def _finite(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not math.isfinite(value):
             raise ValueError(f"{info.field_name} must be a finite number of seconds, got {value}")
         return value
 
@@ -588,9 +602,11 @@ class AnalysisTarget(BaseModel):
         reported with the verdict; ``None``: no preflight.
     :param role: ``"judged"`` (a revision under analysis) or ``"baseline"`` (the preflight measuring the revision
         serving before: a check on the baseline only measures it then).
-    :param control: the control group of a fleet's canary (``{"deployment_id", "name", "revision_id"}`` of each
-        deployment not rolled out yet, see :mod:`~airflow_provider.analysis.control`): each round, its rate checks'
-        baseline is their pooled measurement over this target's window; ``None``: no control group.
+    :param control: the control group of a fleet's canary (``{"deployment_id", "name", "revision_id", "baseline"}``
+        of each deployment not rolled out yet, ``baseline`` its preflight measurements; see
+        :mod:`~airflow_provider.analysis.control`): each round, its statistical checks are judged against the
+        group's counts over this target's window, each member weighed by its own pre-rollout level; ``None``: no
+        control group.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -602,7 +618,7 @@ class AnalysisTarget(BaseModel):
     custom_url: str | None = None
     baseline: list[dict[str, Any]] | None = None
     role: Literal["judged", "baseline"] = "judged"
-    control: list[dict[str, str]] | None = None
+    control: list[dict[str, Any]] | None = None
 
     def baseline_of(self, check: str) -> dict[str, Any] | None:
         """The preflight's measurement of ``check`` (by label) with a value, ``None`` when there is none.
@@ -646,7 +662,15 @@ class Measurement(TypedDict):
     errors: NotRequired[int]
     bound: NotRequired[float]
     """The line the value was judged against when the baseline made it, in the condition's unit: a baseline
-    condition's threshold (``baseline * 1.5 + 0.01``), a rate test's tolerated rate."""
+    condition's threshold (``baseline * 1.5 + 0.01``), a rate test's tolerated rate, a feedback test's boundary."""
+    stdev: NotRequired[float]
+    """A feedback key's standard deviation of the scores (when the tracing service gives it)."""
+    test: NotRequired[dict[str, Any]]
+    """A statistical check's tests (:class:`~airflow_provider.analysis.statistical.TestRound`'s ``record``)."""
+    control: NotRequired[dict[str, Any]]
+    """A canary's control group's counts in the same window (:func:`~airflow_provider.analysis.control.pool`)."""
+    halves: NotRequired[list[dict[str, Any]]]
+    """A baseline's two halves of its window (``runs`` and ``errors``, or ``value``), for the drift guard."""
 
 
 class AnalysisResult(TypedDict):

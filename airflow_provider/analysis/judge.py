@@ -1,12 +1,14 @@
 """The verdict rules (pure): limits per check, as Argo Rollouts has per metric, but counted differently.
 
-One measurement per check per round. A check fails the revision when its failed measurements **reach** the
-analysis's ``failure_limit``: ``failure_limit=1`` fails on the first failed measurement (Argo's
-``failureLimit: 1`` tolerates one and fails on the second; our ``failure_limit=N`` is Argo's
-``failureLimit: N-1``). The analysis is inconclusive as soon as a check is inconclusive **more than**
-``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds it passed when every
-check passed at least once, else it is inconclusive. A deployment found no longer serving its revision fails
-with the check :data:`STILL_SERVING`.
+One measurement per check per round. A statistical check (see :mod:`~airflow_provider.analysis.statistical`)
+fails the revision as soon as its sequential test shows harm (its bound holds over every round), and a round in
+which its tests are undecided is ``pending``, not counted against ``inconclusive_limit``. Any other check fails
+the revision when its failed measurements **reach** the analysis's ``failure_limit``: ``failure_limit=1`` fails
+on the first failed measurement (Argo's ``failureLimit: 1`` tolerates one and fails on the second; our
+``failure_limit=N`` is Argo's ``failureLimit: N-1``). The analysis is inconclusive as soon as a check is
+inconclusive **more than** ``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds
+it passed when every check passed at least once, else it is inconclusive. A deployment found no longer serving
+its revision fails with the check :data:`STILL_SERVING`.
 
 An analysis can stop after any round and go on later, elsewhere (a trigger yields the verdicts reached so
 far; the task acts on them and hands the rest to another trigger): :class:`AnalysisState` is where it stood
@@ -37,6 +39,8 @@ class CheckTally:
     passed: int = 0
     failed: int = 0
     inconclusive: int = 0
+    pending: int = 0
+    """Rounds a statistical check's tests were undecided (not counted against ``inconclusive_limit``)."""
     last: Measurement | None = None
 
 
@@ -125,7 +129,13 @@ class Judgement:
             tally.passed += 1
         elif verdict == "failed":
             tally.failed += 1
-            if tally.failed >= self.analysis.failure_limit:
+            if "test" in measurement:  # a sequential test's failure holds for the whole analysis: decided at once
+                self._decide(
+                    "failed",
+                    measurement["check"],
+                    f"check {measurement['check']!r} failed: {measurement['detail']}",
+                )
+            elif tally.failed >= self.analysis.failure_limit:
                 self._decide(
                     "failed",
                     measurement["check"],
@@ -133,6 +143,8 @@ class Judgement:
                     f"the limit of {self.analysis.failure_limit}: {measurement['detail']}, "
                     f"needs {measurement['condition']}",
                 )
+        elif (measurement.get("test") or {}).get("pending"):
+            tally.pending += 1  # a statistical check still collecting runs: not a measurement that failed
         else:
             tally.inconclusive += 1
             if tally.inconclusive > self.analysis.inconclusive_limit:

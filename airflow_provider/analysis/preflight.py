@@ -8,7 +8,9 @@ for each deployment over the analysis's ``baseline_window_seconds`` up to now (n
 went live), with the same sources as the rounds (:class:`~airflow_provider.analysis.run.MeasuringSources`), and
 raises :class:`PreflightRefused` naming, for each check it could not measure, the source (its URL, without
 userinfo or secrets), the Airflow connection id and the rendered project or query. What it measured is the
-**baseline**: the same metric on the serving revision, recorded with the verdict (round ``0``).
+**baseline**: the same metric on the serving revision, recorded with the verdict (round ``0``). For a statistical
+check (:mod:`~airflow_provider.analysis.statistical`) the first half of the window is measured too (one more
+statistics request per project): the drift guard compares the two halves.
 """
 
 from __future__ import annotations
@@ -29,15 +31,16 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.run import MeasuringSources, measurement_of
+from airflow_provider.analysis.metric_conditions import feedback_key
+from airflow_provider.analysis.reading import Reading, tracing_reading
+from airflow_provider.analysis.rounds import BASELINE_ROUND, measurement_of
+from airflow_provider.analysis.run import MeasuringSources
 from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.analysis.statistical import is_statistical
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 
 __all__ = ["BASELINE_ROUND", "PreflightRefused", "describe_source", "preflight"]
-
-BASELINE_ROUND = 0
-"""The round number of a preflight (baseline) measurement: before the analysis's first round."""
 
 
 class PreflightRefused(ValueError):
@@ -118,9 +121,17 @@ async def preflight(
             now = datetime.fromtimestamp(clock(), tz=timezone.utc)
             for check, label in zip(analysis.checks, labels, strict=True):
                 readings = await sources.measure(check, targets, now, dict(deployments))
+                halves = (
+                    await _halves(sources, check, targets, readings, now)
+                    if isinstance(check, TracingProjectCheck) and is_statistical(check)
+                    else {}
+                )
                 for target in targets:
                     reading = readings[target.deployment_id]
                     measurement = measurement_of(check, label, target, reading, BASELINE_ROUND, now, scrubber)
+                    halved = halves.get(target.deployment_id)
+                    if halved is not None:
+                        measurement["halves"] = halved
                     baselines[target.deployment_id].append(measurement)
                     _log_baseline(log, target, measurement)
                     if reading.verdict == "inconclusive":
@@ -136,6 +147,46 @@ async def preflight(
     if problems:
         raise PreflightRefused(problems, baselines)
     return baselines
+
+
+async def _halves(
+    sources: MeasuringSources,
+    check: TracingProjectCheck,
+    targets: Sequence[AnalysisTarget],
+    readings: Mapping[str, Reading],
+    now: datetime,
+) -> dict[str, list[dict[str, Any]] | None]:
+    """The two halves of each target's baseline window for a statistical check (the drift guard, see
+    :func:`~airflow_provider.analysis.statistical.drift_of`): the first half measured (one more statistics request
+    per project), the second the whole minus it; ``None`` for a target whose halves cannot be read (then no guard)."""
+    source = sources.tracing.get(check.connection_id)
+    key = feedback_key(check.metric)
+    found: dict[str, list[dict[str, Any]] | None] = {}
+    for target in targets:
+        whole = readings[target.deployment_id]
+        found[target.deployment_id] = None
+        if source is None or whole.verdict == "inconclusive" or not whole.runs or whole.value is None:
+            continue
+        middle = target.live_since + (now - target.live_since) / 2
+        stats = await source.window_stats(check, target, target.live_since, middle)
+        first = tracing_reading(check, target.model_copy(update={"role": "baseline"}), stats, "first half")
+        if first.runs is None or first.value is None or not 0 < first.runs < whole.runs:
+            continue
+        if key is None:
+            if first.errors is None or whole.errors is None:
+                continue
+            found[target.deployment_id] = [
+                {"runs": first.runs, "errors": first.errors},
+                {"runs": whole.runs - first.runs, "errors": max(0, whole.errors - first.errors)},
+            ]
+        else:
+            rest = whole.runs - first.runs
+            second = (whole.value * whole.runs - first.value * first.runs) / rest
+            found[target.deployment_id] = [
+                {"runs": first.runs, "value": first.value},
+                {"runs": rest, "value": min(max(second, -1e12), 1e12)},
+            ]
+    return found
 
 
 def _log_baseline(log: Any, target: AnalysisTarget, measurement: Measurement) -> None:

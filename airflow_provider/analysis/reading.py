@@ -1,6 +1,7 @@
 """What one measurement found (:class:`Reading`), and how a measured value is judged: by a fixed condition, by a
 condition on the baseline (made from the preflight's measurement of the same check), by a
-:class:`~airflow_provider.analysis.rate_test.RateTest` of the error counts, or as a feedback key's mean score.
+:class:`~airflow_provider.analysis.rate_test.RateTest`'s counts or a feedback key's mean score, read here and judged by
+the sequential tests of :mod:`~airflow_provider.analysis.statistical` (which need the rounds before).
 
 Pure: no I/O, no Airflow. The sources (:mod:`~airflow_provider.analysis.sources`) measure, these judge.
 """
@@ -15,8 +16,9 @@ from typing import Any
 from airflow_provider.analysis.baseline import BaselineCondition
 from airflow_provider.analysis.conditions import Condition
 from airflow_provider.analysis.definitions import AnalysisTarget, MetricQueryCheck, TracingProjectCheck, Verdict
+from airflow_provider.analysis.metric_conditions import feedback_key
 
-__all__ = ["Reading", "against", "feedback_reading", "judged", "rate_tested"]
+__all__ = ["Reading", "against", "counted_rate", "feedback_reading", "judged", "tracing_reading"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Reading:
     :param bound: the line the value was judged against when the baseline made it (in the condition's unit): a
         baseline condition's threshold for this baseline, a rate test's tolerated rate (the baseline's rate times
         ``1 + tolerated_increase``); ``None`` for a fixed threshold (the condition says it) or no baseline.
+    :param stdev: a feedback key's standard deviation of the scores, when the service gives it.
     """
 
     verdict: Verdict
@@ -39,6 +42,7 @@ class Reading:
     runs: int | None = None
     errors: int | None = None
     bound: float | None = None
+    stdev: float | None = None
 
 
 def judged(condition: Condition, value: float, describe: Callable[[str], str]) -> Reading:
@@ -80,35 +84,28 @@ def against(
     return replace(reading, bound=resolved.threshold)
 
 
-def rate_tested(
+def counted_rate(
     check: TracingProjectCheck, target: AnalysisTarget, stats: dict[str, Any], run_count: int, runs: str
 ) -> Reading:
-    """The reading of an ``error_rate`` check judged by its :class:`RateTest` against the baseline's counts."""
-    assert check.rate_test is not None
+    """The reading of an ``error_rate`` check with a :class:`RateTest`: the error count of ``run_count`` runs,
+    judged afterwards by the check's sequential tests (:mod:`~airflow_provider.analysis.statistical`), which need
+    the rounds before it; the baseline itself is only measured. More errors than runs cannot be judged
+    (inconclusive)."""
     rate = stats.get("error_rate")
     if not isinstance(rate, int | float) or isinstance(rate, bool) or not math.isfinite(rate):
         return Reading("inconclusive", None, f"no error_rate yet ({runs})")
     counted = stats.get("error_count")
     errors = int(counted) if isinstance(counted, int) and not isinstance(counted, bool) else round(rate * run_count)
+    if errors < 0 or errors > run_count:
+        return Reading(
+            "inconclusive",
+            None,
+            f"the tracing service counts {errors} errors of {run_count} runs: not a count to judge",
+        )
     shown = f"error_rate {rate:.4g} ({errors} of {runs})"
     if target.role == "baseline":
         return Reading("passed", float(rate), f"{shown} (the baseline)", run_count, errors)
-    base = target.baseline_of(check.label())
-    base_runs, base_errors = (base or {}).get("runs"), (base or {}).get("errors")
-    if not isinstance(base_runs, int) or not isinstance(base_errors, int):
-        return Reading(
-            "inconclusive",
-            float(rate),
-            f"{shown}: {_no_baseline(target, check.label(), 'baseline run counts')}",
-            run_count,
-            errors,
-        )
-    tested = check.rate_test.judge(base_errors, base_runs, errors, run_count, check.min_run_count)
-    verdict: Verdict = "failed" if tested.verdict == "failed" else "passed"
-    if tested.verdict == "inconclusive":
-        verdict = "inconclusive"
-    tolerated = base_errors / base_runs * (1.0 + check.rate_test.tolerated_increase) if base_runs > 0 else None
-    return Reading(verdict, float(rate), f"{shown}: {tested.detail}", run_count, errors, tolerated)
+    return Reading("inconclusive", float(rate), shown, run_count, errors)
 
 
 def _no_baseline(target: AnalysisTarget, label: str, what: str = "baseline") -> str:
@@ -132,17 +129,69 @@ def feedback_reading(
     check: TracingProjectCheck, target: AnalysisTarget, key: str, feedback: Any, project: str, runs: str
 ) -> Reading:
     """The reading of a ``feedback.<key>`` check from a ``feedback_stats`` object: the mean score ``avg`` over ``n``
-    scored runs; fewer than ``min_run_count`` scored runs, or none, is inconclusive."""
+    scored runs (and their ``stdev``), judged afterwards by the check's sequential tests
+    (:mod:`~airflow_provider.analysis.statistical`); the baseline itself is only measured, and fewer than
+    ``min_run_count`` scored runs there is inconclusive (too few to be a baseline). No run scored yet is an
+    undecided round (no scores to judge), with zero scored runs."""
     stats = feedback.get(key) if isinstance(feedback, dict) else None
     if not isinstance(stats, dict):
-        return Reading("inconclusive", None, f"no run scored for feedback {key!r} yet in project {project!r} ({runs})")
+        detail = f"no run scored for feedback {key!r} yet in project {project!r} ({runs})"
+        if target.role == "baseline":
+            return Reading("inconclusive", None, detail)
+        return Reading("inconclusive", None, detail, runs=0)
     scored, mean = _number(stats.get("n")), _number(stats.get("avg"))
-    if scored is None or mean is None:
+    if scored is None or mean is None or scored < 0:
         return Reading("inconclusive", None, f"feedback {key!r} in project {project!r} has no n or avg ({runs})")
     shown = f"{int(scored)} scored of {runs}"
-    if scored < check.min_run_count:
+    spread = _number(stats.get("stdev"))
+    detail = f"feedback {key!r} mean {mean:.3f} over {shown}"
+    if target.role == "baseline":
+        if scored < check.min_run_count:
+            return Reading(
+                "inconclusive", None, f"feedback {key!r}: {shown}, fewer than min_run_count {check.min_run_count}"
+            )
+        return Reading("passed", mean, f"{detail} (the baseline)", int(scored), stdev=spread)
+    return Reading("inconclusive", mean, detail, int(scored), stdev=spread)
+
+
+def tracing_reading(check: TracingProjectCheck, target: AnalysisTarget, stats: Any, project: str) -> Reading:
+    """What ``stats`` (a ``POST /runs/stats`` answer, runs since ``target`` went live) say of ``check`` on
+    ``target``: pure, the same for a live round and a replay (:mod:`~airflow_provider.analysis.replay`).
+
+    :param check: a tracing check.
+    :param target: the revision measured.
+    :param stats: the statistics answer.
+    :param project: the project's name (for the detail).
+    """
+    since = target.live_since.strftime("%H:%M:%S")
+    if not isinstance(stats, dict):
+        return Reading("inconclusive", None, "tracing service: POST /runs/stats answered no statistics object")
+    run_count = stats.get("run_count")
+    if not isinstance(run_count, int | float) or isinstance(run_count, bool):
+        run_count = 0
+    if not math.isfinite(run_count):
+        shown = "NaN" if math.isnan(run_count) else "Infinity" if run_count > 0 else "-Infinity"
+        return Reading("inconclusive", None, f"tracing service: run_count {shown} is not a count (no data)")
+    if run_count < 0:
+        return Reading("inconclusive", None, f"tracing service: run_count {run_count:g} is not a count")
+    runs = f"{int(run_count)} runs since {since}"
+    key = feedback_key(check.metric)
+    statistical = check.rate_test is not None or key is not None
+    if run_count < check.min_run_count and (target.role == "baseline" or not statistical):
         return Reading(
-            "inconclusive", None, f"feedback {key!r}: {shown}, fewer than min_run_count {check.min_run_count}"
+            "inconclusive",
+            float(run_count) if check.metric == "run_count" else None,
+            f"{runs} in project {project!r}, fewer than min_run_count {check.min_run_count}",
         )
-    reading = against(check, target, mean, lambda value: f"feedback {key!r} mean {value} over {shown}")
-    return replace(reading, runs=int(scored))
+    if key is not None:
+        return feedback_reading(check, target, key, stats.get("feedback_stats"), project, runs)
+    if check.rate_test is not None:
+        return counted_rate(check, target, stats, int(run_count), runs)
+    value = stats.get(check.metric)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
+    reading = against(check, target, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
+    errors = stats.get("error_count") if check.metric == "error_rate" else None
+    if check.metric == "error_rate" and not isinstance(errors, int) and math.isfinite(value):
+        errors = round(float(value) * run_count)
+    return replace(reading, runs=int(run_count), errors=errors if isinstance(errors, int) else None)

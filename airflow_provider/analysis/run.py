@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from airflow_provider.analysis.control import control_members, pool, pooled_checks, with_pooled_baseline
+from airflow_provider.analysis.control import control_members, pool, pooled_checks
 from airflow_provider.analysis.definitions import (
     Analysis,
     AnalysisResult,
@@ -40,6 +40,7 @@ from airflow_provider.analysis.endpoints import (
     tracing_endpoint,
 )
 from airflow_provider.analysis.judge import AnalysisState, Judgement
+from airflow_provider.analysis.rounds import RoundJudging, condition_text, measurement_of
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.analysis.sources import (
     CallableRunner,
@@ -163,60 +164,6 @@ async def _built(opening: Awaitable[_Source], kind: str, connection_id: str | No
         raise AnalysisSetupError(
             scrubber(f"{kind}: the client{where} could not be built ({type(err).__name__}: {err})")
         ) from None
-
-
-def measurement_of(
-    check: Any,
-    label: str,
-    target: AnalysisTarget,
-    reading: Reading,
-    round_number: int,
-    at: datetime,
-    scrubber: Scrubber,
-) -> Measurement:
-    """The measurement of ``reading`` (``check``'s on ``target`` in round ``round_number``, taken ``at``), with
-    its run and error counts when the reading has them (a tracing measurement's: what a rate test of a later
-    measurement compares with).
-
-    :param check: the check measured.
-    :param label: its label.
-    :param target: the revision measured.
-    :param reading: what the source answered.
-    :param round_number: the round (the preflight's baseline has its own).
-    :param at: when it was measured.
-    :param scrubber: removes secrets from the detail.
-    """
-    measurement = Measurement(
-        round=round_number,
-        check=label,
-        deployment_id=target.deployment_id,
-        name=target.name,
-        at=at.isoformat(),
-        value=reading.value,
-        condition=condition_text(check),
-        verdict=reading.verdict,
-        detail=scrubber(reading.detail),
-    )
-    if reading.runs is not None:
-        measurement["runs"] = reading.runs
-    if reading.errors is not None:
-        measurement["errors"] = reading.errors
-    if reading.bound is not None:
-        measurement["bound"] = reading.bound
-    return measurement
-
-
-def condition_text(check: Any) -> str:
-    """What passes a measurement of ``check``, as a measurement records it.
-
-    :param check: a check of the analysis.
-    """
-    if isinstance(check, HttpCheck):
-        return check.describe_condition()
-    if isinstance(check, TracingProjectCheck) and check.rate_test is not None:
-        return check.rate_test.describe()
-    condition = getattr(check, "condition", None)
-    return condition if condition else "True or None"
 
 
 async def still_serving(hook: DeploymentServiceHook, targets: Sequence[AnalysisTarget]) -> dict[str, Deployment | None]:
@@ -351,6 +298,7 @@ async def analyse(
         if early.over:
             return
     scrubber = Scrubber()
+    judging = RoundJudging(judgements, scrubber)
     hook = DeploymentServiceHook(**hook_params)
     sources = await MeasuringSources.open(analysis, hook, scrubber)
     try:
@@ -364,16 +312,23 @@ async def analyse(
             active = [target for target in active if not judgements[target.deployment_id].decided]
             if active:
                 now = datetime.fromtimestamp(clock(), tz=timezone.utc)
-                active = await _with_control(sources, pooled_checks(analysis), active, now, round_number, log)
+                controls = await _control_counts(sources, pooled_checks(analysis), active, now, round_number, log)
                 readings = await asyncio.gather(
                     *(sources.measure(check, active, now, deployments) for check in analysis.checks)
                 )
                 for target in active:
                     for check, label, by_target in zip(analysis.checks, labels, readings, strict=True):
                         reading = by_target[target.deployment_id]
-                        measurement = measurement_of(check, label, target, reading, round_number, now, scrubber)
+                        measurement = judging.record(
+                            check,
+                            label,
+                            target,
+                            reading,
+                            round_number,
+                            now,
+                            controls.get((target.deployment_id, label)),
+                        )
                         _log_measurement(log, measurement, count)
-                        judgements[target.deployment_id].record(measurement)
                 if on_round is not None:
                     so_far = {key: list(judgement.measurements) for key, judgement in judgements.items()}
                     try:
@@ -391,28 +346,30 @@ async def analyse(
     yield step(final=True)
 
 
-async def _with_control(
+async def _control_counts(
     sources: MeasuringSources,
     checks: Sequence[TracingProjectCheck],
     targets: Sequence[AnalysisTarget],
     now: datetime,
     round_number: int,
     log: Any,
-) -> list[AnalysisTarget]:
-    """``targets``, each one with a control group given this round's pooled measurement of ``checks`` on it (over
-    the target's own window, now) as their baseline (see :mod:`~airflow_provider.analysis.control`)."""
-    judged: list[AnalysisTarget] = []
+) -> dict[tuple[str, str], dict[str, Any] | None]:
+    """Each target with a control group: its group's counts of ``checks`` this round, over the target's own window
+    (see :mod:`~airflow_provider.analysis.control`), by ``(deployment id, check label)``; each logged."""
+    counts: dict[tuple[str, str], dict[str, Any] | None] = {}
     for target in targets:
         if target.control is None or not checks:
-            judged.append(target)
             continue
         members = control_members(target)
-        pooled: list[Measurement] = []
         for check in checks:
             readings = await sources.measure(check, members, now, {}) if members else {}
-            measured = [(member.name, readings[member.deployment_id]) for member in members]
-            pooled.append(pool(check, target, measured, round_number, now))
-        for measurement in pooled:
+            measured = [
+                (member, readings[member["deployment_id"]])
+                for member in target.control
+                if member["deployment_id"] in readings
+            ]
+            measurement, counted = pool(check, target, measured, round_number, now)
+            counts[(target.deployment_id, check.label())] = counted
             value = measurement["value"]
             log.info(
                 "Analysis round %d: %s of the %s = %s (%s)",
@@ -422,8 +379,7 @@ async def _with_control(
                 "n/a" if value is None else f"{value:.4g}",
                 measurement["detail"],
             )
-        judged.append(with_pooled_baseline(target, pooled))
-    return judged
+    return counts
 
 
 def _round_due(analysis: Analysis, started_at: float, delay: float, round_number: int) -> float:

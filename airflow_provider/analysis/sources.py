@@ -25,7 +25,6 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -38,10 +37,9 @@ from airflow_provider.analysis.definitions import (
     HttpCheck,
     MetricQueryCheck,
     TracingProjectCheck,
-    feedback_key,
 )
 from airflow_provider.analysis.endpoints import SourceEndpoint
-from airflow_provider.analysis.reading import Reading, against, feedback_reading, judged, rate_tested
+from airflow_provider.analysis.reading import Reading, against, judged, tracing_reading
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.models import Deployment
 
@@ -52,6 +50,7 @@ __all__ = [
     "PrometheusSource",
     "Reading",
     "TracingSource",
+    "tracing_reading",
     "unexpected_reading",
     "within",
 ]
@@ -181,6 +180,7 @@ class TracingSource:
         self._lookups: dict[str, asyncio.Lock] = {}
         self._round: datetime | None = None
         self._round_stats: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._windows: dict[tuple[str, str, str], asyncio.Task[Any]] = {}
         self._limit = asyncio.Semaphore(SOURCE_CONCURRENCY)
         self._auth_hint = f"check the API key of connection {endpoint.connection_id!r} (sent as X-Api-Key)"
 
@@ -258,39 +258,49 @@ class TracingSource:
 
     async def _measure_one(self, check: TracingProjectCheck, target: AnalysisTarget, now: datetime) -> Reading:
         project = render_template(check.project, target.template_values(now))
-        since = target.live_since.strftime("%H:%M:%S")
         try:
             stats = await self._stats(project, target.live_since.isoformat())
         except _SourceFailure as failure:
             return Reading("inconclusive", None, self._scrub(str(failure)))
-        if not isinstance(stats, dict):
-            return Reading("inconclusive", None, "tracing service: POST /runs/stats answered no statistics object")
-        run_count = stats.get("run_count")
-        if not isinstance(run_count, int | float) or isinstance(run_count, bool):
-            run_count = 0
-        if not math.isfinite(run_count):
-            shown = "NaN" if math.isnan(run_count) else "Infinity" if run_count > 0 else "-Infinity"
-            return Reading("inconclusive", None, f"tracing service: run_count {shown} is not a count (no data)")
-        runs = f"{int(run_count)} runs since {since}"
-        if run_count < check.min_run_count:
-            return Reading(
-                "inconclusive",
-                float(run_count) if check.metric == "run_count" else None,
-                f"{runs} in project {project!r}, fewer than min_run_count {check.min_run_count}",
-            )
-        key = feedback_key(check.metric)
-        if key is not None:
-            return feedback_reading(check, target, key, stats.get("feedback_stats"), project, runs)
-        if check.rate_test is not None:
-            return rate_tested(check, target, stats, int(run_count), runs)
-        value = stats.get(check.metric)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return Reading("inconclusive", None, f"no {check.metric} yet in project {project!r} ({runs})")
-        reading = against(check, target, float(value), lambda shown: f"{check.metric} {shown} over {runs}")
-        errors = stats.get("error_count") if check.metric == "error_rate" else None
-        if check.metric == "error_rate" and not isinstance(errors, int) and math.isfinite(value):
-            errors = round(float(value) * run_count)
-        return replace(reading, runs=int(run_count), errors=errors if isinstance(errors, int) else None)
+        return tracing_reading(check, target, stats, project)
+
+    async def window_stats(
+        self, check: TracingProjectCheck, target: AnalysisTarget, start: datetime, end: datetime
+    ) -> Any:
+        """The raw statistics of ``target``'s project from ``start`` to ``end`` (a part of a baseline window, for
+        the drift guard); ``None`` when they cannot be read.
+
+        :param check: the check (its project template).
+        :param target: the deployment.
+        :param start: the window's start.
+        :param end: its end.
+        """
+        project = render_template(check.project, target.template_values(end))
+        key = (project, start.isoformat(), end.isoformat())
+        if key not in self._windows:
+            self._windows[key] = asyncio.ensure_future(self._window(project, start, end))
+        return await self._windows[key]
+
+    async def _window(self, project: str, start: datetime, end: datetime) -> Any:
+        try:
+            async with self._limit:
+                project_id = await self._project_id(project)
+                return await _request(
+                    self._client,
+                    "POST",
+                    "/runs/stats",
+                    json={
+                        "session": [project_id],
+                        "start_time": start.isoformat(),
+                        "end_time": end.isoformat(),
+                        "is_root": True,
+                    },
+                    what="tracing service",
+                    auth_hint=self._auth_hint,
+                    timeout=self.endpoint.timeout,
+                )
+        except _SourceFailure:
+            return None
 
 
 class PrometheusSource:

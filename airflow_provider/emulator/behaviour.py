@@ -17,7 +17,9 @@ serving spans (from going live until another revision goes live), ``requests_per
 second, numbered from the start of the span; the first ``k`` requests of a phase hold
 ``floor(k * error_rate)`` errors, so counts only grow and the same window always gives the same numbers.
 Every request of a phase takes exactly that phase's ``latency_ms``; of the first ``k`` requests of a phase,
-``floor(k * share)`` get each feedback key's ``score`` (``feedback``: the tracing service's ``feedback_stats``).
+``floor(k * share)`` are scored for each feedback key (``feedback``: the tracing service's ``feedback_stats``): a
+score in 0..1 is a 0/1 evaluator's (of the first ``j`` scored runs, ``floor(j * score)`` get 1, the others 0), any
+other score is every scored run's.
 """
 
 from __future__ import annotations
@@ -112,13 +114,14 @@ class TrafficGroup:
     :param requests: how many.
     :param errors: how many of them failed.
     :param latency_ms: the time each took.
-    :param feedback: ``(key, runs scored, score)`` of each feedback key the phase's runs get.
+    :param feedback: ``(key, runs scored, sum of their scores, sum of their squares)`` of each feedback key the
+        phase's runs get.
     """
 
     requests: int
     errors: int
     latency_ms: float
-    feedback: tuple[tuple[str, int, float], ...] = ()
+    feedback: tuple[tuple[str, int, float, float], ...] = ()
 
 
 def _served(behaviour: Behaviour, seconds: float) -> tuple[int, int]:
@@ -164,11 +167,21 @@ def _plan_traffic(plan: BehaviourPlan, offset_from: float, offset_to: float) -> 
         after, errors_after = _served(behaviour, high)
         if after > before:
             scored = tuple(
-                (key, _scored(after, given.share) - _scored(before, given.share), given.score)
+                _scores(key, _scored(before, given.share), _scored(after, given.share), given.score)
                 for key, given in sorted(behaviour.feedback.items())
             )
             groups.append(TrafficGroup(after - before, errors_after - errors_before, behaviour.latency_ms, scored))
     return groups
+
+
+def _scores(key: str, scored_before: int, scored_after: int, score: float) -> tuple[str, int, float, float]:
+    """``(key, runs scored, sum of scores, sum of squares)`` of the scored runs numbered ``scored_before`` to
+    ``scored_after`` of a phase: 0/1 scores for a score in 0..1 (counts only grow), else the score itself."""
+    count = scored_after - scored_before
+    if 0.0 <= score <= 1.0:
+        ones = math.floor(scored_after * score + 1e-9) - math.floor(scored_before * score + 1e-9)
+        return key, count, float(ones), float(ones)
+    return key, count, count * score, count * score * score
 
 
 def _scored(requests: int, share: float) -> int:
@@ -179,17 +192,19 @@ def _scored(requests: int, share: float) -> int:
 def feedback_stats(groups: list[TrafficGroup]) -> dict[str, dict[str, Any]]:
     """The tracing service's ``feedback_stats`` of the runs in ``groups``: per key, ``n`` (runs scored), ``avg``
     (their mean score), ``stdev``, ``errors`` (0) and ``values`` (``{}``); keys without a scored run left out."""
-    totals: dict[str, list[tuple[int, float]]] = {}
+    totals: dict[str, list[float]] = {}
     for group in groups:
-        for key, scored, score in group.feedback:
+        for key, scored, total, squares in group.feedback:
             if scored > 0:
-                totals.setdefault(key, []).append((scored, score))
+                into = totals.setdefault(key, [0.0, 0.0, 0.0])
+                into[0] += scored
+                into[1] += total
+                into[2] += squares
     stats: dict[str, dict[str, Any]] = {}
-    for key, parts in sorted(totals.items()):
-        n = sum(scored for scored, _ in parts)
-        avg = sum(scored * score for scored, score in parts) / n
-        variance = sum(scored * (score - avg) ** 2 for scored, score in parts) / n
-        stats[key] = {"n": n, "avg": avg, "stdev": math.sqrt(variance), "errors": 0, "values": {}}
+    for key, (n, total, squares) in sorted(totals.items()):
+        avg = total / n
+        variance = max(0.0, squares / n - avg * avg)
+        stats[key] = {"n": int(n), "avg": avg, "stdev": math.sqrt(variance), "errors": 0, "values": {}}
     return stats
 
 

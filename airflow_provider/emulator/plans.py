@@ -31,7 +31,9 @@ class MatchableRevision(Protocol):
 class FeedbackBehaviour(BaseModel):
     """The scores one feedback key (an online evaluator's or users', e.g. ``correctness``) gives a revision's runs.
 
-    :param score: the mean score of the scored runs (usually 0..1; every scored run gets it).
+    :param score: the mean score of the scored runs. A score in 0..1 is a 0/1 evaluator's (each scored run gets 1
+        or 0: of the first ``k`` scored runs, ``floor(k * score)`` get 1), so the scores spread as real ones do
+        (``stdev`` ``sqrt(score * (1 - score))``); any other score (a 1-5 rating) is given to every scored run.
     :param share: the share of runs scored, 0..1 (the first ``k`` runs hold ``floor(k * share)`` scored ones).
     """
 

@@ -134,14 +134,19 @@ def analysis_targets(
     rows = awaiting_analysis(wave)
     wanted = [row.deployment_id for row in [*rows, *(control or [])]]
     live = read_deployments(hook, wanted) if rows else {}
-    group: list[dict[str, str]] | None = None
+    group: list[dict[str, Any]] | None = None
     if control is not None:
         group = []
         for row in control:
             serving = live.get(row.deployment_id)
             if serving is not None and serving.active_revision_id and serving.status == DeploymentStatus.READY:
                 group.append(
-                    {"deployment_id": row.deployment_id, "name": row.name, "revision_id": serving.active_revision_id}
+                    {
+                        "deployment_id": row.deployment_id,
+                        "name": row.name,
+                        "revision_id": serving.active_revision_id,
+                        "baseline": row.baseline,  # its own pre-rollout level: each member weighed by it
+                    }
                 )
         log.info(
             "%s: the control group (not rolled out yet, serving): %s",

@@ -124,8 +124,8 @@ def check_arguments(
 def check_canary_baseline(canary_baseline: object, analysis: Analysis | None, canary: object) -> None:
     """Refuse a ``canary_baseline`` the rollout cannot use (``ValueError`` naming the argument): another value than
     :data:`CANARY_BASELINES`; ``"control_group"`` without an analysis, without a canary, or without a check it
-    applies to (a :class:`~airflow_provider.analysis.TracingProjectCheck` of ``error_rate`` or ``feedback.<key>``
-    judged against the baseline).
+    applies to (a :class:`~airflow_provider.analysis.TracingProjectCheck` of ``error_rate`` with a ``RateTest``, or
+    of a ``feedback.<key>`` on the baseline).
 
     :param canary_baseline: as given.
     :param analysis: the fleet task's analysis.
@@ -146,6 +146,7 @@ def check_canary_baseline(canary_baseline: object, analysis: Analysis | None, ca
         raise ValueError(f"{wanted}: give a canary (a count or names)")
     if not pooled_checks(analysis):
         raise ValueError(
-            f"{wanted}, by its tracing checks of error_rate or feedback.<key> judged against the baseline: the "
-            "analysis has none (give one a rate_test=RateTest() or a condition like '<= baseline * 1.5 + 0.01')"
+            f"{wanted}, by its statistical tracing checks: an error_rate with a rate_test, or a feedback.<key> on the "
+            "baseline; the analysis has none (give the error-rate check rate_test=RateTest(), or a feedback check a "
+            "condition like '>= baseline - 0.05')"
         )

@@ -14,20 +14,31 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.analysis import Analysis, AnalysisTarget, Measurement
+from airflow_provider.analysis.planner import BASELINE_MULTIPLE, AnalysisPlan
 from airflow_provider.models import Deployment, DeploymentStatus
 from airflow_provider.tasks.analysis import AnalysingTask, live_since
 
 __all__ = [
+    "DEFAULT_BASELINE_WINDOW",
     "EXACT_LIVE_SINCE_LIMIT",
+    "LONGEST_BASELINE_WINDOW",
     "PREFLIGHT_OFF_HINT",
     "baseline_target",
     "baselines_json",
+    "longer_baseline_window",
     "preflight_on_worker",
+    "warn_if_undecidable",
 ]
 
 PREFLIGHT_OFF_HINT = "Analysis(preflight=False) skips the preflight, e.g. for a deployment that serves no traffic yet"
 """What a refusal says about turning the preflight off."""
 
+
+DEFAULT_BASELINE_WINDOW = 3600.0
+"""The first baseline window of ``baseline_window_seconds=None``: an hour, lengthened when a decision needs more
+(:func:`longer_baseline_window`)."""
+LONGEST_BASELINE_WINDOW = 86400.0
+"""The longest baseline window ``baseline_window_seconds=None`` measures: a day."""
 
 EXACT_LIVE_SINCE_LIMIT = 20
 """Up to this many deployments, each serving revision's go-live time is asked of the revision endpoint (one request
@@ -97,32 +108,177 @@ def preflight_on_worker(
 
     if not analysis.preflight or not deployments:
         return {}
-    now = time.time()
-    window_start = datetime.fromtimestamp(now - analysis.baseline_window_seconds, tz=timezone.utc)
+    window = analysis.baseline_window_seconds or DEFAULT_BASELINE_WINDOW
     exact = len(deployments) <= EXACT_LIVE_SINCE_LIMIT
-    targets = [
-        baseline_target(task, deployment, window_start, unchanged=unchanged, exact=exact) for deployment in deployments
-    ]
-    task.log.info(
-        "Preflight: measuring %d check(s) on the revision %s serves now, over the last %gs (the baseline)",
-        len(analysis.checks),
-        ", ".join(repr(deployment.name) for deployment in deployments[:5])
-        + (f" and {len(deployments) - 5} more" if len(deployments) > 5 else ""),
-        analysis.baseline_window_seconds,
-    )
     by_id = {deployment.id: deployment for deployment in deployments}
-    measuring = preflight(analysis, targets, by_id, hook_params=task.hook.hook_params, log=task.log)
+
+    def measured(seconds: float) -> tuple[dict[str, list[Measurement]], list[AnalysisTarget], float]:
+        now = time.time()
+        window_start = datetime.fromtimestamp(now - seconds, tz=timezone.utc)
+        targets = [
+            baseline_target(task, deployment, window_start, unchanged=unchanged, exact=exact)
+            for deployment in deployments
+        ]
+        task.log.info(
+            "Preflight: measuring %d check(s) on the revision %s serves now, over the last %gs (the baseline)",
+            len(analysis.checks),
+            ", ".join(repr(deployment.name) for deployment in deployments[:5])
+            + (f" and {len(deployments) - 5} more" if len(deployments) > 5 else ""),
+            seconds,
+        )
+        measuring = preflight(analysis, targets, by_id, hook_params=task.hook.hook_params, log=task.log)
+        try:
+            return asyncio.run(measuring), targets, now
+        except PreflightRefused as err:
+            raise AirflowException(
+                f"the analysis's preflight refused the rollout, {unchanged}: {err}. Fix the source, the query or the "
+                f"project (a retry runs the preflight again), or give it traffic; {PREFLIGHT_OFF_HINT}"
+            ) from None
+        except ConnectionLookupError as err:
+            raise AirflowException(f"the analysis's preflight could not run, {unchanged}: {err}") from None
+        except AnalysisSetupError as err:
+            raise AirflowFailException(f"the analysis's preflight cannot run, {unchanged}: {err}") from None
+
+    baselines, targets, now = measured(window)
+    resolved = _resolved(task, analysis)
+    if analysis.baseline_window_seconds is None:
+        longer = longer_baseline_window(resolved, baselines, targets, now, window)
+        if longer is not None:
+            task.log.info(
+                "Preflight: the last %gs hold fewer than %d times the runs a decision of the analysis needs: "
+                "measuring the baseline over the last %gs instead (baseline_window_seconds=None: long enough for "
+                "the test, never before the serving revision went live)",
+                window,
+                BASELINE_MULTIPLE,
+                longer,
+            )
+            baselines, targets, now = measured(longer)
+    warn_if_undecidable(task.log, resolved, baselines, targets, now)
+    return baselines
+
+
+def _resolved(task: AnalysingTask, analysis: Analysis) -> Analysis:
+    """``analysis`` with its rounds resolved for the task's bake (unchanged when they cannot be)."""
     try:
-        return asyncio.run(measuring)
-    except PreflightRefused as err:
-        raise AirflowException(
-            f"the analysis's preflight refused the rollout, {unchanged}: {err}. Fix the source, the query or the "
-            f"project (a retry runs the preflight again), or give it traffic; {PREFLIGHT_OFF_HINT}"
-        ) from None
-    except ConnectionLookupError as err:
-        raise AirflowException(f"the analysis's preflight could not run, {unchanged}: {err}") from None
-    except AnalysisSetupError as err:
-        raise AirflowFailException(f"the analysis's preflight cannot run, {unchanged}: {err}") from None
+        return analysis.with_count_for(getattr(task, "bake_seconds", None) or None)
+    except ValueError:
+        return analysis
+
+
+def _plans(
+    analysis: Analysis, baselines: dict[str, list[Measurement]], targets: Sequence[AnalysisTarget], now: float
+) -> list[tuple[AnalysisTarget, AnalysisPlan]]:
+    """Each target's plan at the traffic and levels its baseline shows (targets whose baseline holds no runs are
+    left out)."""
+    from airflow_provider.analysis.metric_conditions import feedback_key
+    from airflow_provider.analysis.planner import plan_analysis
+
+    plans = []
+    for target in targets:
+        taken = {item["check"]: item for item in baselines.get(target.deployment_id, [])}
+        seconds = max(1.0, now - target.live_since.timestamp())
+        runs = error_rate = None
+        scores: dict[str, float] = {}
+        scored = 1.0
+        for check in analysis.checks:
+            item = taken.get(check.label())
+            value = None if item is None else item.get("value")
+            if item is None or not isinstance(item.get("runs"), int) or not isinstance(value, int | float):
+                continue
+            key = feedback_key(getattr(check, "metric", ""))
+            if key is None and "errors" in item:
+                runs, error_rate = item["runs"], item["errors"] / max(1, item["runs"])
+            elif key is not None and 0.0 <= value <= 1.0:
+                scores[key] = float(value)
+                scored = item["runs"]
+        if runs is None:
+            runs = next((item["runs"] for item in taken.values() if isinstance(item.get("runs"), int)), None)
+        if not runs:
+            continue
+        try:
+            plan = plan_analysis(
+                analysis,
+                runs_per_second=runs / seconds,
+                error_rate=min(error_rate or 0.0, 0.999),
+                scores=scores,
+                scored_share=min(1.0, max(scored / runs, 1e-6)) if scores else 1.0,
+                baseline_runs=runs,
+            )
+        except ValueError:
+            continue
+        if plan.checks:
+            plans.append((target, plan))
+    return plans
+
+
+def longer_baseline_window(
+    analysis: Analysis,
+    baselines: dict[str, list[Measurement]],
+    targets: Sequence[AnalysisTarget],
+    now: float,
+    window: float,
+) -> float | None:
+    """The baseline window that holds :data:`~airflow_provider.analysis.planner.BASELINE_MULTIPLE` times the runs
+    the analysis's statistical checks need to decide, at the traffic the first window showed (at most
+    :data:`LONGEST_BASELINE_WINDOW`); ``None`` when ``window`` is enough, or the serving revisions have not lived
+    longer than it (a longer window would measure nothing more).
+
+    :param analysis: the analysis, its rounds resolved.
+    :param baselines: what the first window measured.
+    :param targets: the serving revisions measured (their ``live_since``: the window's start).
+    :param now: when it was measured.
+    :param window: the first window's length.
+    """
+    wanted = window
+    for target, plan in _plans(analysis, baselines, targets, now):
+        if plan.baseline_enough or target.live_since.timestamp() > now - window + 1.0:
+            continue  # enough, or the revision is younger than the window: a longer one adds nothing
+        needed = [check.runs for check in plan.checks if check.unit == "runs"]
+        if not needed:
+            continue
+        most = max(value if value is not None else plan.baseline_runs * 100 for value in needed)
+        wanted = max(wanted, window * BASELINE_MULTIPLE * most / max(1, plan.baseline_runs) * 1.1)
+    wanted = min(wanted, LONGEST_BASELINE_WINDOW)
+    return round(wanted) if wanted > window * 1.05 else None
+
+
+def warn_if_undecidable(
+    log: Any,
+    analysis: Analysis,
+    baselines: dict[str, list[Measurement]],
+    targets: Sequence[AnalysisTarget],
+    now: float,
+) -> None:
+    """Warn, once, when the analysis is too short (or the baseline too small) for its statistical checks to decide
+    at the traffic the baseline showed: it would end inconclusive (rolled back by ``on_inconclusive="fail"``).
+
+    :param log: the task's logger.
+    :param analysis: the analysis, its rounds resolved.
+    :param baselines: the preflight's measurements.
+    :param targets: the serving revisions measured.
+    :param now: when they were measured.
+    """
+    for target, plan in _plans(analysis, baselines, targets, now):
+        if not plan.decides:
+            log.warning(
+                "Preflight: the analysis cannot decide on %r at the traffic its baseline shows: %s. Give it more "
+                "rounds (count, bake_seconds) or a longer interval, or expect an inconclusive verdict "
+                "(on_inconclusive decides)",
+                target.name,
+                plan.describe(),
+            )
+            return
+        if not plan.baseline_enough:
+            log.warning(
+                "Preflight: the baseline of %r holds %d runs, fewer than %d times what a decision needs (%s): the "
+                "baseline's own uncertainty slows the test; give baseline_window_seconds=None (the default) or a "
+                "longer window",
+                target.name,
+                plan.baseline_runs,
+                BASELINE_MULTIPLE,
+                plan.describe(),
+            )
+            return
 
 
 def baselines_json(baselines: dict[str, list[Measurement]], deployment_id: str) -> list[dict[str, Any]] | None:

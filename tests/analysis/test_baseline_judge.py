@@ -13,7 +13,7 @@ from airflow_provider.analysis import Analysis, MetricQueryCheck, TracingProject
 from airflow_provider.analysis.baseline import BaselineCondition, parse_baseline_condition
 from airflow_provider.analysis.definitions import AnalysisTarget
 from airflow_provider.analysis.rate_test import RateTest, binomial_tail
-from airflow_provider.analysis.reading import against, rate_tested
+from airflow_provider.analysis.reading import against, counted_rate
 
 LATENCY = {"ms": 1000.0, "s": 1.0}
 
@@ -98,27 +98,22 @@ def test_a_reading_judged_against_the_baseline_carries_the_bound_it_was_judged_b
     fixed = TracingProjectCheck(metric="error_rate", condition="< 0.05")
     assert against(fixed, _target(base), 0.01, str).bound is None
     tested = TracingProjectCheck(rate_test=RateTest(confidence=0.99, tolerated_increase=0.25), min_run_count=100)
-    reading = rate_tested(tested, _target(base), {"error_rate": 0.09, "error_count": 90}, 1000, "1000 runs")
-    assert reading.bound == pytest.approx(0.08 * 1.25)
-    assert rate_tested(tested, _target(base, role="baseline"), {"error_rate": 0.08}, 1000, "").bound is None
+    reading = counted_rate(tested, _target(base), {"error_rate": 0.09, "error_count": 90}, 1000, "1000 runs")
+    assert reading.bound is None  # a rate test's line is its judge's (see test_sequential_judge)
+    assert counted_rate(tested, _target(base, role="baseline"), {"error_rate": 0.08}, 1000, "").bound is None
 
 
-def test_the_rate_test_on_counts() -> None:
-    check = TracingProjectCheck(rate_test=RateTest(confidence=0.99, tolerated_increase=0.25), min_run_count=100)
+def test_a_rate_tests_reading_carries_the_counts_its_judge_reads() -> None:
+    check = TracingProjectCheck(rate_test=RateTest(), min_run_count=100)
     base = [{"check": "tracing error_rate", "value": 0.03, "runs": 10000, "errors": 300, "round": 0}]
-    same = rate_tested(check, _target(base), {"error_rate": 0.03, "error_count": 30}, 1000, "1000 runs")
-    assert same.verdict == "passed" and (same.runs, same.errors) == (1000, 30)
-    doubled = rate_tested(check, _target(base), {"error_rate": 0.06, "error_count": 60}, 1000, "1000 runs")
-    assert doubled.verdict == "failed" and "60/1000 errors against the baseline's 300/10000" in doubled.detail
-    few = rate_tested(check, _target(base), {"error_rate": 0.5, "error_count": 25}, 50, "50 runs")
-    assert few.verdict == "inconclusive" and "too few to test" in few.detail
-    unknown = rate_tested(
-        check, _target([{"check": "tracing error_rate", "value": 0.03}]), {"error_rate": 0.1}, 1000, ""
-    )
-    assert unknown.verdict == "inconclusive"
-    clean = [{"check": "tracing error_rate", "value": 0.0, "runs": 5000, "errors": 0, "round": 0}]
-    assert rate_tested(check, _target(clean), {"error_rate": 0.0, "error_count": 0}, 500, "").verdict == "passed"
-    assert rate_tested(check, _target(clean), {"error_rate": 0.02, "error_count": 10}, 500, "").verdict == "failed"
+    read = counted_rate(check, _target(base), {"error_rate": 0.03, "error_count": 30}, 1000, "1000 runs")
+    assert (read.runs, read.errors, read.value) == (1000, 30, 0.03)
+    assert counted_rate(check, _target(base), {"error_rate": 0.031}, 1000, "").errors == 31  # from the rate
+    assert counted_rate(check, _target(base, role="baseline"), {"error_rate": 0.03}, 1000, "").verdict == "passed"
+    impossible = counted_rate(check, _target(base), {"error_rate": 1.5, "error_count": 1500}, 1000, "1000 runs")
+    assert impossible.verdict == "inconclusive" and "1500 errors of 1000 runs" in impossible.detail
+    negative = counted_rate(check, _target(base), {"error_rate": 0.0, "error_count": -5}, 1000, "1000 runs")
+    assert negative.verdict == "inconclusive" and negative.errors is None
 
 
 def test_the_binomial_tail_is_exact() -> None:

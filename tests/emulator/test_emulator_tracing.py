@@ -129,7 +129,8 @@ def test_feedback_scores_per_revision_are_the_feedback_stats(server: EmulatorSer
     body = {"session": [session], "start_time": start.isoformat(), "is_root": True}
     server.state.advance(2)
     assert tracing.post("/runs/stats", json=body).json()["feedback_stats"] == {}  # runs, none scored
-    # From now on: every run scored 0.9 for correctness, one run in five rated by users at 0.5.
+    # From now on: every run scored for correctness by a 0/1 evaluator (9 in 10 get 1), one run in five rated by users
+    # (half of them 1).
     server.admin.set_behaviour(
         deployment_id,
         feedback={"correctness": {"score": 0.9}, "user_rating": {"score": 0.5, "share": 0.2}},
@@ -138,7 +139,9 @@ def test_feedback_scores_per_revision_are_the_feedback_stats(server: EmulatorSer
     server.state.advance(10)  # 50 runs at 5 a second
     stats = tracing.post("/runs/stats", json=body).json()
     assert stats["run_count"] == 60
-    assert stats["feedback_stats"]["correctness"] == {"n": 50, "avg": 0.9, "stdev": 0.0, "errors": 0, "values": {}}
+    correctness = stats["feedback_stats"]["correctness"]
+    assert (correctness["n"], correctness["avg"]) == (50, pytest.approx(0.9))
+    assert correctness["stdev"] == pytest.approx(0.3)  # 0/1 scores: sqrt(0.9 * 0.1), as a real evaluator's spread
     assert stats["feedback_stats"]["user_rating"]["n"] == 10 and stats["feedback_stats"]["user_rating"]["avg"] == 0.5
     # A later change: scores drop; the window's mean weighs both.
     server.admin.set_behaviour(deployment_id, feedback={"correctness": {"score": 0.5}})
