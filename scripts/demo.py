@@ -303,9 +303,9 @@ def prepare_traffic(admin: EmulatorAdmin) -> None:
         feedback={"correctness": {"score": 0.9, "share": 0.5}},
     )
     say(
-        f"   the emulator's apps serve 20 requests a second ({SCORED_DEPLOYMENT}: {BOT_TRAFFIC:g}); an online evaluator "
-        "scores half of the answers of "
-        f"{SCORED_DEPLOYMENT}'s serving revision {bot['active_revision_id'][:8]}: correctness 0.9"
+        f"   the emulator's apps serve 20 requests a second ({SCORED_DEPLOYMENT}: {BOT_TRAFFIC:g}); an online "
+        f"evaluator scores half of the answers of {SCORED_DEPLOYMENT}'s serving revision "
+        f"{bot['active_revision_id'][:8]}: correctness 0.9"
     )
 
 

@@ -72,7 +72,9 @@ def assert_the_quality_gate_rolled_back_a_worse_answering_release(out: str, logs
     assert re.search(served, out), out[-3000:]
     baseline = r"in the minute up to the patch \(the baseline\): error_rate 0\.000 .* correctness mean 0\.(89\d|90\d)"
     assert re.search(baseline, out)
-    assert re.search(r"since the rollback \(revision [0-9a-f]{8} serving again\): .* correctness mean 0\.\d{3} over", out)
+    assert re.search(
+        r"since the rollback \(revision [0-9a-f]{8} serving again\): .* correctness mean 0\.\d{3} over", out
+    )
     assert "Preflight: the analysis cannot decide" not in out  # the baseline holds what the tests need
     log = (logs / "quality_gated_rollout.log").read_text()
     assert "check 'correctness' failed" in log and "rolled back to revision" in log

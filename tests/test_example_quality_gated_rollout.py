@@ -70,6 +70,8 @@ def test_a_release_without_errors_whose_correctness_drops_is_rolled_back(
     assert after["active_revision_id"] == restored["id"] and after["status"] == "READY"
     assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
     logs = task_logs()
-    assert re.search(r"Preflight: correctness on 'checkout-api-staging' \(serving revision [0-9a-f-]+\) = 0\.(899|900)", logs)
+    assert re.search(
+        r"Preflight: correctness on 'checkout-api-staging' \(serving revision [0-9a-f-]+\) = 0\.(899|900)", logs
+    )
     assert "check 'correctness' failed" in logs and "feedback 'correctness' mean 0.5" in logs
     assert f"rolled back to revision {before['active_revision_id']}" in logs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, TypedDict
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,7 +22,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from typing_extensions import NotRequired
 
 from airflow_provider.analysis.baseline import BaselineCondition, is_baseline_condition, parse_baseline_condition
 from airflow_provider.analysis.conditions import Condition, parse_condition, template_fields
@@ -39,6 +38,7 @@ from airflow_provider.analysis.metric_conditions import (
     tracing_condition,
 )
 from airflow_provider.analysis.rate_test import RateTest
+from airflow_provider.analysis.results import VERDICTS, AnalysisResult, Measurement, Verdict
 from airflow_provider.analysis.scrubbing import without_userinfo
 from airflow_provider.models import Deployment, Timestamp, UuidStr
 from airflow_provider.suggestions import with_suggestions
@@ -64,8 +64,6 @@ __all__ = [
     "feedback_key",
 ]
 
-Verdict = Literal["passed", "failed", "inconclusive"]
-VERDICTS: tuple[Verdict, ...] = ("passed", "failed", "inconclusive")
 
 TARGET_FIELDS: tuple[str, ...] = ("name", "deployment_id", "revision_id")
 """The template fields naming one deployment: a query using one is sent once per deployment."""
@@ -122,11 +120,14 @@ class _SuggestingModel(BaseModel):
 
 
 class _CheckBase(_SuggestingModel):
-    """What every check has: a name for logs and XCom, and a kind for JSON."""
+    """What every check has: a name for logs and XCom, a kind for JSON, and whether a revision passes only once it
+    passed (``required``, default ``True``; ``False``: a check that never decides, such as sparse feedback, does not
+    hold the verdict back, while one that fails still fails the revision)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str | None = None
+    required: bool = True
 
     def label(self) -> str:
         """The check's name in logs, XCom and messages: ``name``, or one derived from the check."""
@@ -643,46 +644,6 @@ class AnalysisTarget(BaseModel):
             "custom_url": (self.custom_url or "").rstrip("/"),
             "since_seconds": since,
         }
-
-
-class Measurement(TypedDict):
-    """One measurement of one check for one deployment (JSON, in XCom and events)."""
-
-    round: int
-    check: str
-    deployment_id: str
-    name: str
-    at: str
-    value: float | None
-    condition: str
-    verdict: Verdict
-    detail: str
-    runs: NotRequired[int]
-    """The runs (for a feedback key: the scored runs) a tracing measurement is over; its errors, for a rate."""
-    errors: NotRequired[int]
-    bound: NotRequired[float]
-    """The line the value was judged against when the baseline made it, in the condition's unit: a baseline
-    condition's threshold (``baseline * 1.5 + 0.01``), a rate test's tolerated rate, a feedback test's boundary."""
-    stdev: NotRequired[float]
-    """A feedback key's standard deviation of the scores (when the tracing service gives it)."""
-    test: NotRequired[dict[str, Any]]
-    """A statistical check's tests (:class:`~airflow_provider.analysis.statistical.TestRound`'s ``record``)."""
-    control: NotRequired[dict[str, Any]]
-    """A canary's control group's counts in the same window (:func:`~airflow_provider.analysis.control.pool`)."""
-    halves: NotRequired[list[dict[str, Any]]]
-    """A baseline's two halves of its window (``runs`` and ``errors``, or ``value``), for the drift guard."""
-
-
-class AnalysisResult(TypedDict):
-    """The verdict of one deployment's analysis (JSON, in XCom, events and asset extras); ``baseline``: the
-    preflight's measurements of the revision serving before (when there was a preflight)."""
-
-    verdict: Verdict
-    failing_check: str | None
-    reason: str
-    revision_id: str
-    measurements: list[Measurement]
-    baseline: NotRequired[list[Measurement]]
 
 
 ANALYSIS_ROUND_ALLOWANCE = 60.0

@@ -166,19 +166,24 @@ class Judgement:
         self._decide("failed", STILL_SERVING, reason)
 
     def finish(self, rounds: int) -> AnalysisResult:
-        """The verdict after the last round: passed when every check passed at least once, else inconclusive.
+        """The verdict after the last round: passed when every required check passed at least once, else
+        inconclusive (a check with ``required=False`` that never passed is named, not held against the revision).
 
         :param rounds: the rounds measured.
         """
         if self.result is not None:
             return self.result
-        never = [label for label, tally in self.tallies.items() if tally.passed == 0]
+        optional = {check.label() for check in self.analysis.checks if not check.required}
+        never = [label for label, tally in self.tallies.items() if tally.passed == 0 and label not in optional]
         if not never:
-            self._decide(
-                "passed",
-                None,
-                f"all {len(self.tallies)} check(s) passed over {rounds} round(s)",
-            )
+            unsure = [label for label in self.tallies if label in optional and self.tallies[label].passed == 0]
+            reason = f"all {len(self.tallies)} check(s) passed over {rounds} round(s)"
+            if unsure:
+                reason = (
+                    f"all {len(self.tallies) - len(unsure)} required check(s) passed over {rounds} round(s); not "
+                    f"required, never passed: {', '.join(repr(label) for label in unsure)}"
+                )
+            self._decide("passed", None, reason)
         else:
             label = never[0]
             last = self.tallies[label].last

@@ -29,7 +29,15 @@ from airflow_provider.analysis.definitions import Analysis, AnalysisTarget, Trac
 from airflow_provider.analysis.metric_conditions import feedback_key
 from airflow_provider.analysis.statistical import RUNS_LIMIT, SequentialJudge, is_statistical, more_runs_needed
 
-__all__ = ["RUNS_LIMIT", "AnalysisPlan", "CheckPlan", "more_runs_needed", "plan_analysis", "runs_to_decide"]
+__all__ = [
+    "BASELINE_MULTIPLE",
+    "RUNS_LIMIT",
+    "AnalysisPlan",
+    "CheckPlan",
+    "more_runs_needed",
+    "plan_analysis",
+    "runs_to_decide",
+]
 
 BASELINE_MULTIPLE = 10
 """A baseline should hold this many times the runs a decision needs (see :func:`plan_analysis`)."""
@@ -227,7 +235,7 @@ def plan_analysis(
 ) -> AnalysisPlan:
     """The runs and time the statistical checks of ``analysis`` need to decide, at a traffic level.
 
-    :param analysis: the analysis (its checks; its rounds for :attr:`AnalysisPlan.analysis_seconds`).
+    :param analysis: the analysis (its checks; its rounds for the plan's ``analysis_seconds``).
     :param runs_per_second: the deployment's traffic (root runs a second).
     :param error_rate: its normal error rate (the baseline's), 0..1.
     :param scores: each feedback key's normal mean score (0..1), by key (``{"correctness": 0.85}``); default 0.85.

@@ -26,7 +26,7 @@ used as it is). ``baseline_first_half`` (the first half of the baseline window) 
 group (a fleet canary's ``canary_baseline="control_group"``) is given as members, each with its baseline and rounds.
 
 Only :class:`~airflow_provider.analysis.definitions.TracingProjectCheck` checks can be replayed (the others measure
-live endpoints). Pure: no I/O, no Airflow; :mod:`bench/judge_power.py <bench>` simulates every round through it.
+live endpoints). Pure: no I/O, no Airflow; ``bench/judge_power.py`` simulates every round through it.
 """
 
 from __future__ import annotations

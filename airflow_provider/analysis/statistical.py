@@ -51,6 +51,7 @@ __all__ = [
     "DRIFT_LEVEL",
     "FEEDBACK_EFFECT",
     "RUNS_LIMIT",
+    "Drift",
     "SequentialJudge",
     "TestRound",
     "drift_of",
@@ -65,12 +66,12 @@ FEEDBACK_EFFECT = 0.05
 """The score difference a feedback test is tuned for when its condition states no margin (a fixed threshold)."""
 DEFAULT_FEEDBACK_CONFIDENCE = 0.99
 """A feedback test's confidence (its check's ``confidence`` when given)."""
-_SHAPE = (0.75, 1.0, 1.6)
+_SHAPE = (0.75, 1.0, 1.4)
 """Where a rate test's three alternatives sit between its two levels (on the log scale): a smaller effect than the
 harmful one, the harmful one, a larger one; weighted :data:`~airflow_provider.analysis.sequential.DEFAULT_WEIGHTS`."""
 _SCALES = (0.5, 1.0, 2.0)
 """A score test's alternatives, in units of its effect: half of it, it, twice it."""
-_SHAPED = tuple(zip(_SHAPE, DEFAULT_WEIGHTS, strict=True))
+_SHAPED = tuple(zip(_SHAPE, (0.3, 0.55, 0.15), strict=True))
 _SCALED = tuple(zip(_SCALES, DEFAULT_WEIGHTS, strict=True))
 RUNS_LIMIT = 10_000_000
 """Past this many runs a decision is called out of reach."""
@@ -101,6 +102,8 @@ class Drift:
     first: float
     second: float
     p_value: float
+    spread: float = 0.0
+    """The standard error of the second half's trend carried to the window's end."""
 
     @property
     def moved(self) -> bool:
@@ -108,9 +111,11 @@ class Drift:
         return self.p_value < DRIFT_LEVEL
 
     @property
-    def levels(self) -> tuple[float, float, float]:
-        """The first half's level, the second's, and the second's trend carried to the window's end."""
-        return self.first, self.second, max(0.0, self.second + (self.second - self.first) / 2.0)
+    def levels(self) -> tuple[float, float, float, float]:
+        """The first half's level, the second's, and the second's trend carried to the window's end, one standard
+        error either side (the trend is itself measured)."""
+        trend = self.second + (self.second - self.first) / 2.0
+        return self.first, self.second, max(0.0, trend - self.spread), trend + self.spread
 
     def describe(self) -> str:
         """One clause for people."""
@@ -142,7 +147,13 @@ def drift_of(halves: Any) -> Drift | None:
     observed = round(second_hits)
     upper = binomial_tail(observed, total, share)
     lower = 1.0 - binomial_tail(observed + 1, total, share)
-    return Drift(first_hits / first_runs, second_hits / second_runs, min(1.0, 2.0 * min(upper, lower)))
+    first, second = first_hits / first_runs, second_hits / second_runs
+
+    def variance(level: float, runs: int) -> float:  # a binomial rate's (a 0..1 score's: at most it)
+        return max(abs(level * (1.0 - level)), 1e-12) / runs
+
+    spread = math.sqrt(2.25 * variance(second, second_runs) + 0.25 * variance(first, first_runs))
+    return Drift(first, second, min(1.0, 2.0 * min(upper, lower)), spread)
 
 
 def member_baseline(member: Mapping[str, Any], label: str) -> Mapping[str, Any] | None:
@@ -183,8 +194,8 @@ class TestRound:
     :param verdict: ``failed`` (harm shown), ``passed`` (harm ruled out, now or in an earlier round) or
         ``inconclusive``.
     :param pending: the tests are undecided (not a measurement that could not be taken).
-    :param harm: the evidence of harm (an e-value; fails at :attr:`threshold`).
-    :param safety: the evidence that the harmful change is ruled out (passes at :attr:`threshold`).
+    :param harm: the evidence of harm (an e-value; fails at ``threshold``).
+    :param safety: the evidence that the harmful change is ruled out (passes at ``threshold``).
     :param threshold: ``1 / (1 - confidence)``.
     :param detail: one line for people.
     :param needed: about how many more runs (scored runs, for a feedback key) a decision needs at the rates seen,
@@ -676,20 +687,20 @@ def more_runs_needed(judge: SequentialJudge, measurement: Measurement, runs: int
         rate = float(value)
     crossing = math.log(judge.threshold)
 
-    def decided(total: int) -> bool:
-        harm, safety = judge.evidence_at(rate * total, total)
-        return harm >= crossing or safety >= crossing
+    def evidence(total: float) -> float:
+        return max(judge.evidence_at(rate * total, total))
 
-    total = max(runs, judge.check.min_run_count)
-    if decided(total):
-        return max(0, total - runs)
+    total = float(max(runs, judge.check.min_run_count))
+    if evidence(total) >= crossing:
+        return max(0, round(total) - runs)
+    low, low_evidence = total, evidence(total)
     high = total * 2
-    while not decided(high):
-        high *= 2
+    high_evidence = evidence(high)
+    while high_evidence < crossing:  # doubling, then a straight line between the last two (it is "about")
         if high > RUNS_LIMIT:
             return None
-    low = high // 2
-    while high - low > max(1, high // 20):  # about: within 5 %
-        middle = (low + high) // 2
-        low, high = (low, middle) if decided(middle) else (middle, high)
-    return max(1, high - runs)
+        low, low_evidence = high, high_evidence
+        high *= 2
+        high_evidence = evidence(high)
+    share = (crossing - low_evidence) / (high_evidence - low_evidence) if high_evidence > low_evidence else 1.0
+    return max(1, round(low + share * (high - low)) - runs)

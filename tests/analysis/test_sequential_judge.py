@@ -375,3 +375,28 @@ def test_the_planner_matches_the_judges_own_projection() -> None:
     projected = more_runs_needed(judge, round_of(100, 3), 100)
     assert projected is not None and 100 < projected < to_pass * 2
     assert more_runs_needed(SequentialJudge(ERRORS, target(None)), round_of(100, 3), 100) is None
+
+
+def test_sparse_feedback_need_not_hold_the_verdict_back() -> None:
+    """Feedback scored on a few runs cannot decide within a short analysis: by default the analysis ends inconclusive
+    (on_inconclusive decides); a check given required=False does not hold a passed verdict back, and still fails the
+    revision once harm is shown."""
+
+    def stats(k: int, avg: float, scored: int) -> dict[str, Any]:
+        feedback = {"correctness": {"n": scored, "avg": avg}} if scored else {}
+        return {"run_count": 300 * k, "error_count": 9 * k, "feedback_stats": feedback}
+
+    sparse = TracingProjectCheck(
+        metric="feedback.correctness", condition=">= baseline - 0.05", name="correctness", required=False
+    )
+    baseline = {"run_count": 9000, "error_count": 270, "feedback_stats": {"correctness": {"n": 4000, "avg": 0.85}}}
+    rounds = [stats(k, 0.85, 2 * k) for k in range(1, 21)]
+    strict = replay(Analysis(checks=[ERRORS, SCORE], count=20), baseline=baseline, rounds=rounds)
+    assert strict.verdict == "inconclusive" and strict.failing_check == "correctness"
+    relaxed = replay(Analysis(checks=[ERRORS, sparse], count=20), baseline=baseline, rounds=rounds)
+    assert relaxed.verdict == "passed"
+    assert (
+        relaxed.reason == "all 1 required check(s) passed over 20 round(s); not required, never passed: 'correctness'"
+    )
+    worse = [stats(k, 0.5, 60 * k) for k in range(1, 21)]
+    assert replay(Analysis(checks=[ERRORS, sparse], count=20), baseline=baseline, rounds=worse).verdict == "failed"
