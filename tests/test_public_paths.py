@@ -380,9 +380,9 @@ ROLLBACK_NAMES = {
 PATCH = "airflow_provider.operators.patch"
 PATCH_NAMES = {
     "PatchDeploymentOperator": PATCH,
-    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch_retry",
-    "TASK_STATE_KEY": "airflow_provider.tasks.patch_retry",
-    "XCOM_ANALYSIS": "airflow_provider.tasks.patch_verdict",
+    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch.retry",
+    "TASK_STATE_KEY": "airflow_provider.tasks.patch.retry",
+    "XCOM_ANALYSIS": "airflow_provider.tasks.patch.verdict",
 }
 PATCH_RESUME_METHODS = (
     "execute_complete",

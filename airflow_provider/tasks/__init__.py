@@ -8,13 +8,9 @@
   resolved and masked, rendered values checked, validated before any request), and completed against the
   deployment it goes to (one ``complete_request`` for the patch task and each deployment of a fleet). Imported
   by the patch, rollback and fleet operators.
-- :mod:`~airflow_provider.tasks.patch_retry`: the patch task's ``task_state_store`` record, and what a retry
-  of it reattaches to (an earlier try's patch or rollback, recorded or recognised on the service). Imported
-  by the patch operator.
-- :mod:`~airflow_provider.tasks.patch_judging` and :mod:`~airflow_provider.tasks.patch_rollback`: the patch
-  task's steps once its revision is live (verify, the analysis, the bake; the automatic rollback and a retry's
-  earlier rollback or verdict), bases of the patch operator; :mod:`~airflow_provider.tasks.patch_verdict`: the
-  verdict they record and what the task says.
+- :mod:`~airflow_provider.tasks.patch`: the patch task's steps, one module per concern (its record and what a
+  retry reattaches to, judging its live revision, the automatic rollback, the verdict, the question when its
+  analysis is inconclusive), bases of the patch operator. Imported by the patch operator.
 - :mod:`~airflow_provider.tasks.rollback`: rolling a deployment back (start it, reattach a retry to it),
   re-exported from one module per part. Imported by the rollback, patch and fleet tasks.
 - :mod:`~airflow_provider.tasks.fleet`: the fleet task's machinery, re-exported from one module per concern

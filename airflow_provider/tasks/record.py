@@ -101,7 +101,7 @@ def record_landing_entry(
     :param context: the task's context.
     :param log: the task's logger.
     :param kind: see :class:`~airflow_provider.record.Kind`.
-    :param landing: the patch's landing (:func:`~airflow_provider.tasks.patch_verdict.landing_of`).
+    :param landing: the patch's landing (:func:`~airflow_provider.tasks.patch.verdict.landing_of`).
     :param fields: the entry's optional fields.
     """
     if kind == Kind.TIMED_OUT:

@@ -2,8 +2,8 @@
 served before the patch, and what a retry does with an earlier try's rollback or failed verdict.
 
 The moment the revision is judged failed, the verdict is recorded (a retry rolls back from it, never judges
-again: :mod:`~airflow_provider.tasks.patch_verdict`); the rollback is recorded before its request and once sent
-(:func:`~airflow_provider.tasks.patch_retry.record_rollback`), then waited for, and the task fails naming both
+again: :mod:`~airflow_provider.tasks.patch.verdict`); the rollback is recorded before its request and once sent
+(:func:`~airflow_provider.tasks.patch.retry.record_rollback`), then waited for, and the task fails naming both
 revisions and what the rollback did not undo. A retry that finds an earlier try's rollback (recorded, or
 recognised on the service) waits for it; one that finds a failed verdict without a rollback rolls back now;
 never a second rollback, never a success.
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from airflow_provider.analysis import AnalysisResult
     from airflow_provider.models import Deployment
-    from airflow_provider.tasks.patch_retry import EarlierTry
-    from airflow_provider.tasks.patch_verdict import VerdictStep
+    from airflow_provider.tasks.patch.retry import EarlierTry
+    from airflow_provider.tasks.patch.verdict import VerdictStep
     from airflow_provider.tasks.rollback_outcome import RollbackIntent
 
 __all__ = ["AutomaticRollback"]
@@ -75,7 +75,7 @@ class AutomaticRollback(RolloutNotifying):
         before anything else (a retry rolls back from it, never judges again), push the XCom ``analysis``, then
         fail, after rolling back when ``rollback_on_failure``."""
         from airflow_provider.record import verdict_kind
-        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS, failed_revision, failed_verdict, record_verdict
+        from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS, failed_revision, failed_verdict, record_verdict
         from airflow_provider.tasks.record import record_landing_entry
 
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
@@ -115,7 +115,7 @@ class AutomaticRollback(RolloutNotifying):
         """Roll back to the revision that served before the patch, its resource_spec included; record the
         rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
         (a retry waits for it instead of rolling back twice); wait for it; fail."""
-        from airflow_provider.tasks.patch_retry import record_rollback, rollback_record
+        from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
         from airflow_provider.tasks.rollback_outcome import recorded_fields
         from airflow_provider.tasks.rollback_paths import start_rollback
 
@@ -151,7 +151,7 @@ class AutomaticRollback(RolloutNotifying):
     ) -> dict[str, Any]:
         """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import rollback_not_live_message
+        from airflow_provider.tasks.patch.verdict import rollback_not_live_message
         from airflow_provider.tasks.record import record_rollback_entry
 
         record_rollback_entry(context, self.log, Kind.ROLLING_BACK, rollback)
@@ -174,7 +174,7 @@ class AutomaticRollback(RolloutNotifying):
     ) -> NoReturn:
         """The rollback serves: record it, notify ``rolled_back``, fail naming both revisions."""
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import judged_not_restored, rolled_back_message
+        from airflow_provider.tasks.patch.verdict import judged_not_restored, rolled_back_message
         from airflow_provider.tasks.record import record_rollback_entry
 
         record_rollback_entry(
@@ -199,7 +199,7 @@ class AutomaticRollback(RolloutNotifying):
         """An earlier try judged the patch's revision failed and recorded it, then stopped before its rollback was
         recorded: act on that verdict now (roll back, or fail without ``rollback_on_failure``), never judge the
         revision again (a bad spell that ended since would pass it)."""
-        from airflow_provider.tasks.patch_verdict import landing_of
+        from airflow_provider.tasks.patch.verdict import landing_of
 
         landing = landing_of(record)
         self._push_landing_xcoms(context, current, landing)
@@ -219,8 +219,8 @@ class AutomaticRollback(RolloutNotifying):
     ) -> dict[str, Any]:
         """An earlier try recorded its rollback: wait for it (sent, or found landed), send it (it never reached
         the service), or fail saying what the deployment shows; never a second rollback, never success."""
-        from airflow_provider.tasks.patch_retry import record_rollback, rollback_record
-        from airflow_provider.tasks.patch_verdict import landing_of
+        from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
+        from airflow_provider.tasks.patch.verdict import landing_of
         from airflow_provider.tasks.rollback_evidence import reattach_recorded_rollback
 
         landing = landing_of(record)
@@ -258,7 +258,7 @@ class AutomaticRollback(RolloutNotifying):
 
     def _resume_found_rollback(self, context: Context, earlier: EarlierTry, current: Deployment) -> dict[str, Any]:
         """An earlier try's rollback recognised on the service (no record): wait for it, then fail."""
-        from airflow_provider.tasks.patch_verdict import landing_of
+        from airflow_provider.tasks.patch.verdict import landing_of
 
         assert earlier.rollback is not None
         landing = landing_of(earlier.rollback["landing"])

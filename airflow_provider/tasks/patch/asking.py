@@ -10,12 +10,13 @@ that verdict, lands a promoted revision without judging it again, and judges aga
 interval" or a question never answered.
 
 :class:`InconclusiveAsking` is a base of :class:`~airflow_provider.operators.patch.PatchDeploymentOperator` (over
-:class:`~airflow_provider.tasks.patch_judging.LiveRevisionJudging`, whose hooks it fills).
+:class:`~airflow_provider.tasks.patch.judging.LiveRevisionJudging`, whose hooks it fills).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -23,21 +24,20 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.tasks.inconclusive import (
     ANALYSE_AGAIN,
+    OPTIONS,
     PROMOTE,
     Answer,
     ask_person,
     question_text,
     read_answer,
-    record_answer,
-    record_question,
-    recorded_answer,
-    recorded_question,
     required_actions_path,
 )
 from airflow_provider.tasks.notify import deployment_view_url
-from airflow_provider.tasks.patch_judging import LiveRevisionJudging
+from airflow_provider.tasks.patch.judging import LiveRevisionJudging
 
 if TYPE_CHECKING:
+    import logging
+
     from airflow.sdk import Context
 
     from airflow_provider.analysis import AnalysisResult
@@ -67,7 +67,7 @@ class InconclusiveAsking(LiveRevisionJudging):
     def _ask(self, context: Context, landing: dict[str, Any], result: dict[str, Any]) -> NoReturn:
         """Record the question, say it (record entry, notification, log), then wait for the answer."""
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+        from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
         from airflow_provider.tasks.record import record_landing_entry
 
         ti = context["ti"]
@@ -139,7 +139,7 @@ class InconclusiveAsking(LiveRevisionJudging):
         analysis: dict[str, Any] | None,
     ) -> dict[str, Any]:
         from airflow_provider.rollout import bake_verdict
-        from airflow_provider.tasks.patch_verdict import checked_landing, failed_verdict, landing_of, read_record
+        from airflow_provider.tasks.patch.verdict import checked_landing, failed_verdict, landing_of, read_record
 
         store = context.get("task_state_store")
         record = read_record(store, self.log)
@@ -187,7 +187,7 @@ class InconclusiveAsking(LiveRevisionJudging):
         """Land the promoted revision (after the bake when it is its own step), the deployment read again: it must
         still serve."""
         from airflow_provider.rollout import bake_verdict
-        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+        from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
 
         current = self._read(landing["deployment_id"])
         left = bake_verdict(current, landing["revision_id"]) if landing["revision_id"] else None
@@ -217,3 +217,109 @@ def _absolute(path: str) -> str:
 
     base = (conf.get("api", "base_url", fallback="") or "http://localhost:8080").rstrip("/")
     return f"{base}/{path}"
+
+
+# ---- the question and the answer in the patch's record
+QUESTION = "question"
+ANSWER = "answer"
+
+
+def _same_revision(record: Mapping[str, Any] | None, landing: Mapping[str, Any]) -> bool:
+    return (
+        record is not None
+        and record.get("deployment_id") == landing.get("deployment_id")
+        and record.get("revision_id") == landing.get("revision_id")
+    )
+
+
+def _write(store: Any, record: dict[str, Any], log: logging.Logger | Any, what: str) -> None:
+    from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
+
+    try:
+        store.set(TASK_STATE_KEY, record)
+    except Exception as err:  # the record lets a retry go on; the task itself goes on without it
+        log.warning("Could not record %s in task_state_store (%s)", what, err)
+
+
+def record_question(
+    store: Any, landing: Mapping[str, Any], question: Mapping[str, Any], log: logging.Logger | Any
+) -> None:
+    """Write the open question (the inconclusive result, where it is answered) into the patch's record, any
+    earlier answer cleared, before asking.
+
+    :param store: ``context["task_state_store"]`` (``None``: nothing recorded).
+    :param landing: the patch's landing.
+    :param question: ``{"result", "path", "asked_at", "round"}``.
+    :param log: where to say the store failed.
+    """
+    from airflow_provider.tasks.patch.verdict import read_record
+
+    record = read_record(store, log)
+    if not _same_revision(record, landing):
+        return
+    assert record is not None
+    kept = {key: value for key, value in record.items() if key != ANSWER}
+    _write(store, {**kept, QUESTION: dict(question)}, log, "the question")
+
+
+def record_answer(
+    store: Any,
+    landing: Mapping[str, Any],
+    answer: Answer,
+    log: logging.Logger | Any,
+    verdict: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the answer into the patch's record before acting on it, in one write with the failed ``verdict`` it
+    makes (a roll back): a retry finds both or neither.
+
+    :param store: ``context["task_state_store"]`` (``None``: nothing recorded).
+    :param landing: the patch's landing.
+    :param answer: the answer.
+    :param log: where to say the store failed.
+    :param verdict: the failed verdict the answer makes (:func:`~airflow_provider.tasks.patch.verdict.failed_verdict`).
+    """
+    from airflow_provider.tasks.patch.verdict import read_record
+
+    record = read_record(store, log)
+    if not _same_revision(record, landing):
+        return
+    assert record is not None
+    updated = {**record, ANSWER: answer.record()}
+    if verdict is not None:
+        updated["verdict"] = dict(verdict)
+    _write(store, updated, log, "the answer")
+
+
+def recorded_answer(store: Any, landing: Mapping[str, Any], log: logging.Logger | Any) -> Answer | None:
+    """The answer an earlier try recorded for the patch's revision, or ``None``.
+
+    :param store: ``context["task_state_store"]``.
+    :param landing: the patch's landing.
+    :param log: where to say the store failed.
+    """
+    from airflow_provider.tasks.patch.verdict import read_record
+
+    record = read_record(store, log)
+    answer = record.get(ANSWER) if record is not None and _same_revision(record, landing) else None
+    if not isinstance(answer, Mapping) or answer.get("choice") not in OPTIONS:
+        return None
+    return Answer(
+        choice=str(answer["choice"]),
+        by=answer.get("by"),
+        at=answer.get("at"),
+        timed_out=bool(answer.get("timed_out")),
+    )
+
+
+def recorded_question(store: Any, landing: Mapping[str, Any], log: logging.Logger | Any) -> dict[str, Any] | None:
+    """The question the patch's record holds for its revision (``{"result", "path", ...}``), or ``None``.
+
+    :param store: ``context["task_state_store"]``.
+    :param landing: the patch's landing.
+    :param log: where to say the store failed.
+    """
+    from airflow_provider.tasks.patch.verdict import read_record
+
+    record = read_record(store, log)
+    question = record.get(QUESTION) if record is not None and _same_revision(record, landing) else None
+    return dict(question) if isinstance(question, Mapping) else None

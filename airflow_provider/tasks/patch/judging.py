@@ -1,8 +1,8 @@
 """Judging the patch's live revision before it counts as landed: ``verify`` (on the worker), then the analysis
 (in the triggerer when ``deferrable``, else on the worker), then the bake (the revision must stay live); a
-revision that fails any is rolled back (:mod:`~airflow_provider.tasks.patch_rollback`) or fails the task.
+revision that fails any is rolled back (:mod:`~airflow_provider.tasks.patch.rollback`) or fails the task.
 
-What judging needs travels as the landing (:func:`~airflow_provider.tasks.patch_verdict.landing_of`), carried
+What judging needs travels as the landing (:func:`~airflow_provider.tasks.patch.verdict.landing_of`), carried
 across deferrals (also in the trigger's event: ``dag.test()`` drops the defer kwargs) and kept in
 ``task_state_store``. An analysis that could not be measured fails the try while a retry is left (the retry
 reattaches and analyses again); on the last try it counts as inconclusive, a failed revision.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.tasks.patch_rollback import AutomaticRollback
+from airflow_provider.tasks.patch.rollback import AutomaticRollback
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,7 +57,7 @@ class LiveRevisionJudging(AutomaticRollback):
         """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
         any fails."""
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import verify_failure
+        from airflow_provider.tasks.patch.verdict import verify_failure
         from airflow_provider.tasks.record import record_landing_entry
 
         if landing is None:
@@ -77,12 +77,12 @@ class LiveRevisionJudging(AutomaticRollback):
         self, context: Context, landing: dict[str, Any], result: dict[str, Any]
     ) -> dict[str, Any] | None:
         """What an inconclusive verdict does instead of counting as failed (``None``: it counts as failed); the
-        patch task asks a person (:mod:`~airflow_provider.tasks.patch_asking`)."""
+        patch task asks a person (:mod:`~airflow_provider.tasks.patch.asking`)."""
         return None
 
     def _promoted(self, context: Context, landing: dict[str, Any]) -> dict[str, Any] | None:
         """The analysis result a person promoted the revision with in an earlier try (``None``: none): it lands
-        without being judged again (:mod:`~airflow_provider.tasks.patch_asking`)."""
+        without being judged again (:mod:`~airflow_provider.tasks.patch.asking`)."""
         return None
 
     def _judging_steps(self) -> list[str]:
@@ -227,7 +227,7 @@ class LiveRevisionJudging(AutomaticRollback):
         """The resume of the analysis trigger (see ``execute_analysis_complete``): the landing from ``carry``, else
         the event, else ``task_state_store`` (without it the try fails: a retry analyses again); then the verdict."""
         from airflow_provider.tasks.analysis import AnalysisNotMeasured, analysis_event_results, analysis_event_subject
-        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.patch.verdict import checked_landing, recorded_landing
         from airflow_provider.tasks.waiting import resumed_value
 
         subject = analysis_event_subject(event)
@@ -253,7 +253,7 @@ class LiveRevisionJudging(AutomaticRollback):
         from airflow_provider.rollout import bake_verdict
         from airflow_provider.tasks.analysis import analysis_failure_reason
         from airflow_provider.tasks.dry_run import dry_run_result
-        from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
+        from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
 
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         result = results.get(deployment_id)
@@ -300,7 +300,7 @@ class LiveRevisionJudging(AutomaticRollback):
     ) -> dict[str, Any]:
         """The resume of the bake trigger (see ``execute_bake_complete``): landed, or rolled back when the
         revision left."""
-        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.patch.verdict import checked_landing, recorded_landing
         from airflow_provider.tasks.waiting import resumed_value
 
         if not isinstance(event, dict):

@@ -14,7 +14,7 @@ revision it made, what served before, no secret), and its automatic rollback in 
   never a success it cannot prove.
 
 Nothing here waits or judges a live revision: the operator waits (:mod:`airflow_provider.operators.patch`),
-:mod:`~airflow_provider.tasks.patch_judging` judges, :mod:`~airflow_provider.tasks.patch_rollback` rolls back.
+:mod:`~airflow_provider.tasks.patch.judging` judges, :mod:`~airflow_provider.tasks.patch.rollback` rolls back.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def rollback_record(
     :param reason: why the patch's revision was rolled back.
     :param patch_clauses: :func:`unrestorable_parts` of the patch.
     :param origin: how it was found, when an earlier try sent it.
-    :param step: what failed the revision (see :data:`~airflow_provider.tasks.patch_verdict.VERDICT_STEPS`;
+    :param step: what failed the revision (see :data:`~airflow_provider.tasks.patch.verdict.VERDICT_STEPS`;
         ``None``: not known).
     """
     record = started.record()

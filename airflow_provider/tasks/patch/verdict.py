@@ -4,14 +4,14 @@
 the analysis, the bake) and, with ``rollback_on_failure``, rolls it back when it fails, or when it did not go live
 within ``timeout``. What judging and rolling back need travels as the **landing** (:func:`landing_of`: the
 deployment, the revision, what served before; JSON, no secret), carried across deferrals and kept in the patch's
-``task_state_store`` record (:data:`~airflow_provider.tasks.patch_retry.TASK_STATE_KEY`).
+``task_state_store`` record (:data:`~airflow_provider.tasks.patch.retry.TASK_STATE_KEY`).
 
 A failed verdict is a fact a later try must not lose: the moment one is reached, before any other request,
 :func:`record_verdict` writes it into the record (the step, the reason, and for the analysis its whole result with
 the measurements). A retry that finds it (:func:`recorded_failed_verdict`) goes straight to the rollback: it never
 judges the revision again, so a revision whose bad spell is over (its tracing statistics since going live diluted
 by the healthy traffic that followed) is never landed by a retry. The rollback itself is recorded next, before its
-request (:func:`~airflow_provider.tasks.patch_retry.record_rollback`).
+request (:func:`~airflow_provider.tasks.patch.retry.record_rollback`).
 
 Without a ``task_state_store`` (Airflow < 3.3) nothing is recorded: a try that dies between its verdict and its
 rollback request leaves the retry to judge the revision again, from the start (the limit of that setup).
@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.error_text import scrub
 from airflow_provider.models import Deployment
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 
 if TYPE_CHECKING:
     import logging
@@ -242,7 +242,7 @@ def record_verdict(
 def recorded_failed_verdict(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The failed verdict an earlier try recorded on the record's own revision, or ``None``.
 
-    :param record: the patch's record (:func:`~airflow_provider.tasks.patch_retry.recorded_patch`), or ``None``.
+    :param record: the patch's record (:func:`~airflow_provider.tasks.patch.retry.recorded_patch`), or ``None``.
     """
     verdict = record.get("verdict") if record is not None else None
     if not isinstance(verdict, dict) or verdict.get("passed") is not False:
@@ -274,7 +274,7 @@ def rolled_back_message(landing: Mapping[str, Any], rollback: Mapping[str, Any],
     rollback did not undo>". A rollback of a rollout that timed out says it keeps the revision from serving.
 
     :param landing: the patch's landing.
-    :param rollback: the rollback's record (:func:`~airflow_provider.tasks.patch_retry.rollback_record`).
+    :param rollback: the rollback's record (:func:`~airflow_provider.tasks.patch.retry.rollback_record`).
     :param live: the deployment JSON with the rollback's revision live (``{}``: not known).
     """
     not_restored = judged_not_restored(rollback, live)
