@@ -105,7 +105,7 @@ FAILURE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ROLLED_BACK, Outcome.ROLLE
 """Outcomes of a deployment the change broke, restored or not (each counts against the failure budget)."""
 ABORTED_UNJUDGED = "aborted before it was judged"
 """How the message of a row begins when an abort from the Rollouts view rolled its wave back before its revision was
-judged (:func:`~airflow_provider.tasks.fleet_abort.abandon_unjudged`): still rolling out, it is ``failed`` until its
+judged (:func:`~airflow_provider.tasks.fleet.abort.abandon_unjudged`): still rolling out, it is ``failed`` until its
 rollback goes live; live, it stays ``landed``; then ``rolled_back_with_wave`` (never judged: not a failure of the
 change)."""
 

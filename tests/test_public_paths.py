@@ -392,59 +392,13 @@ PATCH_RESUME_METHODS = (
     "resume_execution",
 )
 
-# The fleet task's machinery stays importable from tasks.fleet, which re-exports it from one module per concern
-# (the targets, the change, the progress record, patching a wave and what a retry finds of an earlier try's
-# patch, watching and verifying a wave, rolling it back); the request completion is the patch task's own.
-FLEET = "airflow_provider.tasks.fleet"
-FLEET_NAMES = {
-    **{
-        name: "airflow_provider.tasks.fleet_plan"
-        for name in ("TARGET_FILTERS", "check_filters", "read_deployments", "resolve_targets")
-    },
-    **{name: "airflow_provider.tasks.fleet_change" for name in ("change_digest", "request_fingerprint")},
-    **{name: "airflow_provider.tasks.patch_request" for name in ("CompletedPatch", "complete_request")},
-    **{
-        name: "airflow_provider.tasks.fleet_progress"
-        for name in ("STATE_KEY", "ProgressStore", "RollbackRecords", "new_progress", "scrub_messages")
-    },
-    **{name: "airflow_provider.tasks.fleet_patching" for name in ("patch_wave", "sets_resource_spec")},
-    "EARLIER_REVISIONS_READ": "airflow_provider.tasks.fleet_retry",
-    **{
-        name: "airflow_provider.tasks.fleet_watching"
-        for name in (
-            "BUILD_FAILURES",
-            "BUILD_LOGS_PER_WAVE",
-            "BUILD_NOT_RETRIED",
-            "apply_outcomes",
-            "explain_failed_builds",
-            "failed_build",
-            "in_flight",
-            "verify_wave",
-            "watch_wave",
-        )
-    },
-    **{
-        name: "airflow_provider.tasks.fleet_rollback"
-        for name in (
-            "ROLLBACK_OUTCOMES",
-            "ROLLBACK_SAVE_EVERY",
-            "apply_rollbacks",
-            "is_partial",
-            "pending_rollbacks",
-            "rollbacks_allowed_latest",
-            "secrets_clause",
-            "start_rollbacks",
-        )
-    },
-}
-
 # The fleet operator's module keeps its names and every method Airflow resumes it in; its phases stand in the
 # task layer.
 FLEET_OPERATOR = "airflow_provider.operators.fleet"
 FLEET_OPERATOR_NAMES = {
     "FleetRolloutOperator": FLEET_OPERATOR,
     "XCOM_FLEET_ANALYSIS": FLEET_OPERATOR,
-    "PATCH_FIELDS": "airflow_provider.tasks.fleet_change",
+    "PATCH_FIELDS": "airflow_provider.tasks.fleet.change",
 }
 FLEET_RESUME_METHODS = ("execute_complete", "execute_complete_analysis", "resume_execution")
 
@@ -453,7 +407,6 @@ PUBLIC_PATHS = {
     TRIGGERS: TRIGGER_NAMES,
     ROLLBACK: ROLLBACK_NAMES,
     MODELS: MODEL_NAMES,
-    FLEET: FLEET_NAMES,
 }
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
 MOVED_NAMES = {

@@ -1,6 +1,6 @@
 """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a failure
 budget. The plan is :mod:`airflow_provider.fleet` (pure), the machinery :mod:`airflow_provider.tasks.fleet`
-(one module per concern; the wave loop is :mod:`~airflow_provider.tasks.fleet_waves`), and a deferred wave
+(one module per concern; the wave loop is :mod:`~airflow_provider.tasks.fleet.waves`), and a deferred wave
 waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from airflow_provider import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.fleet_arguments import (
+from airflow_provider.tasks.fleet.arguments import (
     check_arguments,
     check_budget_fits,
     check_canary_baseline,
     known_fleet_size,
 )
-from airflow_provider.tasks.fleet_change import PATCH_FIELDS
+from airflow_provider.tasks.fleet.change import PATCH_FIELDS
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from airflow_provider import fleet
     from airflow_provider.analysis import Analysis, Measurement
     from airflow_provider.models import Deployment, PatchDeploymentRequest
-    from airflow_provider.tasks.fleet_progress import ProgressStore
-    from airflow_provider.tasks.fleet_waves import FleetRun
+    from airflow_provider.tasks.fleet.progress import ProgressStore
+    from airflow_provider.tasks.fleet.waves import FleetRun
     from airflow_provider.tasks.patch_request import SecretValue
 
 __all__ = [
@@ -182,14 +182,14 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         "Roll back" (they fail, as on a failed verdict: rolled back with ``rollback_on_failure``, counted against the
         budget; a canary's stops the rollout) or "Analyse another interval"; no answer within ``response_timeout``
         rolls back. The question and the answer are recorded in the wave's progress before they are acted on: a
-        retry goes on from the answer (see :mod:`~airflow_provider.tasks.fleet_asking`). Needs ``analysis``.
+        retry goes on from the answer (see :mod:`~airflow_provider.tasks.fleet.asking`). Needs ``analysis``.
     :param response_timeout: how long a question waits for an answer (a ``timedelta`` or seconds; default 1 hour).
     :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s told, once the rollout is
         decided, of each deployment it landed (``rolled_out``), whose analysis failed it (``analysis_failed``) or
         that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``), of an
         analysis refused before any patch (``preflight_failed``) and, as it asks, of each deployment a person is
         asked about (``inconclusive``); see :mod:`airflow_provider.tasks.notify`. Each event is sent at most once
-        across the task's tries (:mod:`~airflow_provider.tasks.fleet_notify`). A notifier that fails is logged,
+        across the task's tries (:mod:`~airflow_provider.tasks.fleet.notify`). A notifier that fails is logged,
         never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
@@ -305,7 +305,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
         """The patch for each deployment, and a digest of the whole request (no secret values); the secrets
         resolved (scrubbed from the rows and build logs)."""
-        from airflow_provider.tasks.fleet_change import fleet_change
+        from airflow_provider.tasks.fleet.change import fleet_change
 
         change = fleet_change(
             {name: getattr(self, name) for name in PATCH_FIELDS},
@@ -321,7 +321,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _progress_store(self, context: Context) -> ProgressStore:
-        from airflow_provider.tasks.fleet_progress import ProgressStore
+        from airflow_provider.tasks.fleet.progress import ProgressStore
         from airflow_provider.tasks.judging import FleetJudging
 
         return ProgressStore(
@@ -338,7 +338,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> FleetRun:
-        from airflow_provider.tasks.fleet_waves import FleetRun
+        from airflow_provider.tasks.fleet.waves import FleetRun
 
         return FleetRun(
             self,
@@ -354,11 +354,11 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
-        from airflow_provider.tasks.fleet_notify import NotifiedRecord
-        from airflow_provider.tasks.fleet_plan import resolve_targets
-        from airflow_provider.tasks.fleet_progress import new_progress
-        from airflow_provider.tasks.fleet_result import log_plan
-        from airflow_provider.tasks.fleet_waves import earlier_try_since
+        from airflow_provider.tasks.fleet.notify import NotifiedRecord
+        from airflow_provider.tasks.fleet.plan import resolve_targets
+        from airflow_provider.tasks.fleet.progress import new_progress
+        from airflow_provider.tasks.fleet.result import log_plan
+        from airflow_provider.tasks.fleet.waves import earlier_try_since
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
         request_for, change = self._change()
@@ -422,9 +422,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
         of going on from a progress that is not the one that deferred.
         """
-        from airflow_provider.tasks.fleet_progress import resumed_progress, resumed_wave
-        from airflow_provider.tasks.fleet_rollback import apply_rollbacks
-        from airflow_provider.tasks.fleet_watching import in_flight
+        from airflow_provider.tasks.fleet.progress import resumed_progress, resumed_wave
+        from airflow_provider.tasks.fleet.rollback import apply_rollbacks
+        from airflow_provider.tasks.fleet.watching import in_flight
 
         try:
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
@@ -453,10 +453,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         """Resume as Airflow asks. A wave's analysis whose deferral Airflow's timeout ended (the triggerer down, or
         restarted too late) could not be measured: a retry analyses the wave's deployments not judged yet again,
         the last try counts them inconclusive and rolls them back (see
-        :meth:`~airflow_provider.tasks.fleet_analysis.WaveAnalysis.not_measured`), from the progress in
+        :meth:`~airflow_provider.tasks.fleet.analysis.WaveAnalysis.not_measured`), from the progress in
         ``task_state_store`` (without one, the try fails as Airflow says). A task the Rollouts view woke for an abort
         goes on from its progress, the abort taken at once (see :meth:`resume_aborted`)."""
-        from airflow_provider.tasks.fleet_abort import is_abort_event
+        from airflow_provider.tasks.fleet.abort import is_abort_event
 
         if is_abort_event((next_kwargs or {}).get("event")):
             return self.resume_aborted(context, dict(next_kwargs or {}))
@@ -477,15 +477,15 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
     def resume_aborted(self, context: Context, next_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """Resume after the Rollouts view woke the task for an abort
-        (:func:`~airflow_provider.tasks.fleet_abort.abort_event`): whatever it waited for (a pause, the watch of a
+        (:func:`~airflow_provider.tasks.fleet.abort.abort_event`): whatever it waited for (a pause, the watch of a
         wave, its analysis, a question) is over; the rollout goes on from its progress (the trigger's or the
         question's ``carry`` when the last save failed, else ``task_state_store``) and takes the abort at once.
 
         :param context: the task context.
         :param next_kwargs: the resume's kwargs (``event``: the view's, and the deferral's own).
         """
-        from airflow_provider.tasks.fleet_abort import carried_progress
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.abort import carried_progress
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             request_for, change = self._change()
@@ -516,7 +516,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
             event's is used: ``dag.test()`` passes none).
         """
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
@@ -561,8 +561,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param question: the question's number (an answer to another is not taken).
         :param carry: the progress, when the task has no store or its last save failed.
         """
-        from airflow_provider.tasks.fleet_asking import take_answer
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.asking import take_answer
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             request_for, change = self._change()
@@ -583,7 +583,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred
-        (:class:`~airflow_provider.tasks.fleet_waves.FleetRun`), then report."""
+        (:class:`~airflow_provider.tasks.fleet.waves.FleetRun`), then report."""
         self._fleet_run(context, progress, progress_store, request_for).advance()
         return self._finish(context, progress)
 
@@ -591,10 +591,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
         from airflow_provider import fleet
-        from airflow_provider.tasks.fleet_abort import aborted
-        from airflow_provider.tasks.fleet_notify import notify_fleet_result
-        from airflow_provider.tasks.fleet_progress import scrub_messages
-        from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary
+        from airflow_provider.tasks.fleet.abort import aborted
+        from airflow_provider.tasks.fleet.notify import notify_fleet_result
+        from airflow_provider.tasks.fleet.progress import scrub_messages
+        from airflow_provider.tasks.fleet.result import emit_events, report_result, stopped_failure, summary
 
         scrub_messages(progress, self._secret_values())
         table = progress.table()

@@ -13,10 +13,9 @@
   analysis is inconclusive), bases of the patch operator. Imported by the patch operator.
 - :mod:`~airflow_provider.tasks.rollback`: rolling a deployment back (start it, reattach a retry to it),
   re-exported from one module per part. Imported by the rollback, patch and fleet tasks.
-- :mod:`~airflow_provider.tasks.fleet`: the fleet task's machinery, re-exported from one module per concern
-  (``fleet_plan``, ``fleet_change``, ``fleet_progress``, ``fleet_patching``, ``fleet_retry``, ``fleet_watching``,
-  ``fleet_rollback``, ``fleet_analysis``), with the wave loop (``fleet_waves``), what the task reports
-  (``fleet_result``) and its arguments' checks (``fleet_arguments``). Imported by the fleet operator.
+- :mod:`~airflow_provider.tasks.fleet`: the fleet task's worker side, one module per concern (the targets, the
+  change, the progress record, patching, watching, analysing and rolling back a wave, the wave loop, what the
+  task reports, its arguments' checks). Imported by the fleet operator.
 
 Operators and sensors are siblings over this package: neither imports the other.
 """

@@ -4,7 +4,7 @@
   emit one when they land a revision (``revision_live``, outcome ``rolled_out`` or ``rolled_back``), with the
   revision ids, the DAG run and task in the event, and watchers emit the changes they see.
 - **The fleet's progress** in ``task_state_store`` (Airflow 3.3+): a ``FleetRolloutOperator`` keeps a header
-  under :data:`~airflow_provider.tasks.fleet_progress.STATE_KEY` and each wave under ``<key>/wave/<index>``, written
+  under :data:`~airflow_provider.tasks.fleet.progress.STATE_KEY` and each wave under ``<key>/wave/<index>``, written
   as it goes (through the Execution API into the ``task_state_store`` table, which this module reads, as
   Airflow's own REST API does). A worker-side store backend (``[workers] state_store_backend``) keeps only
   a reference there: the progress is then shown from XCom once the task ends. Without a store at all, a
@@ -28,8 +28,8 @@ from sqlalchemy import func, or_, select
 
 from airflow_provider.assets import deployment_asset_uri, deployment_event
 from airflow_provider.fleet import FleetProgress
-from airflow_provider.tasks.fleet_abort import ABORT_KEY, TAKEN_KEY
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -1,6 +1,6 @@
 """Patching a wave of a fleet rollout: what served before each deployment recorded first, then the PATCH
 requests, up to ``max_parallel_patches`` in flight, each recorded as soon as it is answered. What a retry finds
-of an earlier try's patch (reattached to, never sent twice) is :mod:`~airflow_provider.tasks.fleet_retry`."""
+of an earlier try's patch (reattached to, never sent twice) is :mod:`~airflow_provider.tasks.fleet.retry`."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from airflow_provider.models import (
     PatchDeploymentRequest,
 )
 from airflow_provider.spec_changes import changes_of, resource_spec_json
-from airflow_provider.tasks.fleet_change import request_fingerprint
-from airflow_provider.tasks.fleet_plan import read_deployments
-from airflow_provider.tasks.fleet_retry import (
+from airflow_provider.tasks.fleet.change import request_fingerprint
+from airflow_provider.tasks.fleet.plan import read_deployments
+from airflow_provider.tasks.fleet.retry import (
     applied_earlier,
     earlier_patch_revision,
     earlier_patch_undone,

@@ -3,7 +3,7 @@
 (``rolled_out``), whose analysis failed it (``analysis_failed``) or that it rolled back (``rolled_back``), and
 ``fleet_aborted`` when the rollout stopped before the end (the failure budget spent, a failed canary, an abort from
 the Rollouts view: ``extra["aborted_by"]`` then names the user), naming the
-deployments that failed; ``inconclusive`` when a person is asked (:mod:`~airflow_provider.tasks.fleet_asking`) and
+deployments that failed; ``inconclusive`` when a person is asked (:mod:`~airflow_provider.tasks.fleet.asking`) and
 ``preflight_failed`` when the analysis is refused before any patch.
 
 Each event is sent at most once across the task's tries: the events sent are recorded in ``task_state_store``
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.fleet import ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.notify import NotifiedRecord as TaskNotifiedRecord
 from airflow_provider.tasks.notify import Notifying
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.tasks.base import non_negative_seconds
-from airflow_provider.tasks.fleet_plan import check_filters
+from airflow_provider.tasks.fleet.plan import check_filters
 
 if TYPE_CHECKING:
     from airflow_provider.analysis import Analysis

@@ -24,7 +24,7 @@ from airflow_provider.models import (
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 from airflow_provider.tasks.build_logs import log_failed_build
-from airflow_provider.tasks.fleet_plan import chunks, read_deployments
+from airflow_provider.tasks.fleet.plan import chunks, read_deployments
 
 if TYPE_CHECKING:
     import logging

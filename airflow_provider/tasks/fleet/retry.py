@@ -25,7 +25,7 @@ from airflow_provider.models import (
     PatchDeploymentRequest,
     Revision,
 )
-from airflow_provider.tasks.fleet_rollback import secrets_clause
+from airflow_provider.tasks.fleet.rollback import secrets_clause
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_UNKNOWN,
 )

@@ -174,7 +174,7 @@ def new_progress(
     :param plan: waves from :func:`~airflow_provider.fleet.plan_waves`.
     :param deployments: the targets by id (their active revision is the ``from_revision``).
     :param allowed: the failure allowance.
-    :param change: :func:`~airflow_provider.tasks.fleet_change.change_digest` of the request.
+    :param change: :func:`~airflow_provider.tasks.fleet.change.change_digest` of the request.
     """
     waves = [
         WaveRecord(

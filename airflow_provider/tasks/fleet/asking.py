@@ -4,7 +4,7 @@ failed verdict would: counted against the budget, rolled back with ``rollback_on
 rollout), or has them analysed for another interval; no answer within ``response_timeout`` rolls them back.
 
 With ``ask``, an inconclusive verdict leaves its row ``landed`` with its result
-(:func:`~airflow_provider.tasks.fleet_analysis.apply_analysis`); once the wave's analysis is over, those rows
+(:func:`~airflow_provider.tasks.fleet.analysis.apply_analysis`); once the wave's analysis is over, those rows
 (:func:`awaiting_answer`) are put to a person in one question about the wave (:class:`WaveQuestion`), through Airflow's
 human-in-the-loop (:func:`~airflow_provider.tasks.inconclusive.ask_person`). The question is recorded in the wave's
 progress record (``question``) and notified (``inconclusive``, once per deployment and question) before the task
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
-from airflow_provider.tasks.fleet_notify import NotifiedRecord
-from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages, stop_reason
+from airflow_provider.tasks.fleet.notify import NotifiedRecord
+from airflow_provider.tasks.fleet.progress import ProgressStore, scrub_messages, stop_reason
 from airflow_provider.tasks.inconclusive import (
     ANALYSE_AGAIN,
     PROMOTE,

@@ -18,7 +18,7 @@ from airflow_provider.fleet import (
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE
 from airflow_provider.tasks.events import emit_revision_event
-from airflow_provider.tasks.fleet_rollback import is_partial
+from airflow_provider.tasks.fleet.rollback import is_partial
 
 if TYPE_CHECKING:
     import logging

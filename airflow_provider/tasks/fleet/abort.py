@@ -10,7 +10,7 @@ try reads it again), so the task itself carries the abort out, with its own guar
   (the request, and in ``rollback`` mode the waves it rolls back, decided once), then stops the rollout in its
   progress (every row not patched yet becomes ``not_patched``) and saves it; only then is a rollback sent, each
   one marked and recorded before its request as for any rollback of a wave
-  (:func:`~airflow_provider.tasks.fleet_rollback.start_rollbacks`);
+  (:func:`~airflow_provider.tasks.fleet.rollback.start_rollbacks`);
 - **never applied twice**: a retry or a resume finds the taken record and goes on from it (the scope is never
   decided again); a rollback already sent is reattached to, never sent again;
 - **modes**: ``stop``: no deployment is patched any more, those in flight finish and are judged as usual (a failed
@@ -54,7 +54,7 @@ from airflow_provider.fleet import (
     Outcome,
     WaveRecord,
 )
-from airflow_provider.tasks.fleet_progress import STATE_KEY, ProgressStore
+from airflow_provider.tasks.fleet.progress import STATE_KEY, ProgressStore
 
 if TYPE_CHECKING:
     import logging
@@ -186,7 +186,7 @@ class TakenAbort:
 def rollback_candidates(progress: FleetProgress, index: int) -> list[FleetRow]:
     """The rows of wave ``index`` an abort still has to roll back: their new revision went live (or was still
     rolling out when the watch gave up), landed or failed, and no rollback was started or decided for them
-    (exactly those :func:`~airflow_provider.tasks.fleet_rollback.start_rollbacks` takes when the wave stops the
+    (exactly those :func:`~airflow_provider.tasks.fleet.rollback.start_rollbacks` takes when the wave stops the
     rollout).
 
     :param progress: the rollout's progress.
@@ -219,7 +219,7 @@ def waiting_on(progress: FleetProgress, next_method: str | None) -> str | None:
     :param progress: the rollout's progress.
     :param next_method: the task instance's ``next_method``.
     """
-    from airflow_provider.tasks.fleet_asking import RESUME_METHOD
+    from airflow_provider.tasks.fleet.asking import RESUME_METHOD
 
     index = progress.current()
     if index is None:

@@ -27,8 +27,8 @@ from airflow_provider.models import (
     Deployment,
 )
 from airflow_provider.spec_changes import spec_shows
-from airflow_provider.tasks.fleet_plan import read_deployments
-from airflow_provider.tasks.fleet_progress import RollbackRecords
+from airflow_provider.tasks.fleet.plan import read_deployments
+from airflow_provider.tasks.fleet.progress import RollbackRecords
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_NOT_SENT,
     RESOURCE_SPEC_NOT_SHOWN,
@@ -83,7 +83,7 @@ def start_rollbacks(
 
     Never twice, never claimed: every rollback about to be sent is marked in the wave's rows
     (``rollback_requested_after``, one save before any request), then recorded in its own key just before its
-    request and once sent (``records``: :class:`~airflow_provider.tasks.fleet_progress.RollbackRecords`). A retry
+    request and once sent (``records``: :class:`~airflow_provider.tasks.fleet.progress.RollbackRecords`). A retry
     reattaches to a recorded rollback (:func:`~airflow_provider.tasks.rollback.reattach_recorded_rollback`: waits
     for it, or sends one that did not land), and without a record looks for it on the deployment from the mark (or
     the run's start) on (:func:`~airflow_provider.tasks.rollback.find_earlier_rollback`, positive evidence only).

@@ -36,9 +36,9 @@ from airflow_provider.tasks.analysis import (
     live_since,
 )
 from airflow_provider.tasks.dry_run import dry_run_message, dry_run_result
-from airflow_provider.tasks.fleet_plan import read_deployments
-from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages
-from airflow_provider.tasks.fleet_rollback import start_rollbacks
+from airflow_provider.tasks.fleet.plan import read_deployments
+from airflow_provider.tasks.fleet.progress import ProgressStore, scrub_messages
+from airflow_provider.tasks.fleet.rollback import start_rollbacks
 from airflow_provider.tasks.judging import trigger_judging
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def analysis_targets(
     per 100), with the baseline the preflight measured for it.
 
     A row whose new revision no longer serves (another revision active, the deployment not ``READY``, or gone)
-    fails here, not analysed, as :func:`~airflow_provider.tasks.fleet_watching.verify_wave` fails one that no longer
+    fails here, not analysed, as :func:`~airflow_provider.tasks.fleet.watching.verify_wave` fails one that no longer
     serves. The others' ``live_since`` is when their revision went live
     (:func:`~airflow_provider.tasks.analysis.live_since`: the analysis never counts the previous revision's runs)
     and ``custom_url`` their ``source_config.custom_url``.
@@ -197,7 +197,7 @@ def apply_analysis(
     counts against the budget. Once the analysis is over (``missing_reason`` given), a row the results leave out
     (or judge on another revision) is ``inconclusive``: a revision is never called landed without a verdict. With
     ``ask``, an ``inconclusive`` row stays ``landed`` with its result, for a person to decide
-    (:mod:`~airflow_provider.tasks.fleet_asking`).
+    (:mod:`~airflow_provider.tasks.fleet.asking`).
 
     :param wave: the wave (its rows are updated in place).
     :param results: ``{deployment_id: AnalysisResult}``.
@@ -296,7 +296,7 @@ class WaveAnalysis:
     :param control_group: judge the canary's rate checks against its control group (``canary_baseline=
         "control_group"``, see :func:`control_rows`).
     :param interrupted: on the worker, asked every ``check_every`` seconds while a round is awaited: true ends the
-        analysis there (an abort that rolls the wave back; see :mod:`~airflow_provider.tasks.fleet_abort`).
+        analysis there (an abort that rolls the wave back; see :mod:`~airflow_provider.tasks.fleet.abort`).
     :param check_every: seconds between two questions to ``interrupted``.
     """
 

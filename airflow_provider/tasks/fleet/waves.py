@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from airflow_provider.analysis import Analysis
 from airflow_provider.fleet import FleetProgress, WaveRecord
 from airflow_provider.models import Deployment, PatchDeploymentRequest
-from airflow_provider.tasks import fleet_watching
 from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE
-from airflow_provider.tasks.fleet_abort import (
+from airflow_provider.tasks.fleet import watching
+from airflow_provider.tasks.fleet.abort import (
     TakenAbort,
     abandon_unjudged,
     abort_interrupts,
@@ -26,13 +26,13 @@ from airflow_provider.tasks.fleet_abort import (
     rollback_candidates,
     take_abort,
 )
-from airflow_provider.tasks.fleet_analysis import WaveAnalysis
-from airflow_provider.tasks.fleet_asking import WaveQuestion, apply_answer, open_question
-from airflow_provider.tasks.fleet_change import completed_for
-from airflow_provider.tasks.fleet_patching import patch_wave
-from airflow_provider.tasks.fleet_progress import ProgressStore, scrub_messages, stop_as_decided, stop_reason
-from airflow_provider.tasks.fleet_result import log_wave
-from airflow_provider.tasks.fleet_rollback import (
+from airflow_provider.tasks.fleet.analysis import WaveAnalysis
+from airflow_provider.tasks.fleet.asking import WaveQuestion, apply_answer, open_question
+from airflow_provider.tasks.fleet.change import completed_for
+from airflow_provider.tasks.fleet.patching import patch_wave
+from airflow_provider.tasks.fleet.progress import ProgressStore, scrub_messages, stop_as_decided, stop_reason
+from airflow_provider.tasks.fleet.result import log_wave
+from airflow_provider.tasks.fleet.rollback import (
     apply_rollbacks,
     pending_rollbacks,
     rollbacks_allowed_latest,
@@ -133,7 +133,7 @@ class FleetRun:
     secrets: Sequence[str] = ()
     retries: int | None = None
     taken: TakenAbort | None = None
-    """The abort this run acts on (:mod:`~airflow_provider.tasks.fleet_abort`), once taken."""
+    """The abort this run acts on (:mod:`~airflow_provider.tasks.fleet.abort`), once taken."""
 
     def advance(self) -> None:
         """Run the waves from where the progress stands until done, stopped or deferred (``TaskDeferred``)."""
@@ -166,13 +166,13 @@ class FleetRun:
                 progress_store.save(progress, index)
             if wave.phase == "patched":
                 self.give_up_unjudged(index)  # an abort that rolls the wave back: not watched any further
-                rollouts = fleet_watching.in_flight(wave)
+                rollouts = watching.in_flight(wave)
                 if rollouts:
                     begun = min(row.started_at or time.time() for row in wave.rows if row.deployment_id in rollouts)
                     deadline = begun + task.timeout
                     if task.deferrable:
                         self.defer_wave(index, rollouts, deadline, None)
-                    outcomes = fleet_watching.watch_wave(
+                    outcomes = watching.watch_wave(
                         task.hook,
                         rollouts,
                         poll_interval=task.poll_interval,
@@ -183,7 +183,7 @@ class FleetRun:
                         interrupted=functools.partial(self.abort_interrupts, "watch"),
                     )
                     self.record_outcomes(wave, outcomes)
-                    if fleet_watching.in_flight(wave):  # the watch ended early: an abort rolls the wave back
+                    if watching.in_flight(wave):  # the watch ended early: an abort rolls the wave back
                         self.check_abort()
                         if not self.give_up_unjudged(index):
                             continue  # (not an abort of this wave after all: watched again)
@@ -192,7 +192,7 @@ class FleetRun:
             save = functools.partial(progress_store.save, progress, index)
             if wave.phase == "watched":
                 if task.verify is not None and not self.rolls_back(index):
-                    fleet_watching.verify_wave(task.hook, wave, task.verify, task.log, secrets=self.secrets)
+                    watching.verify_wave(task.hook, wave, task.verify, task.log, secrets=self.secrets)
                 if task.analysis is not None:
                     wave.phase = "analysing"  # recorded with verify's verdicts: a retry does not verify again
                 if task.verify is not None or task.analysis is not None:
@@ -228,7 +228,7 @@ class FleetRun:
                     allowed = rollbacks_allowed_latest(wave)
                     if task.deferrable:
                         self.defer_wave(index, rollbacks, deadline, None, bake=False, allowed=allowed)
-                    outcomes = fleet_watching.watch_wave(
+                    outcomes = watching.watch_wave(
                         task.hook,
                         rollbacks,
                         poll_interval=task.poll_interval,
@@ -247,7 +247,7 @@ class FleetRun:
                 progress_store.save(progress)
 
     def check_abort(self) -> TakenAbort | None:
-        """Take an abort requested from the Rollouts view (:func:`~airflow_provider.tasks.fleet_abort.take_abort`),
+        """Take an abort requested from the Rollouts view (:func:`~airflow_provider.tasks.fleet.abort.take_abort`),
         answer "Roll back" to an open question about a wave it rolls back (in the user's name), and start the
         rollbacks it asks for of the waves already done (each marked and recorded before its request; the wave loop
         then waits for them as for any wave's rollbacks). Returns ``None`` (the loop goes on)."""
@@ -282,7 +282,7 @@ class FleetRun:
 
     def abort_interrupts(self, waiting: str) -> bool:
         """Whether an abort (taken, or requested since) ends the wait for ``waiting`` now (asked between two rounds
-        of a wait on the worker; see :func:`~airflow_provider.tasks.fleet_abort.interrupts`)."""
+        of a wait on the worker; see :func:`~airflow_provider.tasks.fleet.abort.interrupts`)."""
         if self.taken is not None:
             return interrupts(self.taken.request.mode, waiting)
         return abort_interrupts(self.progress_store.store, waiting, self.task.log)
@@ -299,7 +299,7 @@ class FleetRun:
 
     def give_up_unjudged(self, index: int) -> bool:
         """When the abort taken rolls wave ``index`` back, give up the judging of its deployments not judged yet
-        (:func:`~airflow_provider.tasks.fleet_abort.abandon_unjudged`: rollouts still undecided, and those live while
+        (:func:`~airflow_provider.tasks.fleet.abort.abandon_unjudged`: rollouts still undecided, and those live while
         ``verify`` or the analysis was still to judge them) and record it; returns whether it does."""
         if not self.rolls_back(index):
             return False
@@ -312,13 +312,13 @@ class FleetRun:
 
     def stopping(self, index: int) -> str | None:
         """Why wave ``index`` stops the rollout (its deployments that landed are then rolled back with it): an abort
-        that rolls it back, else :func:`~airflow_provider.tasks.fleet_progress.stop_reason`."""
+        that rolls it back, else :func:`~airflow_provider.tasks.fleet.progress.stop_reason`."""
         if self.taken is not None and self.taken.rolls_back(index):
             return self.taken.request.reason
         return stop_reason(self.progress, self.progress.waves[index])
 
     def complete(self, request: PatchDeploymentRequest, deployment: Deployment) -> PatchDeploymentRequest:
-        """The patch to send to ``deployment`` (:func:`~airflow_provider.tasks.fleet_change.completed_for`)."""
+        """The patch to send to ``deployment`` (:func:`~airflow_provider.tasks.fleet.change.completed_for`)."""
         return completed_for(
             request,
             deployment,
@@ -329,11 +329,11 @@ class FleetRun:
 
     def record_outcomes(self, wave: WaveRecord, outcomes: Mapping[str, Sequence[Any]]) -> None:
         """Record what the watch decided; show the build log's tail of each failed build."""
-        fleet_watching.apply_outcomes(wave, outcomes, self.task.log)
-        fleet_watching.explain_failed_builds(self.task.hook, wave, self.task.log, secrets=self.secrets)
+        watching.apply_outcomes(wave, outcomes, self.task.log)
+        watching.explain_failed_builds(self.task.hook, wave, self.task.log, secrets=self.secrets)
 
     def wave_analysis(self, index: int) -> WaveAnalysis:
-        """The analysis step of wave ``index`` (see :mod:`~airflow_provider.tasks.fleet_analysis`)."""
+        """The analysis step of wave ``index`` (see :mod:`~airflow_provider.tasks.fleet.analysis`)."""
         task, progress = self.task, self.progress
         assert task.analysis is not None
         return WaveAnalysis(
@@ -355,7 +355,7 @@ class FleetRun:
         )
 
     def wave_question(self, index: int) -> WaveQuestion:
-        """The question about wave ``index``'s inconclusive analysis (:mod:`~airflow_provider.tasks.fleet_asking`)."""
+        """The question about wave ``index``'s inconclusive analysis (:mod:`~airflow_provider.tasks.fleet.asking`)."""
         return WaveQuestion(self.task, self.context, self.progress, self.progress_store, index, secrets=self.secrets)
 
     def watch_bake_seconds(self) -> float:
