@@ -113,7 +113,7 @@ def _resolve_short_names(app: Sphinx, env: BuildEnvironment, node: pending_xref,
 
 def _defined_at(target: str) -> str | None:
     """Where an object named through a module that re-exports it is defined (and documented):
-    ``airflow_provider.tasks.rollback.RollbackStarted.record`` -> ``airflow_provider.tasks.rollback_outcome.
+    ``airflow_provider.tasks.rollback.RollbackStarted.record`` -> ``airflow_provider.tasks.rollback.outcome.
     RollbackStarted.record``; ``None`` when the name is not an importable class or function, or is defined there."""
     parts = target.split(".")
     for cut in range(len(parts) - 1, 0, -1):

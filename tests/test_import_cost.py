@@ -30,11 +30,11 @@ RUN_TIME_ONLY = [
     "airflow_provider.patch_rules",
     # rolling back
     "airflow_provider.tasks.rollback",
-    "airflow_provider.tasks.rollback_paths",
-    "airflow_provider.tasks.rollback_evidence",
-    "airflow_provider.tasks.rollback_outcome",
-    "airflow_provider.tasks.rollback_revisions",
-    "airflow_provider.tasks.rollback_previous",
+    "airflow_provider.tasks.rollback.start",
+    "airflow_provider.tasks.rollback.evidence",
+    "airflow_provider.tasks.rollback.outcome",
+    "airflow_provider.tasks.rollback.revisions",
+    "airflow_provider.tasks.rollback.previous",
     # the fleet's waves, rows and progress (its strategy arguments, checked at parse time, do come)
     "airflow_provider.fleet",
     "airflow_provider.tasks.fleet.waves",

@@ -350,17 +350,17 @@ SHAPES_NAMES = {"task_instance_path": VIEW_PATHS, "dag_run_path": VIEW_PATHS}
 # the rollback operator and the patch task's steps import them.
 ROLLBACK = "airflow_provider.tasks.rollback"
 ROLLBACK_NAMES = {
-    **{name: "airflow_provider.tasks.rollback_paths" for name in ("NOT_BUILT", "start_rollback")},
+    **{name: "airflow_provider.tasks.rollback.start" for name in ("NOT_BUILT", "start_rollback")},
     **{
-        name: "airflow_provider.tasks.rollback_evidence"
+        name: "airflow_provider.tasks.rollback.evidence"
         for name in ("find_earlier_rollback", "reattach_recorded_rollback")
     },
     **{
-        name: "airflow_provider.tasks.rollback_inputs"
+        name: "airflow_provider.tasks.rollback.inputs"
         for name in ("checked_fallback_config", "checked_resource_spec", "revision_config_snapshot")
     },
     **{
-        name: "airflow_provider.tasks.rollback_outcome"
+        name: "airflow_provider.tasks.rollback.outcome"
         for name in (
             "RESOURCE_SPEC_NOT_SENT",
             "RESOURCE_SPEC_NOT_SHOWN",

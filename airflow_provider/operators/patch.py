@@ -285,7 +285,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.tasks.patch.verdict import landing_of, recorded_failed_verdict
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
         from airflow_provider.tasks.record import record_landing_entry
-        from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+        from airflow_provider.tasks.rollback.inputs import revision_config_snapshot
 
         ti = context["ti"]
         # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.

@@ -159,7 +159,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _checked_revisions(self) -> tuple[str | None, str | None]:
         """Canonical ``(revision_id, rolling_back_from)`` (``None`` for ``"previous"``, resolved once the deployment
         is read); fails naming the field (before any request)."""
-        from airflow_provider.tasks.rollback_previous import PREVIOUS
+        from airflow_provider.tasks.rollback.previous import PREVIOUS
 
         value = self.revision_id
         if isinstance(value, str) and value.strip().lower() == PREVIOUS:
@@ -364,8 +364,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _previous(self, context: Context, store: Any, current: Deployment) -> str:
         """``revision_id="previous"`` resolved: on a retry, what the earlier try recorded (never resolved again:
         after its rollback, "previous" would be an older revision still); else the revision that served before
-        the current one (:func:`~airflow_provider.tasks.rollback_previous.previous_served_revision`)."""
-        from airflow_provider.tasks.rollback_previous import previous_served_revision
+        the current one (:func:`~airflow_provider.tasks.rollback.previous.previous_served_revision`)."""
+        from airflow_provider.tasks.rollback.previous import previous_served_revision
 
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None

@@ -129,7 +129,7 @@ def record_rollback_entry(
     **fields: Any,
 ) -> None:
     """Record a rollback sent (``rolling_back``) or serving (``rolled_back``) from its record
-    (:meth:`~airflow_provider.tasks.rollback_outcome.RollbackStarted.record`, or the patch task's rollback record):
+    (:meth:`~airflow_provider.tasks.rollback.outcome.RollbackStarted.record`, or the patch task's rollback record):
     the revision it created or redeployed, the one rolled back and the one returned to.
 
     :param context: the task's context.

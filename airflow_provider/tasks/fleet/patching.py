@@ -34,7 +34,7 @@ from airflow_provider.tasks.fleet.retry import (
     find_what_served_before,
     record_earlier_patch,
 )
-from airflow_provider.tasks.rollback_revisions import revision_fields
+from airflow_provider.tasks.rollback.revisions import revision_fields
 
 if TYPE_CHECKING:
     import logging

@@ -29,7 +29,7 @@ from airflow_provider.tasks.fleet.rollback import secrets_clause
 from airflow_provider.tasks.rollback import (
     RESOURCE_SPEC_UNKNOWN,
 )
-from airflow_provider.tasks.rollback_revisions import revision_fields
+from airflow_provider.tasks.rollback.revisions import revision_fields
 
 if TYPE_CHECKING:
     import logging

@@ -7,7 +7,7 @@ revision it made, what served before, no secret), and its automatic rollback in 
 :func:`find_earlier_try` decides what the earlier try left:
 
 - **with a record**: its revision, waited for again (or its rollback: the operator reattaches to it with
-  :func:`~airflow_provider.tasks.rollback_evidence.reattach_recorded_rollback`);
+  :func:`~airflow_provider.tasks.rollback.evidence.reattach_recorded_rollback`);
 - **without one** (Airflow < 3.3, or a try that died before recording): what the service shows since the DAG
   run started, taken only on positive evidence (the revision list: revisions made since, the patch's config,
   the revision made just before), else a loud failure naming what was seen; never the change applied twice,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import logging
 
     from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-    from airflow_provider.tasks.rollback_outcome import RollbackIntent, RollbackStarted
+    from airflow_provider.tasks.rollback.outcome import RollbackIntent, RollbackStarted
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -395,8 +395,8 @@ class _Retry:
         """The earlier try's rollback when the service redeployed the previous revision without making a new
         one: ``patched`` went live (``DEPLOYED``), and the revision before it is active again or being deployed
         again (an older revision only deploys again when redeployed)."""
-        from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN, RollbackStarted
-        from airflow_provider.tasks.rollback_revisions import in_progress, revision_fields
+        from airflow_provider.tasks.rollback.outcome import RESOURCE_SPEC_UNKNOWN, RollbackStarted
+        from airflow_provider.tasks.rollback.revisions import in_progress, revision_fields
 
         current = self.current
         if previous is None or previous.source_revision_config is None or patched.status is not RevisionStatus.DEPLOYED:
@@ -419,7 +419,7 @@ class _Retry:
     def _patched_revision(self, patched: Revision, previous: Revision | None) -> EarlierTry:
         """Reattach to ``patched``, the earlier try's revision; what served before it is the active revision
         while it builds, else the revision before it when that one had been deployed."""
-        from airflow_provider.tasks.rollback_revisions import revision_fields
+        from airflow_provider.tasks.rollback.revisions import revision_fields
 
         current = self.current
         if current.active_revision_id != patched.id:
@@ -447,10 +447,10 @@ class _Retry:
 
     def _found_rollback(self, started: datetime, patched: Revision, previous: Revision) -> EarlierTry | None:
         """The earlier try's automatic rollback of ``patched`` to ``previous`` when the service shows positive
-        evidence of it (:func:`~airflow_provider.tasks.rollback_evidence.find_earlier_rollback`); ``None`` when it
+        evidence of it (:func:`~airflow_provider.tasks.rollback.evidence.find_earlier_rollback`); ``None`` when it
         shows none."""
-        from airflow_provider.tasks.rollback_evidence import find_earlier_rollback
-        from airflow_provider.tasks.rollback_revisions import revision_fields
+        from airflow_provider.tasks.rollback.evidence import find_earlier_rollback
+        from airflow_provider.tasks.rollback.revisions import revision_fields
 
         assert previous.source_revision_config is not None
         found = find_earlier_rollback(
@@ -468,8 +468,8 @@ class _Retry:
 
     def _earlier_rollback(self, patched: Revision, previous: Revision, found: RollbackStarted) -> EarlierTry:
         """What a retry without a record reattaches to when it found its earlier try's rollback."""
-        from airflow_provider.tasks.rollback_outcome import RESOURCE_SPEC_UNKNOWN
-        from airflow_provider.tasks.rollback_revisions import revision_fields
+        from airflow_provider.tasks.rollback.outcome import RESOURCE_SPEC_UNKNOWN
+        from airflow_provider.tasks.rollback.revisions import revision_fields
 
         assert previous.source_revision_config is not None
         previous_config = revision_fields(previous.source_revision_config)

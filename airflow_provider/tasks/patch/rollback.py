@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow_provider.models import Deployment
     from airflow_provider.tasks.patch.retry import EarlierTry
     from airflow_provider.tasks.patch.verdict import VerdictStep
-    from airflow_provider.tasks.rollback_outcome import RollbackIntent
+    from airflow_provider.tasks.rollback.outcome import RollbackIntent
 
 __all__ = ["AutomaticRollback"]
 
@@ -116,8 +116,8 @@ class AutomaticRollback(RolloutNotifying):
         rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
         (a retry waits for it instead of rolling back twice); wait for it; fail."""
         from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
-        from airflow_provider.tasks.rollback_outcome import recorded_fields
-        from airflow_provider.tasks.rollback_paths import start_rollback
+        from airflow_provider.tasks.rollback.outcome import recorded_fields
+        from airflow_provider.tasks.rollback.start import start_rollback
 
         store = context.get("task_state_store")
         patch_clauses = list(landing.get("not_restorable") or [])
@@ -221,7 +221,7 @@ class AutomaticRollback(RolloutNotifying):
         the service), or fail saying what the deployment shows; never a second rollback, never success."""
         from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
         from airflow_provider.tasks.patch.verdict import landing_of
-        from airflow_provider.tasks.rollback_evidence import reattach_recorded_rollback
+        from airflow_provider.tasks.rollback.evidence import reattach_recorded_rollback
 
         landing = landing_of(record)
         rollback = dict(record["rollback"])

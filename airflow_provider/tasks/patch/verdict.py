@@ -299,7 +299,7 @@ def judged_not_restored(rollback: Mapping[str, Any], live: Mapping[str, Any]) ->
     :param rollback: the rollback's record.
     :param live: the deployment JSON with the rollback's revision live (``{}``: not known).
     """
-    from airflow_provider.tasks.rollback_outcome import RollbackStarted
+    from airflow_provider.tasks.rollback.outcome import RollbackStarted
 
     if not live:
         return list(rollback.get("not_restored") or [])

@@ -5,7 +5,7 @@ back, nothing newer superseded it, it has a build, what to restore is known and 
 path: **none** (the revision already serves, or is being deployed again), **redeploy** (``POST
 .../revisions/{revision_id}/redeploy``: the same build, exact) or **patch** (the revision's non-secret
 ``source_revision_config`` patched back, with the ``resource_spec`` to restore, in one PATCH). Each request is
-announced first (``before_sending``, a :class:`~airflow_provider.tasks.rollback_outcome.RollbackIntent` the
+announced first (``before_sending``, a :class:`~airflow_provider.tasks.rollback.outcome.RollbackIntent` the
 caller records) and never applied twice (the client's read-back).
 
 The rules, and what a retry reattaches to, are on :mod:`airflow_provider.tasks.rollback`.
@@ -35,8 +35,8 @@ from airflow_provider.models import (
 )
 from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
 from airflow_provider.spec_changes import fields_not_shown, resource_spec_json, restored_spec, unknown_fields_of
-from airflow_provider.tasks.rollback_inputs import checked_fallback_config, checked_resource_spec
-from airflow_provider.tasks.rollback_outcome import (
+from airflow_provider.tasks.rollback.inputs import checked_fallback_config, checked_resource_spec
+from airflow_provider.tasks.rollback.outcome import (
     RESOURCE_SPEC_UNKNOWN,
     RollbackIntent,
     RollbackPath,
@@ -45,7 +45,7 @@ from airflow_provider.tasks.rollback_outcome import (
     is_branch_ref,
     spec_applies,
 )
-from airflow_provider.tasks.rollback_revisions import changed_since, in_progress, read_revision, revision_fields
+from airflow_provider.tasks.rollback.revisions import changed_since, in_progress, read_revision, revision_fields
 
 if TYPE_CHECKING:
     import logging

@@ -20,7 +20,7 @@ from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import CarriedResourceSpec, Deployment, SourceRevisionConfig
 from airflow_provider.spec_changes import likely_typos, resource_spec_json
 from airflow_provider.tasks.base import MISSING_RENDERS
-from airflow_provider.tasks.rollback_revisions import read_revision, revision_fields
+from airflow_provider.tasks.rollback.revisions import read_revision, revision_fields
 
 if TYPE_CHECKING:
     import logging

@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.models import Deployment
 from airflow_provider.spec_changes import spec_shows
-from airflow_provider.tasks.rollback_outcome import (
+from airflow_provider.tasks.rollback.outcome import (
     RESOURCE_SPEC_UNKNOWN,
     RollbackPath,
     RollbackStarted,
@@ -32,7 +32,7 @@ from airflow_provider.tasks.rollback_outcome import (
     recorded_id,
     spec_applies,
 )
-from airflow_provider.tasks.rollback_revisions import (
+from airflow_provider.tasks.rollback.revisions import (
     changed_since,
     in_progress,
     neighbours,

@@ -2,14 +2,20 @@
 
 The rollback's public entry points, importable from here; each part lives in a module of its own:
 
-- :mod:`~airflow_provider.tasks.rollback_paths`: :func:`start_rollback`, which path and its one request;
-- :mod:`~airflow_provider.tasks.rollback_evidence`: what a retry finds of an earlier try's rollback
+- :mod:`~airflow_provider.tasks.rollback.start`: :func:`start_rollback`, which path and its one request;
+- :mod:`~airflow_provider.tasks.rollback.evidence`: what a retry finds of an earlier try's rollback
   (:func:`reattach_recorded_rollback`, :func:`find_earlier_rollback`);
-- :mod:`~airflow_provider.tasks.rollback_outcome`: what a rollback did or is about to do, as recorded
+- :mod:`~airflow_provider.tasks.rollback.outcome`: what a rollback did or is about to do, as recorded
   (:class:`RollbackStarted`, :class:`RollbackIntent`), and the ``not_restored`` clauses;
-- :mod:`~airflow_provider.tasks.rollback_inputs`: what it is given to restore, checked before any request, and
+- :mod:`~airflow_provider.tasks.rollback.inputs`: what it is given to restore, checked before any request, and
   the snapshot a patch takes before it changes anything (:func:`revision_config_snapshot`);
-- :mod:`~airflow_provider.tasks.rollback_revisions`: a deployment's revisions as a rollback reads them.
+- :mod:`~airflow_provider.tasks.rollback.revisions`: a deployment's revisions as a rollback reads them;
+- :mod:`~airflow_provider.tasks.rollback.previous`: which revision served before the one serving now
+  (``RollbackDeploymentOperator(revision_id="previous")``).
+
+A step shared by the task families, beside the task base: the rollback task is this step, and the patch and
+fleet tasks (:mod:`airflow_provider.tasks.patch`, :mod:`airflow_provider.tasks.fleet`) take it when a revision
+fails. It uses only what every task shares, never a family.
 
 One non-blocking step, :func:`start_rollback`, shared by :class:`RollbackDeploymentOperator`, the patch
 operator's automatic rollback and fleet rollouts (one call per deployment). It checks everything it can
@@ -71,13 +77,13 @@ Retries (never a second rollback, never a claim that did not happen):
 
 from __future__ import annotations
 
-from airflow_provider.tasks.rollback_evidence import find_earlier_rollback, reattach_recorded_rollback
-from airflow_provider.tasks.rollback_inputs import (
+from airflow_provider.tasks.rollback.evidence import find_earlier_rollback, reattach_recorded_rollback
+from airflow_provider.tasks.rollback.inputs import (
     checked_fallback_config,
     checked_resource_spec,
     revision_config_snapshot,
 )
-from airflow_provider.tasks.rollback_outcome import (
+from airflow_provider.tasks.rollback.outcome import (
     RESOURCE_SPEC_NOT_SENT,
     RESOURCE_SPEC_NOT_SHOWN,
     RESOURCE_SPEC_UNKNOWN,
@@ -88,7 +94,7 @@ from airflow_provider.tasks.rollback_outcome import (
     is_branch_ref,
     recorded_fields,
 )
-from airflow_provider.tasks.rollback_paths import NOT_BUILT, start_rollback
+from airflow_provider.tasks.rollback.start import NOT_BUILT, start_rollback
 
 __all__ = [
     "NOT_BUILT",

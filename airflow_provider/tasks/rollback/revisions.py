@@ -2,8 +2,8 @@
 rollback restores), the optional revision and revision-list endpoints (absent on some services: never an
 error where the answer is only a help), and the states that tell a redeploy under way.
 
-Shared by the rollback's paths (:mod:`~airflow_provider.tasks.rollback_paths`), the evidence a retry reattaches
-on (:mod:`~airflow_provider.tasks.rollback_evidence`), the patch task's retries and fleet rollouts.
+Shared by the rollback's paths (:mod:`~airflow_provider.tasks.rollback.start`), the evidence a retry reattaches
+on (:mod:`~airflow_provider.tasks.rollback.evidence`), the patch task's retries and fleet rollouts.
 """
 
 from __future__ import annotations

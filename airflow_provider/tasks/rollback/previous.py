@@ -1,7 +1,7 @@
 """``RollbackDeploymentOperator(revision_id="previous")``: which revision served before the one serving now.
 
 Its own module, imported by the rollback operator only: its messages name the rollback task's
-``revision_id``, which the other tasks sharing :mod:`~airflow_provider.tasks.rollback_revisions` do not have.
+``revision_id``, which the other tasks sharing :mod:`~airflow_provider.tasks.rollback.revisions` do not have.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, Revision, RevisionStatus
-from airflow_provider.tasks.rollback_revisions import revision_fields
+from airflow_provider.tasks.rollback.revisions import revision_fields
 
 if TYPE_CHECKING:
     import logging
