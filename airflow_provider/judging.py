@@ -8,7 +8,7 @@ record says of it (``state``: the record's entry kind, see :class:`~airflow_prov
 an unfinished judging may last (``until``, wall clock: a task that died does not hold a revision forever), and
 which task instance judges it (``by``). A watcher in the triggerer, which has no access to Airflow's metadata
 database but does reach the asset state store, reads it before it announces a revision (see
-:func:`judging_of`). The writer is :mod:`airflow_provider.tasks.judging`; the reader the watcher's
+:func:`judging_of`). The writer is :mod:`airflow_provider.tasks.publishing`; the reader the watcher's
 :mod:`airflow_provider.settling`.
 
 An analysis that runs in the triggerer (``deferrable=True``) cannot write its task's record, so its trigger

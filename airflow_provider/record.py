@@ -1,7 +1,7 @@
 """The record: what each task of this provider did to each revision it created or judged (pure: no Airflow, no I/O).
 
 Every task keeps a list of **entries** in its ``task_state_store`` under :data:`RECORD_KEY` (the writer is
-:mod:`airflow_provider.tasks.record`; the Rollouts view reads it). One entry is one fact about one revision of one
+:mod:`airflow_provider.tasks.recording`; the Rollouts view reads it). One entry is one fact about one revision of one
 deployment, stamped with the time and the task's try:
 
 - ``rolled_out``: the PATCH was accepted and created the revision (``previous_revision_id``: what served before);

@@ -25,7 +25,7 @@ RUN_TIME_ONLY = [
     "airflow_provider.tasks.waiting",
     "airflow_provider.tasks.build_logs",
     "airflow_provider.record",
-    "airflow_provider.tasks.record",
+    "airflow_provider.tasks.recording",
     "airflow_provider.spec_changes",
     "airflow_provider.patch_rules",
     # rolling back

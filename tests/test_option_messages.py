@@ -48,7 +48,7 @@ NOT_TASK_OPTIONS = {
 """Names that look like options but are not the task's (module, name): why."""
 
 NARROW_IMPORTS = {
-    ("airflow_provider.operators.rollback", "airflow_provider.tasks.patch_request"): {"SecretValue", "resolve_secrets"},
+    ("airflow_provider.operators.rollback", "airflow_provider.tasks.request"): {"SecretValue", "resolve_secrets"},
 }
 """Imports that use only a few names of a module whose messages (and further imports) belong to other tasks:
 (importer, imported): the names. Not followed by :func:`closure`; the test checks that the importer still
@@ -193,7 +193,7 @@ def test_the_walk_sees_the_messages_and_the_tasks(tasks: list[type]) -> None:
     assert {"DeploymentRolloutSensor"} <= names
     named = {(module, option) for module, path in modules().items() for _, option, _ in messages(path.read_text())}
     assert ("airflow_provider.patch_rules", "resource_spec_mode") in named
-    assert ("airflow_provider.tasks.patch_request", "check_source_rules") in named
+    assert ("airflow_provider.tasks.request", "check_source_rules") in named
     assert ("airflow_provider.operators.rollback", "force") in named
     patch = next(task for task in tasks if task.__name__ == "PatchDeploymentOperator")
     assert "airflow_provider.tasks.rollback.start" in closure(patch.__module__)

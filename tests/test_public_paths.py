@@ -53,10 +53,10 @@ OPERATOR_NAMES = {
     "FleetRolloutOperator": "airflow_provider.operators.fleet",
     "DeploymentAnalysisOperator": "airflow_provider.operators.analysis",
     "PATCH_FIELDS": "airflow_provider.operators.fleet",
-    "SecretValue": "airflow_provider.tasks.patch_request",
-    "build_patch_request": "airflow_provider.tasks.patch_request",
-    "describe_patch": "airflow_provider.tasks.patch_request",
-    "resolve_secrets": "airflow_provider.tasks.patch_request",
+    "SecretValue": "airflow_provider.tasks.request",
+    "build_patch_request": "airflow_provider.tasks.request",
+    "describe_patch": "airflow_provider.tasks.request",
+    "resolve_secrets": "airflow_provider.tasks.request",
 }
 
 # What Airflow and retries in flight already hold: an XCom, a task_state_store record or a trigger's carry

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from airflow_provider.models import Deployment, PatchDeploymentRequest
     from airflow_provider.tasks.fleet.progress import ProgressStore
     from airflow_provider.tasks.fleet.waves import FleetRun
-    from airflow_provider.tasks.patch_request import SecretValue
+    from airflow_provider.tasks.request import SecretValue
 
 __all__ = [
     "PATCH_FIELDS",
@@ -322,7 +322,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
     def _progress_store(self, context: Context) -> ProgressStore:
         from airflow_provider.tasks.fleet.progress import ProgressStore
-        from airflow_provider.tasks.judging import FleetJudging
+        from airflow_provider.tasks.publishing import FleetJudging
 
         return ProgressStore(
             context.get("task_state_store"),

@@ -5,7 +5,7 @@ back) twice.
 The operator holds its arguments, the patch (or the reattach on a retry), its XComs and the methods Airflow
 resumes it in; the steps stand in the shared task layer, one module per concern:
 
-- :mod:`~airflow_provider.tasks.patch_request`: the patch built from the arguments and completed against the
+- :mod:`~airflow_provider.tasks.request`: the patch built from the arguments and completed against the
   deployment as read;
 - :mod:`~airflow_provider.tasks.patch.retry`: the ``task_state_store`` record and what a retry finds;
 - :mod:`~airflow_provider.tasks.patch.judging`: judging the live revision (``verify``, the analysis, the bake);
@@ -42,7 +42,7 @@ from airflow_provider.tasks.notify import checked_notify
 from airflow_provider.tasks.patch.asking import InconclusiveAsking
 from airflow_provider.tasks.patch.retry import HISTORY_LOOKBACK, TASK_STATE_KEY
 from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
-from airflow_provider.tasks.patch_request import (
+from airflow_provider.tasks.request import (
     SecretValue,
     against_current,
     build_patch_request,
@@ -284,7 +284,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         )
         from airflow_provider.tasks.patch.verdict import landing_of, recorded_failed_verdict
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
         from airflow_provider.tasks.rollback.inputs import revision_config_snapshot
 
         ti = context["ti"]
@@ -450,7 +450,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import checked_landing, recorded_landing
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
         from airflow_provider.tasks.waiting import resumed_value
 
         landing = resumed_value("landing", landing, event)
@@ -540,7 +540,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         serving; without, fail naming the revision that may still go live."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import may_still_go_live, own_xcom
-        from airflow_provider.tasks.record import record_entry
+        from airflow_provider.tasks.recording import record_entry
 
         if not revision_id:  # waiting for READY only: nothing of this patch is rolling out
             raise err
@@ -605,7 +605,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.tasks.dry_run import dry_run_message
         from airflow_provider.tasks.events import emit_revision_event
         from airflow_provider.tasks.patch.verdict import own_xcom
-        from airflow_provider.tasks.record import record_entry
+        from airflow_provider.tasks.recording import record_entry
 
         previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log

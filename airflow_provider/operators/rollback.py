@@ -22,7 +22,7 @@ from airflow_provider.operators.base import (
     _RolloutWaitingOperator,
 )
 from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
-from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
+from airflow_provider.tasks.request import SecretValue, resolve_secrets
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _run(self, context: Context) -> dict[str, Any]:
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import (
             checked_fallback_config,
             checked_resource_spec,
@@ -306,7 +306,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         """The one place where the restored revision is known to be live: judge what it restored."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.events import emit_revision_event
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import RESOURCE_SPEC_VERDICTS
 
         deployment = Deployment.model_validate(live)

@@ -4,8 +4,8 @@ concern:
 - :mod:`~airflow_provider.tasks.fleet.plan`: the targets, resolved when the task runs
   (:func:`resolve_targets`), and deployments read 100 to a request (:func:`read_deployments`);
 - :mod:`~airflow_provider.tasks.fleet.change`: what is sent, the change as each deployment's patch, its digest
-  and each patch's fingerprint (completing a patch against its deployment is the patch task's
-  :func:`complete_request`, in :mod:`~airflow_provider.tasks.patch_request`);
+  and each patch's fingerprint (completing a patch against its deployment is shared with the patch task:
+  :func:`complete_request`, in :mod:`~airflow_provider.tasks.request`);
 - :mod:`~airflow_provider.tasks.fleet.progress`: the progress record in ``context["task_state_store"]``
   (:class:`ProgressStore`, :class:`RollbackRecords`, :func:`new_progress`) and what it decides;
 - :mod:`~airflow_provider.tasks.fleet.patching`: patching a wave (:func:`patch_wave`), and

@@ -39,7 +39,7 @@ from airflow_provider.tasks.dry_run import dry_run_message, dry_run_result
 from airflow_provider.tasks.fleet.plan import read_deployments
 from airflow_provider.tasks.fleet.progress import ProgressStore, scrub_messages
 from airflow_provider.tasks.fleet.rollback import start_rollbacks
-from airflow_provider.tasks.judging import trigger_judging
+from airflow_provider.tasks.publishing import trigger_judging
 
 if TYPE_CHECKING:
     import logging

@@ -1,7 +1,7 @@
 """What a fleet rollout sends: the change as each deployment's patch (the patch operator's arguments, or
 ``patch_for``'s), its digest (what the progress record is recorded for) and each patch's fingerprint (what a
 retry recognises it by); no secret value in either. Completing a patch against its deployment is the patch
-task's own (:func:`~airflow_provider.tasks.patch_request.complete_request`), logged per deployment here."""
+task's own (:func:`~airflow_provider.tasks.request.complete_request`), logged per deployment here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.models import Deployment, PatchDeploymentRequest
-from airflow_provider.tasks.patch_request import (
+from airflow_provider.tasks.request import (
     build_patch_request,
     complete_request,
     log_completion,
@@ -107,7 +107,7 @@ def completed_for(
     log: logging.Logger | Any,
 ) -> PatchDeploymentRequest:
     """The patch to send to one deployment of the fleet
-    (:func:`~airflow_provider.tasks.patch_request.complete_request`); what completing it did is logged, each line
+    (:func:`~airflow_provider.tasks.request.complete_request`); what completing it did is logged, each line
     naming the deployment.
 
     :param request: the deployment's patch as the change gives it.

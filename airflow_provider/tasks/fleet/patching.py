@@ -55,7 +55,7 @@ def patch_wave(
     soon as it is answered.
 
     What is sent to a deployment is its patch completed against it (``complete``: the source rules, a partial
-    ``resource_spec`` completed; see :func:`~airflow_provider.tasks.patch_request.complete_request`); a patch that
+    ``resource_spec`` completed; see :func:`~airflow_provider.tasks.request.complete_request`); a patch that
     cannot be completed fails that row, nothing sent. A retry recognises an earlier try's patch by the change as
     given (which the completed patch always shows).
 

@@ -26,7 +26,7 @@ from airflow_provider.models import (
 if TYPE_CHECKING:
     import logging
 
-    from airflow_provider.tasks.judging import FleetJudging
+    from airflow_provider.tasks.publishing import FleetJudging
 
 
 STATE_KEY = "deployment_service_fleet"

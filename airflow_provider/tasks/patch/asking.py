@@ -68,7 +68,7 @@ class InconclusiveAsking(LiveRevisionJudging):
         """Record the question, say it (record entry, notification, log), then wait for the answer."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
 
         ti = context["ti"]
         store = context.get("task_state_store")
@@ -177,7 +177,7 @@ class InconclusiveAsking(LiveRevisionJudging):
 
     def _answer_entry(self, context: Context, landing: dict[str, Any], answer: Answer, reason: str) -> None:
         from airflow_provider.record import Kind
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
 
         record_landing_entry(
             context, self.log, Kind.ANSWERED, landing, answer=answer.choice, answered_by=answer.by, message=reason

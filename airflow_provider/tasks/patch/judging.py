@@ -58,7 +58,7 @@ class LiveRevisionJudging(AutomaticRollback):
         any fails."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import verify_failure
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
 
         if landing is None:
             return self._landed(context, live)
@@ -140,8 +140,8 @@ class LiveRevisionJudging(AutomaticRollback):
         """Judge the live revision by its analysis: in the triggerer when ``deferrable`` (the landing carried in
         the trigger's event, which every resume gets), else (or with a ``CallableCheck``) on the worker."""
         from airflow_provider.tasks.analysis import AnalysisNotMeasured, analyse_on_worker, defer_analysis
-        from airflow_provider.tasks.judging import trigger_judging
-        from airflow_provider.tasks.record import round_recorder
+        from airflow_provider.tasks.publishing import trigger_judging
+        from airflow_provider.tasks.recording import round_recorder
 
         assert self.analysis is not None
         analysis = self.analysis.with_count_for(self.bake_seconds or None)

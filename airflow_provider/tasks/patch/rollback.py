@@ -76,7 +76,7 @@ class AutomaticRollback(RolloutNotifying):
         fail, after rolling back when ``rollback_on_failure``."""
         from airflow_provider.record import verdict_kind
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS, failed_revision, failed_verdict, record_verdict
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.tasks.recording import record_landing_entry
 
         deployment_id, revision_id = landing["deployment_id"], landing["revision_id"]
         record_verdict(
@@ -152,7 +152,7 @@ class AutomaticRollback(RolloutNotifying):
         """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import rollback_not_live_message
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.recording import record_rollback_entry
 
         record_rollback_entry(context, self.log, Kind.ROLLING_BACK, rollback)
         resume_kwargs = {"landing": landing, "rollback": rollback}
@@ -175,7 +175,7 @@ class AutomaticRollback(RolloutNotifying):
         """The rollback serves: record it, notify ``rolled_back``, fail naming both revisions."""
         from airflow_provider.record import Kind
         from airflow_provider.tasks.patch.verdict import judged_not_restored, rolled_back_message
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.recording import record_rollback_entry
 
         record_rollback_entry(
             context, self.log, Kind.ROLLED_BACK, rollback, not_restored=judged_not_restored(rollback, live)

@@ -12,7 +12,7 @@ overwritten).
 
 Each task calls one function, one line per fact: :func:`record_entry` (a revision), :func:`record_landing_entry`
 (the patch task's revision, from its landing) and :func:`record_rollback_entry` (a rollback, from its record).
-Each write is also told to the deployment's watchers (:mod:`airflow_provider.tasks.judging`).
+Each write is also told to the deployment's watchers (:mod:`airflow_provider.tasks.publishing`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.record import RECORD_KEY, Kind, entries_of, entry, failure_status, with_entries
-from airflow_provider.tasks.judging import publish_judging
+from airflow_provider.tasks.publishing import publish_judging
 
 if TYPE_CHECKING:
     import logging

@@ -1,10 +1,10 @@
 """Publishing the judging marker: what a task records of a revision, told to the deployment watchers too
 (the marker's shape and how a watcher reads it: :mod:`airflow_provider.judging`).
 
-The record (:mod:`airflow_provider.tasks.record`) lives in the task's own ``task_state_store``, which a trigger
-cannot read. So each time a task records a fact about a revision, :func:`publish_judging` also writes the fact
-to the asset state store of the deployment's id asset (``deployment-service://deployments/<id>``), which the
-watcher in the triggerer reads: a ``rolled_out`` (of a task that waits for its rollout), ``judging`` or
+The record (written by :mod:`airflow_provider.tasks.recording`) lives in the task's own ``task_state_store``,
+which a trigger cannot read. So each time a task records a fact about a revision, :func:`publish_judging` also
+writes the fact to the asset state store of the deployment's id asset (``deployment-service://deployments/<id>``),
+which the watcher in the triggerer reads: a ``rolled_out`` (of a task that waits for its rollout), ``judging`` or
 ``rolling_back`` entry says "a rollout is judging this revision, until at most ``until``"; a verdict (``landed``,
 ``passed``, ``rejected``, ``timed_out``, ``failed``, ``rolled_back``) ends it.
 
