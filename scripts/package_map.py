@@ -28,16 +28,17 @@ FLOORS: list[tuple[str, str]] = [
     ("plugins", "the Rollouts view in Airflow's UI: its FastAPI app, pages and the records it reads"),
     ("operators", "the tasks users put in DAGs (one module per family)"),
     ("sensors", "the rollout sensor (a sibling of the operators)"),
-    ("tasks", "what every task shares: the task base, one module per concern of the patch, rollback and fleet tasks"),
+    ("tasks", "what every task shares (the task base, its steps, the rollback step) and one folder per task family"),
     ("triggers", "the triggers, over one batched poller per connection"),
     ("analysis", "analysis gates: pure definitions and verdict rules, then the measuring side"),
     ("hooks", "Airflow glue: connection to client settings, connection form, test_connection"),
     ("client", "the one transport: each request built and each answer read once (sans-I/O)"),
-    ("(pure)", "pure decisions and shared rules: no I/O, no Airflow"),
+    ("decisions", "the pure rules of a rollout: no HTTP, no Airflow, no I/O"),
+    ("(root)", "the package's face: what Airflow reads, the assets DAGs use, constants and errors all layers share"),
     ("emulator", "a local implementation of the service (depends on the models only, never on the client)"),
     ("models", "the service's resources and requests (pydantic; no Airflow, no HTTP)"),
 ]
-"""The packages from the top floor down; ``(pure)`` stands for the modules directly under ``airflow_provider``."""
+"""The packages from the top floor down; ``(root)`` stands for the modules directly under ``airflow_provider``."""
 
 
 @dataclass
@@ -53,11 +54,11 @@ class Module:
 
 
 def package_of(module: str) -> str:
-    """The floor a module lives on: its first part under ``airflow_provider``, or ``(pure)``."""
+    """The floor a module lives on: its first part under ``airflow_provider``, or ``(root)``."""
     parts = module.split(".")
     if len(parts) == 2 and parts[1] not in {name for name, _ in FLOORS}:
-        return "(pure)"
-    return parts[1] if len(parts) > 1 else "(pure)"
+        return "(root)"
+    return parts[1] if len(parts) > 1 else "(root)"
 
 
 def module_name(path: Path) -> str:

@@ -21,13 +21,13 @@ RUN_TIME_ONLY = [
     "airflow_provider.tasks.preflight",
     "airflow_provider.tasks.dry_run",
     # waiting, judging and the record of what a task did
-    "airflow_provider.rollout",
+    "airflow_provider.decisions.rollout",
     "airflow_provider.tasks.waiting",
     "airflow_provider.tasks.build_logs",
-    "airflow_provider.record",
+    "airflow_provider.decisions.record",
     "airflow_provider.tasks.recording",
-    "airflow_provider.spec_changes",
-    "airflow_provider.patch_rules",
+    "airflow_provider.decisions.spec_changes",
+    "airflow_provider.decisions.patch_rules",
     # rolling back
     "airflow_provider.tasks.rollback",
     "airflow_provider.tasks.rollback.start",
@@ -36,7 +36,7 @@ RUN_TIME_ONLY = [
     "airflow_provider.tasks.rollback.revisions",
     "airflow_provider.tasks.rollback.previous",
     # the fleet's waves, rows and progress (its strategy arguments, checked at parse time, do come)
-    "airflow_provider.fleet",
+    "airflow_provider.decisions.fleet_progress",
     "airflow_provider.tasks.fleet.waves",
     "airflow_provider.tasks.fleet.patching",
     "airflow_provider.tasks.fleet.retry",

@@ -192,7 +192,7 @@ def test_the_walk_sees_the_messages_and_the_tasks(tasks: list[type]) -> None:
     assert {"PatchDeploymentOperator", "FleetRolloutOperator", "RollbackDeploymentOperator"} <= names
     assert {"DeploymentRolloutSensor"} <= names
     named = {(module, option) for module, path in modules().items() for _, option, _ in messages(path.read_text())}
-    assert ("airflow_provider.patch_rules", "resource_spec_mode") in named
+    assert ("airflow_provider.decisions.patch_rules", "resource_spec_mode") in named
     assert ("airflow_provider.tasks.request", "check_source_rules") in named
     assert ("airflow_provider.operators.rollback", "force") in named
     patch = next(task for task in tasks if task.__name__ == "PatchDeploymentOperator")

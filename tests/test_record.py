@@ -1,4 +1,4 @@
-"""The record's shape and bounds (:mod:`airflow_provider.record`) and its writer
+"""The record's shape and bounds (:mod:`airflow_provider.decisions.record`) and its writer
 (:mod:`airflow_provider.tasks.recording`): what a task instance keeps of the revisions it made or judged, read back
 as the Rollouts view reads it."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.fleet import FleetRow, Outcome
-from airflow_provider.record import (
+from airflow_provider.decisions.fleet_progress import FleetRow, Outcome
+from airflow_provider.decisions.record import (
     MAX_ENTRIES,
     MAX_MEASUREMENTS,
     MAX_RECORD_BYTES,

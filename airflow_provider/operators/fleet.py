@@ -1,7 +1,8 @@
 """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a failure
-budget. The plan is :mod:`airflow_provider.fleet` (pure), the machinery :mod:`airflow_provider.tasks.fleet`
-(one module per concern; the wave loop is :mod:`~airflow_provider.tasks.fleet.waves`), and a deferred wave
-waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
+budget. The plan is :mod:`airflow_provider.decisions.fleet_progress` (pure), the machinery
+:mod:`airflow_provider.tasks.fleet` (one module per concern; the wave loop is
+:mod:`~airflow_provider.tasks.fleet.waves`), and a deferred wave waits in
+:class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider import fleet_strategy
+from airflow_provider.decisions import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
@@ -29,8 +30,8 @@ from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider import fleet
     from airflow_provider.analysis import Analysis, Measurement
+    from airflow_provider.decisions import fleet_progress
     from airflow_provider.models import Deployment, PatchDeploymentRequest
     from airflow_provider.tasks.fleet.progress import ProgressStore
     from airflow_provider.tasks.fleet.waves import FleetRun
@@ -158,7 +159,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         rounds fill ``bake_seconds`` (each round checks that the revision still serves: the analysis is the
         bake, and the watch does not bake first); with a ``count`` the wave bakes, then is analysed. Each
         row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
-        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
+        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.decisions.fleet_progress.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
         ``analysis.count``), and its connections when the task starts, before anything is patched. Then its
         preflight (``Analysis(preflight=True)``, the default) measures every check once on the revision each
@@ -334,7 +335,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _fleet_run(
         self,
         context: Context,
-        progress: fleet.FleetProgress,
+        progress: fleet_progress.FleetProgress,
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> FleetRun:
@@ -578,7 +579,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _advance(
         self,
         context: Context,
-        progress: fleet.FleetProgress,
+        progress: fleet_progress.FleetProgress,
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> list[dict[str, Any]]:
@@ -587,10 +588,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self._fleet_run(context, progress, progress_store, request_for).advance()
         return self._finish(context, progress)
 
-    def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+    def _finish(self, context: Context, progress: fleet_progress.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
-        from airflow_provider import fleet
+        from airflow_provider.decisions import fleet_progress
         from airflow_provider.tasks.fleet.abort import aborted
         from airflow_provider.tasks.fleet.notify import notify_fleet_result
         from airflow_provider.tasks.fleet.progress import scrub_messages
@@ -598,7 +599,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
         scrub_messages(progress, self._secret_values())
         table = progress.table()
-        self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet.format_table(table))
+        self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet_progress.format_table(table))
         ti = context["ti"]
         if self.analysis is not None:
             ti.xcom_push(

@@ -272,8 +272,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
         """Patch (or reattach on a retry), push the XComs, and wait when asked to."""
-        from airflow_provider.record import Kind
-        from airflow_provider.spec_changes import changes_of, resource_spec_json
+        from airflow_provider.decisions.record import Kind
+        from airflow_provider.decisions.spec_changes import changes_of, resource_spec_json
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
         from airflow_provider.tasks.patch.retry import (
             patch_fingerprint,
@@ -448,7 +448,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         kwargs); a task with ``verify``, an analysis or a bake that gets neither fails instead of declaring
         the revision landed unjudged.
         """
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import checked_landing, recorded_landing
         from airflow_provider.tasks.recording import record_landing_entry
         from airflow_provider.tasks.waiting import resumed_value
@@ -538,7 +538,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The patch's revision did not go live within ``timeout``: the service may still deploy it. With
         ``rollback_on_failure``, roll back (recorded before sending, waited for) so that it does not end up
         serving; without, fail naming the revision that may still go live."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import may_still_go_live, own_xcom
         from airflow_provider.tasks.recording import record_entry
 
@@ -601,7 +601,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The one place where the patch's revision is known to be live (verified, analysed and baked when
         asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
         changed the revision serving."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.dry_run import dry_run_message
         from airflow_provider.tasks.events import emit_revision_event
         from airflow_provider.tasks.patch.verdict import own_xcom

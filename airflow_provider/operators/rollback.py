@@ -209,7 +209,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _run(self, context: Context) -> dict[str, Any]:
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import (
             checked_fallback_config,
@@ -304,7 +304,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _landed(self, context: Context, started: RollbackStarted, live: dict[str, Any]) -> dict[str, Any]:
         """The one place where the restored revision is known to be live: judge what it restored."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.events import emit_revision_event
         from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import RESOURCE_SPEC_VERDICTS

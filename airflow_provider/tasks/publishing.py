@@ -1,5 +1,5 @@
 """Publishing the judging marker: what a task records of a revision, told to the deployment watchers too
-(the marker's shape and how a watcher reads it: :mod:`airflow_provider.judging`).
+(the marker's shape and how a watcher reads it: :mod:`airflow_provider.decisions.judging_marker`).
 
 The record (written by :mod:`airflow_provider.tasks.recording`) lives in the task's own ``task_state_store``,
 which a trigger cannot read. So each time a task records a fact about a revision, :func:`publish_judging` also
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.fleet import WITH_WAVE_OUTCOMES
-from airflow_provider.judging import JUDGING_KEY, JUDGING_STATES, with_marker
-from airflow_provider.record import Kind, fleet_row_entries
+from airflow_provider.decisions.fleet_progress import WITH_WAVE_OUTCOMES
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, JUDGING_STATES, with_marker
+from airflow_provider.decisions.record import Kind, fleet_row_entries
 
 if TYPE_CHECKING:
     import logging
@@ -171,11 +171,11 @@ def publish_judging(
 
 def fleet_marker_entries(row: Mapping[str, Any], phase: str | None) -> list[dict[str, Any]]:
     """What a fleet row says of its revisions, for the judging marker: its record entries
-    (:func:`~airflow_provider.record.fleet_row_entries`), a ``landed`` one read as ``judging`` until its wave is
-    ``done`` (verify, the analysis or the rollback of a wave that stops the rollout may yet undo it), and left out
+    (:func:`~airflow_provider.decisions.record.fleet_row_entries`), a ``landed`` one read as ``judging`` until its wave
+    is ``done`` (verify, the analysis or the rollback of a wave that stops the rollout may yet undo it), and left out
     of a row rolled back (with its wave: the rollback's entry marks the revision rejected).
 
-    :param row: the row (:class:`~airflow_provider.fleet.FleetRow` JSON).
+    :param row: the row (:class:`~airflow_provider.decisions.fleet_progress.FleetRow` JSON).
     :param phase: its wave's phase.
     """
     undone = row.get("outcome") in WITH_WAVE_OUTCOMES or bool(row.get("rollback_revision"))

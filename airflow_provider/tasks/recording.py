@@ -1,9 +1,9 @@
 """Writing the record: each task of this provider adds what it did to each revision, when it does it, on every try
-(the entries' shape and bounds: :mod:`airflow_provider.record`).
+(the entries' shape and bounds: :mod:`airflow_provider.decisions.record`).
 
 The record lives in the task's ``task_state_store`` (Airflow 3.3+) under
-:data:`~airflow_provider.record.RECORD_KEY`: the store survives failures and retries (XCom is cleared when a try
-starts; a failed task emits no asset event), Airflow keeps it in its metadata database, and the Rollouts view reads
+:data:`~airflow_provider.decisions.record.RECORD_KEY`: the store survives failures and retries (XCom is cleared when a
+try starts; a failed task emits no asset event), Airflow keeps it in its metadata database, and the Rollouts view reads
 it there. Each call is one read and at most one write of the whole record, so a worker that dies between two
 writes leaves every entry written before; a fact the record holds already is not written again, so a retry that
 goes over the same ground adds only what is new. Recording never fails the task: without a store (Airflow < 3.3)
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.record import RECORD_KEY, Kind, entries_of, entry, failure_status, with_entries
+from airflow_provider.decisions.record import RECORD_KEY, Kind, entries_of, entry, failure_status, with_entries
 from airflow_provider.tasks.publishing import publish_judging
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ __all__ = [
 
 
 def record_entries(context: Mapping[str, Any], log: logging.Logger | Any, entries: list[dict[str, Any]]) -> None:
-    """Add ``entries`` (from :func:`~airflow_provider.record.entry`, without ``try_number``) to the task's record
-    in one write, each stamped with the try; nothing is written when the record holds them all already, and an
+    """Add ``entries`` (from :func:`~airflow_provider.decisions.record.entry`, without ``try_number``) to the task's
+    record in one write, each stamped with the try; nothing is written when the record holds them all already, and an
     entry without a revision is left out.
 
     :param context: the task's context (its ``task_state_store`` and ``ti``).
@@ -80,11 +80,11 @@ def record_entry(
     revision_id: str | None,
     **fields: Any,
 ) -> None:
-    """Record one fact about a revision, now (see :func:`~airflow_provider.record.entry` for ``fields``).
+    """Record one fact about a revision, now (see :func:`~airflow_provider.decisions.record.entry` for ``fields``).
 
     :param context: the task's context.
     :param log: the task's logger.
-    :param kind: see :class:`~airflow_provider.record.Kind`.
+    :param kind: see :class:`~airflow_provider.decisions.record.Kind`.
     :param deployment_id: the deployment.
     :param revision_id: the revision.
     :param fields: the entry's optional fields.
@@ -100,7 +100,7 @@ def record_landing_entry(
 
     :param context: the task's context.
     :param log: the task's logger.
-    :param kind: see :class:`~airflow_provider.record.Kind`.
+    :param kind: see :class:`~airflow_provider.decisions.record.Kind`.
     :param landing: the patch's landing (:func:`~airflow_provider.tasks.patch.verdict.landing_of`).
     :param fields: the entry's optional fields.
     """

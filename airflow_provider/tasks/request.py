@@ -143,7 +143,7 @@ def build_patch_request(
     :param image_uri: shortcut for ``source_revision_config["image_uri"]``.
     :param repo_ref: shortcut for ``source_revision_config["repo_ref"]``.
     """
-    from airflow_provider.patch_rules import describe_limits_below_requests, limits_below_requests
+    from airflow_provider.decisions.patch_rules import describe_limits_below_requests, limits_below_requests
 
     revision_config = _plain(source_revision_config)
     if revision_config is not None and not isinstance(revision_config, Mapping):
@@ -206,8 +206,8 @@ class CompletedPatch(NamedTuple):
 def complete_request(
     request: PatchDeploymentRequest, deployment: Deployment, *, resource_spec_mode: str, check_source_rules: bool
 ) -> CompletedPatch:
-    """The patch to send to ``deployment`` (``airflow_provider.patch_rules``): production's PATCH rules checked
-    against the deployment (unless ``check_source_rules`` is off), create-time fields that would not change left
+    """The patch to send to ``deployment`` (``airflow_provider.decisions.patch_rules``): production's PATCH rules
+    checked against the deployment (unless ``check_source_rules`` is off), create-time fields that would not change left
     out, and with ``resource_spec_mode="merge"`` a partial ``source_config.resource_spec`` completed from the
     deployment's current one (production replaces it whole), a kept limit below its new request left out (the
     service sets it to twice the request). The patch task and each deployment of a fleet complete theirs here.
@@ -218,7 +218,7 @@ def complete_request(
     :param check_source_rules: whether to refuse locally what production refuses.
     :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
     """
-    from airflow_provider.patch_rules import (
+    from airflow_provider.decisions.patch_rules import (
         MergedSpec,
         describe_refusals,
         discouraged_fields,

@@ -393,7 +393,7 @@ def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, st
     """A failed run of :data:`VISIBLE_DAG` whose patch task recorded its revision rejected by the analysis and
     rolled back (its record in ``task_state_store``; a failed task emits no asset event), on two revisions made on
     the emulator. Returns the run id and the revisions (``good``, ``bad``, ``restored``)."""
-    from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
+    from airflow_provider.decisions.record import RECORD_KEY, Kind, entry, with_entries
 
     add_dags_and_events(deployment_id)
     revisions = {"good": server.state.deployment(deployment_id)["active_revision_id"]}

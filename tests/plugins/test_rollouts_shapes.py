@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.record import KINDS, Kind, entry, event_entries
 from airflow_provider.plugins import rollouts as rollouts_package
 from airflow_provider.plugins.rollouts.credits import ROLES, revision_marks
 from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
 from airflow_provider.plugins.rollouts.shapes import fleet_view
-from airflow_provider.record import KINDS, Kind, entry, event_entries
 
 
 def record(**fields: Any) -> FleetTaskRecord:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
+from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.emulator import FaultRule
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks.fleet.progress import STATE_KEY, stop_reason

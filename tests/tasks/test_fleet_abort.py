@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.tasks import rollback as rollback_module
 from airflow_provider.tasks.fleet import rollback as fleet_rollback
 from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY, AbortRequest

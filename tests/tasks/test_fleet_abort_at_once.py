@@ -20,8 +20,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
-from airflow_provider.fleet import ABORTED_UNJUDGED, Outcome
-from airflow_provider.record import fleet_row_entries
+from airflow_provider.decisions.fleet_progress import ABORTED_UNJUDGED, Outcome
+from airflow_provider.decisions.record import fleet_row_entries
 from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY, abort_event, interrupts, waiting_on
 from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.inconclusive import ROLL_BACK
@@ -273,7 +273,7 @@ def test_what_an_abort_ends_at_once() -> None:
 
 
 def test_what_a_deferred_fleet_task_waits_for() -> None:
-    from airflow_provider.fleet import FleetProgress, FleetRow, WaveRecord
+    from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, WaveRecord
 
     row = FleetRow("id-a", "a", "canary", "r0", None, Outcome.PENDING)
     progress = FleetProgress([WaveRecord("canary", [row], phase="planned")], allowed_failures=0, change="x")

@@ -19,8 +19,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.emulator.tracing import tracing_base_url
-from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.inconclusive import ANALYSE_AGAIN, OPTIONS, PROMOTE, ROLL_BACK
@@ -206,7 +206,7 @@ def test_an_inconclusive_deployment_of_a_wave_already_stopping_fails_without_a_q
     asked."""
     import logging
 
-    from airflow_provider.fleet import FleetProgress, FleetRow, WaveRecord
+    from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, WaveRecord
     from airflow_provider.tasks.fleet.asking import WaveQuestion
     from airflow_provider.tasks.fleet.progress import ProgressStore
 

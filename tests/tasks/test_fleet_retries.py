@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider.decisions.fleet_progress import REASON_UNKNOWN, Outcome
 from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import REASON_UNKNOWN, Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.tasks import rollback as rollback_module
 from airflow_provider.tasks.fleet import patching as fleet_patching

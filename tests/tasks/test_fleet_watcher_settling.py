@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.judging import JUDGING_KEY
+from airflow_provider.decisions.judging_marker import JUDGING_KEY
 from tests.tasks.conftest import FakeStore, FakeTI, wait_until
 from tests.tasks.test_fleet_analysis import (  # noqa: F401 - fleet is a fixture
     fleet,

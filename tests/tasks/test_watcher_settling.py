@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.judging import JUDGING_KEY, judging_of, with_marker
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, judging_of, with_marker
+from airflow_provider.decisions.settling import Seen
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.settling import Seen
 from airflow_provider.tasks import publishing
 from airflow_provider.triggers.deployment_service import DeploymentEventTrigger, active_pollers
 from airflow_provider.triggers.watcher import PROBE_KEY, JudgingReader
@@ -352,7 +352,7 @@ async def test_without_a_settle_time_a_revision_is_announced_the_first_time_it_i
 ) -> None:
     # The time the candidate was first seen is kept to the millisecond: rounded up (.2646 -> .265) it lay in
     # the future and a watcher with settle_time=0 announced one round late (half the time, by the clock).
-    from airflow_provider import settling
+    from airflow_provider.decisions import settling
     from airflow_provider.models import Deployment
     from tests.test_models import REV_NEW, REV_OLD, deployment_json
 

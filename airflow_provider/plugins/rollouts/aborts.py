@@ -37,7 +37,7 @@ from airflow.models import Log
 from fastapi import HTTPException, status
 from sqlalchemy import select
 
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.plugins.rollouts import access
 from airflow_provider.plugins.rollouts.access import HTTP_422
 from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN, locked_task_instance, task_instance_named

@@ -30,8 +30,8 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from airflow_provider import dora
 from airflow_provider.client import describe_validation_error
+from airflow_provider.decisions import dora
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid

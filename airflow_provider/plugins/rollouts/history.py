@@ -1,8 +1,8 @@
 """The record as the Rollouts view reads it: what each task instance of the provider did to each deployment, as
-record entries (:mod:`airflow_provider.record`), from three places in Airflow's metadata database:
+record entries (:mod:`airflow_provider.decisions.record`), from three places in Airflow's metadata database:
 
-- **the tasks' records** in ``task_state_store`` (key :data:`~airflow_provider.record.RECORD_KEY`): every patch,
-  rollback and analysis task, failed tasks included, on every try;
+- **the tasks' records** in ``task_state_store`` (key :data:`~airflow_provider.decisions.record.RECORD_KEY`): every
+  patch, rollback and analysis task, failed tasks included, on every try;
 - **the fleet rollouts' rows** in ``task_state_store``
   (:func:`~airflow_provider.plugins.rollouts.records.fleet_touches`): a fleet's record is its rows, read as entries
   (no second copy is written);
@@ -10,9 +10,9 @@ record entries (:mod:`airflow_provider.record`), from three places in Airflow's 
   without a task state store): a landed or rolled-back revision.
 
 A task whose analysis runs in the triggerer cannot write its record until the verdict: its trigger writes the
-rounds so far to the deployment's judging marker (:mod:`airflow_provider.judging`, in the asset state store of the
-deployment's id asset), which :func:`judging_markers` reads and :func:`with_rounds_measured` adds to that task's
-``judging`` entry.
+rounds so far to the deployment's judging marker (:mod:`airflow_provider.decisions.judging_marker`, in the asset state
+store of the deployment's id asset), which :func:`judging_markers` reads and :func:`with_rounds_measured` adds to that
+task's ``judging`` entry.
 
 One :class:`TaskHistory` per task instance, deployment and place; :func:`without_duplicates` keeps a task
 instance's asset events only when it has no record of that deployment. Nothing here calls the service or checks
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.judging import JUDGING_KEY, rounds_of
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, rounds_of
+from airflow_provider.decisions.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
 from airflow_provider.plugins.rollouts.records import _aware, _chunks, _state_store_model, _stored_json
-from airflow_provider.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

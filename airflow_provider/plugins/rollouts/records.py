@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import func, or_, select
 
 from airflow_provider.assets import deployment_asset_uri, deployment_event
-from airflow_provider.fleet import FleetProgress
+from airflow_provider.decisions.fleet_progress import FleetProgress
 from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY
 from airflow_provider.tasks.fleet.progress import STATE_KEY
 
@@ -175,7 +175,7 @@ class FleetTouch:
     :param task_id: the fleet task.
     :param map_index: its map index.
     :param wave: the wave the deployment is in.
-    :param row: the row (:class:`~airflow_provider.fleet.FleetRow` as JSON).
+    :param row: the row (:class:`~airflow_provider.decisions.fleet_progress.FleetRow` as JSON).
     :param updated_at: when the wave was last written.
     :param phase: the wave's phase (``analysing``: the rows that landed are being judged).
     :param question_path: where Airflow asks about the wave's inconclusive analysis, while its question is open

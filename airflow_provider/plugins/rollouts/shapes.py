@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     ANALYSIS_FAILED_VERDICTS,
     BUDGET_OUTCOMES,
     CANARY,

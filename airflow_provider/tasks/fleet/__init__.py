@@ -22,9 +22,10 @@ concern:
   :mod:`~airflow_provider.tasks.fleet.notify`: the notifications; :mod:`~airflow_provider.tasks.fleet.abort`:
   an abort asked from the Rollouts view.
 
-The planning itself (waves, budget, the result table) is pure and lives in :mod:`airflow_provider.fleet`;
-waiting in the triggerer is :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`. Everything here runs on
-a worker: the callables a user gives (the per-deployment patch, ``verify``) cannot travel to the triggerer.
+The planning itself (waves, budget, the result table) is pure and lives in
+:mod:`airflow_provider.decisions.fleet_progress`; waiting in the triggerer is
+:class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`. Everything here runs on a worker: the callables a user gives
+(the per-deployment patch, ``verify``) cannot travel to the triggerer.
 
 A family of the task layer: it uses what every task shares (:mod:`airflow_provider.tasks`, the rollback step
 :mod:`airflow_provider.tasks.rollback` included), never the patch task's modules. Nothing is imported here: a DAG

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     ABORTED_UNJUDGED,
     FAILURE_OUTCOMES,
     FleetProgress,
@@ -289,10 +289,10 @@ def abort_interrupts(store: Any, waiting: str, log: logging.Logger | Any) -> boo
 
 def abandon_unjudged(wave: WaveRecord, reason: str, at: float, *, landed: bool) -> list[FleetRow]:
     """Give up the judging of the wave's deployments when an abort rolls the wave back before it was done (see
-    :data:`~airflow_provider.fleet.ABORTED_UNJUDGED`): each rollout still undecided fails and is rolled back over its
-    revision (as a rollout whose watch timed out is: the revision may serve for a while, then the restored one
-    replaces it); with ``landed``, each deployment live but not judged yet (no analysis verdict) says so and is
-    rolled back with its wave.
+    :data:`~airflow_provider.decisions.fleet_progress.ABORTED_UNJUDGED`): each rollout still undecided fails and is
+    rolled back over its revision (as a rollout whose watch timed out is: the revision may serve for a while, then the
+    restored one replaces it); with ``landed``, each deployment live but not judged yet (no analysis verdict) says so
+    and is rolled back with its wave.
 
     :param wave: the wave.
     :param reason: the abort's reason.

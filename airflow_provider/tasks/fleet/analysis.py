@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider.analysis import Analysis, AnalysisTarget
-from airflow_provider.fleet import CANARY, ROW_MEASUREMENTS, FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.fleet_progress import (
+    CANARY,
+    ROW_MEASUREMENTS,
+    FleetProgress,
+    FleetRow,
+    Outcome,
+    WaveRecord,
+)
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import DeploymentStatus
 from airflow_provider.tasks.analysis import (
@@ -192,11 +199,11 @@ def apply_analysis(
     rollback: bool = False,
 ) -> None:
     """Record verdicts of the wave's analysis: each row of :func:`awaiting_analysis` with a result keeps it (its
-    latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS` measurements); a ``failed`` or ``inconclusive``
-    verdict fails the row, which is then rolled back as a failed ``verify`` is (``rollback_on_failure``) and
-    counts against the budget. Once the analysis is over (``missing_reason`` given), a row the results leave out
-    (or judge on another revision) is ``inconclusive``: a revision is never called landed without a verdict. With
-    ``ask``, an ``inconclusive`` row stays ``landed`` with its result, for a person to decide
+    latest :data:`~airflow_provider.decisions.fleet_progress.ROW_MEASUREMENTS` measurements); a ``failed`` or
+    ``inconclusive`` verdict fails the row, which is then rolled back as a failed ``verify`` is
+    (``rollback_on_failure``) and counts against the budget. Once the analysis is over (``missing_reason`` given), a row
+    the results leave out (or judge on another revision) is ``inconclusive``: a revision is never called landed without
+    a verdict. With ``ask``, an ``inconclusive`` row stays ``landed`` with its result, for a person to decide
     (:mod:`~airflow_provider.tasks.fleet.asking`).
 
     :param wave: the wave (its rows are updated in place).
@@ -260,8 +267,9 @@ def apply_analysis(
 
 
 def kept_result(result: Mapping[str, Any]) -> dict[str, Any]:
-    """An analysis result as a row keeps it: plain JSON, its latest :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
-    measurements (``measurements_left_out`` counts the others).
+    """An analysis result as a row keeps it: plain JSON, its latest
+    :data:`~airflow_provider.decisions.fleet_progress.ROW_MEASUREMENTS` measurements (``measurements_left_out`` counts
+    the others).
 
     :param result: an ``AnalysisResult``.
     """

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.tasks.fleet.notify import NotifiedRecord
 from airflow_provider.tasks.fleet.progress import ProgressStore, scrub_messages, stop_reason
 from airflow_provider.tasks.inconclusive import (

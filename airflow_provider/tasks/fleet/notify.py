@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.fleet import ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
+from airflow_provider.decisions.fleet_progress import ROLLED_BACK_OUTCOMES, FleetProgress, Outcome
 from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.notify import NotifiedRecord as TaskNotifiedRecord
 from airflow_provider.tasks.notify import Notifying

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.errors import DeploymentServiceError, NotFoundError
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     FleetRow,
     Outcome,
     WaveRecord,
 )
+from airflow_provider.decisions.spec_changes import changes_of, resource_spec_json
+from airflow_provider.errors import DeploymentServiceError, NotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     Deployment,
     PatchDeploymentRequest,
 )
-from airflow_provider.spec_changes import changes_of, resource_spec_json
 from airflow_provider.tasks.fleet.change import request_fingerprint
 from airflow_provider.tasks.fleet.plan import read_deployments
 from airflow_provider.tasks.fleet.retry import (

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.error_text import scrub
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     CANARY,
     FAILURE_OUTCOMES,
     REASON_UNKNOWN_OUTCOMES,
@@ -19,6 +18,7 @@ from airflow_provider.fleet import (
     FleetRow,
     WaveRecord,
 )
+from airflow_provider.error_text import scrub
 from airflow_provider.models import (
     Deployment,
 )
@@ -171,7 +171,7 @@ def new_progress(
 ) -> FleetProgress:
     """A fresh progress record for a plan.
 
-    :param plan: waves from :func:`~airflow_provider.fleet.plan_waves`.
+    :param plan: waves from :func:`~airflow_provider.decisions.fleet_progress.plan_waves`.
     :param deployments: the targets by id (their active revision is the ``from_revision``).
     :param allowed: the failure allowance.
     :param change: :func:`~airflow_provider.tasks.fleet.change.change_digest` of the request.

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     REASON_UNKNOWN,
     REASON_UNKNOWN_OUTCOMES,
     ROLLED_BACK_OUTCOMES,
     FleetProgress,
     Outcome,
 )
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE
 from airflow_provider.tasks.events import emit_revision_event

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.client import same_revision_config
-from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     REASON_UNKNOWN,
     FleetRow,
     Outcome,
     WaveRecord,
 )
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     Deployment,

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     REASON_UNKNOWN_OUTCOMES,
     SUCCESS_OUTCOMES,
     FleetRow,
@@ -22,11 +21,12 @@ from airflow_provider.fleet import (
     WaveRecord,
     aborted_unjudged,
 )
+from airflow_provider.decisions.spec_changes import spec_shows
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     Deployment,
 )
-from airflow_provider.spec_changes import spec_shows
 from airflow_provider.tasks.fleet.plan import read_deployments
 from airflow_provider.tasks.fleet.progress import RollbackRecords
 from airflow_provider.tasks.rollback import (
@@ -272,7 +272,7 @@ def pending_rollbacks(wave: WaveRecord) -> dict[str, str | None]:
 
 def rollbacks_allowed_latest(wave: WaveRecord) -> dict[str, str]:
     """``{deployment_id: revision}`` allowed to stay the latest while a pending rollback goes live (a redeploy
-    that made no revision; see :class:`~airflow_provider.fleet.WaveTracker`).
+    that made no revision; see :class:`~airflow_provider.decisions.fleet_progress.WaveTracker`).
 
     :param wave: the wave.
     """

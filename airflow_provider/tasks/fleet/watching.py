@@ -8,21 +8,21 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.error_text import scrub
-from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     FleetRow,
     Outcome,
     WaveRecord,
     WaveTracker,
 )
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
+from airflow_provider.error_text import scrub
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     Deployment,
     Revision,
 )
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 from airflow_provider.tasks.build_logs import log_failed_build
 from airflow_provider.tasks.fleet.plan import chunks, read_deployments
 
@@ -133,7 +133,7 @@ def watch_wave(
     """Wait on the worker until every rollout of a wave is decided, as the trigger does: one list request
     per 100 undecided rollouts per interval, the revision endpoint (fail fast on a failed build) when a
     deployment changed, and otherwise (first looks, the safety-net timer) out of a
-    :class:`~airflow_provider.rollout.RevisionLookBudget` of one call per ten list requests.
+    :class:`~airflow_provider.decisions.rollout.RevisionLookBudget` of one call per ten list requests.
 
     :param hook: the hook.
     :param rollouts: ``{deployment_id: revision or None}``.
@@ -144,7 +144,7 @@ def watch_wave(
     :param log: the task's logger.
     :param sleep: how to wait (tests may pass their own).
     :param allowed_latest: ``{deployment_id: revision}`` allowed to stay the latest (see
-        :class:`~airflow_provider.fleet.WaveTracker`).
+        :class:`~airflow_provider.decisions.fleet_progress.WaveTracker`).
     :param interrupted: asked after each round that left rollouts undecided; true ends the watch there (an abort
         from the Rollouts view: the rollouts still undecided are left out of the result).
     :returns: ``{deployment_id: (outcome, message, decided_at)}``.

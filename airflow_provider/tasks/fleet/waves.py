@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider.analysis import Analysis
-from airflow_provider.fleet import FleetProgress, WaveRecord
+from airflow_provider.decisions.fleet_progress import FleetProgress, WaveRecord
 from airflow_provider.models import Deployment, PatchDeploymentRequest
 from airflow_provider.tasks.analysis import AnalysingTask, no_retry_left
 from airflow_provider.tasks.base import DEFERRAL_GRACE

@@ -66,7 +66,7 @@ class InconclusiveAsking(LiveRevisionJudging):
 
     def _ask(self, context: Context, landing: dict[str, Any], result: dict[str, Any]) -> NoReturn:
         """Record the question, say it (record entry, notification, log), then wait for the answer."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
         from airflow_provider.tasks.recording import record_landing_entry
 
@@ -138,7 +138,7 @@ class InconclusiveAsking(LiveRevisionJudging):
         landing: dict[str, Any] | None,
         analysis: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.decisions.rollout import bake_verdict
         from airflow_provider.tasks.patch.verdict import checked_landing, failed_verdict, landing_of, read_record
 
         store = context.get("task_state_store")
@@ -176,7 +176,7 @@ class InconclusiveAsking(LiveRevisionJudging):
         return self._roll_back(context, landing, reason, step="analysis", analysis=decided)
 
     def _answer_entry(self, context: Context, landing: dict[str, Any], answer: Answer, reason: str) -> None:
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.recording import record_landing_entry
 
         record_landing_entry(
@@ -186,7 +186,7 @@ class InconclusiveAsking(LiveRevisionJudging):
     def _promote(self, context: Context, landing: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Land the promoted revision (after the bake when it is its own step), the deployment read again: it must
         still serve."""
-        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.decisions.rollout import bake_verdict
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
 
         current = self._read(landing["deployment_id"])

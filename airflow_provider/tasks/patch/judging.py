@@ -56,7 +56,7 @@ class LiveRevisionJudging(AutomaticRollback):
     def _judge_live(self, context: Context, live: dict[str, Any], landing: dict[str, Any] | None) -> dict[str, Any]:
         """Run ``verify`` on the live deployment, then the analysis, then the bake; roll back (or fail) when
         any fails."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import verify_failure
         from airflow_provider.tasks.recording import record_landing_entry
 
@@ -250,7 +250,7 @@ class LiveRevisionJudging(AutomaticRollback):
         """Push the XCom ``analysis``; roll back (or fail) on a failed or inconclusive verdict, saying which;
         else bake (when that is its own step) and land, the deployment read again: the revision must still
         serve."""
-        from airflow_provider.rollout import bake_verdict
+        from airflow_provider.decisions.rollout import bake_verdict
         from airflow_provider.tasks.analysis import analysis_failure_reason
         from airflow_provider.tasks.dry_run import dry_run_result
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS

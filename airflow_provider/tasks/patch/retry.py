@@ -275,8 +275,8 @@ class _Retry:
         """The earlier try's revision (recorded, else found on the service), judged as the deployment shows it:
         to wait for again, or failed (its build failed: reported again, never built a second time); a
         revision superseded by someone else's, or a deployment going away, fails the task."""
+        from airflow_provider.decisions.rollout import RolloutState, awaits_revision_build, rollout_verdict
         from airflow_provider.errors import DeploymentServiceError
-        from airflow_provider.rollout import RolloutState, awaits_revision_build, rollout_verdict
 
         current = self.current
         if recorded is not None:
@@ -320,7 +320,7 @@ class _Retry:
     def _spec_before(self) -> dict[str, Any] | None:
         """The ``resource_spec`` before the earlier try's patch, without a record: the current one when the
         patch does not set ``resource_spec``; ``None`` (unknown) when it does."""
-        from airflow_provider.spec_changes import resource_spec_json
+        from airflow_provider.decisions.spec_changes import resource_spec_json
 
         if sets_resource_spec(self.request):
             return None
@@ -505,8 +505,8 @@ class _Retry:
     def _history_since(self, started: datetime) -> tuple[list[Revision], Revision | None] | None:
         """``(revisions made since started, newest first; the newest one before it)`` from the revision list
         endpoint; ``None`` when the service has no such endpoint."""
+        from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
         from airflow_provider.errors import DeploymentServiceError
-        from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
 
         made: list[Revision] = []
         before: Revision | None = None

@@ -74,7 +74,7 @@ class AutomaticRollback(RolloutNotifying):
         """The revision is bad (``step`` said why; ``analysis``: the result that decided): record the verdict
         before anything else (a retry rolls back from it, never judges again), push the XCom ``analysis``, then
         fail, after rolling back when ``rollback_on_failure``."""
-        from airflow_provider.record import verdict_kind
+        from airflow_provider.decisions.record import verdict_kind
         from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS, failed_revision, failed_verdict, record_verdict
         from airflow_provider.tasks.recording import record_landing_entry
 
@@ -150,7 +150,7 @@ class AutomaticRollback(RolloutNotifying):
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment
     ) -> dict[str, Any]:
         """Wait (or defer) until the rollback's revision serves, then fail saying what was rolled back."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import rollback_not_live_message
         from airflow_provider.tasks.recording import record_rollback_entry
 
@@ -173,7 +173,7 @@ class AutomaticRollback(RolloutNotifying):
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], live: dict[str, Any]
     ) -> NoReturn:
         """The rollback serves: record it, notify ``rolled_back``, fail naming both revisions."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.patch.verdict import judged_not_restored, rolled_back_message
         from airflow_provider.tasks.recording import record_rollback_entry
 

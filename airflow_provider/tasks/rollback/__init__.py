@@ -32,8 +32,8 @@ What a rollback restores:
 - **the resource_spec**, when the caller gives the one that served with the revision (``resource_spec=``,
   recorded before the change), and only what the change being rolled back changed in it
   (``resource_spec_fields=``; unknown: every field the deployment no longer shows as it was, those the service
-  added aside; see :mod:`airflow_provider.spec_changes`). Production replaces ``resource_spec`` whole and makes
-  a revision for it, so when a changed field differs, the rollback patches the config and the whole
+  added aside; see :mod:`airflow_provider.decisions.spec_changes`). Production replaces ``resource_spec`` whole and
+  makes a revision for it, so when a changed field differs, the rollback patches the config and the whole
   ``resource_spec`` as the deployment shows it now, the changed fields set back, back in **one** PATCH (one
   revision; a redeploy is not known to restore it). Fields this provider does not know (the service's, at any
   depth) go back untouched: never a reason to refuse. A change that left ``resource_spec`` alone sends none.

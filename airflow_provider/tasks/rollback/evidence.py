@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.decisions.spec_changes import spec_shows
 from airflow_provider.models import Deployment
-from airflow_provider.spec_changes import spec_shows
 from airflow_provider.tasks.rollback.outcome import (
     RESOURCE_SPEC_UNKNOWN,
     RollbackPath,

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from airflow_provider.decisions.spec_changes import resource_spec_json, spec_shows
 from airflow_provider.models import Deployment, DeploymentSource
-from airflow_provider.spec_changes import resource_spec_json, spec_shows
 
 __all__ = [
     "RESOURCE_SPEC_NOT_SENT",
@@ -75,7 +75,7 @@ class RollbackStarted:
     :param previous_latest_revision_id: the deployment's latest revision when the rollback was sent.
     :param resource_spec_fields: the fields of ``resource_spec`` the rollback restores (what the change rolled
         back changed; ``()``: none); ``None``: unknown, every field (see
-        :func:`~airflow_provider.spec_changes.fields_not_shown`).
+        :func:`~airflow_provider.decisions.spec_changes.fields_not_shown`).
     """
 
     path: RollbackPath

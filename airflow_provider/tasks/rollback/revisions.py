@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider.client import REVISION_CONFIG_FIELDS, same_revision_config
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, Revision, RevisionStatus, SourceRevisionConfig
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
 
 if TYPE_CHECKING:
     import logging

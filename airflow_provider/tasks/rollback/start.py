@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
+from airflow_provider.decisions.spec_changes import (
+    fields_not_shown,
+    resource_spec_json,
+    restored_spec,
+    unknown_fields_of,
+)
 from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
@@ -33,8 +40,6 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
-from airflow_provider.spec_changes import fields_not_shown, resource_spec_json, restored_spec, unknown_fields_of
 from airflow_provider.tasks.rollback.inputs import checked_fallback_config, checked_resource_spec
 from airflow_provider.tasks.rollback.outcome import (
     RESOURCE_SPEC_UNKNOWN,
@@ -99,8 +104,8 @@ def start_rollback(
         does not know go back untouched). ``None``: unknown; left alone, and named in ``not_restored`` when the
         deployment has one.
     :param resource_spec_fields: the fields of ``resource_spec`` the change being rolled back changed
-        (:func:`~airflow_provider.spec_changes.changed_fields`; ``()``: it left ``resource_spec`` alone, nothing
-        is sent for it). ``None`` (default): unknown; every field the deployment does not show as
+        (:func:`~airflow_provider.decisions.spec_changes.changed_fields`; ``()``: it left ``resource_spec`` alone,
+        nothing is sent for it). ``None`` (default): unknown; every field the deployment does not show as
         ``resource_spec`` has it is restored, except one the service added that ``resource_spec`` lacks.
     :param secrets: secret values to send with the restore (``[{"name", "value"}]``, already resolved); forces
         the patch path. ``None`` (default) sends none: the deployment keeps its current secrets.

@@ -33,6 +33,7 @@ from typing import Any
 
 import pydantic
 
+from airflow_provider.decisions.spec_changes import LIMIT_OF
 from airflow_provider.defaults import RESOURCE_SPEC_MODES
 from airflow_provider.models import (
     CarriedResourceSpec,
@@ -42,7 +43,6 @@ from airflow_provider.models import (
     ResourceSpecPatch,
     error_message,
 )
-from airflow_provider.spec_changes import LIMIT_OF
 
 FIXED_FIELDS = ("integration_id", "repo_url", "listener_id", "deployment_type")
 """``source_config`` fields that cannot change after the deployment is created."""

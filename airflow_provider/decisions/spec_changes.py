@@ -97,11 +97,12 @@ def spec_shows(
     shown: ResourceSpec | Mapping[str, Any] | None, wanted: Mapping[str, Any], fields: Collection[str] | None = None
 ) -> bool:
     """Whether a deployment showing ``shown`` has the ``resource_spec`` ``wanted`` (see
-    :func:`~airflow_provider.spec_changes.fields_not_shown`).
+    :func:`~airflow_provider.decisions.spec_changes.fields_not_shown`).
 
     :param shown: the spec the deployment shows.
     :param wanted: the spec to restore (:func:`resource_spec_json` form).
-    :param fields: the fields compared (``None``: all; see :func:`~airflow_provider.spec_changes.fields_not_shown`).
+    :param fields: the fields compared (``None``: all; see
+    :func:`~airflow_provider.decisions.spec_changes.fields_not_shown`).
     """
     return not fields_not_shown(shown, wanted, fields)
 

@@ -9,8 +9,8 @@ revision Airflow is about to reject. So :class:`~airflow_provider.triggers.watch
 holds a new active revision as a *candidate* and announces it (``revision_live``) only when
 
 - it has served, ``READY``, for ``settle_time`` seconds (looked at every ``poll_interval``), and
-- the deployment's judging marker (:mod:`airflow_provider.judging`, written by the tasks of this provider to
-  the asset state store of the deployment's id asset) says no rollout is judging it any more: a verdict of
+- the deployment's judging marker (:mod:`airflow_provider.decisions.judging_marker`, written by the tasks of this
+  provider to the asset state store of the deployment's id asset) says no rollout is judging it any more: a verdict of
   ``landed``/``passed`` (or a rollback's revision that serves again, ``rolled_back``) announces it, a
   rejection never does (it is being rolled back, or a person has to look).
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_provider.assets import event_payload
-from airflow_provider.judging import REJECTED_STATES, judging_of
+from airflow_provider.decisions.judging_marker import REJECTED_STATES, judging_of
 from airflow_provider.models import Deployment
 
 __all__ = [

@@ -41,7 +41,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     ABORTED_UNJUDGED,
     ANALYSIS_FAILED_VERDICTS,
     REASON_UNKNOWN_OUTCOMES,
@@ -312,9 +312,9 @@ BUILD_FAILURES = ("BUILD_FAILED", "CREATE_FAILED", "DEPLOY_FAILED")
 
 
 def fleet_row_entries(row: Mapping[str, Any], phase: str | None = None) -> list[dict[str, Any]]:
-    """A fleet rollout's row (:class:`~airflow_provider.fleet.FleetRow` JSON) read as entries: its rollout, its
-    verdict, its rollback. A row that landed while its wave's analysis is under way (``phase`` ``analysing``, no
-    verdict yet) is ``judging``, never ``landed``.
+    """A fleet rollout's row (:class:`~airflow_provider.decisions.fleet_progress.FleetRow` JSON) read as entries: its
+    rollout, its verdict, its rollback. A row that landed while its wave's analysis is under way (``phase``
+    ``analysing``, no verdict yet) is ``judging``, never ``landed``.
 
     :param row: the row.
     :param phase: its wave's phase (``planned``, ``patched``, ``watched``, ``analysing``...), when known.

@@ -1,6 +1,6 @@
 """Pure planning of a fleet rollout (no Airflow, no I/O): watching one wave, the per-deployment result table and
 the progress kept across tries; the strategy arguments, the waves and the failure budget are
-:mod:`airflow_provider.fleet_strategy`'s (re-exported here: ``fleet.plan_waves`` still works).
+:mod:`airflow_provider.decisions.fleet_strategy`'s (re-exported here).
 
 A fleet rollout patches its targets wave by wave: first the canary, then waves of ``wave_size``. Each
 wave is patched, watched until every rollout in it is decided (live for ``bake_seconds``, or failed),
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from airflow_provider.fleet_strategy import (
+from airflow_provider.decisions.fleet_strategy import (
     CANARY,
     check_canary,
     check_max_failures,
@@ -25,8 +25,8 @@ from airflow_provider.fleet_strategy import (
     plan_waves,
     wave_count,
 )
+from airflow_provider.decisions.rollout import RolloutState, rollout_verdict
 from airflow_provider.models import Deployment, Revision
-from airflow_provider.rollout import RolloutState, rollout_verdict
 
 __all__ = [
     "ABORTED_UNJUDGED",

@@ -4,12 +4,12 @@ A task of this provider that rolls a revision out and judges it (``PatchDeployme
 rollout, an analysis gate) publishes a small **judging marker** for the deployment, next to its record: in the
 asset state store of the deployment's id asset (``deployment-service://deployments/<id>``), under
 :data:`JUDGING_KEY`. The marker holds, per revision (the newest :data:`MAX_MARKED_REVISIONS`), what the task's
-record says of it (``state``: the record's entry kind, see :class:`~airflow_provider.record.Kind`), until when
+record says of it (``state``: the record's entry kind, see :class:`~airflow_provider.decisions.record.Kind`), until when
 an unfinished judging may last (``until``, wall clock: a task that died does not hold a revision forever), and
 which task instance judges it (``by``). A watcher in the triggerer, which has no access to Airflow's metadata
 database but does reach the asset state store, reads it before it announces a revision (see
 :func:`judging_of`). The writer is :mod:`airflow_provider.tasks.publishing`; the reader the watcher's
-:mod:`airflow_provider.settling`.
+:mod:`airflow_provider.decisions.settling`.
 
 An analysis that runs in the triggerer (``deferrable=True``) cannot write its task's record, so its trigger
 writes each round to the marker instead (:func:`with_rounds`): the revision's mark gets ``analysis``, the

@@ -1,7 +1,7 @@
 """DORA figures from the record (pure: no Airflow, no I/O): how often this provider's tasks roll changes out, how
 often a change fails, how long a failed change takes to undo, and how long a change takes from its PATCH to live.
 
-What counts, from the entries of :mod:`airflow_provider.record` (every task's, fleet rows included):
+What counts, from the entries of :mod:`airflow_provider.decisions.record` (every task's, fleet rows included):
 
 - **A rollout** is a revision a task created with a PATCH the service accepted (a ``rolled_out`` entry; a task that
   kept no record but emitted a ``rolled_out`` asset event counts from its ``landed`` entry). One per deployment and
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider.record import FAILURE_KINDS, Kind
+from airflow_provider.decisions.record import FAILURE_KINDS, Kind
 
 __all__ = ["DAY", "RolloutFacts", "figures", "rollout_facts", "seconds_stats"]
 

@@ -2,9 +2,9 @@
 parsed (``canary``, ``wave_size``, ``max_failures``, ``max_parallel_patches``), the failure allowance, and the
 waves the targets are split into.
 
-Apart from :mod:`airflow_provider.fleet` (the rows, the progress and watching a wave, which only a running task
-needs) so that constructing a :class:`~airflow_provider.operators.fleet.FleetRolloutOperator` in a DAG file
-imports this small module only; :mod:`airflow_provider.fleet` re-exports every name.
+Apart from :mod:`airflow_provider.decisions.fleet_progress` (the rows, the progress and watching a wave, which only a
+running task needs) so that constructing a :class:`~airflow_provider.operators.fleet.FleetRolloutOperator` in a DAG file
+imports this small module only; :mod:`airflow_provider.decisions.fleet_progress` re-exports every name.
 """
 
 from __future__ import annotations
