@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, str]] = [
     ("triggers", "the triggers, over one batched poller per connection"),
     ("analysis", "analysis gates: pure definitions and verdict rules, then the measuring side"),
     ("hooks", "Airflow glue: connection to client settings, connection form, test_connection"),
-    ("client", "the one transport: each request built and each answer read once (sans-I/O)"),
+    ("client", "the one transport: each request built and each answer read once (sans-I/O), its settings inside"),
     ("decisions", "the pure rules of a rollout: no HTTP, no Airflow, no I/O"),
     ("(root)", "the package's face: what Airflow reads, the assets DAGs use, constants and errors all layers share"),
     ("emulator", "a local implementation of the service (depends on the models only, never on the client)"),

@@ -22,22 +22,22 @@ PACKAGE = Path(airflow_provider.__file__).parent
 
 # Lower number = lower layer. A module may import only modules of a lower layer, or of its own package
 # (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them. What the
-# client runs with, how it pages and the words of its errors sit below the client, which uses them.
+# client runs with, how it pages and the words of its errors sit below the rest of the client, which uses them.
 LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
     "airflow_provider.models": 1,
     "airflow_provider.decisions.spec_changes": 1.5,
     "airflow_provider.errors": 2,
-    "airflow_provider.error_text": 2,
+    "airflow_provider.client.error_text": 2,
     "airflow_provider.decisions.rollout": 2,
     "airflow_provider.assets": 2,
     "airflow_provider.decisions.patch_rules": 2,
     # The fleet rollout's strategy arguments and waves (what constructing the fleet task checks), below the fleet's
     # planning, which re-exports them.
     "airflow_provider.decisions.fleet_strategy": 2,
-    "airflow_provider.client_settings": 3,
-    "airflow_provider.pagination": 3,
+    "airflow_provider.client.settings": 3,
+    "airflow_provider.client.pagination": 3,
     "airflow_provider.decisions.fleet_progress": 3,
     # The record of what tasks did to revisions (fleet rows read as entries), and the DORA figures computed from it.
     "airflow_provider.decisions.record": 3.2,

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
+from airflow_provider.client.error_text import scrub
 from airflow_provider.defaults import DEFAULT_CONN_ID, VIEW_URL_PREFIX
-from airflow_provider.error_text import scrub
 from airflow_provider.tasks.base import DeploymentServiceBaseTask
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, anal
 from airflow_provider.analysis.judge import AnalysisState
 from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
 from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.decisions.judging_marker import JUDGING_KEY, with_rounds
-from airflow_provider.error_text import describe_validation_error
 from airflow_provider.triggers import default_store, serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Connection
 
-    from airflow_provider.client_settings import ClientSettings
+    from airflow_provider.client.settings import ClientSettings
 
 LISTING_TTL_SECONDS = 10.0
 """How long one answer of the service serves every viewer."""

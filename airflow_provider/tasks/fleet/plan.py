@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.error_text import describe_validation_error
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (
     MAX_PAGE_SIZE,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider.client.error_text import scrub
 from airflow_provider.decisions.fleet_progress import (
     CANARY,
     FAILURE_OUTCOMES,
@@ -18,7 +19,6 @@ from airflow_provider.decisions.fleet_progress import (
     FleetRow,
     WaveRecord,
 )
-from airflow_provider.error_text import scrub
 from airflow_provider.models import (
     Deployment,
 )

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider.client.error_text import scrub
 from airflow_provider.decisions.fleet_progress import (
     FleetRow,
     Outcome,
@@ -15,7 +16,6 @@ from airflow_provider.decisions.fleet_progress import (
     WaveTracker,
 )
 from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
-from airflow_provider.error_text import scrub
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import (

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.error_text import scrub
+from airflow_provider.client.error_text import scrub
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 

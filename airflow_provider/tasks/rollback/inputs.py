@@ -15,8 +15,8 @@ import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.client import REVISION_CONFIG_FIELDS
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.decisions.spec_changes import likely_typos, resource_spec_json
-from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import CarriedResourceSpec, Deployment, SourceRevisionConfig
 from airflow_provider.tasks.base import MISSING_RENDERS

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
 from airflow_provider.decisions.spec_changes import (
     fields_not_shown,
@@ -27,7 +28,6 @@ from airflow_provider.decisions.spec_changes import (
     restored_spec,
     unknown_fields_of,
 )
-from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import ConflictError, DeploymentServiceError, RequestRejectedError
 from airflow_provider.models import (
     CarriedResourceSpec,
