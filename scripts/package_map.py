@@ -40,6 +40,17 @@ FLOORS: list[tuple[str, str]] = [
 ]
 """The packages from the top floor down; ``(root)`` stands for the modules directly under ``airflow_provider``."""
 
+FAMILIES: dict[str, dict[str, str]] = {
+    "tasks": {
+        "patch": "the patch task's steps, bases of `PatchDeploymentOperator`",
+        "fleet": "the fleet task's worker side, under `FleetRolloutOperator`",
+    },
+}
+"""Packages made of one folder per family beside what the families share (the package's loose modules and its
+other folders: ``tasks.rollback``, the rollback step, is shared). A family imports the shared part, never another
+family, and the shared part imports no family: every import counts, those in functions and under
+``TYPE_CHECKING`` too (``tests/test_package_map.py``)."""
+
 
 @dataclass
 class Module:
@@ -51,6 +62,8 @@ class Module:
     summary: str
     imports: set[str] = field(default_factory=set)
     """Provider modules imported when this one is imported (not inside functions nor under TYPE_CHECKING)."""
+    uses: set[str] = field(default_factory=set)
+    """Provider modules imported anywhere in this one (in functions and under TYPE_CHECKING too)."""
 
 
 def package_of(module: str) -> str:
@@ -129,6 +142,33 @@ def load_time_imports(tree: ast.Module, current: str, is_package: bool, known: s
     return {name for name in found if name in known and name != current}
 
 
+def imports_anywhere(tree: ast.Module, current: str, is_package: bool, known: set[str]) -> set[str]:
+    """The provider modules a module imports anywhere: at load time, in a function's body or under
+    ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolved(node, current, is_package)
+            if target is None:
+                continue
+            for alias in node.names:
+                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target)
+    return {name for name in found if name in known and name != current}
+
+
+def family_of(module: str) -> tuple[str, str] | None:
+    """The package of :data:`FAMILIES` and the family a module belongs to, or ``None`` (a shared module, or a
+    module of another package)."""
+    for package, families in FAMILIES.items():
+        for family in families:
+            prefix = f"{PACKAGE}.{package}.{family}"
+            if module == prefix or module.startswith(prefix + "."):
+                return package, family
+    return None
+
+
 def read_modules() -> dict[str, Module]:
     paths = sorted(
         path
@@ -147,6 +187,7 @@ def read_modules() -> dict[str, Module]:
             lines=len(source.splitlines()),
             summary=first_sentence(ast.get_docstring(tree)),
             imports=load_time_imports(tree, name, path.name == "__init__.py", known),
+            uses=imports_anywhere(tree, name, path.name == "__init__.py", known),
         )
     return modules
 
@@ -190,6 +231,7 @@ def render(modules: dict[str, Module]) -> str:
             f"| `{name}` | {role} | {len(members)} | {sum(module.lines for module in members):,} | "
             f"{', '.join(f'`{target}`' for target in targets) or '-'} |"
         )
+    out += render_families(modules)
     for name, role in FLOORS:
         members = sorted(by_floor.get(name, []), key=lambda module: module.name)
         if not members:
@@ -200,6 +242,45 @@ def render(modules: dict[str, Module]) -> str:
             imported = ", ".join(f"`{short(name)}`" for name in sorted(module.imports) if name != PACKAGE)
             out.append(f"| `{short(module.name)}` | {module.lines} | {module.summary} | {imported or '-'} |")
     return "\n".join(out) + "\n"
+
+
+def render_families(modules: dict[str, Module]) -> list[str]:
+    """The section that names each package's families and what each uses of the shared part."""
+    out = ["", "## Families", ""]
+    for package, families in FAMILIES.items():
+        names = ", ".join(f"`{package}.{family}`" for family in families)
+        folders = sorted(
+            short(module.name)
+            for module in modules.values()
+            if module.path.name == "__init__.py"
+            and module.name.rpartition(".")[0] == f"{PACKAGE}.{package}"
+            and family_of(module.name) is None
+        )
+        shared = ", ".join(f"`{folder}`" for folder in folders)
+        out += [
+            f"`{package}` holds one folder per family ({names}) beside what the families share: the package's",
+            f"loose modules and its other folders ({shared or 'none'}). A family imports the shared part, never",
+            "another family, and the shared part imports no family (every import counts, those in functions too;",
+            "`tests/test_package_map.py`).",
+            "",
+            "| Family | What it holds | Modules | Lines | Shared modules it imports |",
+            "|---|---|---|---|---|",
+        ]
+        for family, role in families.items():
+            members = [module for module in modules.values() if family_of(module.name) == (package, family)]
+            shared = sorted(
+                {
+                    name
+                    for module in members
+                    for name in module.uses
+                    if name.startswith(f"{PACKAGE}.{package}.") and family_of(name) is None
+                }
+            )
+            out.append(
+                f"| `{package}.{family}` | {role} | {len(members)} | {sum(module.lines for module in members):,} | "
+                f"{', '.join(f'`{short(name)}`' for name in shared) or '-'} |"
+            )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
