@@ -50,8 +50,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 STATIC = resources.files("airflow_provider.plugins.rollouts") / "static"
+SCRIPTS = ("widgets.js", "charts.js", "list.js", "deployment.js", "fleet.js", "rollouts.js")
+"""The pages' scripts, in the order ``page.html`` loads them: plain scripts sharing one scope, each using what the
+ones before it define (the shared widgets, the charts, one script per page, then the start)."""
 ASSETS = {
-    "rollouts.js": "text/javascript; charset=utf-8",
+    **dict.fromkeys(SCRIPTS, "text/javascript; charset=utf-8"),
     "rollouts.css": "text/css; charset=utf-8",
     "rollouts.svg": "image/svg+xml",
 }
