@@ -102,7 +102,7 @@ def spec_shows(
     :param shown: the spec the deployment shows.
     :param wanted: the spec to restore (:func:`resource_spec_json` form).
     :param fields: the fields compared (``None``: all; see
-    :func:`~airflow_provider.decisions.spec_changes.fields_not_shown`).
+        :func:`~airflow_provider.decisions.spec_changes.fields_not_shown`).
     """
     return not fields_not_shown(shown, wanted, fields)
 

@@ -3,10 +3,11 @@ roll it back when any fails; a retry reattaches to what an earlier try did inste
 back) twice.
 
 The operator holds its arguments, the patch (or the reattach on a retry), its XComs and the methods Airflow
-resumes it in; the steps stand in the shared task layer, one module per concern:
+resumes it in; the steps stand in the task layer, in the patch family's folder (:mod:`airflow_provider.tasks.patch`)
+and beside it, one module per concern:
 
 - :mod:`~airflow_provider.tasks.request`: the patch built from the arguments and completed against the
-  deployment as read;
+  deployment as read (shared with the fleet and rollback tasks);
 - :mod:`~airflow_provider.tasks.patch.retry`: the ``task_state_store`` record and what a retry finds;
 - :mod:`~airflow_provider.tasks.patch.judging`: judging the live revision (``verify``, the analysis, the bake);
 - :mod:`~airflow_provider.tasks.patch.rollback`: the automatic rollback, and a retry's earlier rollback or

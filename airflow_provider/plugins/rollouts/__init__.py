@@ -11,5 +11,7 @@
 - :mod:`~airflow_provider.plugins.rollouts.actions`: what a person can do from the view (roll back, approve),
   authorised by the auth manager, carried out by Airflow, in its audit log;
 - :mod:`~airflow_provider.plugins.rollouts.rollback_dag`: the DAG that carries out a rollback from the view;
-- ``static/``: the pages (plain HTML, JavaScript and CSS: no build step).
+- ``static/``: the pages (plain HTML, JavaScript and CSS: no build step), one script per page (``list.js``,
+  ``deployment.js``, ``fleet.js``) over the shared ``widgets.js`` and ``charts.js``, loaded in order by
+  ``page.html``, and ``rollouts.js``, which starts the page.
 """
