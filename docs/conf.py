@@ -34,7 +34,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 # pydantic model of the emulator (and FastAPI's) too: once autodoc has documented a pydantic model (the
 # analysis page comes first), pydantic cannot build a model with extra="allow" any more ("The type
 # annotation for `__pydantic_extra__` must be `dict[str, ...]`").
-import airflow_provider.emulator.app  # noqa: E402
+import airflow_provider.emulator.web.app  # noqa: E402
 import airflow_provider.operators.deployment_service  # noqa: E402, F401
 from airflow_provider import __version__  # noqa: E402
 

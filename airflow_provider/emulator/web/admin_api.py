@@ -58,10 +58,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider.models import DeploymentType
 
-from .faults import ChaosSettings, FaultRule
-from .health import UnhealthyRule
-from .plans import BehaviourPlan, BehaviourRule
-from .state import EmulatorState, OptionalEndpoint, RedeployMode, ResourceSpecMode, StatusName
+from ..faults import ChaosSettings, FaultRule
+from ..health import UnhealthyRule
+from ..plans import BehaviourPlan, BehaviourRule
+from ..state import EmulatorState, OptionalEndpoint, RedeployMode, ResourceSpecMode, StatusName
 
 ADMIN_TAG = "emulator-admin"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .contract import PatchBody
+from .schema import PatchBody
 
 REVISION_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
     "repo_ref": ("codehost",),

@@ -12,9 +12,9 @@ from starlette.responses import Response
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .faults import FaultKind, FaultRule, RequestRecord
-from .health import APPS_PREFIX
-from .state import EmulatorState
+from ..faults import FaultKind, FaultRule, RequestRecord
+from ..health import APPS_PREFIX
+from ..state import EmulatorState
 
 ADMIN_PREFIX = "/_emulator"
 

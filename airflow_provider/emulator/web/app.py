@@ -26,8 +26,8 @@ Service endpoints (under the state's ``path_prefix``):
 * ``GET /metrics`` (no prefix, no key; tag ``emulated-metrics``): the apps' traffic in the Prometheus text
   format (see :mod:`airflow_provider.emulator.metrics`).
 
-PATCH follows the production contract: 422 schema errors (:mod:`airflow_provider.emulator.contract`),
-400 rule refusals (:mod:`airflow_provider.emulator.rules`), nothing applied when refused.
+PATCH follows the production contract: 422 schema errors (:mod:`airflow_provider.emulator.contract.schema`),
+400 rule refusals (:mod:`airflow_provider.emulator.contract.rules`), nothing applied when refused.
 Deployments are answered with secret values in clear, as production may: clients must redact them.
 """
 
@@ -58,13 +58,11 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 
-from .admin_api import admin_router
-from .contract import PatchBody
-from .health import APPS_PREFIX
-from .metrics import METRICS_PATH, metrics_router
-from .middleware import FaultMiddleware, install_log_filter
-from .revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogOrder, LogType
-from .state import (
+from ..contract.schema import PatchBody
+from ..health import APPS_PREFIX
+from ..metrics import METRICS_PATH, metrics_router
+from ..revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogOrder, LogType
+from ..state import (
     DeploymentFilters,
     EmulatorCreateRequest,
     EmulatorError,
@@ -73,7 +71,9 @@ from .state import (
     OptionalEndpoint,
     StatusName,
 )
-from .tracing import tracing_router
+from ..tracing import tracing_router
+from .admin_api import admin_router
+from .middleware import FaultMiddleware, install_log_filter
 
 SPEC_TAG = "service"
 PRODUCTION_ONLY_TAG = "production-only"
