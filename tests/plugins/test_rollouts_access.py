@@ -288,7 +288,7 @@ def add_fleet_rollout(deployment_id: str) -> str:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_provider.plugins.rollouts.records import WAVE_KEY_PREFIX
+    from airflow_provider.plugins.rollouts.metadata import WAVE_KEY_PREFIX
 
     add_dags_and_events(deployment_id)  # the DAGs (and their bundle)
     run_id = f"manual__fleet_{uuid.uuid4().hex[:8]}"

@@ -15,7 +15,7 @@ from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, O
 from airflow_provider.decisions.record import KINDS, Kind, entry, event_entries
 from airflow_provider.plugins import rollouts as rollouts_package
 from airflow_provider.plugins.rollouts.credits import ROLES, revision_marks
-from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
+from airflow_provider.plugins.rollouts.metadata import FleetTaskRecord, _stored_json
 from airflow_provider.plugins.rollouts.shapes import fleet_view
 
 

@@ -5,7 +5,8 @@
 - :mod:`~airflow_provider.plugins.rollouts.paths`: where the view is mounted and the UI paths it links to;
 - :mod:`~airflow_provider.plugins.rollouts.access`: who may see what (the API server's auth manager);
 - :mod:`~airflow_provider.plugins.rollouts.listing`: deployments and revisions through the hook, cached;
-- :mod:`~airflow_provider.plugins.rollouts.records`: Airflow's own records (asset events, task state, XCom);
+- :mod:`~airflow_provider.plugins.rollouts.metadata`: Airflow's own records in its metadata database (asset events,
+  task state, XCom);
 - :mod:`~airflow_provider.plugins.rollouts.shapes`: the JSON the pages get (never a secret);
 - :mod:`~airflow_provider.plugins.rollouts.charts`: the measurement charts' data (each check over its rounds);
 - :mod:`~airflow_provider.plugins.rollouts.actions`: what a person can do from the view (roll back, approve),

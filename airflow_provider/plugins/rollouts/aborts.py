@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
     from sqlalchemy.orm import Session
 
-    from airflow_provider.plugins.rollouts.records import FleetTaskRecord
+    from airflow_provider.plugins.rollouts.metadata import FleetTaskRecord
 
 __all__ = [
     "ABORTABLE_STATES",
@@ -313,7 +313,7 @@ def _wake(
     from airflow.models.trigger import Trigger, handle_event_submit
     from airflow.triggers.base import TriggerEvent
 
-    from airflow_provider.plugins.rollouts.records import fleet_task
+    from airflow_provider.plugins.rollouts.metadata import fleet_task
 
     state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     if state not in ("deferred", "awaiting_input"):

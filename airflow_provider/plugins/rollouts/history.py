@@ -4,7 +4,7 @@ record entries (:mod:`airflow_provider.decisions.record`), from three places in 
 - **the tasks' records** in ``task_state_store`` (key :data:`~airflow_provider.decisions.record.RECORD_KEY`): every
   patch, rollback and analysis task, failed tasks included, on every try;
 - **the fleet rollouts' rows** in ``task_state_store``
-  (:func:`~airflow_provider.plugins.rollouts.records.fleet_touches`): a fleet's record is its rows, read as entries
+  (:func:`~airflow_provider.plugins.rollouts.metadata.fleet_touches`): a fleet's record is its rows, read as entries
   (no second copy is written);
 - **the provider's asset events** of tasks that kept no record (a task of an earlier provider version, or one run
   without a task state store): a landed or rolled-back revision.
@@ -31,12 +31,12 @@ from sqlalchemy import select
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.decisions.judging_marker import JUDGING_KEY, rounds_of
 from airflow_provider.decisions.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
-from airflow_provider.plugins.rollouts.records import _aware, _chunks, _state_store_model, _stored_json
+from airflow_provider.plugins.rollouts.metadata import _aware, _chunks, _state_store_model, _stored_json
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
+    from airflow_provider.plugins.rollouts.metadata import EventRecord, FleetTouch
 
 __all__ = [
     "RECORDS_SCANNED",
@@ -145,7 +145,7 @@ def fleet_histories(touches: Iterable[FleetTouch]) -> list[TaskHistory]:
     """The fleet rows read as histories (a row never patched is left out; one still ``pending``, queued in a rollout
     that may still patch it, has no entries yet).
 
-    :param touches: rows from :func:`~airflow_provider.plugins.rollouts.records.fleet_touches`.
+    :param touches: rows from :func:`~airflow_provider.plugins.rollouts.metadata.fleet_touches`.
     """
     histories = []
     for touch in touches:
@@ -173,7 +173,7 @@ def event_histories(events: Iterable[EventRecord]) -> list[TaskHistory]:
     """The provider's asset events emitted by tasks, read as histories (a watcher's are left out: what it saw is
     not what a task did).
 
-    :param events: asset events from :func:`~airflow_provider.plugins.rollouts.records.deployment_events`.
+    :param events: asset events from :func:`~airflow_provider.plugins.rollouts.metadata.deployment_events`.
     """
     histories = []
     for event in events:
