@@ -106,6 +106,17 @@ def _resolved(node: ast.ImportFrom, current: str, is_package: bool) -> str | Non
     return ".".join([*base, node.module] if node.module else base)
 
 
+def _imported(node: ast.Import | ast.ImportFrom, current: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules one import statement names."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    target = _resolved(node, current, is_package)
+    if target is None:
+        return set()
+    # "from package import module" names a module; "from module import name" names the module
+    return {f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target for alias in node.names}
+
+
 def load_time_imports(tree: ast.Module, current: str, is_package: bool, known: set[str]) -> set[str]:
     """The provider modules a module imports at load time: its top-level statements (``if``/``try`` blocks
     included), never a function's body nor an ``if TYPE_CHECKING:`` block."""
@@ -127,16 +138,8 @@ def load_time_imports(tree: ast.Module, current: str, is_package: bool, known: s
                     visit(handler.body)
                 visit(node.orelse)
                 visit(node.finalbody)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    found.add(alias.name)
-            elif isinstance(node, ast.ImportFrom):
-                target = _resolved(node, current, is_package)
-                if target is None:
-                    continue
-                for alias in node.names:
-                    # "from package import module" names a module; "from module import name" names the module
-                    found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_imported(node, current, is_package, known))
 
     visit(tree.body)
     return {name for name in found if name in known and name != current}
@@ -147,14 +150,8 @@ def imports_anywhere(tree: ast.Module, current: str, is_package: bool, known: se
     ``if TYPE_CHECKING:``."""
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            target = _resolved(node, current, is_package)
-            if target is None:
-                continue
-            for alias in node.names:
-                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(_imported(node, current, is_package, known))
     return {name for name in found if name in known and name != current}
 
 
