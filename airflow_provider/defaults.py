@@ -36,7 +36,7 @@ DEFAULT_REVISION_CHECK_INTERVAL = 600.0
 
 RESOURCE_SPEC_MODES = ("merge", "replace")
 """How a patch's ``resource_spec`` is sent: completed from the current one, or as given (checked when a patch or
-fleet task is constructed; ``airflow_provider.patch_rules`` re-exports it)."""
+fleet task is constructed; ``airflow_provider.decisions.patch_rules`` re-exports it)."""
 
 SETTING_OVERRIDES = (
     "connect_timeout",

@@ -178,8 +178,8 @@ def roll_out(count: int, admin: Any) -> dict[str, Any]:
 
 def memory_per_deployment(store: MemoryStore, count: int) -> tuple[float, float]:
     """Bytes per deployment of the progress as stored (JSON) and as held in memory (rows + result table)."""
-    from airflow_provider.fleet import FleetProgress
-    from airflow_provider.tasks.fleet_progress import STATE_KEY
+    from airflow_provider.decisions.fleet_progress import FleetProgress
+    from airflow_provider.tasks.fleet.progress import STATE_KEY
 
     stored = sum(len(value.encode()) for value in store.data.values())
     header = store.get(STATE_KEY)

@@ -40,9 +40,9 @@ GOAL_SECONDS = 0.050
 HOW_NOTE = """**What the import does not pay for.** What only a running task needs is imported by the method that
 uses it, not by the operator and sensor modules: the analysis gates (their definitions come with the ``Analysis``
 a DAG file builds; the measuring side when a task measures), the preflight, waiting and judging a live revision,
-the rollback machinery, the fleet's waves, rows and progress (``airflow_provider.fleet``; the strategy arguments a
-constructor checks are the small ``airflow_provider.fleet_strategy``), the record, the PATCH rules, the
-notifications' and questions' work, and the triggers (imported by a task only when it defers).
+the rollback machinery, the fleet's waves, rows and progress (``airflow_provider.decisions.fleet_progress``; the
+strategy arguments a constructor checks are the small ``airflow_provider.decisions.fleet_strategy``), the record, the
+PATCH rules, the notifications' and questions' work, and the triggers (imported by a task only when it defers).
 ``tests/test_import_cost.py`` fails when one of them is imported with the operators, sensor and hook again. The
 pydantic models build their validators on first use (``defer_build``), and the modules of
 ``airflow_provider/models/`` do without ``from __future__ import annotations``, whose string annotations pydantic

@@ -34,7 +34,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 # pydantic model of the emulator (and FastAPI's) too: once autodoc has documented a pydantic model (the
 # analysis page comes first), pydantic cannot build a model with extra="allow" any more ("The type
 # annotation for `__pydantic_extra__` must be `dict[str, ...]`").
-import airflow_provider.emulator.app  # noqa: E402
+import airflow_provider.emulator.web.app  # noqa: E402
 import airflow_provider.operators.deployment_service  # noqa: E402, F401
 from airflow_provider import __version__  # noqa: E402
 
@@ -113,7 +113,7 @@ def _resolve_short_names(app: Sphinx, env: BuildEnvironment, node: pending_xref,
 
 def _defined_at(target: str) -> str | None:
     """Where an object named through a module that re-exports it is defined (and documented):
-    ``airflow_provider.tasks.rollback.RollbackStarted.record`` -> ``airflow_provider.tasks.rollback_outcome.
+    ``airflow_provider.tasks.rollback.RollbackStarted.record`` -> ``airflow_provider.tasks.rollback.outcome.
     RollbackStarted.record``; ``None`` when the name is not an importable class or function, or is defined there."""
     parts = target.split(".")
     for cut in range(len(parts) - 1, 0, -1):

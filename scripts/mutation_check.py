@@ -8,7 +8,7 @@ test is missing or the mutation does not change behaviour. Prints the survivors 
 
 Usage::
 
-    .venv/bin/python scripts/mutation_check.py airflow_provider/rollout.py tests/tasks/test_rollout.py
+    .venv/bin/python scripts/mutation_check.py airflow_provider/decisions/rollout.py tests/tasks/test_rollout.py
 
 The tests run without their ``conftest.py`` files unless ``--with-conftest`` is given, so pick tests
 that need no fixture from them.
@@ -153,7 +153,7 @@ def _run_tests(tests: list[str], options: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the check; exit status 1 when a mutant survived."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("module", type=Path, help="source file, e.g. airflow_provider/rollout.py")
+    parser.add_argument("module", type=Path, help="source file, e.g. airflow_provider/decisions/rollout.py")
     parser.add_argument("tests", nargs="+", help="test paths that should kill the mutants")
     parser.add_argument(
         "--with-conftest",

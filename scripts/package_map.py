@@ -28,16 +28,28 @@ FLOORS: list[tuple[str, str]] = [
     ("plugins", "the Rollouts view in Airflow's UI: its FastAPI app, pages and the records it reads"),
     ("operators", "the tasks users put in DAGs (one module per family)"),
     ("sensors", "the rollout sensor (a sibling of the operators)"),
-    ("tasks", "what every task shares: the task base, one module per concern of the patch, rollback and fleet tasks"),
+    ("tasks", "what every task shares (the task base, its steps, the rollback step) and one folder per task family"),
     ("triggers", "the triggers, over one batched poller per connection"),
     ("analysis", "analysis gates: pure definitions and verdict rules, then the measuring side"),
     ("hooks", "Airflow glue: connection to client settings, connection form, test_connection"),
-    ("client", "the one transport: each request built and each answer read once (sans-I/O)"),
-    ("(pure)", "pure decisions and shared rules: no I/O, no Airflow"),
+    ("client", "the one transport: each request built and each answer read once (sans-I/O), its settings inside"),
+    ("decisions", "the pure rules of a rollout: no HTTP, no Airflow, no I/O"),
+    ("(root)", "the package's face: what Airflow reads, the assets DAGs use, constants and errors all layers share"),
     ("emulator", "a local implementation of the service (depends on the models only, never on the client)"),
     ("models", "the service's resources and requests (pydantic; no Airflow, no HTTP)"),
 ]
-"""The packages from the top floor down; ``(pure)`` stands for the modules directly under ``airflow_provider``."""
+"""The packages from the top floor down; ``(root)`` stands for the modules directly under ``airflow_provider``."""
+
+FAMILIES: dict[str, dict[str, str]] = {
+    "tasks": {
+        "patch": "the patch task's steps, bases of `PatchDeploymentOperator`",
+        "fleet": "the fleet task's worker side, under `FleetRolloutOperator`",
+    },
+}
+"""Packages made of one folder per family beside what the families share (the package's loose modules and its
+other folders: ``tasks.rollback``, the rollback step, is shared). A family imports the shared part, never another
+family, and the shared part imports no family: every import counts, those in functions and under
+``TYPE_CHECKING`` too (``tests/test_package_map.py``)."""
 
 
 @dataclass
@@ -50,14 +62,16 @@ class Module:
     summary: str
     imports: set[str] = field(default_factory=set)
     """Provider modules imported when this one is imported (not inside functions nor under TYPE_CHECKING)."""
+    uses: set[str] = field(default_factory=set)
+    """Provider modules imported anywhere in this one (in functions and under TYPE_CHECKING too)."""
 
 
 def package_of(module: str) -> str:
-    """The floor a module lives on: its first part under ``airflow_provider``, or ``(pure)``."""
+    """The floor a module lives on: its first part under ``airflow_provider``, or ``(root)``."""
     parts = module.split(".")
     if len(parts) == 2 and parts[1] not in {name for name, _ in FLOORS}:
-        return "(pure)"
-    return parts[1] if len(parts) > 1 else "(pure)"
+        return "(root)"
+    return parts[1] if len(parts) > 1 else "(root)"
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +106,17 @@ def _resolved(node: ast.ImportFrom, current: str, is_package: bool) -> str | Non
     return ".".join([*base, node.module] if node.module else base)
 
 
+def _imported(node: ast.Import | ast.ImportFrom, current: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules one import statement names."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    target = _resolved(node, current, is_package)
+    if target is None:
+        return set()
+    # "from package import module" names a module; "from module import name" names the module
+    return {f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target for alias in node.names}
+
+
 def load_time_imports(tree: ast.Module, current: str, is_package: bool, known: set[str]) -> set[str]:
     """The provider modules a module imports at load time: its top-level statements (``if``/``try`` blocks
     included), never a function's body nor an ``if TYPE_CHECKING:`` block."""
@@ -113,19 +138,32 @@ def load_time_imports(tree: ast.Module, current: str, is_package: bool, known: s
                     visit(handler.body)
                 visit(node.orelse)
                 visit(node.finalbody)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    found.add(alias.name)
-            elif isinstance(node, ast.ImportFrom):
-                target = _resolved(node, current, is_package)
-                if target is None:
-                    continue
-                for alias in node.names:
-                    # "from package import module" names a module; "from module import name" names the module
-                    found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_imported(node, current, is_package, known))
 
     visit(tree.body)
     return {name for name in found if name in known and name != current}
+
+
+def imports_anywhere(tree: ast.Module, current: str, is_package: bool, known: set[str]) -> set[str]:
+    """The provider modules a module imports anywhere: at load time, in a function's body or under
+    ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(_imported(node, current, is_package, known))
+    return {name for name in found if name in known and name != current}
+
+
+def family_of(module: str) -> tuple[str, str] | None:
+    """The package of :data:`FAMILIES` and the family a module belongs to, or ``None`` (a shared module, or a
+    module of another package)."""
+    for package, families in FAMILIES.items():
+        for family in families:
+            prefix = f"{PACKAGE}.{package}.{family}"
+            if module == prefix or module.startswith(prefix + "."):
+                return package, family
+    return None
 
 
 def read_modules() -> dict[str, Module]:
@@ -146,6 +184,7 @@ def read_modules() -> dict[str, Module]:
             lines=len(source.splitlines()),
             summary=first_sentence(ast.get_docstring(tree)),
             imports=load_time_imports(tree, name, path.name == "__init__.py", known),
+            uses=imports_anywhere(tree, name, path.name == "__init__.py", known),
         )
     return modules
 
@@ -189,6 +228,7 @@ def render(modules: dict[str, Module]) -> str:
             f"| `{name}` | {role} | {len(members)} | {sum(module.lines for module in members):,} | "
             f"{', '.join(f'`{target}`' for target in targets) or '-'} |"
         )
+    out += render_families(modules)
     for name, role in FLOORS:
         members = sorted(by_floor.get(name, []), key=lambda module: module.name)
         if not members:
@@ -199,6 +239,45 @@ def render(modules: dict[str, Module]) -> str:
             imported = ", ".join(f"`{short(name)}`" for name in sorted(module.imports) if name != PACKAGE)
             out.append(f"| `{short(module.name)}` | {module.lines} | {module.summary} | {imported or '-'} |")
     return "\n".join(out) + "\n"
+
+
+def render_families(modules: dict[str, Module]) -> list[str]:
+    """The section that names each package's families and what each uses of the shared part."""
+    out = ["", "## Families", ""]
+    for package, families in FAMILIES.items():
+        names = ", ".join(f"`{package}.{family}`" for family in families)
+        folders = sorted(
+            short(module.name)
+            for module in modules.values()
+            if module.path.name == "__init__.py"
+            and module.name.rpartition(".")[0] == f"{PACKAGE}.{package}"
+            and family_of(module.name) is None
+        )
+        shared = ", ".join(f"`{folder}`" for folder in folders)
+        out += [
+            f"`{package}` holds one folder per family ({names}) beside what the families share: the package's",
+            f"loose modules and its other folders ({shared or 'none'}). A family imports the shared part, never",
+            "another family, and the shared part imports no family (every import counts, those in functions too;",
+            "`tests/test_package_map.py`).",
+            "",
+            "| Family | What it holds | Modules | Lines | Shared modules it imports |",
+            "|---|---|---|---|---|",
+        ]
+        for family, role in families.items():
+            members = [module for module in modules.values() if family_of(module.name) == (package, family)]
+            shared = sorted(
+                {
+                    name
+                    for module in members
+                    for name in module.uses
+                    if name.startswith(f"{PACKAGE}.{package}.") and family_of(name) is None
+                }
+            )
+            out.append(
+                f"| `{package}.{family}` | {role} | {len(members)} | {sum(module.lines for module in members):,} | "
+                f"{', '.join(f'`{short(name)}`' for name in shared) or '-'} |"
+            )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

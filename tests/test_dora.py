@@ -1,4 +1,4 @@
-"""DORA figures computed from a known history of records (:mod:`airflow_provider.dora`)."""
+"""DORA figures computed from a known history of records (:mod:`airflow_provider.decisions.dora`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.dora import DAY, figures, rollout_facts
-from airflow_provider.fleet import FleetRow, Outcome
-from airflow_provider.record import Kind, entry, fleet_row_entries
+from airflow_provider.decisions.dora import DAY, figures, rollout_facts
+from airflow_provider.decisions.fleet_progress import FleetRow, Outcome
+from airflow_provider.decisions.record import Kind, entry, fleet_row_entries
 
 START = 1_800_000_000.0
 """The window's start."""

@@ -22,29 +22,29 @@ PACKAGE = Path(airflow_provider.__file__).parent
 
 # Lower number = lower layer. A module may import only modules of a lower layer, or of its own package
 # (tasks.waiting imports tasks.base). Triggers sit below the shared task base: tasks defer to them. What the
-# client runs with, how it pages and the words of its errors sit below the client, which uses them.
+# client runs with, how it pages and the words of its errors sit below the rest of the client, which uses them.
 LAYERS = {
     "airflow_provider": 0,
     "airflow_provider.defaults": 0,
     "airflow_provider.models": 1,
-    "airflow_provider.spec_changes": 1.5,
+    "airflow_provider.decisions.spec_changes": 1.5,
     "airflow_provider.errors": 2,
-    "airflow_provider.error_text": 2,
-    "airflow_provider.rollout": 2,
+    "airflow_provider.client.error_text": 2,
+    "airflow_provider.decisions.rollout": 2,
     "airflow_provider.assets": 2,
-    "airflow_provider.patch_rules": 2,
+    "airflow_provider.decisions.patch_rules": 2,
     # The fleet rollout's strategy arguments and waves (what constructing the fleet task checks), below the fleet's
     # planning, which re-exports them.
-    "airflow_provider.fleet_strategy": 2,
-    "airflow_provider.client_settings": 3,
-    "airflow_provider.pagination": 3,
-    "airflow_provider.fleet": 3,
+    "airflow_provider.decisions.fleet_strategy": 2,
+    "airflow_provider.client.settings": 3,
+    "airflow_provider.client.pagination": 3,
+    "airflow_provider.decisions.fleet_progress": 3,
     # The record of what tasks did to revisions (fleet rows read as entries), and the DORA figures computed from it.
-    "airflow_provider.record": 3.2,
+    "airflow_provider.decisions.record": 3.2,
     # What a task tells the deployment watchers (the judging marker), and when a watcher announces a revision.
-    "airflow_provider.judging": 3.2,
-    "airflow_provider.settling": 3.3,
-    "airflow_provider.dora": 3.4,
+    "airflow_provider.decisions.judging_marker": 3.2,
+    "airflow_provider.decisions.settling": 3.3,
+    "airflow_provider.decisions.dora": 3.4,
     "airflow_provider.client": 4,
     "airflow_provider.hooks": 5,
     # Analysis gates: pure definitions over models, measured through the hook's client and connections; the

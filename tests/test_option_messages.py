@@ -5,7 +5,7 @@ but has no ``force``).
 The tasks that can raise a message are the operators and sensors whose module imports the message's module,
 directly or through others (imports inside functions count too): an over-approximation, so a message in a
 module shared by several tasks must name an option all of them have, or say how each task forces it (as
-:func:`~airflow_provider.tasks.rollback_paths.start_rollback` takes ``force_hint`` from its caller).
+:func:`~airflow_provider.tasks.rollback.start.start_rollback` takes ``force_hint`` from its caller).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ NOT_TASK_OPTIONS = {
     ),
     ("airflow_provider.tasks.dry_run", "dry_run"): "Analysis(dry_run=True), a field of the Analysis the log names",
     ("airflow_provider.hooks.deployment_service", "limit"): "a query string (?limit=1) of the request sent",
-    ("airflow_provider.tasks.rollback_inputs", "key"): "XComArg(task, key=...), an Airflow call the user writes",
+    ("airflow_provider.tasks.rollback.inputs", "key"): "XComArg(task, key=...), an Airflow call the user writes",
     ("airflow_provider.tasks.targets", "deployment_name"): (
         "raised only for a task given deployment_id; each task taking deployment_id takes deployment_name too "
         "(test_deployment_id_tasks_take_deployment_name), the list operators sharing operators/lists.py take neither"
@@ -51,7 +51,7 @@ NOT_TASK_OPTIONS = {
 """Names that look like options but are not the task's (module, name): why."""
 
 NARROW_IMPORTS = {
-    ("airflow_provider.operators.rollback", "airflow_provider.tasks.patch_request"): {"SecretValue", "resolve_secrets"},
+    ("airflow_provider.operators.rollback", "airflow_provider.tasks.request"): {"SecretValue", "resolve_secrets"},
 }
 """Imports that use only a few names of a module whose messages (and further imports) belong to other tasks:
 (importer, imported): the names. Not followed by :func:`closure`; the test checks that the importer still
@@ -195,11 +195,11 @@ def test_the_walk_sees_the_messages_and_the_tasks(tasks: list[type]) -> None:
     assert {"PatchDeploymentOperator", "FleetRolloutOperator", "RollbackDeploymentOperator"} <= names
     assert {"DeploymentRolloutSensor"} <= names
     named = {(module, option) for module, path in modules().items() for _, option, _ in messages(path.read_text())}
-    assert ("airflow_provider.patch_rules", "resource_spec_mode") in named
-    assert ("airflow_provider.tasks.patch_request", "check_source_rules") in named
+    assert ("airflow_provider.decisions.patch_rules", "resource_spec_mode") in named
+    assert ("airflow_provider.tasks.request", "check_source_rules") in named
     assert ("airflow_provider.operators.rollback", "force") in named
     patch = next(task for task in tasks if task.__name__ == "PatchDeploymentOperator")
-    assert "airflow_provider.tasks.rollback_paths" in closure(patch.__module__)
+    assert "airflow_provider.tasks.rollback.start" in closure(patch.__module__)
     assert {"force", "wait_for_rollout", "retries"} <= options_of(
         next(t for t in tasks if t.__name__ == "RollbackDeploymentOperator")
     )
@@ -208,7 +208,7 @@ def test_the_walk_sees_the_messages_and_the_tasks(tasks: list[type]) -> None:
 def test_the_old_force_message_would_be_caught(tasks: list[type]) -> None:
     """The message issue 33 found, put back where it was, is reported naming the patch task."""
     source = 'MESSAGE = f"{message}; not rolling back over it. Pass force=True to roll back anyway"\n'
-    found = problems("airflow_provider.tasks.rollback_paths", source, tasks)
+    found = problems("airflow_provider.tasks.rollback.start", source, tasks)
     assert found and "'force'" in found[0] and "PatchDeploymentOperator" in found[0]
     assert "RollbackDeploymentOperator" not in found[0]
 

@@ -1,6 +1,7 @@
 """``docs/package-map.md`` is what the code says (``scripts/package_map.py`` renders it from the sources), and the
-house it draws keeps its rules: every arrow between packages points down the floors, and no module is past
-~700 lines (a module that big holds more than one concern: split it along a seam its file names can show)."""
+house it draws keeps its rules: every arrow between packages points down the floors, no module is past ~700 lines
+(a module that big holds more than one concern: split it along a seam its file names can show), and a family
+folder imports only what its package shares, never another family."""
 
 from __future__ import annotations
 
@@ -47,3 +48,28 @@ def test_no_module_is_past_the_house_size() -> None:
         f"{module.name} ({module.lines})" for module in pm.read_modules().values() if module.lines > MAX_MODULE_LINES
     )
     assert not big, f"modules past {MAX_MODULE_LINES} lines: {big}"
+
+
+def test_a_family_imports_only_what_its_package_shares() -> None:
+    """A family (``tasks.patch``, ``tasks.fleet``) imports its own modules and the shared part of its package (the
+    loose modules, the other folders), never another family; the shared part imports no family. Every import
+    counts: in a function, under ``TYPE_CHECKING``."""
+    pm = package_map()
+    crossing = []
+    for module in pm.read_modules().values():
+        for package in pm.FAMILIES:
+            if not module.name.startswith(f"{pm.PACKAGE}.{package}."):
+                continue
+            own = pm.family_of(module.name)
+            for imported in sorted(module.uses):
+                family = pm.family_of(imported)
+                if family is not None and family != own:
+                    crossing.append(f"{module.name} -> {imported}")
+    assert not crossing, f"imports across families, or from the shared part into a family: {crossing}"
+
+
+def test_every_family_is_a_folder_of_its_package() -> None:
+    pm = package_map()
+    for package, families in pm.FAMILIES.items():
+        for family in families:
+            assert (pm.ROOT / pm.PACKAGE / package / family / "__init__.py").is_file(), f"{package}/{family}/"

@@ -53,10 +53,10 @@ OPERATOR_NAMES = {
     "FleetRolloutOperator": "airflow_provider.operators.fleet",
     "DeploymentAnalysisOperator": "airflow_provider.operators.analysis",
     "PATCH_FIELDS": "airflow_provider.operators.fleet",
-    "SecretValue": "airflow_provider.tasks.patch_request",
-    "build_patch_request": "airflow_provider.tasks.patch_request",
-    "describe_patch": "airflow_provider.tasks.patch_request",
-    "resolve_secrets": "airflow_provider.tasks.patch_request",
+    "SecretValue": "airflow_provider.tasks.request",
+    "build_patch_request": "airflow_provider.tasks.request",
+    "describe_patch": "airflow_provider.tasks.request",
+    "resolve_secrets": "airflow_provider.tasks.request",
 }
 
 # What Airflow and retries in flight already hold: an XCom, a task_state_store record or a trigger's carry
@@ -118,19 +118,19 @@ CLIENT_NAMES = {
     "READ_BACK_WINDOW_MAX": "airflow_provider.client.once_only",
     "Landing": "airflow_provider.client.once_only",
     "read_back_waits": "airflow_provider.client.once_only",
-    "ClientSettings": "airflow_provider.client_settings",
-    "RetryPolicy": "airflow_provider.client_settings",
-    "normalize_base_url": "airflow_provider.client_settings",
-    "is_loopback_host": "airflow_provider.client_settings",
-    "LOOPBACK_NAMES": "airflow_provider.client_settings",
-    "DeploymentPaginator": "airflow_provider.pagination",
-    "RevisionPager": "airflow_provider.pagination",
-    "describe_validation_error": "airflow_provider.error_text",
-    "detail_text": "airflow_provider.error_text",
-    "parse_detail": "airflow_provider.error_text",
-    "scrub": "airflow_provider.error_text",
-    "scrub_detail": "airflow_provider.error_text",
-    "MIN_LENGTH_MASKED_SECRET": "airflow_provider.error_text",
+    "ClientSettings": "airflow_provider.client.settings",
+    "RetryPolicy": "airflow_provider.client.settings",
+    "normalize_base_url": "airflow_provider.client.settings",
+    "is_loopback_host": "airflow_provider.client.settings",
+    "LOOPBACK_NAMES": "airflow_provider.client.settings",
+    "DeploymentPaginator": "airflow_provider.client.pagination",
+    "RevisionPager": "airflow_provider.client.pagination",
+    "describe_validation_error": "airflow_provider.client.error_text",
+    "detail_text": "airflow_provider.client.error_text",
+    "parse_detail": "airflow_provider.client.error_text",
+    "scrub": "airflow_provider.client.error_text",
+    "scrub_detail": "airflow_provider.client.error_text",
+    "MIN_LENGTH_MASKED_SECRET": "airflow_provider.client.error_text",
 }
 
 # The errors and models the client module imported, which code imports from it too (``from
@@ -350,17 +350,17 @@ SHAPES_NAMES = {"task_instance_path": VIEW_PATHS, "dag_run_path": VIEW_PATHS}
 # the rollback operator and the patch task's steps import them.
 ROLLBACK = "airflow_provider.tasks.rollback"
 ROLLBACK_NAMES = {
-    **{name: "airflow_provider.tasks.rollback_paths" for name in ("NOT_BUILT", "start_rollback")},
+    **{name: "airflow_provider.tasks.rollback.start" for name in ("NOT_BUILT", "start_rollback")},
     **{
-        name: "airflow_provider.tasks.rollback_evidence"
+        name: "airflow_provider.tasks.rollback.evidence"
         for name in ("find_earlier_rollback", "reattach_recorded_rollback")
     },
     **{
-        name: "airflow_provider.tasks.rollback_inputs"
+        name: "airflow_provider.tasks.rollback.inputs"
         for name in ("checked_fallback_config", "checked_resource_spec", "revision_config_snapshot")
     },
     **{
-        name: "airflow_provider.tasks.rollback_outcome"
+        name: "airflow_provider.tasks.rollback.outcome"
         for name in (
             "RESOURCE_SPEC_NOT_SENT",
             "RESOURCE_SPEC_NOT_SHOWN",
@@ -380,9 +380,9 @@ ROLLBACK_NAMES = {
 PATCH = "airflow_provider.operators.patch"
 PATCH_NAMES = {
     "PatchDeploymentOperator": PATCH,
-    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch_retry",
-    "TASK_STATE_KEY": "airflow_provider.tasks.patch_retry",
-    "XCOM_ANALYSIS": "airflow_provider.tasks.patch_verdict",
+    "HISTORY_LOOKBACK": "airflow_provider.tasks.patch.retry",
+    "TASK_STATE_KEY": "airflow_provider.tasks.patch.retry",
+    "XCOM_ANALYSIS": "airflow_provider.tasks.patch.verdict",
 }
 PATCH_RESUME_METHODS = (
     "execute_complete",
@@ -392,59 +392,13 @@ PATCH_RESUME_METHODS = (
     "resume_execution",
 )
 
-# The fleet task's machinery stays importable from tasks.fleet, which re-exports it from one module per concern
-# (the targets, the change, the progress record, patching a wave and what a retry finds of an earlier try's
-# patch, watching and verifying a wave, rolling it back); the request completion is the patch task's own.
-FLEET = "airflow_provider.tasks.fleet"
-FLEET_NAMES = {
-    **{
-        name: "airflow_provider.tasks.fleet_plan"
-        for name in ("TARGET_FILTERS", "check_filters", "read_deployments", "resolve_targets")
-    },
-    **{name: "airflow_provider.tasks.fleet_change" for name in ("change_digest", "request_fingerprint")},
-    **{name: "airflow_provider.tasks.patch_request" for name in ("CompletedPatch", "complete_request")},
-    **{
-        name: "airflow_provider.tasks.fleet_progress"
-        for name in ("STATE_KEY", "ProgressStore", "RollbackRecords", "new_progress", "scrub_messages")
-    },
-    **{name: "airflow_provider.tasks.fleet_patching" for name in ("patch_wave", "sets_resource_spec")},
-    "EARLIER_REVISIONS_READ": "airflow_provider.tasks.fleet_retry",
-    **{
-        name: "airflow_provider.tasks.fleet_watching"
-        for name in (
-            "BUILD_FAILURES",
-            "BUILD_LOGS_PER_WAVE",
-            "BUILD_NOT_RETRIED",
-            "apply_outcomes",
-            "explain_failed_builds",
-            "failed_build",
-            "in_flight",
-            "verify_wave",
-            "watch_wave",
-        )
-    },
-    **{
-        name: "airflow_provider.tasks.fleet_rollback"
-        for name in (
-            "ROLLBACK_OUTCOMES",
-            "ROLLBACK_SAVE_EVERY",
-            "apply_rollbacks",
-            "is_partial",
-            "pending_rollbacks",
-            "rollbacks_allowed_latest",
-            "secrets_clause",
-            "start_rollbacks",
-        )
-    },
-}
-
 # The fleet operator's module keeps its names and every method Airflow resumes it in; its phases stand in the
 # task layer.
 FLEET_OPERATOR = "airflow_provider.operators.fleet"
 FLEET_OPERATOR_NAMES = {
     "FleetRolloutOperator": FLEET_OPERATOR,
     "XCOM_FLEET_ANALYSIS": FLEET_OPERATOR,
-    "PATCH_FIELDS": "airflow_provider.tasks.fleet_change",
+    "PATCH_FIELDS": "airflow_provider.tasks.fleet.change",
 }
 FLEET_RESUME_METHODS = ("execute_complete", "execute_complete_analysis", "resume_execution")
 
@@ -453,7 +407,6 @@ PUBLIC_PATHS = {
     TRIGGERS: TRIGGER_NAMES,
     ROLLBACK: ROLLBACK_NAMES,
     MODELS: MODEL_NAMES,
-    FLEET: FLEET_NAMES,
 }
 """The modules that became re-exports only: their ``__all__`` is exactly the documented names."""
 MOVED_NAMES = {

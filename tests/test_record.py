@@ -1,5 +1,6 @@
-"""The record's shape and bounds (:mod:`airflow_provider.record`) and its writer (:mod:`airflow_provider.tasks.record`):
-what a task instance keeps of the revisions it made or judged, read back as the Rollouts view reads it."""
+"""The record's shape and bounds (:mod:`airflow_provider.decisions.record`) and its writer
+(:mod:`airflow_provider.tasks.recording`): what a task instance keeps of the revisions it made or judged, read back
+as the Rollouts view reads it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.fleet import FleetRow, Outcome
-from airflow_provider.record import (
+from airflow_provider.decisions.fleet_progress import FleetRow, Outcome
+from airflow_provider.decisions.record import (
     MAX_ENTRIES,
     MAX_MEASUREMENTS,
     MAX_RECORD_BYTES,
@@ -22,7 +23,7 @@ from airflow_provider.record import (
     fleet_row_entries,
     with_entries,
 )
-from airflow_provider.tasks.record import record_entries, record_entry, record_landing_entry
+from airflow_provider.tasks.recording import record_entries, record_entry, record_landing_entry
 from tests.tasks.conftest import FakeStore, FakeTI
 
 
@@ -272,7 +273,7 @@ def _target() -> Any:
 
 
 def test_each_round_of_an_analysis_is_one_write_of_the_measurements_so_far_bounded() -> None:
-    from airflow_provider.tasks.record import round_recorder
+    from airflow_provider.tasks.recording import round_recorder
 
     store, log = CountingStore(), Log()
     context = {"ti": FakeTI(), "task_state_store": store}
@@ -294,7 +295,7 @@ def test_each_round_of_an_analysis_is_one_write_of_the_measurements_so_far_bound
 
 
 def test_a_round_that_cannot_be_recorded_never_fails_the_analysis() -> None:
-    from airflow_provider.tasks.record import round_recorder
+    from airflow_provider.tasks.recording import round_recorder
 
     log = Log()
     context = {"ti": FakeTI(), "task_state_store": BrokenStore(reads=True, writes=False)}

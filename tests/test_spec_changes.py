@@ -9,9 +9,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from airflow_provider.models import CarriedResourceSpec, Deployment, PatchDeploymentRequest
-from airflow_provider.patch_rules import merge_resource_spec
-from airflow_provider.spec_changes import (
+from airflow_provider.decisions.patch_rules import merge_resource_spec
+from airflow_provider.decisions.spec_changes import (
     changed_fields,
     changes_of,
     fields_not_shown,
@@ -20,6 +19,7 @@ from airflow_provider.spec_changes import (
     restored_spec,
     spec_shows,
 )
+from airflow_provider.models import CarriedResourceSpec, Deployment, PatchDeploymentRequest
 
 SIDECAR = {"name": "proxy", "image": "envoy:1.30", "terminationMessagePolicy": "FallbackToLogsOnError"}
 SHOWN = {

@@ -17,7 +17,7 @@ from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider.analysis.scrubbing import Scrubber, without_userinfo
-from airflow_provider.client_settings import is_loopback_host
+from airflow_provider.client.settings import is_loopback_host
 from airflow_provider.errors import InvalidRequestError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook, extra_flag
 

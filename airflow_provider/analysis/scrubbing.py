@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from airflow_provider.error_text import scrub
+from airflow_provider.client.error_text import scrub
 
 __all__ = ["Scrubber", "without_userinfo"]
 

@@ -17,11 +17,11 @@ Each request is built and each answer read once, sans-I/O (as h11 does it), and 
 - :mod:`~airflow_provider.client.sync_client` and :mod:`~airflow_provider.client.async_client`: the two
   clients, which perform the flows' steps (blocking, or awaiting).
 
-Beside it stand what it runs with (:mod:`~airflow_provider.client_settings`: base URL, timeouts, retry
-policy), how it pages (:mod:`~airflow_provider.pagination`) and the words of its errors
-(:mod:`~airflow_provider.error_text`: validation errors, the service's details, secrets scrubbed). Their
-public names, the errors and the models the clients take and return are importable from this package too,
-as before.
+With them stand what the clients run with (:mod:`~airflow_provider.client.settings`: base URL, timeouts, retry
+policy), how they page (:mod:`~airflow_provider.client.pagination`) and the words of their errors
+(:mod:`~airflow_provider.client.error_text`: validation errors, the service's details, secrets scrubbed), which
+use none of the modules above. Their public names, the errors and the models the clients take and return are
+importable from this package too, as before.
 """
 
 from __future__ import annotations
@@ -36,17 +36,7 @@ from airflow_provider.client.calls import (
     LogType,
     same_revision_config,
 )
-from airflow_provider.client.exchange import USER_AGENT, AmbiguousFailure
-from airflow_provider.client.once_only import READ_BACK_SHARES, READ_BACK_WINDOW_MAX, Landing, read_back_waits
-from airflow_provider.client.sync_client import DeploymentServiceClient
-from airflow_provider.client_settings import (
-    LOOPBACK_NAMES,
-    ClientSettings,
-    RetryPolicy,
-    is_loopback_host,
-    normalize_base_url,
-)
-from airflow_provider.error_text import (
+from airflow_provider.client.error_text import (
     MIN_LENGTH_MASKED_SECRET,
     describe_validation_error,
     detail_text,
@@ -54,6 +44,17 @@ from airflow_provider.error_text import (
     scrub,
     scrub_detail,
 )
+from airflow_provider.client.exchange import USER_AGENT, AmbiguousFailure
+from airflow_provider.client.once_only import READ_BACK_SHARES, READ_BACK_WINDOW_MAX, Landing, read_back_waits
+from airflow_provider.client.pagination import DeploymentPaginator, RevisionPager
+from airflow_provider.client.settings import (
+    LOOPBACK_NAMES,
+    ClientSettings,
+    RetryPolicy,
+    is_loopback_host,
+    normalize_base_url,
+)
+from airflow_provider.client.sync_client import DeploymentServiceClient
 from airflow_provider.errors import (
     AmbiguousDeploymentNameError,
     ApiError,
@@ -87,7 +88,6 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
-from airflow_provider.pagination import DeploymentPaginator, RevisionPager
 
 __all__ = [
     "LOOPBACK_NAMES",

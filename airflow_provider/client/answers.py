@@ -18,8 +18,8 @@ import httpx
 import pydantic
 
 from airflow_provider.client.calls import Call
-from airflow_provider.client_settings import ClientSettings
-from airflow_provider.error_text import describe_validation_error, detail_text, parse_detail, scrub, scrub_detail
+from airflow_provider.client.error_text import describe_validation_error, detail_text, parse_detail, scrub, scrub_detail
+from airflow_provider.client.settings import ClientSettings
 from airflow_provider.errors import (
     ApiError,
     AuthError,

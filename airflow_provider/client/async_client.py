@@ -15,7 +15,7 @@ import httpx
 from airflow_provider.client.calls import Call, LogOrder, LogType
 from airflow_provider.client.exchange import Emit, Flow, Send, Sleep, Step
 from airflow_provider.client.operations import ClientBase
-from airflow_provider.client_settings import ClientSettings
+from airflow_provider.client.settings import ClientSettings
 from airflow_provider.models import (
     CreateDeploymentRequest,
     Deployment,

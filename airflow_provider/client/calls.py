@@ -14,7 +14,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import pydantic
 
-from airflow_provider.error_text import describe_validation_error
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.errors import (
     AmbiguousDeploymentNameError,
     DeploymentNameNotFoundError,

@@ -23,7 +23,7 @@ import httpx
 from airflow_provider import __version__
 from airflow_provider.client.answers import Outcome, answer_outcome, failure_outcome
 from airflow_provider.client.calls import Call
-from airflow_provider.client_settings import ClientSettings, is_loopback_host
+from airflow_provider.client.settings import ClientSettings, is_loopback_host
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError
 
 log = logging.getLogger(__name__)

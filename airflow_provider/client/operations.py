@@ -16,7 +16,8 @@ from airflow_provider.client import calls
 from airflow_provider.client.calls import LogOrder, LogType
 from airflow_provider.client.exchange import AmbiguousFailure, Emit, Exchange, Flow
 from airflow_provider.client.once_only import patch_plan, redeploy_plan, send_once
-from airflow_provider.client_settings import ClientSettings
+from airflow_provider.client.pagination import DeploymentPaginator, RevisionPager
+from airflow_provider.client.settings import ClientSettings
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     CreateDeploymentRequest,
@@ -33,7 +34,6 @@ from airflow_provider.models import (
     RevisionStatus,
     SourceRevisionConfig,
 )
-from airflow_provider.pagination import DeploymentPaginator, RevisionPager
 
 
 class Operations(Exchange):

@@ -2,13 +2,13 @@
 
 It serves the four endpoints of the spec (plus the production-only endpoints: get a deployment, list and
 get revisions, redeploy a revision, revision logs; and an emulator-only ``POST /v2/deployments``) from
-an in-memory store, with the production PATCH contract (:mod:`.contract`, :mod:`.rules`), a revision
+an in-memory store, with the production PATCH contract (:mod:`.contract`), a revision
 state machine driven by a clock the tests control, emulated apps whose health a test can break
 (:mod:`.health`) whose behaviour a test sets (:mod:`.behaviour`: error rate, latency, health status, changing
 after N seconds), the tracing service's endpoints answering from that behaviour (:mod:`.tracing`), the
 apps' traffic as Prometheus metrics (:mod:`.metrics`), fault injection and a request log under
-``/_emulator``. It depends only on :mod:`airflow_provider.models`, never on the provider's client, so tests
-run one against the other over the wire.
+``/_emulator`` (the app, the admin API and the middleware: :mod:`.web`). It depends only on
+:mod:`airflow_provider.models`, never on the provider's client, so tests run one against the other over the wire.
 
 Typical use (see also the pytest fixtures in :mod:`airflow_provider.emulator.pytest_plugin`)::
 
@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admin_client import EmulatorAdmin, EmulatorAdminError
-    from .app import create_app
     from .clock import Clock
-    from .contract import PatchBody
+    from .contract.schema import PatchBody
     from .faults import CHAOS_KINDS, ChaosSettings, FaultKind, FaultRule, RequestRecord
     from .health import UnhealthyRule
     from .plans import Behaviour, BehaviourPlan, BehaviourRule
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
         EmulatorState,
         NotFound,
     )
+    from .web.app import create_app
 
 # Exports load on first use, so importing a light submodule (state, clock) does not load the web stack.
 _EXPORTS = {
@@ -61,10 +61,10 @@ _EXPORTS = {
     "FaultRule": "faults",
     "NotFound": "state",
     "OPTIONAL_ENDPOINTS": "state",
-    "PatchBody": "contract",
+    "PatchBody": "contract.schema",
     "RequestRecord": "faults",
     "UnhealthyRule": "health",
-    "create_app": "app",
+    "create_app": "web.app",
     "example_data_path": "seed",
     "load_data": "seed",
 }

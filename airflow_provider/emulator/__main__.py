@@ -26,10 +26,10 @@ from types import FrameType
 
 import uvicorn
 
-from .app import create_app
 from .seed import EmulatorDataError
 from .server import API_KEY_ENV, LISTENING_LINE, QuickServer, bind_socket, check_host, url_for, uvicorn_config
 from .state import OPTIONAL_ENDPOINTS, EmulatorState
+from .web.app import create_app
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,7 +39,7 @@ from airflow_provider.models import (
     SourceRevisionConfig,
 )
 
-from .contract import render_resource_spec
+from .contract.schema import render_resource_spec
 from .plans import BehaviourPlan
 
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
@@ -410,7 +410,7 @@ class DeploymentRecord:
     def to_json(self, app_url: str | None = None) -> dict[str, Any]:
         """JSON of the deployment resource as production answers it, secret values in clear (as
         production may echo them): ``source_config.deployment_type`` shown, resource spec rendered (see
-        :func:`~airflow_provider.emulator.contract.render_resource_spec`).
+        :func:`~airflow_provider.emulator.contract.schema.render_resource_spec`).
 
         :param app_url: the URL the service gives the app; shown as ``source_config.custom_url`` of
             every source but ``external_docker`` (where the user sets it).

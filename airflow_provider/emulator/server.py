@@ -24,11 +24,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from .admin_client import EmulatorAdmin
-from .app import create_app
 from .metrics import METRICS_PATH
 from .seed import DataSource
 from .state import EmulatorState, RedeployMode, ResourceSpecMode
 from .tracing import tracing_base_url
+from .web.app import create_app
 
 LISTENING_LINE = "Deployment service emulator listening on {url}"
 API_KEY_ENV = "DEPLOYMENT_SERVICE_EMULATOR_API_KEY"

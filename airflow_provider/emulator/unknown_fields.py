@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .contract import ContainerIn, PatchBody, ResourceSpecIn, SourceConfigIn
+from .contract.schema import ContainerIn, PatchBody, ResourceSpecIn, SourceConfigIn
 
 SPEC_FIELDS: dict[str, tuple[Any, Any]] = {
     "gpu_count": (1, 0),
@@ -76,7 +76,7 @@ class SourceConfigWithServiceFields(SourceConfigIn):
 
 
 class PatchBodyWithServiceFields(PatchBody):
-    """The PATCH body of the newer service: :class:`~airflow_provider.emulator.contract.PatchBody` plus the
+    """The PATCH body of the newer service: :class:`~airflow_provider.emulator.contract.schema.PatchBody` plus the
     fields of this module (the read-only ones are ignored when sent)."""
 
     source_config: SourceConfigWithServiceFields | None = None
@@ -84,7 +84,7 @@ class PatchBodyWithServiceFields(PatchBody):
 
 def stored_dump(model: BaseModel) -> dict[str, Any]:
     """``model`` (a stored ``source_config``) as plain JSON, the service's fields it holds kept (the switch
-    off drops them: :func:`~airflow_provider.emulator.merge.known_dump`).
+    off drops them: :func:`~airflow_provider.emulator.contract.merge.known_dump`).
 
     :param model: the stored model.
     """

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 from airflow.sdk import BaseHook
 
 from airflow_provider.client import AsyncDeploymentServiceClient, DeploymentServiceClient, LogOrder, LogType
-from airflow_provider.client_settings import ClientSettings, RetryPolicy
+from airflow_provider.client.settings import ClientSettings, RetryPolicy
 from airflow_provider.defaults import (
     CONN_TYPE,
     DEFAULT_CONN_ID,
@@ -60,8 +60,8 @@ class DeploymentServiceHook(BaseHook):
     :param deployment_service_conn_id: the Airflow connection to use.
     :param overrides: numbers that win over the connection's, by the names in
         :data:`~airflow_provider.defaults.SETTING_OVERRIDES` (meanings in
-        :class:`~airflow_provider.client_settings.ClientSettings` and
-        :class:`~airflow_provider.client_settings.RetryPolicy`); ``None`` keeps the connection's value.
+        :class:`~airflow_provider.client.settings.ClientSettings` and
+        :class:`~airflow_provider.client.settings.RetryPolicy`); ``None`` keeps the connection's value.
     """
 
     conn_name_attr = "deployment_service_conn_id"

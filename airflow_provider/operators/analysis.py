@@ -97,9 +97,9 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
     # ------------------------------------------------------------------------------------------ run
     def _run(self, context: Context) -> dict[str, AnalysisResult]:
         from airflow_provider.tasks.analysis import analyse_on_worker, defer_analysis
-        from airflow_provider.tasks.judging import trigger_judging
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-        from airflow_provider.tasks.record import judging_entry, record_entries, round_recorder
+        from airflow_provider.tasks.publishing import trigger_judging
+        from airflow_provider.tasks.recording import judging_entry, record_entries, round_recorder
 
         deployments = self._deployments()
         since = self._live_since()
@@ -163,7 +163,7 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         "passed", each deployment of ``names`` without a result counted inconclusive."""
         from airflow_provider.tasks.analysis import analysis_failure_reason
         from airflow_provider.tasks.dry_run import dry_run_result
-        from airflow_provider.tasks.record import record_entries, verdict_entry
+        from airflow_provider.tasks.recording import record_entries, verdict_entry
 
         judged = dict(results)
         for deployment_id in names:

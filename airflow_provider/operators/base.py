@@ -149,9 +149,9 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
         ``TaskDeferred``, resuming in ``resume``, by default :meth:`execute_complete`, with
         ``resume_kwargs``, and ``carry`` in the event) or blocks on the worker. A failed build's log tail is
         logged before failing. ``allowed_latest_revision_id``: a newer revision that may stay the latest while
-        ``revision_id`` goes live (see :func:`~airflow_provider.rollout.rollout_verdict`).
+        ``revision_id`` goes live (see :func:`~airflow_provider.decisions.rollout.rollout_verdict`).
         """
-        from airflow_provider.rollout import RolloutState, rollout_verdict
+        from airflow_provider.decisions.rollout import RolloutState, rollout_verdict
         from airflow_provider.tasks.waiting import RolloutCheck, defer_until_live
 
         try:

@@ -35,7 +35,7 @@ from airflow_provider.operators.lists import (
 )
 from airflow_provider.operators.patch import HISTORY_LOOKBACK, TASK_STATE_KEY, PatchDeploymentOperator
 from airflow_provider.operators.rollback import ROLLBACK_CARRY_KEY, ROLLBACK_STATE_KEY, RollbackDeploymentOperator
-from airflow_provider.tasks.patch_request import SecretValue, build_patch_request, describe_patch, resolve_secrets
+from airflow_provider.tasks.request import SecretValue, build_patch_request, describe_patch, resolve_secrets
 
 __all__ = [
     "DEFAULT_MAX_RESULTS",

@@ -1,7 +1,8 @@
 """Roll one change out to a fleet of deployments progressively: a canary, then waves, within a failure
-budget. The plan is :mod:`airflow_provider.fleet` (pure), the machinery :mod:`airflow_provider.tasks.fleet`
-(one module per concern; the wave loop is :mod:`~airflow_provider.tasks.fleet_waves`), and a deferred wave
-waits in :class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
+budget. The plan is :mod:`airflow_provider.decisions.fleet_progress` (pure), the machinery
+:mod:`airflow_provider.tasks.fleet` (one module per concern; the wave loop is
+:mod:`~airflow_provider.tasks.fleet.waves`), and a deferred wave waits in
+:class:`~airflow_provider.triggers.fleet.FleetWaveTrigger`."""
 
 from __future__ import annotations
 
@@ -12,29 +13,29 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider import fleet_strategy
+from airflow_provider.decisions import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
-from airflow_provider.tasks.fleet_arguments import (
+from airflow_provider.tasks.fleet.arguments import (
     check_arguments,
     check_budget_fits,
     check_canary_baseline,
     known_fleet_size,
 )
-from airflow_provider.tasks.fleet_change import PATCH_FIELDS
+from airflow_provider.tasks.fleet.change import PATCH_FIELDS
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import RolloutNotifying, checked_notify
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider import fleet
     from airflow_provider.analysis import Analysis, Measurement
+    from airflow_provider.decisions import fleet_progress
     from airflow_provider.models import Deployment, PatchDeploymentRequest
-    from airflow_provider.tasks.fleet_progress import ProgressStore
-    from airflow_provider.tasks.fleet_waves import FleetRun
-    from airflow_provider.tasks.patch_request import SecretValue
+    from airflow_provider.tasks.fleet.progress import ProgressStore
+    from airflow_provider.tasks.fleet.waves import FleetRun
+    from airflow_provider.tasks.request import SecretValue
 
 __all__ = [
     "PATCH_FIELDS",
@@ -158,7 +159,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         rounds fill ``bake_seconds`` (each round checks that the revision still serves: the analysis is the
         bake, and the watch does not bake first); with a ``count`` the wave bakes, then is analysed. Each
         row's ``analysis`` column gives the verdict, the failing check and the reason; ``fleet_analysis``
-        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.fleet.ROW_MEASUREMENTS`
+        holds ``{name: AnalysisResult}`` (at most :data:`~airflow_provider.decisions.fleet_progress.ROW_MEASUREMENTS`
         measurements each). Checked when the DAG is parsed (``count=None`` without ``bake_seconds`` names
         ``analysis.count``), and its connections when the task starts, before anything is patched. Then its
         preflight (``Analysis(preflight=True)``, the default) measures every check once on the revision each
@@ -182,14 +183,14 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         "Roll back" (they fail, as on a failed verdict: rolled back with ``rollback_on_failure``, counted against the
         budget; a canary's stops the rollout) or "Analyse another interval"; no answer within ``response_timeout``
         rolls back. The question and the answer are recorded in the wave's progress before they are acted on: a
-        retry goes on from the answer (see :mod:`~airflow_provider.tasks.fleet_asking`). Needs ``analysis``.
+        retry goes on from the answer (see :mod:`~airflow_provider.tasks.fleet.asking`). Needs ``analysis``.
     :param response_timeout: how long a question waits for an answer (a ``timedelta`` or seconds; default 1 hour).
     :param notify: ``{event: notifier or [notifiers]}``, Airflow ``BaseNotifier`` s told, once the rollout is
         decided, of each deployment it landed (``rolled_out``), whose analysis failed it (``analysis_failed``) or
         that it rolled back (``rolled_back``), of a rollout that stopped early (``fleet_aborted``), of an
         analysis refused before any patch (``preflight_failed``) and, as it asks, of each deployment a person is
         asked about (``inconclusive``); see :mod:`airflow_provider.tasks.notify`. Each event is sent at most once
-        across the task's tries (:mod:`~airflow_provider.tasks.fleet_notify`). A notifier that fails is logged,
+        across the task's tries (:mod:`~airflow_provider.tasks.fleet.notify`). A notifier that fails is logged,
         never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
@@ -305,7 +306,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
         """The patch for each deployment, and a digest of the whole request (no secret values); the secrets
         resolved (scrubbed from the rows and build logs)."""
-        from airflow_provider.tasks.fleet_change import fleet_change
+        from airflow_provider.tasks.fleet.change import fleet_change
 
         change = fleet_change(
             {name: getattr(self, name) for name in PATCH_FIELDS},
@@ -321,8 +322,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         return tuple(secret["value"] for secret in getattr(self, "_resolved_secrets", None) or [])
 
     def _progress_store(self, context: Context) -> ProgressStore:
-        from airflow_provider.tasks.fleet_progress import ProgressStore
-        from airflow_provider.tasks.judging import FleetJudging
+        from airflow_provider.tasks.fleet.progress import ProgressStore
+        from airflow_provider.tasks.publishing import FleetJudging
 
         return ProgressStore(
             context.get("task_state_store"),
@@ -334,11 +335,11 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _fleet_run(
         self,
         context: Context,
-        progress: fleet.FleetProgress,
+        progress: fleet_progress.FleetProgress,
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> FleetRun:
-        from airflow_provider.tasks.fleet_waves import FleetRun
+        from airflow_provider.tasks.fleet.waves import FleetRun
 
         return FleetRun(
             self,
@@ -354,11 +355,11 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
-        from airflow_provider.tasks.fleet_notify import NotifiedRecord
-        from airflow_provider.tasks.fleet_plan import resolve_targets
-        from airflow_provider.tasks.fleet_progress import new_progress
-        from airflow_provider.tasks.fleet_result import log_plan
-        from airflow_provider.tasks.fleet_waves import earlier_try_since
+        from airflow_provider.tasks.fleet.notify import NotifiedRecord
+        from airflow_provider.tasks.fleet.plan import resolve_targets
+        from airflow_provider.tasks.fleet.progress import new_progress
+        from airflow_provider.tasks.fleet.result import log_plan
+        from airflow_provider.tasks.fleet.waves import earlier_try_since
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
         request_for, change = self._change()
@@ -422,9 +423,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         the event reports, in the phase it reports on, fails (a retry resumes from the deployments) instead
         of going on from a progress that is not the one that deferred.
         """
-        from airflow_provider.tasks.fleet_progress import resumed_progress, resumed_wave
-        from airflow_provider.tasks.fleet_rollback import apply_rollbacks
-        from airflow_provider.tasks.fleet_watching import in_flight
+        from airflow_provider.tasks.fleet.progress import resumed_progress, resumed_wave
+        from airflow_provider.tasks.fleet.rollback import apply_rollbacks
+        from airflow_provider.tasks.fleet.watching import in_flight
 
         try:
             if not isinstance(event, dict) or event.get("status") not in ("done", "paused", "error"):
@@ -453,10 +454,10 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         """Resume as Airflow asks. A wave's analysis whose deferral Airflow's timeout ended (the triggerer down, or
         restarted too late) could not be measured: a retry analyses the wave's deployments not judged yet again,
         the last try counts them inconclusive and rolls them back (see
-        :meth:`~airflow_provider.tasks.fleet_analysis.WaveAnalysis.not_measured`), from the progress in
+        :meth:`~airflow_provider.tasks.fleet.analysis.WaveAnalysis.not_measured`), from the progress in
         ``task_state_store`` (without one, the try fails as Airflow says). A task the Rollouts view woke for an abort
         goes on from its progress, the abort taken at once (see :meth:`resume_aborted`)."""
-        from airflow_provider.tasks.fleet_abort import is_abort_event
+        from airflow_provider.tasks.fleet.abort import is_abort_event
 
         if is_abort_event((next_kwargs or {}).get("event")):
             return self.resume_aborted(context, dict(next_kwargs or {}))
@@ -477,15 +478,15 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
     def resume_aborted(self, context: Context, next_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """Resume after the Rollouts view woke the task for an abort
-        (:func:`~airflow_provider.tasks.fleet_abort.abort_event`): whatever it waited for (a pause, the watch of a
+        (:func:`~airflow_provider.tasks.fleet.abort.abort_event`): whatever it waited for (a pause, the watch of a
         wave, its analysis, a question) is over; the rollout goes on from its progress (the trigger's or the
         question's ``carry`` when the last save failed, else ``task_state_store``) and takes the abort at once.
 
         :param context: the task context.
         :param next_kwargs: the resume's kwargs (``event``: the view's, and the deferral's own).
         """
-        from airflow_provider.tasks.fleet_abort import carried_progress
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.abort import carried_progress
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             request_for, change = self._change()
@@ -516,7 +517,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param carry: the same ``carry`` as the event's, as the real triggerer passes the defer kwargs (the
             event's is used: ``dag.test()`` passes none).
         """
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             carry = event.get("carry") if isinstance(event, dict) and "carry" in event else carry
@@ -561,8 +562,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         :param question: the question's number (an answer to another is not taken).
         :param carry: the progress, when the task has no store or its last save failed.
         """
-        from airflow_provider.tasks.fleet_asking import take_answer
-        from airflow_provider.tasks.fleet_progress import resumed_progress
+        from airflow_provider.tasks.fleet.asking import take_answer
+        from airflow_provider.tasks.fleet.progress import resumed_progress
 
         try:
             request_for, change = self._change()
@@ -578,27 +579,27 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _advance(
         self,
         context: Context,
-        progress: fleet.FleetProgress,
+        progress: fleet_progress.FleetProgress,
         progress_store: ProgressStore,
         request_for: Callable[[Deployment], PatchDeploymentRequest],
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred
-        (:class:`~airflow_provider.tasks.fleet_waves.FleetRun`), then report."""
+        (:class:`~airflow_provider.tasks.fleet.waves.FleetRun`), then report."""
         self._fleet_run(context, progress, progress_store, request_for).advance()
         return self._finish(context, progress)
 
-    def _finish(self, context: Context, progress: fleet.FleetProgress) -> list[dict[str, Any]]:
+    def _finish(self, context: Context, progress: fleet_progress.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
-        from airflow_provider import fleet
-        from airflow_provider.tasks.fleet_abort import aborted
-        from airflow_provider.tasks.fleet_notify import notify_fleet_result
-        from airflow_provider.tasks.fleet_progress import scrub_messages
-        from airflow_provider.tasks.fleet_result import emit_events, report_result, stopped_failure, summary
+        from airflow_provider.decisions import fleet_progress
+        from airflow_provider.tasks.fleet.abort import aborted
+        from airflow_provider.tasks.fleet.notify import notify_fleet_result
+        from airflow_provider.tasks.fleet.progress import scrub_messages
+        from airflow_provider.tasks.fleet.result import emit_events, report_result, stopped_failure, summary
 
         scrub_messages(progress, self._secret_values())
         table = progress.table()
-        self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet.format_table(table))
+        self.log.info("Fleet rollout summary: %s\n%s", progress.counts(), fleet_progress.format_table(table))
         ti = context["ti"]
         if self.analysis is not None:
             ti.xcom_push(

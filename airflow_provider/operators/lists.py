@@ -278,7 +278,7 @@ class ListRevisionsOperator(_DeploymentServiceOperator):
 
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Return the newest revisions (at most ``max_results``), newest first."""
-        from airflow_provider.tasks.rollback_revisions import revision_fields  # what a running task needs
+        from airflow_provider.tasks.rollback.revisions import revision_fields  # what a running task needs
 
         statuses = self._statuses()
         if self.deployment_name is not None:

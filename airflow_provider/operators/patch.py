@@ -3,15 +3,16 @@ roll it back when any fails; a retry reattaches to what an earlier try did inste
 back) twice.
 
 The operator holds its arguments, the patch (or the reattach on a retry), its XComs and the methods Airflow
-resumes it in; the steps stand in the shared task layer, one module per concern:
+resumes it in; the steps stand in the task layer, in the patch family's folder (:mod:`airflow_provider.tasks.patch`)
+and beside it, one module per concern:
 
-- :mod:`~airflow_provider.tasks.patch_request`: the patch built from the arguments and completed against the
-  deployment as read;
-- :mod:`~airflow_provider.tasks.patch_retry`: the ``task_state_store`` record and what a retry finds;
-- :mod:`~airflow_provider.tasks.patch_judging`: judging the live revision (``verify``, the analysis, the bake);
-- :mod:`~airflow_provider.tasks.patch_rollback`: the automatic rollback, and a retry's earlier rollback or
+- :mod:`~airflow_provider.tasks.request`: the patch built from the arguments and completed against the
+  deployment as read (shared with the fleet and rollback tasks);
+- :mod:`~airflow_provider.tasks.patch.retry`: the ``task_state_store`` record and what a retry finds;
+- :mod:`~airflow_provider.tasks.patch.judging`: judging the live revision (``verify``, the analysis, the bake);
+- :mod:`~airflow_provider.tasks.patch.rollback`: the automatic rollback, and a retry's earlier rollback or
   failed verdict;
-- :mod:`~airflow_provider.tasks.patch_verdict`: the verdict recorded, and what the task says.
+- :mod:`~airflow_provider.tasks.patch.verdict`: the verdict recorded, and what the task says.
 """
 
 from __future__ import annotations
@@ -39,23 +40,23 @@ from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import checked_notify
-from airflow_provider.tasks.patch_asking import InconclusiveAsking
-from airflow_provider.tasks.patch_request import (
+from airflow_provider.tasks.patch.asking import InconclusiveAsking
+from airflow_provider.tasks.patch.retry import HISTORY_LOOKBACK, TASK_STATE_KEY
+from airflow_provider.tasks.patch.verdict import XCOM_ANALYSIS
+from airflow_provider.tasks.request import (
     SecretValue,
     against_current,
     build_patch_request,
     describe_patch,
     resolve_secrets,
 )
-from airflow_provider.tasks.patch_retry import HISTORY_LOOKBACK, TASK_STATE_KEY
-from airflow_provider.tasks.patch_verdict import XCOM_ANALYSIS
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import Analysis
-    from airflow_provider.tasks.patch_retry import EarlierTry
+    from airflow_provider.tasks.patch.retry import EarlierTry
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -272,20 +273,20 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     # ---- execute
     def _run(self, context: Context) -> dict[str, Any]:
         """Patch (or reattach on a retry), push the XComs, and wait when asked to."""
-        from airflow_provider.record import Kind
-        from airflow_provider.spec_changes import changes_of, resource_spec_json
+        from airflow_provider.decisions.record import Kind
+        from airflow_provider.decisions.spec_changes import changes_of, resource_spec_json
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
-        from airflow_provider.tasks.patch_retry import (
+        from airflow_provider.tasks.patch.retry import (
             patch_fingerprint,
             record_patch,
             recorded_patch,
             sets_resource_spec,
             unrestorable_parts,
         )
-        from airflow_provider.tasks.patch_verdict import landing_of, recorded_failed_verdict
+        from airflow_provider.tasks.patch.verdict import landing_of, recorded_failed_verdict
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
-        from airflow_provider.tasks.record import record_landing_entry
-        from airflow_provider.tasks.rollback_inputs import revision_config_snapshot
+        from airflow_provider.tasks.recording import record_landing_entry
+        from airflow_provider.tasks.rollback.inputs import revision_config_snapshot
 
         ti = context["ti"]
         # First, so the extra link finds a value (not a missing XCom, logged as an error) when the task fails.
@@ -448,9 +449,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         kwargs); a task with ``verify``, an analysis or a bake that gets neither fails instead of declaring
         the revision landed unjudged.
         """
-        from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import checked_landing, recorded_landing
-        from airflow_provider.tasks.record import record_landing_entry
+        from airflow_provider.decisions.record import Kind
+        from airflow_provider.tasks.patch.verdict import checked_landing, recorded_landing
+        from airflow_provider.tasks.recording import record_landing_entry
         from airflow_provider.tasks.waiting import resumed_value
 
         landing = resumed_value("landing", landing, event)
@@ -511,7 +512,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """Resume after the rollback's revision went live (or not): fail naming both revisions (``landing``
         and ``rollback`` from the resume kwargs, else from the trigger's event; without them the task still
         fails, saying what it lacks)."""
-        from airflow_provider.tasks.patch_verdict import rollback_not_live_message, rollback_resumed_unknown
+        from airflow_provider.tasks.patch.verdict import rollback_not_live_message, rollback_resumed_unknown
         from airflow_provider.tasks.waiting import resumed_value
 
         landing = resumed_value("landing", landing, event)
@@ -538,9 +539,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The patch's revision did not go live within ``timeout``: the service may still deploy it. With
         ``rollback_on_failure``, roll back (recorded before sending, waited for) so that it does not end up
         serving; without, fail naming the revision that may still go live."""
-        from airflow_provider.record import Kind
-        from airflow_provider.tasks.patch_verdict import may_still_go_live, own_xcom
-        from airflow_provider.tasks.record import record_entry
+        from airflow_provider.decisions.record import Kind
+        from airflow_provider.tasks.patch.verdict import may_still_go_live, own_xcom
+        from airflow_provider.tasks.recording import record_entry
 
         if not revision_id:  # waiting for READY only: nothing of this patch is rolling out
             raise err
@@ -577,7 +578,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         ``task_state_store`` record (without one, the try fails): a live revision not judged is rolled back as an
         analysis not measured (or as unjudged), one not live as a timed-out rollout; a recorded rollback is named."""
         from airflow_provider.tasks.analysis import no_retry_left
-        from airflow_provider.tasks.patch_verdict import landing_of, own_xcom, read_record, rollback_not_live_message
+        from airflow_provider.tasks.patch.verdict import landing_of, own_xcom, read_record, rollback_not_live_message
 
         record = read_record(context.get("task_state_store"), self.log)
         revision_id = record.get("revision_id") if record else own_xcom(context, XCOM_REVISION_ID, self.log)
@@ -601,11 +602,11 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         """The one place where the patch's revision is known to be live (verified, analysed and baked when
         asked): emit the deployment's asset event (with the analysis that passed it, if any) when the patch
         changed the revision serving."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.dry_run import dry_run_message
         from airflow_provider.tasks.events import emit_revision_event
-        from airflow_provider.tasks.patch_verdict import own_xcom
-        from airflow_provider.tasks.record import record_entry
+        from airflow_provider.tasks.patch.verdict import own_xcom
+        from airflow_provider.tasks.recording import record_entry
 
         previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
@@ -682,8 +683,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         record: dict[str, Any] | None,
     ) -> EarlierTry | None:
         """What an earlier try of this patch left to reattach to (see
-        :func:`~airflow_provider.tasks.patch_retry.find_earlier_try`); ``None`` to patch now."""
-        from airflow_provider.tasks.patch_retry import find_earlier_try
+        :func:`~airflow_provider.tasks.patch.retry.find_earlier_try`); ``None`` to patch now."""
+        from airflow_provider.tasks.patch.retry import find_earlier_try
 
         started = getattr(context.get("dag_run"), "start_date", None)
         return find_earlier_try(

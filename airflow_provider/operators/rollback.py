@@ -22,7 +22,7 @@ from airflow_provider.operators.base import (
     _RolloutWaitingOperator,
 )
 from airflow_provider.tasks.base import MISSING_RENDERS, checked_ids
-from airflow_provider.tasks.patch_request import SecretValue, resolve_secrets
+from airflow_provider.tasks.request import SecretValue, resolve_secrets
 from airflow_provider.tasks.targets import exactly_one_target
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _checked_revisions(self) -> tuple[str | None, str | None]:
         """Canonical ``(revision_id, rolling_back_from)`` (``None`` for ``"previous"``, resolved once the deployment
         is read); fails naming the field (before any request)."""
-        from airflow_provider.tasks.rollback_previous import PREVIOUS
+        from airflow_provider.tasks.rollback.previous import PREVIOUS
 
         value = self.revision_id
         if isinstance(value, str) and value.strip().lower() == PREVIOUS:
@@ -209,8 +209,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _run(self, context: Context) -> dict[str, Any]:
         """Roll back (or reattach on a retry), push the XComs, and wait when asked to."""
-        from airflow_provider.record import Kind
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.decisions.record import Kind
+        from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import (
             checked_fallback_config,
             checked_resource_spec,
@@ -304,9 +304,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
 
     def _landed(self, context: Context, started: RollbackStarted, live: dict[str, Any]) -> dict[str, Any]:
         """The one place where the restored revision is known to be live: judge what it restored."""
-        from airflow_provider.record import Kind
+        from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.events import emit_revision_event
-        from airflow_provider.tasks.record import record_rollback_entry
+        from airflow_provider.tasks.recording import record_rollback_entry
         from airflow_provider.tasks.rollback import RESOURCE_SPEC_VERDICTS
 
         deployment = Deployment.model_validate(live)
@@ -364,8 +364,8 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _previous(self, context: Context, store: Any, current: Deployment) -> str:
         """``revision_id="previous"`` resolved: on a retry, what the earlier try recorded (never resolved again:
         after its rollback, "previous" would be an older revision still); else the revision that served before
-        the current one (:func:`~airflow_provider.tasks.rollback_previous.previous_served_revision`)."""
-        from airflow_provider.tasks.rollback_previous import previous_served_revision
+        the current one (:func:`~airflow_provider.tasks.rollback.previous.previous_served_revision`)."""
+        from airflow_provider.tasks.rollback.previous import previous_served_revision
 
         try:
             recorded = store.get(ROLLBACK_STATE_KEY) if store is not None else None

@@ -23,7 +23,7 @@ from airflow_provider.tasks.targets import exactly_one_target
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider.rollout import RolloutVerdict
+    from airflow_provider.decisions.rollout import RolloutVerdict
     from airflow_provider.tasks.waiting import RolloutCheck
 
 

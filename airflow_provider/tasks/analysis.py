@@ -283,7 +283,7 @@ def defer_analysis(
     :param state: a ``partial`` event's ``state``: go on with the analysis of ``targets`` where it stopped.
     :param deadline: a ``partial`` event's ``deadline`` (wall-clock seconds), with ``state``; ``None``: from now.
     :param judging: the trigger writes each round's measurements to the deployments' judging markers for this
-        task (:func:`~airflow_provider.tasks.judging.trigger_judging`), for the Rollouts view; ``None``: it does not.
+        task (:func:`~airflow_provider.tasks.publishing.trigger_judging`), for the Rollouts view; ``None``: it does not.
     """
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger  # only a deferring task needs it
 

@@ -17,8 +17,8 @@ import pydantic
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
-from airflow_provider.error_text import describe_validation_error
 from airflow_provider.errors import AmbiguousDeploymentNameError, DeploymentNameNotFoundError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid

@@ -11,10 +11,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.error_text import scrub
+from airflow_provider.client.error_text import scrub
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Revision
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
 
 if TYPE_CHECKING:
     import logging

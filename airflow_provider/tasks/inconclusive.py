@@ -8,8 +8,8 @@ Airflow's ``awaiting_input`` state on Airflow 3.3+ (no trigger, no triggerer: th
 hitlDetails``, resumes the task; the scheduler answers the default when ``response_timeout`` passes), deferred to
 the standard provider's ``HITLTrigger`` on Airflow 3.1 and 3.2. The task resumes with the answer (:func:`read_answer`).
 
-The question and then the answer are recorded in the patch's ``task_state_store`` record (:func:`record_question`,
-:func:`record_answer`) before anything acts on them; a retry starts from the record (:func:`recorded_answer`).
+The patch task records the question and then the answer in its ``task_state_store`` record before anything acts on
+them, and a retry starts from the record (:mod:`~airflow_provider.tasks.patch.asking`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    import logging
-
     from airflow.sdk import BaseOperator
 
 __all__ = [
@@ -37,9 +35,6 @@ __all__ = [
     "checked_on_inconclusive",
     "question_text",
     "read_answer",
-    "record_answer",
-    "record_question",
-    "recorded_answer",
     "required_actions_path",
 ]
 
@@ -55,8 +50,6 @@ ON_INCONCLUSIVE = ("fail", "ask")
 """What an inconclusive analysis does: ``fail`` (counted as failed: rolled back, or the task fails) or ``ask``."""
 DEFAULT_RESPONSE_TIMEOUT = timedelta(hours=1)
 """How long a question waits for an answer by default; then it is rolled back."""
-QUESTION = "question"
-ANSWER = "answer"
 
 
 def checked_on_inconclusive(value: Any, response_timeout: Any) -> tuple[str, timedelta]:
@@ -243,104 +236,3 @@ def read_answer(event: Any) -> Answer:
         at=at.isoformat() if isinstance(at, datetime) else (str(at) if at else None),
         timed_out=bool(event.get("timedout")),
     )
-
-
-def _same_revision(record: Mapping[str, Any] | None, landing: Mapping[str, Any]) -> bool:
-    return (
-        record is not None
-        and record.get("deployment_id") == landing.get("deployment_id")
-        and record.get("revision_id") == landing.get("revision_id")
-    )
-
-
-def _write(store: Any, record: dict[str, Any], log: logging.Logger | Any, what: str) -> None:
-    from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
-
-    try:
-        store.set(TASK_STATE_KEY, record)
-    except Exception as err:  # the record lets a retry go on; the task itself goes on without it
-        log.warning("Could not record %s in task_state_store (%s)", what, err)
-
-
-def record_question(
-    store: Any, landing: Mapping[str, Any], question: Mapping[str, Any], log: logging.Logger | Any
-) -> None:
-    """Write the open question (the inconclusive result, where it is answered) into the patch's record, any
-    earlier answer cleared, before asking.
-
-    :param store: ``context["task_state_store"]`` (``None``: nothing recorded).
-    :param landing: the patch's landing.
-    :param question: ``{"result", "path", "asked_at", "round"}``.
-    :param log: where to say the store failed.
-    """
-    from airflow_provider.tasks.patch_verdict import read_record
-
-    record = read_record(store, log)
-    if not _same_revision(record, landing):
-        return
-    assert record is not None
-    kept = {key: value for key, value in record.items() if key != ANSWER}
-    _write(store, {**kept, QUESTION: dict(question)}, log, "the question")
-
-
-def record_answer(
-    store: Any,
-    landing: Mapping[str, Any],
-    answer: Answer,
-    log: logging.Logger | Any,
-    verdict: Mapping[str, Any] | None = None,
-) -> None:
-    """Write the answer into the patch's record before acting on it, in one write with the failed ``verdict`` it
-    makes (a roll back): a retry finds both or neither.
-
-    :param store: ``context["task_state_store"]`` (``None``: nothing recorded).
-    :param landing: the patch's landing.
-    :param answer: the answer.
-    :param log: where to say the store failed.
-    :param verdict: the failed verdict the answer makes (:func:`~airflow_provider.tasks.patch_verdict.failed_verdict`).
-    """
-    from airflow_provider.tasks.patch_verdict import read_record
-
-    record = read_record(store, log)
-    if not _same_revision(record, landing):
-        return
-    assert record is not None
-    updated = {**record, ANSWER: answer.record()}
-    if verdict is not None:
-        updated["verdict"] = dict(verdict)
-    _write(store, updated, log, "the answer")
-
-
-def recorded_answer(store: Any, landing: Mapping[str, Any], log: logging.Logger | Any) -> Answer | None:
-    """The answer an earlier try recorded for the patch's revision, or ``None``.
-
-    :param store: ``context["task_state_store"]``.
-    :param landing: the patch's landing.
-    :param log: where to say the store failed.
-    """
-    from airflow_provider.tasks.patch_verdict import read_record
-
-    record = read_record(store, log)
-    answer = record.get(ANSWER) if record is not None and _same_revision(record, landing) else None
-    if not isinstance(answer, Mapping) or answer.get("choice") not in OPTIONS:
-        return None
-    return Answer(
-        choice=str(answer["choice"]),
-        by=answer.get("by"),
-        at=answer.get("at"),
-        timed_out=bool(answer.get("timed_out")),
-    )
-
-
-def recorded_question(store: Any, landing: Mapping[str, Any], log: logging.Logger | Any) -> dict[str, Any] | None:
-    """The question the patch's record holds for its revision (``{"result", "path", ...}``), or ``None``.
-
-    :param store: ``context["task_state_store"]``.
-    :param landing: the patch's landing.
-    :param log: where to say the store failed.
-    """
-    from airflow_provider.tasks.patch_verdict import read_record
-
-    record = read_record(store, log)
-    question = record.get(QUESTION) if record is not None and _same_revision(record, landing) else None
-    return dict(question) if isinstance(question, Mapping) else None

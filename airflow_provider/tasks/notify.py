@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
+from airflow_provider.client.error_text import scrub
 from airflow_provider.defaults import DEFAULT_CONN_ID, VIEW_URL_PREFIX
-from airflow_provider.error_text import scrub
 from airflow_provider.tasks.base import DeploymentServiceBaseTask
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ class RolloutNotifying(DeploymentServiceBaseTask):
     """Where in ``task_state_store`` :meth:`_notify` records the events it sent
     (:class:`~airflow_provider.tasks.notify.NotifiedRecord`), so that each (event, deployment, revision, question)
     is sent at most once across tries; ``None``: the task keeps its own record (the fleet task's
-    :mod:`~airflow_provider.tasks.fleet_notify`)."""
+    :mod:`~airflow_provider.tasks.fleet.notify`)."""
 
     def _notify(
         self,

@@ -13,10 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.hooks.deployment_service import DeploymentServiceHook
-from airflow_provider.models import Deployment, Revision
-from airflow_provider.rollout import (
+from airflow_provider.decisions.rollout import (
     EVENT_STATUSES,
     REVISION_ENDPOINT_MISSING,
     RevisionCheckSchedule,
@@ -25,6 +22,9 @@ from airflow_provider.rollout import (
     bake_verdict,
     rollout_verdict,
 )
+from airflow_provider.errors import DeploymentServiceError
+from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+from airflow_provider.models import Deployment, Revision
 from airflow_provider.tasks.base import DEFERRAL_GRACE
 
 if TYPE_CHECKING:

@@ -3,9 +3,9 @@
 ``partial``, as soon as some are judged: the task acts on them and goes on with the rest in another trigger).
 
 A trigger cannot write its task's record, so with ``judging`` it writes each round's measurements so far to the
-judging marker of each deployment (:func:`~airflow_provider.judging.with_rounds`, in the asset state store of
-the deployment's id asset, as the deployment watchers read it): the Rollouts view shows the revision "analysing"
-with them while the task is deferred."""
+judging marker of each deployment (:func:`~airflow_provider.decisions.judging_marker.with_rounds`, in the asset state
+store of the deployment's id asset, as the deployment watchers read it): the Rollouts view shows the revision
+"analysing" with them while the task is deferred."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, anal
 from airflow_provider.analysis.judge import AnalysisState
 from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.error_text import describe_validation_error
-from airflow_provider.judging import JUDGING_KEY, with_rounds
+from airflow_provider.client.error_text import describe_validation_error
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, with_rounds
 from airflow_provider.triggers import default_store, serialized_classpath
 
 __all__ = ["ANALYSIS_EVENT_STATUSES", "ANALYSIS_ROUND_ALLOWANCE", "DeploymentAnalysisTrigger", "analysis_seconds"]

@@ -10,10 +10,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider.decisions.fleet_progress import WaveTracker
+from airflow_provider.decisions.rollout import RevisionCheckSchedule
 from airflow_provider.defaults import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
-from airflow_provider.fleet import WaveTracker
 from airflow_provider.models import canonical_uuid
-from airflow_provider.rollout import RevisionCheckSchedule
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Subscription, next_update
 
@@ -29,8 +29,8 @@ class FleetWaveTrigger(BaseTrigger):
     every rollout trigger with the same hook settings and poll interval shares, so a wave of N costs
     ``ceil(N / 100)`` list requests per interval (plus the revision endpoint's budget), however many
     waves and other rollouts wait in the same triggerer. A rollout is decided as in
-    :class:`~airflow_provider.fleet.WaveTracker` (live for ``bake_seconds``, or failed). With no rollouts
-    the trigger only sleeps until ``resume_at`` (the pause between waves).
+    :class:`~airflow_provider.decisions.fleet_progress.WaveTracker` (live for ``bake_seconds``, or failed). With no
+    rollouts the trigger only sleeps until ``resume_at`` (the pause between waves).
 
     Yields exactly one event: ``{"status": "done", "wave": ..., "outcomes": {deployment_id: [outcome,
     message, decided_at]}, "carry": ...}``; ``{"status": "paused", "wave": ..., "carry": ...}`` after a

@@ -14,7 +14,7 @@ not yet active, in two ways:
   service shows it, within one interval;
 - otherwise (a rollout's first look, and every ``revision_check_interval`` as a safety net for services
   whose revision statuses do not touch the deployment) out of a
-  :class:`~airflow_provider.rollout.RevisionLookBudget`: one call per ten list requests on average
+  :class:`~airflow_provider.decisions.rollout.RevisionLookBudget`: one call per ten list requests on average
   (``ceil(N / 100) / 10`` per round), never-asked rollouts first, then the longest unasked.
 
 A quiet fleet (builds that show no change) thus costs at most ``1.1 x ceil(N / 100)`` requests per
@@ -55,11 +55,11 @@ from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider.client.pagination import DeploymentPaginator
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 from airflow_provider.errors import DeploymentServiceError, InvalidRequestError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentPageReader, ListDeploymentsQuery, Revision
-from airflow_provider.pagination import DeploymentPaginator
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING, RevisionCheckSchedule, RevisionLookBudget
 
 __all__ = [
     "REVISION_CHECK_CONCURRENCY",
@@ -403,7 +403,7 @@ class _BatchPoller:
 
     async def _iterate(self, query: ListDeploymentsQuery) -> list[Deployment]:
         """Every deployment matching ``query`` over all pages (each page counts as a list request), paged by
-        the client's :class:`~airflow_provider.pagination.DeploymentPaginator`: a server that repeats a page
+        the client's :class:`~airflow_provider.client.pagination.DeploymentPaginator`: a server that repeats a page
         ends the listing with an :class:`UnexpectedResponseError` instead of looping."""
         found: list[Deployment] = []
         paginator = DeploymentPaginator(query, max_results=None)

@@ -11,11 +11,17 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider.decisions.rollout import (
+    EVENT_STATUSES,
+    RevisionCheckSchedule,
+    RolloutState,
+    bake_verdict,
+    rollout_verdict,
+)
 from airflow_provider.defaults import DEFAULT_POLL_INTERVAL, DEFAULT_REVISION_CHECK_INTERVAL
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment, canonical_uuid
-from airflow_provider.rollout import EVENT_STATUSES, RevisionCheckSchedule, RolloutState, bake_verdict, rollout_verdict
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Subscription, next_update
 
@@ -62,12 +68,12 @@ class DeploymentRolloutTrigger(_DeploymentEvents, BaseTrigger):
         the trigger reports ``timeout``; ``None`` waits forever.
     :param revision_check_interval: longest time in seconds between two calls to the revision endpoint
         while the deployment does not change.
-    :param seen_key: the ``key`` of the :class:`~airflow_provider.rollout.RolloutVerdict` the deferring task
+    :param seen_key: the ``key`` of the :class:`~airflow_provider.decisions.rollout.RolloutVerdict` the deferring task
         last logged: the trigger logs only what changes after it. The outcome itself is not logged here: the
         resumed task logs it (or fails with it), so each waiting line appears once.
     :param allowed_latest_revision_id: a newer revision that may stay the deployment's latest while
         ``revision_id`` goes live (an earlier revision redeployed without a new revision); see
-        :func:`~airflow_provider.rollout.rollout_verdict`.
+        :func:`~airflow_provider.decisions.rollout.rollout_verdict`.
     :param carry: plain JSON echoed in the event (what the resumed task needs: ``airflow dags test`` in
         Airflow 3.3 drops the ``kwargs`` given to ``defer()``).
     """

@@ -22,12 +22,12 @@ import pydantic
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider.assets import EVENT_KINDS, deployment_asset_uri, event_payload
+from airflow_provider.decisions.judging_marker import JUDGING_KEY
+from airflow_provider.decisions.rollout import RevisionCheckSchedule
+from airflow_provider.decisions.settling import DEFAULT_SETTLE_TIME, Seen, settle
 from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_REVISION_CHECK_INTERVAL, SETTING_OVERRIDES
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.judging import JUDGING_KEY
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.rollout import RevisionCheckSchedule
-from airflow_provider.settling import DEFAULT_SETTLE_TIME, Seen, settle
 from airflow_provider.triggers import default_store, serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Watch, _WatchUpdate, next_update
 
@@ -138,7 +138,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
     tasks write to the asset state store of the deployment's id asset); a revision such a rollout rejected is
     never announced. An announced revision that stops serving fires ``revision_rolled_back`` (an older one
     serves again) or ``revision_replaced`` (a newer one serves; its own ``revision_live`` follows once it
-    settles). See :mod:`airflow_provider.settling`.
+    settles). See :mod:`airflow_provider.decisions.settling`.
 
     Each event's payload (the asset event's ``extra["payload"]``) has ``kind`` (``revision_live``,
     ``revision_failed``, ``status_changed``, ``deleted``, ``revision_rolled_back``, ``revision_replaced``),
@@ -163,7 +163,7 @@ class DeploymentEventTrigger(BaseEventTrigger):
         needs the service's revision endpoint and stays silent without it.
     :param poll_interval: seconds between two looks.
     :param settle_time: seconds a new active revision must serve (``READY``, at every look) before
-        ``revision_live`` fires (default :data:`~airflow_provider.settling.DEFAULT_SETTLE_TIME`).
+        ``revision_live`` fires (default :data:`~airflow_provider.decisions.settling.DEFAULT_SETTLE_TIME`).
         ``0`` announces it at the first look that sees it, as before this existed: only when you ask.
     :param wait_for_verdict: hold ``revision_live`` while a rollout of this provider is still judging the
         revision (until its verdict, or the judging's own deadline); ``False`` announces it after the settle

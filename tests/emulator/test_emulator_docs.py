@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from airflow_provider.emulator.app import create_app
 from airflow_provider.emulator.state import EmulatorState
+from airflow_provider.emulator.web.app import create_app
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "emulator.rst"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

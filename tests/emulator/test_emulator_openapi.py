@@ -6,10 +6,10 @@ from typing import Any, get_args
 
 import pytest
 
-from airflow_provider.emulator.app import APPS_TAG, EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, create_app
 from airflow_provider.emulator.metrics import METRICS_TAG
 from airflow_provider.emulator.state import EmulatorState, StatusName
 from airflow_provider.emulator.tracing import TRACING_TAG
+from airflow_provider.emulator.web.app import APPS_TAG, EMULATOR_ONLY_TAG, PRODUCTION_ONLY_TAG, create_app
 from airflow_provider.models import DeploymentStatus, DeploymentType
 
 SPEC_OPERATIONS = {

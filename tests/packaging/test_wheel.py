@@ -24,6 +24,7 @@ import pytest
 from airflow_provider import __version__
 from airflow_provider.defaults import CONN_TYPE
 from airflow_provider.get_provider_info import PACKAGE_NAME
+from airflow_provider.plugins.rollouts.app import SCRIPTS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_DAGS = sorted(path.name for path in (REPO / "example_dags").glob("*.py"))
@@ -175,4 +176,4 @@ def test_installed_provider_registers_everything_and_finds_its_files(
     assert "deployment_service_rollouts" in seen["plugins"] and seen["plugin_errors"] == {}, seen
     assert Path(seen["view_dir"]).is_relative_to(site), seen["view_dir"]
     shipped = {name for name, size in seen["view_files"].items() if size > 0}
-    assert shipped >= {"page.html", "rollouts.js", "rollouts.css", "rollouts.svg"}, seen["view_files"]
+    assert shipped >= {"page.html", *SCRIPTS, "rollouts.css", "rollouts.svg"}, seen["view_files"]

@@ -5,6 +5,7 @@ manager. A refused request never reaches the service."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.models import PatchDeploymentRequest
+from airflow_provider.plugins.rollouts.app import SCRIPTS
 from tests.tasks.conftest import connection_json, seed
 
 ROUTES = [
@@ -73,6 +75,20 @@ def test_the_ui_cookie_and_a_bearer_header_both_authenticate(
         assert page.status_code == 200 and 'data-page="deployments"' in page.text
         listed = client.get("/deployment-service/api/deployments").json()["deployments"]
         assert sorted(row["name"] for row in listed) == ["app-0000", "app-0001", "app-0002"]
+
+
+def test_the_page_loads_the_view_scripts_in_order_and_each_is_served(
+    view: Callable[..., TestClient], token: Callable[[str], str]
+) -> None:
+    """The pages' scripts are plain files sharing one scope: ``page.html`` loads every one, in the order in which
+    each uses what the ones before it define, and the app serves each as JavaScript."""
+    client = view(cookie=token("op"))
+    page = client.get("/deployment-service/deployments")
+    assert page.status_code == 200
+    assert re.findall(r'<script defer src="[^"]*static/([\w.]+)"></script>', page.text) == list(SCRIPTS)
+    for name in SCRIPTS:
+        served = client.get(f"/deployment-service/static/{name}")
+        assert served.status_code == 200 and served.headers["content-type"].startswith("text/javascript"), name
 
 
 @pytest.mark.parametrize("role", ["viewer", "user"])
@@ -272,7 +288,7 @@ def add_fleet_rollout(deployment_id: str) -> str:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from airflow_provider.plugins.rollouts.records import WAVE_KEY_PREFIX
+    from airflow_provider.plugins.rollouts.metadata import WAVE_KEY_PREFIX
 
     add_dags_and_events(deployment_id)  # the DAGs (and their bundle)
     run_id = f"manual__fleet_{uuid.uuid4().hex[:8]}"
@@ -393,7 +409,7 @@ def add_patch_record(server: Any, deployment_id: str) -> tuple[str, dict[str, st
     """A failed run of :data:`VISIBLE_DAG` whose patch task recorded its revision rejected by the analysis and
     rolled back (its record in ``task_state_store``; a failed task emits no asset event), on two revisions made on
     the emulator. Returns the run id and the revisions (``good``, ``bad``, ``restored``)."""
-    from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
+    from airflow_provider.decisions.record import RECORD_KEY, Kind, entry, with_entries
 
     add_dags_and_events(deployment_id)
     revisions = {"good": server.state.deployment(deployment_id)["active_revision_id"]}

@@ -1,5 +1,5 @@
 """The measurement charts' SVG as the page draws it (issue 32): the view's own drawing code
-(``static/rollouts.js``, its charts section) run in Node.js on the charts' JSON, with a minimal DOM that records
+(``static/charts.js``) run in Node.js on the charts' JSON, with a minimal DOM that records
 what it builds. The line is where the bound is (the baseline's, the rate test's tolerated rate, or the fixed
 threshold), labelled with what it is, and each round's verdict is marked under the plot."""
 
@@ -16,15 +16,14 @@ import pytest
 from airflow_provider.plugins.rollouts.charts import analysis_charts
 from tests.plugins.test_rollouts_charts import ON_BASELINE, RATE_TESTED, RESULT
 
-SCRIPT = Path(__file__).resolve().parents[2] / "airflow_provider" / "plugins" / "rollouts" / "static" / "rollouts.js"
+SCRIPT = Path(__file__).resolve().parents[2] / "airflow_provider" / "plugins" / "rollouts" / "static" / "charts.js"
 NODE = shutil.which("node")
 
-# Loads the charts section of rollouts.js (from `const SVG` up to the next function after chartsBlock) into a
-# context whose `document` builds plain objects, draws each chart given on stdin and prints the trees as JSON.
+# Loads charts.js into a context whose `document` builds plain objects (with the `h` and `badge` it takes from the
+# shared widgets), draws each chart given on stdin and prints the trees as JSON.
 DRAW = r"""
 const fs = require("fs"), vm = require("vm");
 const source = fs.readFileSync(process.argv[process.argv.length - 1], "utf8");
-const section = source.slice(source.indexOf("const SVG = "), source.indexOf("function taskLink("));
 class Node {}
 class Element extends Node {
   constructor(tag) { super(); this.tag = tag; this.attrs = {}; this.children = []; }
@@ -51,14 +50,14 @@ function h(tag, attrs, ...children) {
 }
 const badge = (text) => h("span", { class: "badge" }, String(text));
 const context = vm.createContext({ document, Node, h, badge });
-vm.runInContext(section, context);
+vm.runInContext(source, context);
 const charts = JSON.parse(fs.readFileSync(0, "utf8"));
 process.stdout.write(JSON.stringify(charts.map((chart) => vm.runInContext("measurementChart", context)(chart))));
 """
 
 
 def draw(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The figures rollouts.js draws for ``result``'s charts, as trees of ``tag``, ``attrs``, ``children``."""
+    """The figures charts.js draws for ``result``'s charts, as trees of ``tag``, ``attrs``, ``children``."""
     if NODE is None:
         pytest.skip("Node.js is not installed (apt-get install nodejs): the page's drawing code cannot run here")
     done = subprocess.run(

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from airflow_provider.decisions.record import bounded_verdict
 from airflow_provider.plugins.rollouts.charts import analysis_charts, round_verdicts
 from airflow_provider.plugins.rollouts.shapes import row_analysis
-from airflow_provider.record import bounded_verdict
 
 
 def measurement(round_: int, check: str, value: float | None, condition: str, verdict: str) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.judging import JUDGING_KEY, with_marker, with_rounds
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, with_marker, with_rounds
+from airflow_provider.decisions.record import RECORD_KEY, Kind, entry, with_entries
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.record import RECORD_KEY, Kind, entry, with_entries
 from tests.conftest import connection_json
 from tests.plugins.test_rollouts_access import (  # noqa: F401 - fixtures
     VISIBLE_DAG,

@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, Outcome, WaveRecord
+from airflow_provider.decisions.record import KINDS, Kind, entry, event_entries
 from airflow_provider.plugins import rollouts as rollouts_package
 from airflow_provider.plugins.rollouts.credits import ROLES, revision_marks
-from airflow_provider.plugins.rollouts.records import FleetTaskRecord, _stored_json
+from airflow_provider.plugins.rollouts.metadata import FleetTaskRecord, _stored_json
 from airflow_provider.plugins.rollouts.shapes import fleet_view
-from airflow_provider.record import KINDS, Kind, entry, event_entries
 
 
 def record(**fields: Any) -> FleetTaskRecord:
@@ -89,12 +89,12 @@ def test_the_store_references_of_a_worker_side_backend_are_not_read_as_progress(
 
 def test_every_fleet_outcome_has_a_tone_in_the_view() -> None:
     """A new outcome shown without a tone would look like an unknown status: each has its colour."""
-    script = (Path(rollouts_package.__file__).parent / "static" / "rollouts.js").read_text()
+    script = (Path(rollouts_package.__file__).parent / "static" / "widgets.js").read_text()
     tones = script[script.index("const STATUS_TONE = {") : script.index("};", script.index("const STATUS_TONE"))]
     outcomes = [value for name, value in vars(Outcome).items() if name.isupper()]
     outcomes += [*ROLES, *KINDS]  # a revision's role in a task's record, a record's newest outcome
     missing = [outcome for outcome in outcomes if not re.search(rf"\b{outcome}\s*:", tones)]
-    assert not missing, f"outcomes with no STATUS_TONE in rollouts.js: {missing}"
+    assert not missing, f"outcomes with no STATUS_TONE in widgets.js: {missing}"
 
 
 def test_a_rollback_whose_reason_is_unknown_counts_against_the_budget_apart_from_the_failures() -> None:

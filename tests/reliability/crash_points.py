@@ -57,7 +57,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, T
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 import airflow_provider
-from airflow_provider.record import RECORD_KEY, entries_of
+from airflow_provider.decisions.record import RECORD_KEY, entries_of
 
 MAX_TRIES = 4
 """Tries per run, the first included (Airflow retries a retryable failure; a killed try counts)."""
@@ -761,7 +761,8 @@ class RunResult:
     failed_verdicts: list[dict[str, Any]] = field(default_factory=list)
     """Every failed verdict a try recorded in ``task_state_store`` (none without a store)."""
     record: list[dict[str, Any]] = field(default_factory=list)
-    """The task's record (:data:`~airflow_provider.record.RECORD_KEY`) once the tries ended (none without a store)."""
+    """The task's record (:data:`~airflow_provider.decisions.record.RECORD_KEY`) once the tries ended (none without a
+    store)."""
 
     @property
     def last(self) -> TryOutcome:

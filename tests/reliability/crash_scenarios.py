@@ -20,13 +20,13 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from airflow_provider.analysis import Analysis, HttpCheck, TracingProjectCheck
+from airflow_provider.decisions.spec_changes import resource_spec_json
 from airflow_provider.emulator.server import EmulatorServer
 from airflow_provider.operators.deployment_service import (
     FleetRolloutOperator,
     PatchDeploymentOperator,
     RollbackDeploymentOperator,
 )
-from airflow_provider.spec_changes import resource_spec_json
 from tests.reliability.crash_points import (
     FLAKY,
     INVARIANTS,

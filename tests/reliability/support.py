@@ -257,8 +257,8 @@ def tls_emulator(state: Any, tls: TlsFiles) -> Iterator[str]:
     """Serve ``state`` over HTTPS on 127.0.0.1 (EmulatorServer speaks plain HTTP only); yield the base URL."""
     import uvicorn
 
-    from airflow_provider.emulator.app import create_app
     from airflow_provider.emulator.server import QuickServer, bind_socket
+    from airflow_provider.emulator.web.app import create_app
 
     sock = bind_socket("127.0.0.1", 0)
     config = uvicorn.Config(

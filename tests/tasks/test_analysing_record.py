@@ -8,9 +8,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider.decisions.record import RECORD_KEY, entries_of
 from airflow_provider.plugins.rollouts.credits import history_rollout, revision_marks
 from airflow_provider.plugins.rollouts.history import TaskHistory
-from airflow_provider.record import RECORD_KEY, entries_of
 from tests.tasks.conftest import FakeStore, FakeTI
 from tests.tasks.test_patch_analysis import (
     TRAFFIC,
@@ -116,7 +116,7 @@ def test_a_deferred_analysis_shows_analysing_with_the_rounds_the_trigger_measure
 
     from airflow.sdk.exceptions import TaskDeferred
 
-    from airflow_provider.judging import JUDGING_KEY
+    from airflow_provider.decisions.judging_marker import JUDGING_KEY
     from airflow_provider.plugins.rollouts.history import with_rounds_measured
     from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
     from tests.tasks.test_watcher_settling import AssetStore, shared_store

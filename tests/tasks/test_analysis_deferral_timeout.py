@@ -25,7 +25,7 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_provider.analysis import TracingProjectCheck
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
 from airflow_provider.tasks import analysis as task_analysis
 from airflow_provider.tasks.deferral import TRIGGER_FAIL_METHOD, TRIGGER_TIMEOUT, deferral_timed_out

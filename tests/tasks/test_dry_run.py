@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.decisions.record import RECORD_KEY
 from airflow_provider.operators.analysis import DeploymentAnalysisOperator
-from airflow_provider.record import RECORD_KEY
 from tests.tasks.conftest import FakeStore, FakeTI, make_context, run_deferred
 from tests.tasks.test_patch_analysis import (  # noqa: F401 - emulator is a fixture
     PATHS,
@@ -113,8 +113,8 @@ def test_a_dry_run_gate_never_fails_the_task(emulator: Any, task_logs: Callable[
 
 
 def test_the_rollouts_view_labels_a_dry_run_by_what_it_would_have_done() -> None:
+    from airflow_provider.decisions.record import Kind, entry
     from airflow_provider.plugins.rollouts.credits import revision_roles
-    from airflow_provider.record import Kind, entry
     from airflow_provider.tasks.dry_run import dry_run_message
 
     verdict = {

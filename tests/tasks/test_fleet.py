@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
+from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.emulator import FaultRule
-from airflow_provider.fleet import FleetProgress, FleetRow, Outcome, WaveRecord
 from airflow_provider.models import Deployment
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.tasks.fleet import STATE_KEY
-from airflow_provider.tasks.fleet_progress import stop_reason
+from airflow_provider.tasks.fleet.progress import STATE_KEY, stop_reason
 from airflow_provider.triggers.deployment_service import FleetWaveTrigger
 from tests.tasks.conftest import (
     LIST_ROUTE,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.fleet import Outcome
-from airflow_provider.tasks import fleet_rollback
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.tasks import rollback as rollback_module
-from airflow_provider.tasks.fleet_abort import ABORT_KEY, TAKEN_KEY, AbortRequest
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.fleet import rollback as fleet_rollback
+from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY, AbortRequest
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 from tests.tasks.conftest import PATCH_ROUTE, FakeStore, run_deferred
 from tests.tasks.test_fleet_retries import (
     REDEPLOY_ROUTE,

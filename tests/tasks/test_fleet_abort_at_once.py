@@ -2,7 +2,7 @@
 a pause before a wave (either mode), and in ``rollback`` mode the watch of the current wave (its bake), its analysis
 and an open question about it. On the worker the task reads the request between two rounds of its wait; a deferred
 task (or one awaiting an answer) is resumed by the view with an abort event, which these tests send as the view does
-(:func:`~airflow_provider.tasks.fleet_abort.abort_event`, the trigger's ``carry`` in it). Each wait below is far
+(:func:`~airflow_provider.tasks.fleet.abort.abort_event`, the trigger's ``carry`` in it). Each wait below is far
 longer than the test may take: a task that waited it out fails the time bound, and every outcome is checked on what
 the emulator serves."""
 
@@ -20,10 +20,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
-from airflow_provider.fleet import ABORTED_UNJUDGED, Outcome
-from airflow_provider.record import fleet_row_entries
-from airflow_provider.tasks.fleet_abort import ABORT_KEY, TAKEN_KEY, abort_event, interrupts, waiting_on
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.decisions.fleet_progress import ABORTED_UNJUDGED, Outcome
+from airflow_provider.decisions.record import fleet_row_entries
+from airflow_provider.tasks.fleet.abort import ABORT_KEY, TAKEN_KEY, abort_event, interrupts, waiting_on
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.inconclusive import ROLL_BACK
 from tests.tasks.conftest import FakeStore, run_trigger
 from tests.tasks.test_fleet_abort import FAST, assert_untouched, request, serving
@@ -126,7 +126,7 @@ def _call(task: Any, *, method: str, kwargs: dict[str, Any], context: dict[str, 
 
 
 def _request_of(context: dict[str, Any]) -> Any:
-    from airflow_provider.tasks.fleet_abort import AbortRequest
+    from airflow_provider.tasks.fleet.abort import AbortRequest
 
     found = AbortRequest.from_json(context["task_state_store"].data[ABORT_KEY])
     assert found is not None
@@ -273,7 +273,7 @@ def test_what_an_abort_ends_at_once() -> None:
 
 
 def test_what_a_deferred_fleet_task_waits_for() -> None:
-    from airflow_provider.fleet import FleetProgress, FleetRow, WaveRecord
+    from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, WaveRecord
 
     row = FleetRow("id-a", "a", "canary", "r0", None, Outcome.PENDING)
     progress = FleetProgress([WaveRecord("canary", [row], phase="planned")], allowed_failures=0, change="x")

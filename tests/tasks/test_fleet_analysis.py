@@ -17,8 +17,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider.analysis import Analysis, MetricQueryCheck, TracingProjectCheck
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.emulator.tracing import tracing_base_url
-from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from airflow_provider.triggers.fleet import FleetWaveTrigger

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from airflow_provider.triggers.fleet import FleetWaveTrigger
 from tests.tasks.conftest import FakeStore, FakeTI

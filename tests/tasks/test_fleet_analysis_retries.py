@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_provider.analysis import Analysis, HttpCheck
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
 from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from tests.tasks.conftest import CONN_ENV, PATCH_ROUTE, FakeStore, FakeTI, connection_json, make_context, run_trigger

@@ -19,10 +19,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.emulator.tracing import tracing_base_url
-from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 from airflow_provider.tasks.inconclusive import ANALYSE_AGAIN, OPTIONS, PROMOTE, ROLL_BACK
 from tests.tasks.conftest import CONN_ENV, SECRET, FakeStore, connection_json, run_trigger, scan_for_secret, seed
 from tests.tasks.test_patch_inconclusive_ask import TIMED_OUT, AskingTI, chosen
@@ -206,9 +206,9 @@ def test_an_inconclusive_deployment_of_a_wave_already_stopping_fails_without_a_q
     asked."""
     import logging
 
-    from airflow_provider.fleet import FleetProgress, FleetRow, WaveRecord
-    from airflow_provider.tasks.fleet_asking import WaveQuestion
-    from airflow_provider.tasks.fleet_progress import ProgressStore
+    from airflow_provider.decisions.fleet_progress import FleetProgress, FleetRow, WaveRecord
+    from airflow_provider.tasks.fleet.asking import WaveQuestion
+    from airflow_provider.tasks.fleet.progress import ProgressStore
 
     unsure = FleetRow(
         "id-a", "a", "canary", "r0", "r1", Outcome.LANDED, analysis={"verdict": "inconclusive", "reason": "few"}

@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
 from airflow_provider.analysis.rate_test import RateTest
-from airflow_provider.fleet import Outcome
-from airflow_provider.record import Kind, fleet_row_entries
+from airflow_provider.decisions.fleet_progress import Outcome
+from airflow_provider.decisions.record import Kind, fleet_row_entries
 from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, make_context, scan_for_secret
 from tests.tasks.test_fleet_analysis import (  # noqa: F401 - fleet is a fixture
     TRAFFIC,

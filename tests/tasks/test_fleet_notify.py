@@ -171,7 +171,7 @@ def test_a_retry_after_a_try_that_failed_once_it_had_notified_sends_nothing_agai
     task = fleet_op(deployment_names="app-0000,app-0001", notify={"rolled_out": told})
     with monkeypatch.context() as broken:
         broken.setattr(
-            "airflow_provider.tasks.fleet_result.emit_events",  # imported from there when the task uses it
+            "airflow_provider.tasks.fleet.result.emit_events",  # imported from there when the task uses it
             lambda *a, **k: (_ for _ in ()).throw(RuntimeError("asset events could not be written")),
         )
         with pytest.raises(RuntimeError):

@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider.decisions.fleet_progress import REASON_UNKNOWN, Outcome
 from airflow_provider.emulator import FaultRule
 from airflow_provider.errors import DeploymentServiceError
-from airflow_provider.fleet import REASON_UNKNOWN, Outcome
 from airflow_provider.operators.deployment_service import FleetRolloutOperator
-from airflow_provider.tasks import fleet_patching, fleet_rollback, fleet_watching
 from airflow_provider.tasks import rollback as rollback_module
-from airflow_provider.tasks.fleet import STATE_KEY
+from airflow_provider.tasks.fleet import patching as fleet_patching
+from airflow_provider.tasks.fleet import rollback as fleet_rollback
+from airflow_provider.tasks.fleet import watching as fleet_watching
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 from tests.tasks.conftest import PATCH_ROUTE, FakeStore, FakeTI, run_deferred, run_trigger, seed
 
 REDEPLOY_ROUTE = "POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy"

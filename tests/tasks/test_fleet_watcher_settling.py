@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider.judging import JUDGING_KEY
+from airflow_provider.decisions.judging_marker import JUDGING_KEY
 from tests.tasks.conftest import FakeStore, FakeTI, wait_until
 from tests.tasks.test_fleet_analysis import (  # noqa: F401 - fleet is a fixture
     fleet,
@@ -64,7 +64,7 @@ async def test_a_fleet_canary_rejected_by_its_analysis_is_never_announced(
 
 
 def test_a_fleet_row_is_landed_for_the_watchers_only_once_its_wave_is_done_and_never_when_rolled_back() -> None:
-    from airflow_provider.tasks.judging import fleet_marker_entries
+    from airflow_provider.tasks.publishing import fleet_marker_entries
 
     row = {
         "deployment_id": "d",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.operators.deployment_service import DeploymentAnalysisOperator, FleetRolloutOperator
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json, make_context, run_deferred, seed
 from tests.tasks.test_patch_analysis import (

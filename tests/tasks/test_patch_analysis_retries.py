@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 
 from airflow_provider.analysis import HttpCheck, TracingProjectCheck
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 from airflow_provider.triggers.deployment_service import DeploymentAnalysisTrigger
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json, run_trigger
 from tests.tasks.test_patch_analysis import (

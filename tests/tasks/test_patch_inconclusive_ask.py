@@ -20,10 +20,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskAwaitingInput, TaskDeferred
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
+from airflow_provider.decisions.record import RECORD_KEY
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
-from airflow_provider.record import RECORD_KEY
 from airflow_provider.tasks.inconclusive import ANALYSE_AGAIN, OPTIONS, PROMOTE, ROLL_BACK
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 from tests.tasks.conftest import CONN_ENV, SECRET, FakeStore, FakeTI, connection_json, run_trigger, scan_for_secret
 
 OLD_IMAGE = "registry.example.com/acme/svc:1.0.0"

@@ -20,7 +20,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json
 from tests.tasks.test_patch_analysis import PATHS, context_with_events, emitted, run
 

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.analysis import TracingProjectCheck
 from airflow_provider.operators.deployment_service import PatchDeploymentOperator
-from airflow_provider.tasks.patch_retry import TASK_STATE_KEY
+from airflow_provider.tasks.patch.retry import TASK_STATE_KEY
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json
 from tests.tasks.test_patch_analysis import (
     OLD_IMAGE,

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider.models import Deployment, Revision
-from airflow_provider.rollout import (
+from airflow_provider.decisions.rollout import (
     RevisionCheckSchedule,
     RevisionLookBudget,
     RolloutState,
@@ -16,6 +15,7 @@ from airflow_provider.rollout import (
     bake_verdict,
     rollout_verdict,
 )
+from airflow_provider.models import Deployment, Revision
 
 DEP = "11111111-1111-4111-8111-111111111111"
 OLD = "22222222-2222-4222-8222-222222222222"

@@ -19,8 +19,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.analysis import Analysis, HttpCheck
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.emulator.unknown_fields import CONFIG_FIELDS, SPEC_FIELDS
-from airflow_provider.fleet import Outcome
 from airflow_provider.operators.deployment_service import (
     FleetRolloutOperator,
     PatchDeploymentOperator,

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.judging import JUDGING_KEY, judging_of, with_marker
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, judging_of, with_marker
+from airflow_provider.decisions.settling import Seen
 from airflow_provider.models import PatchDeploymentRequest
-from airflow_provider.settling import Seen
-from airflow_provider.tasks import judging as task_judging
+from airflow_provider.tasks import publishing
 from airflow_provider.triggers.deployment_service import DeploymentEventTrigger, active_pollers
 from airflow_provider.triggers.watcher import PROBE_KEY, JudgingReader
 from tests.tasks.conftest import CONN_ENV, FakeStore, FakeTI, connection_json, wait_until
@@ -80,7 +80,7 @@ class AssetStore:
 def shared_store(monkeypatch: pytest.MonkeyPatch, deployment_id: str, store: AssetStore | None) -> AssetStore | None:
     """The deployment's id asset store, for the task's writes (the watcher's reads are wired by ``watch``)."""
     uri = deployment_asset_uri(deployment_id)
-    monkeypatch.setattr(task_judging, "asset_store", lambda name: store if name == uri else None)
+    monkeypatch.setattr(publishing, "asset_store", lambda name: store if name == uri else None)
     return store
 
 
@@ -330,7 +330,7 @@ def test_bad_settle_arguments_are_refused_naming_them(kwargs: dict[str, Any], me
 
 def test_the_judging_window_covers_the_rollout_the_analysis_and_the_bake() -> None:
     task = patch_op_like(timeout=30, bake_seconds=10, analysis=analysis_of(_tracing(), count=4))
-    assert task_judging.judging_window(task) == task_judging.JUDGING_MARGIN + 30 + 10 + 4 * 0.3
+    assert publishing.judging_window(task) == publishing.JUDGING_MARGIN + 30 + 10 + 4 * 0.3
 
 
 def patch_op_like(**attributes: Any) -> Any:
@@ -352,7 +352,7 @@ async def test_without_a_settle_time_a_revision_is_announced_the_first_time_it_i
 ) -> None:
     # The time the candidate was first seen is kept to the millisecond: rounded up (.2646 -> .265) it lay in
     # the future and a watcher with settle_time=0 announced one round late (half the time, by the clock).
-    from airflow_provider import settling
+    from airflow_provider.decisions import settling
     from airflow_provider.models import Deployment
     from tests.test_models import REV_NEW, REV_OLD, deployment_json
 

@@ -27,12 +27,12 @@ from airflow_provider.models import (
     canonical_uuid,
 )
 
-from ..contract import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
-from ..merge import known_dump, merge_model
+from ..contract.merge import known_dump, merge_model
+from ..contract.rules import Current, refusals
+from ..contract.schema import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
 from ..records import REDEPLOYABLE, DeploymentRecord, RevisionRecord
 from ..revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogOrder, LogType, revision_log
 from ..revision_logs import page as log_page
-from ..rules import Current, refusals
 from ..unknown_fields import PatchBodyWithServiceFields, replaced_spec, stored_dump
 from .errors import EmulatorError, NotFound
 from .store import StateStore, _locked
@@ -224,11 +224,12 @@ class ServiceSide(StateStore):
         non-null ``secrets``, or (``replace`` mode) a non-null ``resource_spec``.
 
         :param deployment_id: the deployment.
-        :param patch: the body: :class:`~airflow_provider.emulator.contract.PatchBody`, the provider's
+        :param patch: the body: :class:`~airflow_provider.emulator.contract.schema.PatchBody`, the provider's
             request model, or plain JSON.
         :param tenant: the caller's tenant (``None``: any).
         :raises EmulatorError: 404 unknown deployment; 422 schema (see
-            :mod:`~airflow_provider.emulator.contract`); 400 rules (see :mod:`~airflow_provider.emulator.rules`).
+            :mod:`~airflow_provider.emulator.contract.schema`); 400 rules (see
+            :mod:`~airflow_provider.emulator.contract.rules`).
         """
         record = self._record(deployment_id, tenant)
         try:

@@ -1,9 +1,9 @@
 """**Abort** a running fleet rollout from its fleet tab, carried out by the running task itself.
 
 The view writes an abort request in the task's ``task_state_store`` (key
-:data:`~airflow_provider.tasks.fleet_abort.ABORT_KEY`, through Airflow's state backend, as the Execution API writes
+:data:`~airflow_provider.tasks.fleet.abort.ABORT_KEY`, through Airflow's state backend, as the Execution API writes
 the task's own keys); the ``FleetRolloutOperator`` reads it before each phase of each wave and acts on it (see
-:mod:`~airflow_provider.tasks.fleet_abort`: recorded before acting, never applied twice, honoured by a retry), then
+:mod:`~airflow_provider.tasks.fleet.abort`: recorded before acting, never applied twice, honoured by a retry), then
 fails "aborted by <user> from the Rollouts view". The view never touches a deployment.
 
 - **authorised by Airflow's auth manager**: edit access to the DAG's task instances (``is_authorized_dag``,
@@ -14,7 +14,7 @@ fails "aborted by <user> from the Rollouts view". The view never touches a deplo
 - only a task that still runs (queued, running, deferred, up for retry...) can be aborted (else 409);
 - **at once**: a task deferred (or awaiting an answer) on something the abort ends (a pause; in ``rollback`` mode
   the watch of the current wave, its analysis or a question about it: see
-  :func:`~airflow_provider.tasks.fleet_abort.interrupts`) is resumed by the view in the same transaction, as Airflow's
+  :func:`~airflow_provider.tasks.fleet.abort.interrupts`) is resumed by the view in the same transaction, as Airflow's
   own API server resumes a task answered through its human-in-the-loop API; an open question is answered "Roll back"
   in the user's name. A task parked less than :data:`WAKE_SETTLE_SECONDS` ago is woken once it has been parked that
   long (from a timer of the view's process: Airflow 3.3.2 fails a task resumed within seconds of parking). A running
@@ -37,12 +37,12 @@ from airflow.models import Log
 from fastapi import HTTPException, status
 from sqlalchemy import select
 
-from airflow_provider.fleet import Outcome
+from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.plugins.rollouts import access
 from airflow_provider.plugins.rollouts.access import HTTP_422
 from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN, locked_task_instance, task_instance_named
 from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
-from airflow_provider.tasks.fleet_abort import (
+from airflow_provider.tasks.fleet.abort import (
     ABORT_KEY,
     ABORT_MODES,
     TAKEN_KEY,
@@ -51,13 +51,13 @@ from airflow_provider.tasks.fleet_abort import (
     interrupts,
     waiting_on,
 )
-from airflow_provider.tasks.fleet_progress import STATE_KEY
+from airflow_provider.tasks.fleet.progress import STATE_KEY
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
     from sqlalchemy.orm import Session
 
-    from airflow_provider.plugins.rollouts.records import FleetTaskRecord
+    from airflow_provider.plugins.rollouts.metadata import FleetTaskRecord
 
 __all__ = [
     "ABORTABLE_STATES",
@@ -140,8 +140,8 @@ def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any])
 
     :param user: the request's user.
     :param record: the fleet task as the tab reads it.
-    :param stored: the task's abort keys (:data:`~airflow_provider.tasks.fleet_abort.ABORT_KEY` and
-        :data:`~airflow_provider.tasks.fleet_abort.TAKEN_KEY`) as stored.
+    :param stored: the task's abort keys (:data:`~airflow_provider.tasks.fleet.abort.ABORT_KEY` and
+        :data:`~airflow_provider.tasks.fleet.abort.TAKEN_KEY`) as stored.
     """
     requested, taken = stored.get(ABORT_KEY), stored.get(TAKEN_KEY)
     progress = record.progress
@@ -306,14 +306,14 @@ def _wake(
     session: Session, ti: Any, request: AbortRequest, user: BaseUser, body: AbortBody
 ) -> tuple[str | None, float]:
     """Resume a task deferred (or awaiting an answer) on something the abort ends, with an
-    :func:`~airflow_provider.tasks.fleet_abort.abort_event`, in the caller's transaction (the task instance is
+    :func:`~airflow_provider.tasks.fleet.abort.abort_event`, in the caller's transaction (the task instance is
     locked); an open question is answered "Roll back" in ``user``'s name. Returns what the task waited for when it was
     woken, else ``None`` (it takes the abort at its next step, or between two rounds on the worker), and the seconds
     after which to try again when the task parked less than :data:`WAKE_SETTLE_SECONDS` ago (else ``0``)."""
     from airflow.models.trigger import Trigger, handle_event_submit
     from airflow.triggers.base import TriggerEvent
 
-    from airflow_provider.plugins.rollouts.records import fleet_task
+    from airflow_provider.plugins.rollouts.metadata import fleet_task
 
     state = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
     if state not in ("deferred", "awaiting_input"):

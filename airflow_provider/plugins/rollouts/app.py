@@ -30,12 +30,12 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from airflow_provider import dora
 from airflow_provider.client import describe_validation_error
+from airflow_provider.decisions import dora
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import aborts, access, actions, credits, history, records, shapes
+from airflow_provider.plugins.rollouts import aborts, access, actions, credits, history, metadata, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -45,13 +45,16 @@ if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
     from sqlalchemy.orm import Session
 
-    from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
+    from airflow_provider.plugins.rollouts.metadata import EventRecord, FleetTouch
 
 T = TypeVar("T")
 
 STATIC = resources.files("airflow_provider.plugins.rollouts") / "static"
+SCRIPTS = ("widgets.js", "charts.js", "list.js", "deployment.js", "fleet.js", "rollouts.js")
+"""The pages' scripts, in the order ``page.html`` loads them: plain scripts sharing one scope, each using what the
+ones before it define (the shared widgets, the charts, one script per page, then the start)."""
 ASSETS = {
-    "rollouts.js": "text/javascript; charset=utf-8",
+    **dict.fromkeys(SCRIPTS, "text/javascript; charset=utf-8"),
     "rollouts.css": "text/css; charset=utf-8",
     "rollouts.svg": "image/svg+xml",
 }
@@ -245,7 +248,7 @@ def _deployments(
     ids = [deployment.id for deployment in listing.deployments]
     dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
-        events = records.latest_events(session, ids, dag_ids)
+        events = metadata.latest_events(session, ids, dag_ids)
         found = _histories(session, user, dag_ids, list(events.values()), days)
     listed = set(ids)
     by_deployment: dict[str, list[dict[str, Any]]] = {}
@@ -278,7 +281,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
     shown = _service(conn_id, lambda: reader.revisions(conn_id, deployment_id))
     dag_ids = access.readable_dag_ids(user)
     with create_session() as session:
-        events = records.deployment_events(session, deployment_id, dag_ids)
+        events = metadata.deployment_events(session, deployment_id, dag_ids)
         told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
         offered = actions.rollback_actions(user, conn_id, session)
     rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
@@ -331,16 +334,16 @@ def _histories(
     kept no record."""
     end = time.time()
     start = end - days * dora.DAY
-    since = datetime.fromtimestamp(min(start, end - records.FLEET_LOOKBACK.total_seconds()), tz=timezone.utc)
+    since = datetime.fromtimestamp(min(start, end - metadata.FLEET_LOOKBACK.total_seconds()), tz=timezone.utc)
     tasks = history.task_histories(session, dag_ids, deployment_id=deployment_id, since=since)
-    touches = records.fleet_touches(
+    touches = metadata.fleet_touches(
         session, dag_ids, deployment_id=deployment_id, since=since, limit=history.RECORDS_SCANNED
     )
     detailed = _fleet_readable(user, events, touches) | access.fleet_readable_dag_ids(user, {t.dag_id for t in tasks})
     fleets = history.fleet_histories(touch for touch in touches if touch.dag_id in detailed)
     told = history.without_duplicates([*tasks, *fleets, *history.event_histories(events)])
     told = history.with_rounds_measured(told, history.judging_markers(session, history.judged_deployments(told)))
-    running = records.running_task_keys(session, told)
+    running = metadata.running_task_keys(session, told)
     rollouts = []
     for item in told:
         live = item.key in running
@@ -360,7 +363,7 @@ def _fleet(user: BaseUser, dag_id: str, run_id: str, task_id: str, index: int) -
     hitl = getattr(DagAccessEntity, "HITL_DETAIL", None)  # Airflow 3.1+
     with_approvals = hitl is not None and access.may_read_dag(dag_id, user, hitl)
     with create_session() as session:
-        record = records.fleet_task(session, dag_id, run_id, task_id, index, with_approvals=with_approvals)
+        record = metadata.fleet_task(session, dag_id, run_id, task_id, index, with_approvals=with_approvals)
     if record is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,

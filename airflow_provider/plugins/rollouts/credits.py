@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider.decisions.record import Kind
 from airflow_provider.plugins.rollouts.history import TaskHistory
 from airflow_provider.plugins.rollouts.paths import (
     airflow_root_path,
@@ -22,7 +23,6 @@ from airflow_provider.plugins.rollouts.paths import (
     task_instance_tab_path,
 )
 from airflow_provider.plugins.rollouts.shapes import event_rollout, row_analysis, touch_rollout
-from airflow_provider.record import Kind
 
 __all__ = ["ROLES", "history_rollout", "newest_rollout", "requested_text", "revision_marks"]
 

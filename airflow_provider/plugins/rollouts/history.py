@@ -1,18 +1,18 @@
 """The record as the Rollouts view reads it: what each task instance of the provider did to each deployment, as
-record entries (:mod:`airflow_provider.record`), from three places in Airflow's metadata database:
+record entries (:mod:`airflow_provider.decisions.record`), from three places in Airflow's metadata database:
 
-- **the tasks' records** in ``task_state_store`` (key :data:`~airflow_provider.record.RECORD_KEY`): every patch,
-  rollback and analysis task, failed tasks included, on every try;
+- **the tasks' records** in ``task_state_store`` (key :data:`~airflow_provider.decisions.record.RECORD_KEY`): every
+  patch, rollback and analysis task, failed tasks included, on every try;
 - **the fleet rollouts' rows** in ``task_state_store``
-  (:func:`~airflow_provider.plugins.rollouts.records.fleet_touches`): a fleet's record is its rows, read as entries
+  (:func:`~airflow_provider.plugins.rollouts.metadata.fleet_touches`): a fleet's record is its rows, read as entries
   (no second copy is written);
 - **the provider's asset events** of tasks that kept no record (a task of an earlier provider version, or one run
   without a task state store): a landed or rolled-back revision.
 
 A task whose analysis runs in the triggerer cannot write its record until the verdict: its trigger writes the
-rounds so far to the deployment's judging marker (:mod:`airflow_provider.judging`, in the asset state store of the
-deployment's id asset), which :func:`judging_markers` reads and :func:`with_rounds_measured` adds to that task's
-``judging`` entry.
+rounds so far to the deployment's judging marker (:mod:`airflow_provider.decisions.judging_marker`, in the asset state
+store of the deployment's id asset), which :func:`judging_markers` reads and :func:`with_rounds_measured` adds to that
+task's ``judging`` entry.
 
 One :class:`TaskHistory` per task instance, deployment and place; :func:`without_duplicates` keeps a task
 instance's asset events only when it has no record of that deployment. Nothing here calls the service or checks
@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from airflow_provider.assets import deployment_asset_uri
-from airflow_provider.judging import JUDGING_KEY, rounds_of
-from airflow_provider.plugins.rollouts.records import _aware, _chunks, _state_store_model, _stored_json
-from airflow_provider.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
+from airflow_provider.decisions.judging_marker import JUDGING_KEY, rounds_of
+from airflow_provider.decisions.record import RECORD_KEY, Kind, entries_of, event_entries, fleet_row_entries
+from airflow_provider.plugins.rollouts.metadata import _aware, _chunks, _state_store_model, _stored_json
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from airflow_provider.plugins.rollouts.records import EventRecord, FleetTouch
+    from airflow_provider.plugins.rollouts.metadata import EventRecord, FleetTouch
 
 __all__ = [
     "RECORDS_SCANNED",
@@ -145,7 +145,7 @@ def fleet_histories(touches: Iterable[FleetTouch]) -> list[TaskHistory]:
     """The fleet rows read as histories (a row never patched is left out; one still ``pending``, queued in a rollout
     that may still patch it, has no entries yet).
 
-    :param touches: rows from :func:`~airflow_provider.plugins.rollouts.records.fleet_touches`.
+    :param touches: rows from :func:`~airflow_provider.plugins.rollouts.metadata.fleet_touches`.
     """
     histories = []
     for touch in touches:
@@ -173,7 +173,7 @@ def event_histories(events: Iterable[EventRecord]) -> list[TaskHistory]:
     """The provider's asset events emitted by tasks, read as histories (a watcher's are left out: what it saw is
     not what a task did).
 
-    :param events: asset events from :func:`~airflow_provider.plugins.rollouts.records.deployment_events`.
+    :param events: asset events from :func:`~airflow_provider.plugins.rollouts.metadata.deployment_events`.
     """
     histories = []
     for event in events:

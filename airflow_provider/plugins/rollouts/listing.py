@@ -23,17 +23,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from airflow_provider.decisions.rollout import REVISION_ENDPOINT_MISSING
 from airflow_provider.errors import DeploymentServiceError, TransportError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, ListDeploymentsQuery, Revision
-from airflow_provider.rollout import REVISION_ENDPOINT_MISSING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from airflow.sdk import Connection
 
-    from airflow_provider.client_settings import ClientSettings
+    from airflow_provider.client.settings import ClientSettings
 
 LISTING_TTL_SECONDS = 10.0
 """How long one answer of the service serves every viewer."""

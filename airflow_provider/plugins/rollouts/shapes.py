@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider.fleet import (
+from airflow_provider.decisions.fleet_progress import (
     ANALYSIS_FAILED_VERDICTS,
     BUDGET_OUTCOMES,
     CANARY,
@@ -27,13 +27,13 @@ from airflow_provider.fleet import (
 )
 from airflow_provider.models import Deployment, Revision, SourceRevisionConfig
 from airflow_provider.plugins.rollouts.charts import analysis_charts
+from airflow_provider.plugins.rollouts.metadata import EventRecord, FleetTaskRecord, FleetTouch
 from airflow_provider.plugins.rollouts.paths import (
     airflow_root_path,
     dag_run_path,
     task_instance_path,
     task_instance_tab_path,
 )
-from airflow_provider.plugins.rollouts.records import EventRecord, FleetTaskRecord, FleetTouch
 
 ASKING = "asking"
 """How the view shows a fleet row whose inconclusive analysis waits for a person's answer."""
