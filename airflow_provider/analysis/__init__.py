@@ -1,9 +1,9 @@
 """Analysis gates: judge a live revision by what the application does, measured again and again.
 
 :mod:`~airflow_provider.analysis.definitions` holds what an analysis is (pure, validated at construction);
-:mod:`~airflow_provider.analysis.judge` the verdict rules; :mod:`~airflow_provider.analysis.sources` how each
-check kind is measured (async, requests shared across deployments); :mod:`~airflow_provider.analysis.run`
-the rounds (:func:`~airflow_provider.analysis.run.run_analysis`). ``run_analysis`` and ``AnalysisSetupError``
+:mod:`~airflow_provider.analysis.judge` the verdict rules; :mod:`~airflow_provider.analysis.measuring.sources` how each
+check kind is measured (async, requests shared across deployments); :mod:`~airflow_provider.analysis.measuring.run`
+the rounds (:func:`~airflow_provider.analysis.measuring.run.run_analysis`). ``run_analysis`` and ``AnalysisSetupError``
 are imported from the package on first use.
 """
 
@@ -26,12 +26,12 @@ from airflow_provider.analysis.definitions import (
 from airflow_provider.analysis.judge import STILL_SERVING
 
 if TYPE_CHECKING:
-    from airflow_provider.analysis.endpoints import AnalysisSetupError
-    from airflow_provider.analysis.run import run_analysis
+    from airflow_provider.analysis.measuring.endpoints import AnalysisSetupError
+    from airflow_provider.analysis.measuring.run import run_analysis
 
 _MEASURING_NAMES = {
-    "AnalysisSetupError": "airflow_provider.analysis.endpoints",
-    "run_analysis": "airflow_provider.analysis.run",
+    "AnalysisSetupError": "airflow_provider.analysis.measuring.endpoints",
+    "run_analysis": "airflow_provider.analysis.measuring.run",
 }
 """Names of the measuring side, imported on first use: a DAG file that only defines an analysis (and the
 operators that take one) does not import the HTTP clients and connection lookups that measure it."""

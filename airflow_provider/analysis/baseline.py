@@ -1,5 +1,5 @@
 """Conditions that refer to the baseline: ``"<= baseline * 1.5 + 0.01"``, the same metric measured on the revision
-that served before (the preflight's measurement, :mod:`~airflow_provider.analysis.preflight`), so that one
+that served before (the preflight's measurement, :mod:`~airflow_provider.analysis.measuring.preflight`), so that one
 analysis serves applications with very different normal values.
 
 Pure: no I/O, no Airflow, no ``eval``. The grammar is small and fixed: an operator, the word ``baseline``, an

@@ -167,8 +167,8 @@ class TracingProjectCheck(_CheckBase):
     :param rate_test: judge ``error_rate`` by always-valid sequential tests against the baseline instead of
         ``condition`` (a :class:`~airflow_provider.analysis.rate_test.RateTest`: fails once a rate above ``1 +
         tolerated_increase`` times the baseline's is shown, passes once ``1 + harmful_increase`` times is ruled
-        out, each at ``confidence`` over the whole analysis; see :mod:`~airflow_provider.analysis.statistical`).
-        Needs the preflight (the baseline).
+        out, each at ``confidence`` over the whole analysis; see
+        :mod:`~airflow_provider.analysis.statistics.sequential_judge`). Needs the preflight (the baseline).
     :param confidence: a ``feedback.<key>`` check's confidence (0.5 < confidence < 1; default 0.99): its
         sequential tests of the scores against the condition's boundary each err at most ``1 - confidence`` over
         the whole analysis (``">= baseline - 0.05"`` fails once the score is shown worse by more than 0.05).
@@ -599,13 +599,13 @@ class AnalysisTarget(BaseModel):
     :param live_since: when the revision went live (statistics are read from then); UTC.
     :param custom_url: the deployment's URL (``{custom_url}`` in an :class:`HttpCheck`).
     :param baseline: the preflight's measurements of the revision that served before this one (round 0, see
-        :mod:`~airflow_provider.analysis.preflight`): what a baseline condition and a rate test compare with,
+        :mod:`~airflow_provider.analysis.measuring.preflight`): what a baseline condition and a rate test compare with,
         reported with the verdict; ``None``: no preflight.
     :param role: ``"judged"`` (a revision under analysis) or ``"baseline"`` (the preflight measuring the revision
         serving before: a check on the baseline only measures it then).
     :param control: the control group of a fleet's canary (``{"deployment_id", "name", "revision_id", "baseline"}``
         of each deployment not rolled out yet, ``baseline`` its preflight measurements; see
-        :mod:`~airflow_provider.analysis.control`): each round, its statistical checks are judged against the
+        :mod:`~airflow_provider.analysis.statistics.control`): each round, its statistical checks are judged against the
         group's counts over this target's window, each member weighed by its own pre-rollout level; ``None``: no
         control group.
     """

@@ -1,13 +1,13 @@
 """The verdict rules (pure): limits per check, as Argo Rollouts has per metric, but counted differently.
 
-One measurement per check per round. A statistical check (see :mod:`~airflow_provider.analysis.statistical`)
-fails the revision as soon as its sequential test shows harm (its bound holds over every round), and a round in
-which its tests are undecided is ``pending``, not counted against ``inconclusive_limit``. Any other check fails
-the revision when its failed measurements **reach** the analysis's ``failure_limit``: ``failure_limit=1`` fails
-on the first failed measurement (Argo's ``failureLimit: 1`` tolerates one and fails on the second; our
-``failure_limit=N`` is Argo's ``failureLimit: N-1``). The analysis is inconclusive as soon as a check is
-inconclusive **more than** ``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count`` rounds
-it passed when every check passed at least once, else it is inconclusive. A deployment found no longer serving
+One measurement per check per round. A statistical check (see
+:mod:`~airflow_provider.analysis.statistics.sequential_judge`) fails the revision as soon as its sequential test shows
+harm (its bound holds over every round), and a round in which its tests are undecided is ``pending``, not counted
+against ``inconclusive_limit``. Any other check fails the revision when its failed measurements **reach** the analysis's
+``failure_limit``: ``failure_limit=1`` fails on the first failed measurement (Argo's ``failureLimit: 1`` tolerates one
+and fails on the second; our ``failure_limit=N`` is Argo's ``failureLimit: N-1``). The analysis is inconclusive as soon
+as a check is inconclusive **more than** ``inconclusive_limit`` times (as Argo's ``inconclusiveLimit``). After ``count``
+rounds it passed when every check passed at least once, else it is inconclusive. A deployment found no longer serving
 its revision fails with the check :data:`STILL_SERVING`.
 
 An analysis can stop after any round and go on later, elsewhere (a trigger yields the verdicts reached so

@@ -1,7 +1,7 @@
 """How long an analysis must run to decide: the runs (and, at a traffic level, the time) its statistical checks need.
 
-Two questions per statistical check (see :mod:`~airflow_provider.analysis.statistical`), each answered for a 95 %
-chance (and the median):
+Two questions per statistical check (see :mod:`~airflow_provider.analysis.statistics.sequential_judge`), each answered
+for a 95 % chance (and the median):
 
 * **to fail** a harmful revision: a rate ``1 + harmful_increase`` times the baseline's (2x errors by default), a
   score one effect worse than the boundary (a drop of 0.10 below a 0.85 baseline for ``">= baseline - 0.05"``);
@@ -11,8 +11,8 @@ Computed from the tests' own evidence (not a formula for another test): the fewe
 which a test decides after ``n`` runs is found exactly, and the chance of reaching it after ``n`` runs from the
 normal approximation of the binomial count. A decision reached at an earlier look counts too, so the figures are
 a little pessimistic (the bench measures the real ones). :func:`plan_analysis` is the public planner;
-:func:`~airflow_provider.analysis.statistical.more_runs_needed` (re-exported here) is what an undecided round's
-message says.
+:func:`~airflow_provider.analysis.statistics.projection.more_runs_needed` (re-exported here) is what an undecided
+round's message says.
 
 Pure: no I/O, no Airflow.
 """
@@ -27,7 +27,8 @@ from typing import Any
 
 from airflow_provider.analysis.definitions import Analysis, AnalysisTarget, TracingProjectCheck
 from airflow_provider.analysis.metric_conditions import feedback_key
-from airflow_provider.analysis.statistical import RUNS_LIMIT, SequentialJudge, is_statistical, more_runs_needed
+from airflow_provider.analysis.statistics.projection import RUNS_LIMIT, more_runs_needed
+from airflow_provider.analysis.statistics.sequential_judge import SequentialJudge, is_statistical
 
 __all__ = [
     "BASELINE_MULTIPLE",

@@ -1,8 +1,9 @@
 """The statistical judge of a rate (:class:`RateTest`): is the new revision's error rate higher than its baseline's
 (the revision that served before, measured by the preflight) by more than a tolerated increase, or is a harmful
 increase ruled out, at a stated confidence over the whole analysis? Kayenta's question, for the runs of a tracing
-project. The analysis answers it with the sequential tests of :mod:`~airflow_provider.analysis.statistical`; the
-single-look test below (:meth:`RateTest.judge`) is kept for comparison.
+project. The analysis answers it with the sequential tests of
+:mod:`~airflow_provider.analysis.statistics.sequential_judge`; the single-look test below (:meth:`RateTest.judge`) is
+kept for comparison.
 
 The single-look test is exact for rare events (a conditional binomial test of two Poisson rates, as for comparing two
 counts): given ``k`` errors in all, ``e_new`` of them in ``n_new`` runs of the new revision and the rest in
@@ -67,8 +68,8 @@ class RateVerdict(BaseModel):
 class RateTest(BaseModel):
     """Judge an error rate against the baseline's by two always-valid sequential tests, instead of a threshold.
 
-    Every round of the analysis (see :mod:`~airflow_provider.analysis.statistical`): the check **fails** once the
-    evidence shows the new rate above ``1 + tolerated_increase`` times the baseline's; it **passes** once the
+    Every round of the analysis (see :mod:`~airflow_provider.analysis.statistics.sequential_judge`): the check **fails**
+    once the evidence shows the new rate above ``1 + tolerated_increase`` times the baseline's; it **passes** once the
     evidence rules out a rate of ``1 + harmful_increase`` times the baseline's (or more); until then it is
     undecided. Each test errs with probability at most ``1 - confidence`` over the **whole analysis**, however many
     rounds it has: a revision exactly as good as the tolerated rate is rolled back in at most 1 % of analyses at

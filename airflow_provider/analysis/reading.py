@@ -1,9 +1,9 @@
 """What one measurement found (:class:`Reading`), and how a measured value is judged: by a fixed condition, by a
 condition on the baseline (made from the preflight's measurement of the same check), by a
 :class:`~airflow_provider.analysis.rate_test.RateTest`'s counts or a feedback key's mean score, read here and judged by
-the sequential tests of :mod:`~airflow_provider.analysis.statistical` (which need the rounds before).
+the sequential tests of :mod:`~airflow_provider.analysis.statistics.sequential_judge` (which need the rounds before).
 
-Pure: no I/O, no Airflow. The sources (:mod:`~airflow_provider.analysis.sources`) measure, these judge.
+Pure: no I/O, no Airflow. The sources (:mod:`~airflow_provider.analysis.measuring.sources`) measure, these judge.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def counted_rate(
     check: TracingProjectCheck, target: AnalysisTarget, stats: dict[str, Any], run_count: int, runs: str
 ) -> Reading:
     """The reading of an ``error_rate`` check with a :class:`RateTest`: the error count of ``run_count`` runs,
-    judged afterwards by the check's sequential tests (:mod:`~airflow_provider.analysis.statistical`), which need
-    the rounds before it; the baseline itself is only measured. More errors than runs cannot be judged
+    judged afterwards by the check's sequential tests (:mod:`~airflow_provider.analysis.statistics.sequential_judge`),
+    which need the rounds before it; the baseline itself is only measured. More errors than runs cannot be judged
     (inconclusive)."""
     rate = stats.get("error_rate")
     if not isinstance(rate, int | float) or isinstance(rate, bool) or not math.isfinite(rate):
@@ -130,8 +130,8 @@ def feedback_reading(
 ) -> Reading:
     """The reading of a ``feedback.<key>`` check from a ``feedback_stats`` object: the mean score ``avg`` over ``n``
     scored runs (and their ``stdev``), judged afterwards by the check's sequential tests
-    (:mod:`~airflow_provider.analysis.statistical`); the baseline itself is only measured, and fewer than
-    ``min_run_count`` scored runs there is inconclusive (too few to be a baseline). No run scored yet is an
+    (:mod:`~airflow_provider.analysis.statistics.sequential_judge`); the baseline itself is only measured, and fewer
+    than ``min_run_count`` scored runs there is inconclusive (too few to be a baseline). No run scored yet is an
     undecided round (no scores to judge), with zero scored runs."""
     stats = feedback.get(key) if isinstance(feedback, dict) else None
     if not isinstance(stats, dict):

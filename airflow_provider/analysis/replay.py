@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider.analysis.control import pool, pooled_checks
 from airflow_provider.analysis.definitions import (
     Analysis,
     AnalysisTarget,
@@ -49,6 +48,7 @@ from airflow_provider.analysis.definitions import (
 from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.reading import tracing_reading
 from airflow_provider.analysis.rounds import BASELINE_ROUND, RoundJudging, measurement_of
+from airflow_provider.analysis.statistics.control import pool, pooled_checks
 
 __all__ = ["ControlMember", "ReplayResult", "replay"]
 

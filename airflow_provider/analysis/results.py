@@ -37,9 +37,11 @@ class Measurement(TypedDict):
     stdev: NotRequired[float]
     """A feedback key's standard deviation of the scores (when the tracing service gives it)."""
     test: NotRequired[dict[str, Any]]
-    """A statistical check's tests (:class:`~airflow_provider.analysis.statistical.TestRound`'s ``record``)."""
+    """A statistical check's tests (:class:`~airflow_provider.analysis.statistics.sequential_judge.TestRound`'s
+    ``record``)."""
     control: NotRequired[dict[str, Any]]
-    """A canary's control group's counts in the same window (:func:`~airflow_provider.analysis.control.pool`)."""
+    """A canary's control group's counts in the same window
+    (:func:`~airflow_provider.analysis.statistics.control.pool`)."""
     halves: NotRequired[list[dict[str, Any]]]
     """A baseline's two halves of its window (``runs`` and ``errors``, or ``value``), for the drift guard."""
 

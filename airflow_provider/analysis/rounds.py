@@ -1,11 +1,12 @@
 """One round's readings made measurements and counted: the judging half of a round, the same for the rounds of a live
-analysis (:mod:`~airflow_provider.analysis.run`) and a replay of given statistics
+analysis (:mod:`~airflow_provider.analysis.measuring.run`) and a replay of given statistics
 (:mod:`~airflow_provider.analysis.replay`).
 
 A reading is what a source found; :func:`measurement_of` records it (scrubbed), and :class:`RoundJudging` hands the
-measurement of a statistical check to its :class:`~airflow_provider.analysis.statistical.SequentialJudge` (kept per
-deployment and check for the whole call, rebuilt from the measurements so far when an analysis goes on after a stop)
-before the verdict rules of :class:`~airflow_provider.analysis.judge.Judgement` count it.
+measurement of a statistical check to its
+:class:`~airflow_provider.analysis.statistics.sequential_judge.SequentialJudge` (kept per deployment and check for the
+whole call, rebuilt from the measurements so far when an analysis goes on after a stop) before the verdict rules of
+:class:`~airflow_provider.analysis.judge.Judgement` count it.
 
 Pure: no I/O, no Airflow.
 """
@@ -24,7 +25,7 @@ from airflow_provider.analysis.definitions import (
 )
 from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.reading import Reading
-from airflow_provider.analysis.statistical import SequentialJudge, is_statistical
+from airflow_provider.analysis.statistics.sequential_judge import SequentialJudge, is_statistical
 
 __all__ = ["BASELINE_ROUND", "RoundJudging", "condition_text", "measurement_of"]
 

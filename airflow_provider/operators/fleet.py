@@ -174,8 +174,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         (default: the revision each canary deployment served before, measured by the preflight) or
         ``"control_group"`` (Kayenta's canary versus baseline: its tracing checks of ``error_rate`` and
         ``feedback.<key>`` judged, each round, against the pooled statistics of up to 20 deployments not rolled
-        out yet, over the canary's own window; see :mod:`airflow_provider.analysis.control`). Needs a canary and
-        such a check.
+        out yet, over the canary's own window; see :mod:`airflow_provider.analysis.statistics.control`). Needs a canary
+        and such a check.
     :param on_inconclusive: what an inconclusive verdict does: ``"fail"`` (default: the deployment fails, as on a
         failed verdict) or ``"ask"``: once the wave's analysis is over, its inconclusive deployments (still serving
         their new revisions) are put to a person through Airflow's human-in-the-loop, in one question showing the

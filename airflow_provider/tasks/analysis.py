@@ -34,7 +34,7 @@ from airflow_provider.tasks.base import DEFERRAL_GRACE
 if TYPE_CHECKING:
     import logging
 
-    from airflow_provider.analysis.run import RoundVerdicts
+    from airflow_provider.analysis.measuring.run import RoundVerdicts
 
 __all__ = [
     "ANALYSIS_RESTARTS",
@@ -139,7 +139,7 @@ def analyse_on_worker(
     :raises AnalysisNotMeasured: when the analysis cannot run (a missing connection, the key refused, a source's
         client that cannot be built, anything unexpected outside the measurements) or does not finish in time.
     """
-    from airflow_provider.analysis.run import (  # the measuring side: on first use
+    from airflow_provider.analysis.measuring.run import (  # the measuring side: on first use
         analysis_not_run_reason,
         analysis_overran_reason,
         run_analysis,
@@ -165,7 +165,7 @@ def analyse_in_steps_on_worker(
     check_every: float = 5.0,
 ) -> None:
     """Run the analysis here, on the worker, handing the verdicts to ``on_verdicts`` as they are reached (a
-    :class:`~airflow_provider.analysis.run.RoundVerdicts` after each round that judged some targets, and one
+    :class:`~airflow_provider.analysis.measuring.run.RoundVerdicts` after each round that judged some targets, and one
     at the end): on this thread, between two rounds, so it may act on them at once (send requests); it
     returns whether the analysis of the others goes on. The requests stay shared by the whole analysis (one
     set of sources, the tracing projects looked up once).
@@ -183,7 +183,7 @@ def analyse_in_steps_on_worker(
         client that cannot be built, anything unexpected outside the measurements) or does not finish in time (the
         verdicts handed over so far stand).
     """
-    from airflow_provider.analysis.run import (  # the measuring side: on first use
+    from airflow_provider.analysis.measuring.run import (  # the measuring side: on first use
         analyse,
         analysis_not_run_reason,
         analysis_overran_reason,
@@ -416,7 +416,7 @@ def check_analysis_sources(
     :raises AirflowException: a connection could not be looked up (a secrets backend or the API server
         failing): a retry may find it.
     """
-    from airflow_provider.analysis.endpoints import (  # the measuring side: on first use
+    from airflow_provider.analysis.measuring.endpoints import (  # the measuring side: on first use
         AnalysisSetupError,
         ConnectionLookupError,
         prometheus_endpoint,
@@ -458,7 +458,7 @@ def check_custom_urls(
     :param request_for: the patch each deployment is about to get (a ``custom_url`` it sets is the one checked).
     :raises AirflowFailException: naming each such check, deployment and URL problem.
     """
-    from airflow_provider.analysis.endpoints import http_url_problem  # the measuring side: on first use
+    from airflow_provider.analysis.measuring.endpoints import http_url_problem  # the measuring side: on first use
 
     checks = [
         check

@@ -1,5 +1,5 @@
 """The preflight of a task's analysis, on the worker, before anything is patched: every check measured once
-against the revision each deployment serves now (see :mod:`airflow_provider.analysis.preflight`); a check that
+against the revision each deployment serves now (see :mod:`airflow_provider.analysis.measuring.preflight`); a check that
 cannot be measured refuses the rollout with nothing sent. What it measured is each deployment's baseline.
 """
 
@@ -100,11 +100,11 @@ def preflight_on_worker(
         runs the preflight again) may find the source back.
     :raises AirflowFailException: a connection is missing or incomplete, or a deployment serves no revision.
     """
-    from airflow_provider.analysis.endpoints import (  # the measuring side: on first use
+    from airflow_provider.analysis.measuring.endpoints import (  # the measuring side: on first use
         AnalysisSetupError,
         ConnectionLookupError,
     )
-    from airflow_provider.analysis.preflight import PreflightRefused, preflight
+    from airflow_provider.analysis.measuring.preflight import PreflightRefused, preflight
 
     if not analysis.preflight or not deployments:
         return {}

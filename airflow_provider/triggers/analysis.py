@@ -1,5 +1,5 @@
 """Measure an analysis in the triggerer (:class:`DeploymentAnalysisTrigger`): the rounds of
-:func:`~airflow_provider.analysis.run.analyse` for the deployments of one task, then one event (with
+:func:`~airflow_provider.analysis.measuring.run.analyse` for the deployments of one task, then one event (with
 ``partial``, as soon as some are judged: the task acts on them and goes on with the rest in another trigger).
 
 A trigger cannot write its task's record, so with ``judging`` it writes each round's measurements so far to the
@@ -22,7 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
 from airflow_provider.analysis.judge import AnalysisState
-from airflow_provider.analysis.run import analyse, analysis_not_run_reason, analysis_overran_reason
+from airflow_provider.analysis.measuring.run import analyse, analysis_not_run_reason, analysis_overran_reason
 from airflow_provider.assets import deployment_asset_uri
 from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.decisions.judging_marker import JUDGING_KEY, with_rounds

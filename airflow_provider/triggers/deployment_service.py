@@ -4,7 +4,7 @@ Each family stands in its own module: :mod:`~airflow_provider.triggers.rollout` 
 bake), :mod:`~airflow_provider.triggers.fleet` (a fleet rollout's wave),
 :mod:`~airflow_provider.triggers.watcher` (the ``AssetWatcher`` trigger), all over the shared batched poller
 of :mod:`~airflow_provider.triggers.poller`; and :mod:`~airflow_provider.triggers.analysis` (an analysis's
-measurement rounds, on :func:`~airflow_provider.analysis.run.run_analysis`). The names below are the same
+measurement rounds, on :func:`~airflow_provider.analysis.measuring.run.run_analysis`). The names below are the same
 objects as there. A trigger's ``serialize()`` returns its path in this module
 (``airflow_provider.triggers.deployment_service.<class>``): triggers in the metadata database and
 ``AssetWatcher`` triggers keep loading, and stay the same triggers, across upgrades.

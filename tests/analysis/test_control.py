@@ -1,7 +1,7 @@
-"""A fleet canary's control group (:mod:`airflow_provider.analysis.control`): the members' counts in the canary's own
-window, each member weighed by its own pre-rollout level (never pooled as one sample), members without runs left out
-and named, and the canary judged against them by the per-round conditional test, its own normal level relative to
-the group carried as the test's nuisance."""
+"""A fleet canary's control group (:mod:`airflow_provider.analysis.statistics.control`): the members' counts in the
+canary's own window, each member weighed by its own pre-rollout level (never pooled as one sample), members without runs
+left out and named, and the canary judged against them by the per-round conditional test, its own normal level relative
+to the group carried as the test's nuisance."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from airflow_provider.analysis import Analysis, AnalysisTarget, HttpCheck, TracingProjectCheck
-from airflow_provider.analysis.control import control_members, member_weights, pool, pooled_checks
 from airflow_provider.analysis.rate_test import RateTest
 from airflow_provider.analysis.reading import Reading
 from airflow_provider.analysis.replay import ControlMember, replay
-from airflow_provider.analysis.statistical import SequentialJudge
+from airflow_provider.analysis.statistics.control import control_members, member_weights, pool, pooled_checks
+from airflow_provider.analysis.statistics.sequential_judge import SequentialJudge
 
 NOW = datetime(2026, 11, 27, 2, 0, tzinfo=timezone.utc)
 ERRORS = TracingProjectCheck(metric="error_rate", rate_test=RateTest(), name="errors")
@@ -92,7 +92,8 @@ def test_a_group_without_runs_leaves_the_canary_inconclusive_never_passed() -> N
     shown, counts = pool(ERRORS, CANARY, [(D, Reading("inconclusive", None, "no runs"))], 1, NOW)
     assert counts is None and shown["value"] is None and shown["verdict"] == "inconclusive"
     judge = SequentialJudge(ERRORS, CANARY)
-    outcome = judge.judge({**shown, "name": "canary", "runs": 100, "errors": 2, "detail": "2 of 100"})  # type: ignore[typeddict-item]
+    measured = {**shown, "name": "canary", "runs": 100, "errors": 2, "detail": "2 of 100"}
+    outcome = judge.judge(measured)  # type: ignore[arg-type]
     assert outcome.verdict == "inconclusive" and not outcome.pending
     assert "no control-group counts this round" in outcome.detail
 

@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.analysis import Analysis, AnalysisSetupError, MetricQueryCheck, TracingProjectCheck, run_analysis
-from airflow_provider.analysis.endpoints import prometheus_endpoint, tracing_endpoint
+from airflow_provider.analysis.measuring.endpoints import prometheus_endpoint, tracing_endpoint
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.tasks.analysis import check_analysis_sources

@@ -27,8 +27,8 @@ from airflow_provider.analysis import (
     TracingProjectCheck,
     run_analysis,
 )
+from airflow_provider.analysis.measuring.sources import SOURCE_CONCURRENCY, HttpProbe
 from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.analysis.sources import SOURCE_CONCURRENCY, HttpProbe
 from airflow_provider.models import Deployment
 from tests.analysis.conftest import live_targets
 from tests.analysis.fake_sources import PROMETHEUS_PASSWORD, TRACING_KEY, FakeSources, scalar, vector

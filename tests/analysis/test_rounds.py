@@ -16,7 +16,7 @@ from typing import Any
 from airflow_provider.analysis import Analysis, AnalysisTarget, TracingProjectCheck, run_analysis
 from airflow_provider.analysis.definitions import analysis_seconds
 from airflow_provider.analysis.judge import AnalysisState
-from airflow_provider.analysis.run import RoundVerdicts, analyse
+from airflow_provider.analysis.measuring.run import RoundVerdicts, analyse
 from airflow_provider.triggers.analysis import DeploymentAnalysisTrigger
 from tests.analysis.conftest import live_targets
 from tests.analysis.fake_sources import FakeSources

@@ -21,13 +21,14 @@ from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.planner import more_runs_needed, plan_analysis, runs_to_decide
 from airflow_provider.analysis.rate_test import RateTest
 from airflow_provider.analysis.replay import replay
-from airflow_provider.analysis.sequential import (
+from airflow_provider.analysis.statistics.drift import drift_of
+from airflow_provider.analysis.statistics.evidence import (
     GaussianEvidence,
     IntervalEvidence,
     ProportionEvidence,
     log_mean_exp,
 )
-from airflow_provider.analysis.statistical import SequentialJudge, drift_of
+from airflow_provider.analysis.statistics.sequential_judge import SequentialJudge
 
 NOW = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
 ERRORS = TracingProjectCheck(rate_test=RateTest(), name="errors", min_run_count=20)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from airflow_provider.analysis import Analysis, AnalysisTarget, HttpCheck, MetricQueryCheck, run_analysis
+from airflow_provider.analysis.measuring.sources import HttpProbe
 from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.analysis.sources import HttpProbe
 from tests.analysis.conftest import PROMETHEUS_CONN_ENV, live_targets
 from tests.analysis.raw_server import RawAnswers, RawServer
 

@@ -17,7 +17,8 @@ import pytest
 
 from airflow_provider.analysis import Analysis, AnalysisTarget, TracingProjectCheck
 from airflow_provider.analysis.rate_test import RateTest
-from airflow_provider.analysis.statistical import SequentialJudge, drift_of
+from airflow_provider.analysis.statistics.drift import drift_of
+from airflow_provider.analysis.statistics.sequential_judge import SequentialJudge
 from airflow_provider.models import Deployment
 from airflow_provider.tasks.preflight import (
     DEFAULT_BASELINE_WINDOW,

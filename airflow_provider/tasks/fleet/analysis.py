@@ -51,7 +51,7 @@ from airflow_provider.tasks.publishing import trigger_judging
 if TYPE_CHECKING:
     import logging
 
-    from airflow_provider.analysis.run import RoundVerdicts
+    from airflow_provider.analysis.measuring.run import RoundVerdicts
 
 __all__ = [
     "NOT_ANALYSED",
@@ -103,13 +103,13 @@ def left_unjudged(row: FleetRow) -> bool:
 
 def control_rows(progress: FleetProgress, index: int) -> list[FleetRow] | None:
     """The control group of wave ``index`` when it is the canary: the first
-    :data:`~airflow_provider.analysis.control.CONTROL_GROUP_LIMIT` deployments of the waves not patched yet (by the
-    plan's order); ``None`` for any other wave (judged against its preflight baseline).
+    :data:`~airflow_provider.analysis.statistics.control.CONTROL_GROUP_LIMIT` deployments of the waves not patched yet
+    (by the plan's order); ``None`` for any other wave (judged against its preflight baseline).
 
     :param progress: the rollout's progress.
     :param index: the wave analysed.
     """
-    from airflow_provider.analysis.control import CONTROL_GROUP_LIMIT
+    from airflow_provider.analysis.statistics.control import CONTROL_GROUP_LIMIT
 
     if progress.waves[index].name != CANARY:
         return None

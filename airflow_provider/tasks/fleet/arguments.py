@@ -131,7 +131,7 @@ def check_canary_baseline(canary_baseline: object, analysis: Analysis | None, ca
     :param analysis: the fleet task's analysis.
     :param canary: the fleet task's ``canary``.
     """
-    from airflow_provider.analysis.control import pooled_checks
+    from airflow_provider.analysis.statistics.control import pooled_checks
 
     if canary_baseline not in CANARY_BASELINES:
         raise ValueError(

@@ -38,7 +38,7 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.endpoints import SourceEndpoint
+from airflow_provider.analysis.measuring.endpoints import SourceEndpoint
 from airflow_provider.analysis.reading import Reading, against, judged, tracing_reading
 from airflow_provider.analysis.scrubbing import Scrubber
 from airflow_provider.models import Deployment

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from airflow_provider.analysis.control import control_members, pool, pooled_checks
 from airflow_provider.analysis.definitions import (
     Analysis,
     AnalysisResult,
@@ -33,16 +32,14 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
-from airflow_provider.analysis.endpoints import (
+from airflow_provider.analysis.judge import AnalysisState, Judgement
+from airflow_provider.analysis.measuring.endpoints import (
     AnalysisSetupError,
     prometheus_endpoint,
     resolve_connection,
     tracing_endpoint,
 )
-from airflow_provider.analysis.judge import AnalysisState, Judgement
-from airflow_provider.analysis.rounds import RoundJudging, condition_text, measurement_of
-from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.analysis.sources import (
+from airflow_provider.analysis.measuring.sources import (
     CallableRunner,
     HttpProbe,
     PrometheusSource,
@@ -50,6 +47,9 @@ from airflow_provider.analysis.sources import (
     TracingSource,
     unexpected_reading,
 )
+from airflow_provider.analysis.rounds import RoundJudging, condition_text, measurement_of
+from airflow_provider.analysis.scrubbing import Scrubber
+from airflow_provider.analysis.statistics.control import control_members, pool, pooled_checks
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus
@@ -248,7 +248,7 @@ async def analyse(
     :param on_round: called after each round that measured something, with the round's number and every
         target's measurements so far (by deployment id), and awaited when it returns an awaitable (a
         coroutine function); what it raises is logged, never the analysis's.
-    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+    :raises ~airflow_provider.analysis.measuring.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     :raises ValueError: targets that are not distinct, or a ``resume`` state that does not fit the analysis.
     """
@@ -355,7 +355,7 @@ async def _control_counts(
     log: Any,
 ) -> dict[tuple[str, str], dict[str, Any] | None]:
     """Each target with a control group: its group's counts of ``checks`` this round, over the target's own window
-    (see :mod:`~airflow_provider.analysis.control`), by ``(deployment id, check label)``; each logged."""
+    (see :mod:`~airflow_provider.analysis.statistics.control`), by ``(deployment id, check label)``; each logged."""
     counts: dict[tuple[str, str], dict[str, Any] | None] = {}
     for target in targets:
         if target.control is None or not checks:
@@ -407,7 +407,7 @@ async def run_analysis(
     :param clock: wall-clock seconds since the epoch (tests pass a fake one).
     :param on_round: as on :func:`analyse`.
     :return: each target's :class:`~airflow_provider.analysis.AnalysisResult`, by deployment id.
-    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+    :raises ~airflow_provider.analysis.measuring.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete (before any measurement).
     """
     results: dict[str, AnalysisResult] = {}

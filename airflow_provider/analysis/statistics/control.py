@@ -7,11 +7,11 @@ of the day, a load spike, an upstream model that got worse): a before/after comp
 revision. The members' normal rates differ, so they are not pooled as one sample: each member's runs are weighed by
 its own pre-rollout rate relative to the group's (``weighted_runs``), each member's scores are taken against its own
 pre-rollout mean (``shift_sum``), and the canary's own level relative to the group is the test's nuisance (see
-:class:`~airflow_provider.analysis.statistical.SequentialJudge`). Which checks (:func:`pooled_checks`): a
-:class:`TracingProjectCheck` with a :class:`~airflow_provider.analysis.rate_test.RateTest`, and a ``feedback.<key>``
+:class:`~airflow_provider.analysis.statistics.sequential_judge.SequentialJudge`). Which checks (:func:`pooled_checks`):
+a :class:`TracingProjectCheck` with a :class:`~airflow_provider.analysis.rate_test.RateTest`, and a ``feedback.<key>``
 on the baseline (``">= baseline - 0.05"``). Every other check keeps the canary's own preflight baseline.
 
-Pure: no I/O, no Airflow. :mod:`~airflow_provider.analysis.run` measures the group each round.
+Pure: no I/O, no Airflow. :mod:`~airflow_provider.analysis.measuring.run` measures the group each round.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from airflow_provider.analysis.baseline import BaselineCondition
 from airflow_provider.analysis.definitions import Analysis, AnalysisTarget, Measurement, TracingProjectCheck
 from airflow_provider.analysis.metric_conditions import feedback_key
 from airflow_provider.analysis.reading import Reading
-from airflow_provider.analysis.statistical import member_baseline
+from airflow_provider.analysis.statistics.sequential_judge import member_baseline
 
 __all__ = ["CONTROL_GROUP_LIMIT", "MEMBER_SHRINK", "control_members", "member_weights", "pool", "pooled_checks"]
 

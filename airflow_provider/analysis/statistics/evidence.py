@@ -41,16 +41,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "DEFAULT_WEIGHTS",
+    "GRID_POINTS",
     "GaussianEvidence",
     "IntervalEvidence",
     "ProportionEvidence",
     "bernoulli_log_ratio",
     "beta_log_ratio",
+    "gamma_grid",
     "log_mean_exp",
     "log_threshold",
+    "normalised_grid",
 ]
 
 DEFAULT_WEIGHTS: tuple[float, float, float] = (0.3, 0.5, 0.2)
@@ -259,3 +263,35 @@ class IntervalEvidence:
             for index, (_effect, alt_weight) in enumerate(self.alternatives)
         ]
         return log_mean_exp(alternatives) - null
+
+
+GRID_POINTS = 25
+"""Points of a nuisance grid (a control-group test's canary level), over +-4.5 standard deviations."""
+
+
+def gamma_grid(shape: float, exposure: float) -> tuple[tuple[float, float], ...]:
+    """A grid over a rate ratio whose posterior is ``Gamma(shape, exposure)`` (``shape`` errors seen where
+    ``exposure`` were expected at ratio 1), in log space over +-4.5 standard deviations, with its weights."""
+    centre, spread = math.log(shape / exposure), 1.0 / math.sqrt(shape)
+    points = [centre + spread * 4.5 * (2 * i / (GRID_POINTS - 1) - 1) for i in range(GRID_POINTS)]
+    logs = [shape * point - exposure * math.exp(point) for point in points]
+    return normalised_grid(points, logs, math.exp)
+
+
+def beta_grid(successes: float, failures: float) -> tuple[tuple[float, float], ...]:
+    """A grid over a 0..1 level whose posterior is ``Beta(successes, failures)``, over +-4.5 standard deviations
+    (inside 0..1), with its weights."""
+    total = successes + failures
+    mean = successes / total
+    spread = math.sqrt(mean * (1 - mean) / (total + 1))
+    low, high = max(1e-6, mean - 4.5 * spread), min(1 - 1e-6, mean + 4.5 * spread)
+    points = [low + (high - low) * i / (GRID_POINTS - 1) for i in range(GRID_POINTS)]
+    logs = [(successes - 1) * math.log(point) + (failures - 1) * math.log1p(-point) for point in points]
+    return normalised_grid(points, logs, lambda value: value)
+
+
+def normalised_grid(points: Sequence[float], logs: Sequence[float], value_of: Any) -> tuple[tuple[float, float], ...]:
+    top = max(logs)
+    weights = [math.exp(log - top) for log in logs]
+    total = sum(weights)
+    return tuple((value_of(point), weight / total) for point, weight in zip(points, weights, strict=True))

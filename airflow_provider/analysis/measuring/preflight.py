@@ -5,12 +5,12 @@ A check that cannot be measured there (an unknown tracing project, a source that
 query that returns no data, fewer runs than ``min_run_count``) would make the new revision inconclusive and roll
 it back a few seconds after it went live: a needless production change. :func:`preflight` measures each check
 for each deployment over the analysis's ``baseline_window_seconds`` up to now (never before the serving revision
-went live), with the same sources as the rounds (:class:`~airflow_provider.analysis.run.MeasuringSources`), and
-raises :class:`PreflightRefused` naming, for each check it could not measure, the source (its URL, without
+went live), with the same sources as the rounds (:class:`~airflow_provider.analysis.measuring.run.MeasuringSources`),
+and raises :class:`PreflightRefused` naming, for each check it could not measure, the source (its URL, without
 userinfo or secrets), the Airflow connection id and the rendered project or query. What it measured is the
 **baseline**: the same metric on the serving revision, recorded with the verdict (round ``0``). For a statistical
-check (:mod:`~airflow_provider.analysis.statistical`) the first half of the window is measured too (one more
-statistics request per project): the drift guard compares the two halves.
+check (:mod:`~airflow_provider.analysis.statistics.sequential_judge`) the first half of the window is measured too (one
+more statistics request per project): the drift guard compares the two halves.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from airflow_provider.analysis.definitions import (
     MetricQueryCheck,
     TracingProjectCheck,
 )
+from airflow_provider.analysis.measuring.run import MeasuringSources
 from airflow_provider.analysis.metric_conditions import feedback_key
 from airflow_provider.analysis.reading import Reading, tracing_reading
 from airflow_provider.analysis.rounds import BASELINE_ROUND, measurement_of
-from airflow_provider.analysis.run import MeasuringSources
 from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.analysis.statistical import is_statistical
+from airflow_provider.analysis.statistics.sequential_judge import is_statistical
 from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 from airflow_provider.models import Deployment
 
@@ -107,7 +107,7 @@ async def preflight(
     :param log: where each measurement is logged.
     :param clock: wall-clock seconds since the epoch (tests pass a fake one).
     :raises PreflightRefused: some check could not be measured for some target (naming each).
-    :raises ~airflow_provider.analysis.endpoints.AnalysisSetupError: a source's connection is missing or
+    :raises ~airflow_provider.analysis.measuring.endpoints.AnalysisSetupError: a source's connection is missing or
         incomplete.
     """
     scrubber = Scrubber()
@@ -157,7 +157,7 @@ async def _halves(
     now: datetime,
 ) -> dict[str, list[dict[str, Any]] | None]:
     """The two halves of each target's baseline window for a statistical check (the drift guard, see
-    :func:`~airflow_provider.analysis.statistical.drift_of`): the first half measured (one more statistics request
+    :func:`~airflow_provider.analysis.statistics.drift.drift_of`): the first half measured (one more statistics request
     per project), the second the whole minus it; ``None`` for a target whose halves cannot be read (then no guard)."""
     source = sources.tracing.get(check.connection_id)
     key = feedback_key(check.metric)

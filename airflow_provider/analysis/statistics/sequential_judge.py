@@ -9,7 +9,7 @@ Two kinds of :class:`~airflow_provider.analysis.definitions.TracingProjectCheck`
   ``">= baseline - 0.05"``: a non-inferiority margin of 0.05 below the baseline's score).
 
 Each is judged by two tests on the counts since the revision went live (see
-:mod:`~airflow_provider.analysis.sequential`): **failed** as soon as the evidence of harm reaches ``1 /
+:mod:`~airflow_provider.analysis.statistics.evidence`): **failed** as soon as the evidence of harm reaches ``1 /
 (1 - confidence)`` (the revision is worse than the tolerated rate, or than the boundary); **passed** once the
 evidence that the harmful change is ruled out reaches it (a rate below ``1 + harmful_increase`` times the
 baseline's; a score on the good side of the boundary), and it stays passed unless harm is shown later; otherwise
@@ -18,19 +18,19 @@ against ``inconclusive_limit`` (the test is still collecting runs; the detail sa
 Both bounds hold over every round of the analysis, not one look.
 
 The baseline's own uncertainty is part of each hypothesis (its runs are the size of the hypothesis's beta), and the
-**drift guard** compares the two halves of the baseline window: when the baseline's own rate moved within it (an
-exact two-sided test at :data:`DRIFT_LEVEL`), the failure test is measured against the higher of its levels (the
+**drift guard** (:mod:`~airflow_provider.analysis.statistics.drift`) compares the two halves of the baseline window:
+when the baseline's own rate moved within it, the failure test is measured against the higher of its levels (the
 first half, the second, and the second's trend carried to the window's end) and the safety test against the lower,
 each with the uncertainty of half the window, and the detail says so.
 
-Pure: no I/O, no Airflow. :mod:`~airflow_provider.analysis.run` (the rounds) and
+Pure: no I/O, no Airflow. :mod:`~airflow_provider.analysis.measuring.run` (the rounds) and
 :mod:`~airflow_provider.analysis.replay` (a replay of given statistics) judge with the same :class:`SequentialJudge`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,45 +38,39 @@ from airflow_provider.analysis.baseline import BaselineCondition
 from airflow_provider.analysis.conditions import Condition
 from airflow_provider.analysis.definitions import AnalysisTarget, Measurement, TracingProjectCheck, Verdict
 from airflow_provider.analysis.metric_conditions import feedback_key
-from airflow_provider.analysis.rate_test import RateTest, binomial_tail
-from airflow_provider.analysis.sequential import (
+from airflow_provider.analysis.rate_test import RateTest
+from airflow_provider.analysis.statistics.drift import count_of, drift_of
+from airflow_provider.analysis.statistics.evidence import (
     DEFAULT_WEIGHTS,
     GaussianEvidence,
     IntervalEvidence,
     ProportionEvidence,
+    beta_grid,
+    gamma_grid,
 )
+from airflow_provider.analysis.statistics.projection import more_runs_needed
 
 __all__ = [
     "DEFAULT_FEEDBACK_CONFIDENCE",
-    "DRIFT_LEVEL",
     "FEEDBACK_EFFECT",
-    "RUNS_LIMIT",
-    "Drift",
     "SequentialJudge",
     "TestRound",
-    "drift_of",
     "is_statistical",
     "member_baseline",
-    "more_runs_needed",
 ]
 
-DRIFT_LEVEL = 0.05
-"""The drift guard's level: the two halves of the baseline window differ at this two-sided significance."""
 FEEDBACK_EFFECT = 0.05
 """The score difference a feedback test is tuned for when its condition states no margin (a fixed threshold)."""
 DEFAULT_FEEDBACK_CONFIDENCE = 0.99
 """A feedback test's confidence (its check's ``confidence`` when given)."""
 _SHAPE = (0.75, 1.0, 1.4)
 """Where a rate test's three alternatives sit between its two levels (on the log scale): a smaller effect than the
-harmful one, the harmful one, a larger one; weighted :data:`~airflow_provider.analysis.sequential.DEFAULT_WEIGHTS`."""
+harmful one, the harmful one, a larger one; weighted
+:data:`~airflow_provider.analysis.statistics.evidence.DEFAULT_WEIGHTS`."""
 _SCALES = (0.5, 1.0, 2.0)
 """A score test's alternatives, in units of its effect: half of it, it, twice it."""
 _SHAPED = tuple(zip(_SHAPE, (0.3, 0.55, 0.15), strict=True))
 _SCALED = tuple(zip(_SCALES, DEFAULT_WEIGHTS, strict=True))
-RUNS_LIMIT = 10_000_000
-"""Past this many runs a decision is called out of reach."""
-_GRID = 25
-"""Points of the nuisance grid of a control-group test (the canary's own level), over +-4.5 standard deviations."""
 
 
 def is_statistical(check: Any) -> bool:
@@ -89,73 +83,6 @@ def is_statistical(check: Any) -> bool:
     )
 
 
-# ----------------------------------------------------------------------------------------------- the baseline
-@dataclass(frozen=True)
-class Drift:
-    """What the drift guard found in a baseline window.
-
-    :param first: the first half's rate (or mean score).
-    :param second: the second half's.
-    :param p_value: the two-sided p-value of "both halves had the same rate".
-    """
-
-    first: float
-    second: float
-    p_value: float
-    spread: float = 0.0
-    """The standard error of the second half's trend carried to the window's end."""
-
-    @property
-    def moved(self) -> bool:
-        """Whether the baseline's own level moved within its window (at :data:`DRIFT_LEVEL`)."""
-        return self.p_value < DRIFT_LEVEL
-
-    @property
-    def levels(self) -> tuple[float, float, float, float]:
-        """The first half's level, the second's, and the second's trend carried to the window's end, one standard
-        error either side (the trend is itself measured)."""
-        trend = self.second + (self.second - self.first) / 2.0
-        return self.first, self.second, max(0.0, trend - self.spread), trend + self.spread
-
-    def describe(self) -> str:
-        """One clause for people."""
-        return (
-            f"the baseline's own level moved within its window ({self.first:.4g} in its first half, {self.second:.4g} "
-            f"in its second, p = {self.p_value:.2g}): judged against the level least kind to the revision, with half "
-            "the window's certainty"
-        )
-
-
-def drift_of(halves: Any) -> Drift | None:
-    """The drift guard's reading of a baseline's two halves (``[{"runs", "errors"|"value"}, ...]``, the first half
-    of the window then the second), ``None`` when they are not there or hold too little to compare.
-
-    :param halves: the baseline measurement's ``halves``.
-    """
-    if not isinstance(halves, list) or len(halves) != 2 or not all(isinstance(half, dict) for half in halves):
-        return None
-    runs = [_count(half.get("runs")) for half in halves]
-    hits = [_successes(half) for half in halves]
-    if any(value is None for value in (*runs, *hits)):
-        return None
-    first_runs, second_runs = (int(value) for value in runs)  # type: ignore[arg-type]
-    first_hits, second_hits = (float(value) for value in hits)  # type: ignore[arg-type]
-    if first_runs <= 0 or second_runs <= 0:
-        return None
-    total = round(first_hits + second_hits)
-    share = second_runs / (first_runs + second_runs)
-    observed = round(second_hits)
-    upper = binomial_tail(observed, total, share)
-    lower = 1.0 - binomial_tail(observed + 1, total, share)
-    first, second = first_hits / first_runs, second_hits / second_runs
-
-    def variance(level: float, runs: int) -> float:  # a binomial rate's (a 0..1 score's: at most it)
-        return max(abs(level * (1.0 - level)), 1e-12) / runs
-
-    spread = math.sqrt(2.25 * variance(second, second_runs) + 0.25 * variance(first, first_runs))
-    return Drift(first, second, min(1.0, 2.0 * min(upper, lower)), spread)
-
-
 def member_baseline(member: Mapping[str, Any], label: str) -> Mapping[str, Any] | None:
     """A control-group member's pre-rollout measurement of check ``label`` (its ``baseline``, measured by the
     preflight), ``None`` when it has none with runs.
@@ -164,26 +91,9 @@ def member_baseline(member: Mapping[str, Any], label: str) -> Mapping[str, Any] 
     :param label: the check's label.
     """
     for taken in member.get("baseline") or []:
-        if isinstance(taken, Mapping) and taken.get("check") == label and _count(taken.get("runs")):
+        if isinstance(taken, Mapping) and taken.get("check") == label and count_of(taken.get("runs")):
             return taken
     return None
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        return None
-    return int(value)
-
-
-def _successes(half: Mapping[str, Any]) -> float | None:
-    """The errors of a half, or (a feedback key's) its scored runs times their mean."""
-    errors = half.get("errors")
-    if isinstance(errors, int) and not isinstance(errors, bool):
-        return float(errors)
-    runs, value = _count(half.get("runs")), half.get("value")
-    if runs is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return runs * float(value)
 
 
 # ----------------------------------------------------------------------------------------------- one round
@@ -308,7 +218,7 @@ class SequentialJudge:
     def _build_rate(self, base: Mapping[str, Any] | None) -> None:
         test = self.check.rate_test
         assert test is not None
-        runs, errors = _count((base or {}).get("runs")), _count((base or {}).get("errors"))
+        runs, errors = count_of((base or {}).get("runs")), count_of((base or {}).get("errors"))
         if base is None or runs is None or errors is None or runs <= 0:
             self._no_baseline("baseline run counts")
             return
@@ -339,8 +249,8 @@ class SequentialJudge:
         pre-rollout rate, the canary's own level relative to the group's (measured before the rollout) the
         nuisance."""
         measured = [member_baseline(member, self.label) for member in self.target.control or []]
-        group_runs = sum(_count(base.get("runs")) or 0 for base in measured if base is not None)
-        group_errors = sum(_count(base.get("errors")) or 0 for base in measured if base is not None)
+        group_runs = sum(count_of(base.get("runs")) or 0 for base in measured if base is not None)
+        group_errors = sum(count_of(base.get("errors")) or 0 for base in measured if base is not None)
         group_rate = (group_errors + 0.5) / (group_runs + 1.0) if group_runs > 0 else None
         if group_rate is None:  # no member measured before the rollout: the canary's level assumed the group's
             nuisance: tuple[tuple[float, float], ...] = ((1.0, 1.0),)
@@ -349,7 +259,7 @@ class SequentialJudge:
                 "to be theirs"
             )
         else:
-            nuisance = _gamma_grid(errors + 0.5, runs * group_rate)
+            nuisance = gamma_grid(errors + 0.5, runs * group_rate)
 
         def interval(level: float, effect: float, counts: tuple[float, ...]) -> float:
             canary_errors, canary_runs, control_errors, control_weight = counts
@@ -384,7 +294,7 @@ class SequentialJudge:
             return
         else:
             assert isinstance(condition, BaselineCondition)
-            base_runs = _count((base or {}).get("runs"))
+            base_runs = count_of((base or {}).get("runs"))
             base_value = (base or {}).get("value")
             if base is None or base_runs is None or base_runs <= 0 or not isinstance(base_value, int | float):
                 self._no_baseline("baseline score")
@@ -420,7 +330,7 @@ class SequentialJudge:
         """The canary's scores round by round against its own pre-rollout score moved by what its control group's
         scores moved (each member against its own pre-rollout score), its own pre-rollout score the nuisance."""
         offset = boundary - factor * base_mean  # the condition's offset: boundary = factor * level + offset
-        nuisance = _beta_grid(base_mean * base_runs + 0.5, (1.0 - base_mean) * base_runs + 0.5)
+        nuisance = beta_grid(base_mean * base_runs + 0.5, (1.0 - base_mean) * base_runs + 0.5)
 
         def interval(level: float, shift: float, counts: tuple[float, ...]) -> float:
             total, scored, group_shift = counts
@@ -442,7 +352,7 @@ class SequentialJudge:
         """
         if self._setup_error is not None:
             return TestRound("inconclusive", False, 1.0, 1.0, self.threshold, self._setup_error)
-        runs = _count(measurement.get("runs"))
+        runs = count_of(measurement.get("runs"))
         if runs is None:
             return TestRound("inconclusive", False, 1.0, 1.0, self.threshold, measurement["detail"])
         harm, safety, problem = self._evidence(measurement, runs)
@@ -468,7 +378,7 @@ class SequentialJudge:
 
     def _evidence(self, measurement: Measurement, runs: int) -> tuple[float, float, str | None]:
         if self.key is None:
-            errors = _count(measurement.get("errors"))
+            errors = count_of(measurement.get("errors"))
             if errors is None:
                 return 0.0, 0.0, "no error count"
             if errors > runs:
@@ -634,73 +544,3 @@ def _variance(stdev: Any, base_spread: float | None, mean: float) -> float:
     variance = given if given is not None else base_spread
     floor = 1e-6 * max(1.0, mean * mean)
     return max(variance or floor, floor)
-
-
-def _gamma_grid(shape: float, exposure: float) -> tuple[tuple[float, float], ...]:
-    """A grid over a rate ratio whose posterior is ``Gamma(shape, exposure)`` (``shape`` errors seen where
-    ``exposure`` were expected at ratio 1), in log space over +-4.5 standard deviations, with its weights."""
-    centre, spread = math.log(shape / exposure), 1.0 / math.sqrt(shape)
-    points = [centre + spread * 4.5 * (2 * i / (_GRID - 1) - 1) for i in range(_GRID)]
-    logs = [shape * point - exposure * math.exp(point) for point in points]
-    return _normalised(points, logs, math.exp)
-
-
-def _beta_grid(successes: float, failures: float) -> tuple[tuple[float, float], ...]:
-    """A grid over a 0..1 level whose posterior is ``Beta(successes, failures)``, over +-4.5 standard deviations
-    (inside 0..1), with its weights."""
-    total = successes + failures
-    mean = successes / total
-    spread = math.sqrt(mean * (1 - mean) / (total + 1))
-    low, high = max(1e-6, mean - 4.5 * spread), min(1 - 1e-6, mean + 4.5 * spread)
-    points = [low + (high - low) * i / (_GRID - 1) for i in range(_GRID)]
-    logs = [(successes - 1) * math.log(point) + (failures - 1) * math.log1p(-point) for point in points]
-    return _normalised(points, logs, lambda value: value)
-
-
-def _normalised(points: Sequence[float], logs: Sequence[float], value_of: Any) -> tuple[tuple[float, float], ...]:
-    top = max(logs)
-    weights = [math.exp(log - top) for log in logs]
-    total = sum(weights)
-    return tuple((value_of(point), weight / total) for point, weight in zip(points, weights, strict=True))
-
-
-def more_runs_needed(judge: SequentialJudge, measurement: Measurement, runs: int) -> int | None:
-    """About how many more runs (scored runs) an undecided test needs at the rates seen so far: where its
-    evidence would decide were the revision's rate (or score) to stay as measured. ``None`` when it cannot be
-    projected (a control-group test, no counts) or it is beyond :data:`RUNS_LIMIT`.
-
-    :param judge: the check's judge.
-    :param measurement: this round's measurement (cumulative counts).
-    :param runs: its runs (scored runs).
-    """
-    if runs <= 0 or judge.projects is False:
-        return None
-    if judge.key is None:
-        errors = measurement.get("errors")
-        if not isinstance(errors, int):
-            return None
-        rate = errors / runs
-    else:
-        value = measurement.get("value")
-        if not isinstance(value, int | float):
-            return None
-        rate = float(value)
-    crossing = math.log(judge.threshold)
-
-    def evidence(total: float) -> float:
-        return max(judge.evidence_at(rate * total, total))
-
-    total = float(max(runs, judge.check.min_run_count))
-    if evidence(total) >= crossing:
-        return max(0, round(total) - runs)
-    low, low_evidence = total, evidence(total)
-    high = total * 2
-    high_evidence = evidence(high)
-    while high_evidence < crossing:  # doubling, then a straight line between the last two (it is "about")
-        if high > RUNS_LIMIT:
-            return None
-        low, low_evidence = high, high_evidence
-        high *= 2
-        high_evidence = evidence(high)
-    share = (crossing - low_evidence) / (high_evidence - low_evidence) if high_evidence > low_evidence else 1.0
-    return max(1, round(low + share * (high - low)) - runs)
