@@ -41,12 +41,28 @@ def binomial_tail(successes: int, trials: int, probability: float) -> float:
         return 1.0
     log_p, log_q = math.log(probability), math.log1p(-probability)
     log_choose = math.lgamma(trials + 1)
-    terms = [
-        log_choose - math.lgamma(i + 1) - math.lgamma(trials - i + 1) + i * log_p + (trials - i) * log_q
-        for i in range(successes, trials + 1)
-    ]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(term - top) for term in terms))
+
+    def term(i: int) -> float:
+        return log_choose - math.lgamma(i + 1) - math.lgamma(trials - i + 1) + i * log_p + (trials - i) * log_q
+
+    def summed(indices: range) -> float:
+        """The terms' sum, from the side nearest the mode outwards, stopping once a term is below e**-40 of the
+        largest (past the mode they fall faster than geometrically: what is left cannot change a double)."""
+        terms: list[float] = []
+        for i in indices:
+            value = term(i)
+            if terms and value < max(terms[0], terms[-1]) - 40.0:
+                break
+            terms.append(value)
+        if not terms:
+            return 0.0
+        top = max(terms)
+        return math.exp(top) * sum(math.exp(value - top) for value in terms)
+
+    mode = math.floor((trials + 1) * probability)
+    if successes > mode:  # the upper tail, from its first term outwards
+        return min(1.0, summed(range(successes, trials + 1)))
+    return max(0.0, min(1.0, 1.0 - summed(range(successes - 1, -1, -1))))  # one minus the lower tail
 
 
 class RateVerdict(BaseModel):
