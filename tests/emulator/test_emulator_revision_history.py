@@ -227,7 +227,7 @@ def test_build_log_grows_with_the_build_and_names_the_commit(server: EmulatorSer
     assert any(line.startswith("Step 1/") for line in lines)
     assert lines[-1].startswith("Successfully built ")
     entry = logs(http, target["id"], new).json()["logs"][0]
-    assert set(entry) == {"timestamp", "level", "message"} and entry["level"] == "INFO"
+    assert set(entry) == {"id", "timestamp", "level", "message"} and entry["level"] == "INFO"
     deploy = messages(logs(http, target["id"], new, type="deploy"))
     assert deploy[0] == f"Deploying revision {new}" and deploy[-1] == f"Revision {new} is live"
 
@@ -239,6 +239,7 @@ def test_failed_build_log_ends_with_the_error(server: EmulatorServer, http: http
     server.state.advance(BUILD)
     entries = logs(http, target["id"], failed).json()["logs"]
     assert entries[-1] == {
+        "id": entries[-1]["id"],
         "timestamp": entries[-1]["timestamp"],
         "level": "ERROR",
         "message": "ERROR: pip: no matching distribution for agentkit==9",
@@ -302,6 +303,8 @@ DISABLED_ANSWERS = {
     "get_revision": ("GET", "/v2/deployments/{d}/revisions/{r}", 404),
     "redeploy": ("POST", "/v2/deployments/{d}/revisions/{r}/redeploy", 404),
     "revision_logs": ("GET", "/v2/deployments/{d}/revisions/{r}/logs", 404),
+    "build_logs": ("POST", "/v1/projects/{d}/revisions/{r}/build_logs", 404),
+    "deploy_logs": ("POST", "/v1/projects/{d}/revisions/{r}/deploy_logs", 404),
 }
 
 

@@ -30,7 +30,7 @@ from airflow_provider.models import (
 from ..contract import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
 from ..merge import known_dump, merge_model
 from ..records import REDEPLOYABLE, DeploymentRecord, RevisionRecord
-from ..revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogOrder, LogType, revision_log
+from ..revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogFilter, LogOrder, LogType, deployment_log, revision_log
 from ..revision_logs import page as log_page
 from ..rules import Current, refusals
 from ..unknown_fields import PatchBodyWithServiceFields, replaced_spec, stored_dump
@@ -186,26 +186,38 @@ class ServiceSide(StateStore):
     def revision_logs(
         self,
         deployment_id: str,
-        revision_id: str,
+        revision_id: str | None,
         *,
         kind: LogType = "build",
         order: LogOrder = "asc",
         limit: int = DEFAULT_LOG_LIMIT,
         offset: str | None = None,
+        filters: LogFilter | None = None,
+        offset_in: Literal["query", "body"] = "query",
         tenant: str | None = None,
     ) -> dict[str, Any]:
-        """``GET .../revisions/{revision_id}/logs``: ``{"logs": [...], "next_offset": cursor | None}``.
+        """A page of a revision's log: ``{"logs": [...], "next_offset": cursor | None}``. Serves
+        ``GET .../revisions/{revision_id}/logs`` and the older ``POST /v1/projects/...`` routes (which filter).
 
         See :mod:`airflow_provider.emulator.revision_logs` for the lines and the entry shape.
 
+        :param revision_id: the revision; ``None`` (deploy logs only): the whole deployment's deploy log.
+        :param filters: what the older routes filter on.
+        :param offset_in: where the request carried ``offset`` (the older routes: its JSON body), for a 422.
         :raises EmulatorError: 422 for an ``offset`` that is not one of this emulator's cursors.
         """
         record = self._record(deployment_id, tenant)
-        entries = revision_log(record, self._revision(record, revision_id), kind, self.clock.now())
+        now = self.clock.now()
+        if revision_id is None:
+            entries = deployment_log(record, now)
+        else:
+            entries = revision_log(record, self._revision(record, revision_id), kind, now)
+        if filters is not None:
+            entries = filters.apply(entries)
         try:
             return log_page(entries, order=order, limit=limit, offset=offset)
         except BadCursor as error:
-            problem = {"type": "value_error", "loc": ["query", "offset"], "msg": str(error), "input": offset}
+            problem = {"type": "value_error", "loc": [offset_in, "offset"], "msg": str(error), "input": offset}
             raise EmulatorError(422, [problem]) from None
 
     @_locked
