@@ -178,7 +178,9 @@ def _scored(requests: int, share: float) -> int:
 
 def feedback_stats(groups: list[TrafficGroup]) -> dict[str, dict[str, Any]]:
     """The tracing service's ``feedback_stats`` of the runs in ``groups``: per key, ``n`` (runs scored), ``avg``
-    (their mean score), ``stdev``, ``errors`` (0) and ``values`` (``{}``); keys without a scored run left out."""
+    (their mean score), ``stdev``, ``min``, ``max``, ``median``, ``type`` (``continuous``: numeric scores),
+    ``errors`` (0), ``values`` (``{}``) and ``contains_thread_feedback`` (false: runs are scored, not threads);
+    keys without a scored run left out."""
     totals: dict[str, list[tuple[int, float]]] = {}
     for group in groups:
         for key, scored, score in group.feedback:
@@ -189,8 +191,35 @@ def feedback_stats(groups: list[TrafficGroup]) -> dict[str, dict[str, Any]]:
         n = sum(scored for scored, _ in parts)
         avg = sum(scored * score for scored, score in parts) / n
         variance = sum(scored * (score - avg) ** 2 for scored, score in parts) / n
-        stats[key] = {"n": n, "avg": avg, "stdev": math.sqrt(variance), "errors": 0, "values": {}}
+        scores = [score for _, score in parts]
+        stats[key] = {
+            "n": n,
+            "avg": avg,
+            "stdev": math.sqrt(variance),
+            "min": min(scores),
+            "max": max(scores),
+            "median": _median(parts, n),
+            "type": "continuous",
+            "errors": 0,
+            "values": {},
+            "contains_thread_feedback": False,
+        }
     return stats
+
+
+def _median(parts: list[tuple[int, float]], n: int) -> float:
+    """The median of ``n`` scores given as ``(how many, score)`` parts."""
+    ordered = sorted(parts, key=lambda part: part[1])
+
+    def at(position: int) -> float:
+        seen = 0
+        for count, score in ordered:
+            seen += count
+            if position < seen:
+                return score
+        return ordered[-1][1]
+
+    return (at((n - 1) // 2) + at(n // 2)) / 2
 
 
 def percentile_seconds(groups: list[TrafficGroup], quantile: float) -> float | None:
