@@ -41,7 +41,7 @@ def test_revisions_page_by_page_newest_first(deployment_service_emulator: Any) -
         with pytest.raises(InvalidRequestError, match="limit"):
             client.list_revisions(dep["id"], limit=0)
         with pytest.raises(InvalidRequestError, match="status"):
-            client.list_revisions(dep["id"], status=["RUNNING"])
+            client.list_revisions(dep["id"], status=["deployed"])
 
     async def run() -> list[str]:
         aclient = AsyncDeploymentServiceClient(ClientSettings(base_url=emulator.base_url), emulator.api_key)
@@ -79,7 +79,9 @@ NEWER_LOGS = "GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs"
 
 
 @pytest.mark.parametrize("missing", [404, 405])
-def test_logs_fall_back_to_the_route_the_services_own_client_reads(deployment_service_emulator: Any, missing: int) -> None:
+def test_logs_fall_back_to_the_route_the_services_own_client_reads(
+    deployment_service_emulator: Any, missing: int
+) -> None:
     """A service without the newer logs route (404, or 405) serves the same lines through the older one; the
     client goes there straight away once it answered."""
     emulator = deployment_service_emulator
@@ -90,7 +92,9 @@ def test_logs_fall_back_to_the_route_the_services_own_client_reads(deployment_se
     if missing == 404:
         emulator.state.update_settings(disabled_endpoints=["revision_logs"])
     else:
-        emulator.state.add_fault(method="GET", path="/v2/deployments/*/revisions/*/logs", kind="status", status_code=405)
+        emulator.state.add_fault(
+            method="GET", path="/v2/deployments/*/revisions/*/logs", kind="status", status_code=405
+        )
     emulator.state.reset_requests()
     with client_for(emulator) as client:
         older = client.get_revision_logs(dep["id"], good, "build", limit=4, order="desc")
@@ -101,7 +105,9 @@ def test_logs_fall_back_to_the_route_the_services_own_client_reads(deployment_se
         assert deploy.logs[-1].message == f"Revision {good} is live"
         assert emulator.state.count(NEWER_LOGS) == 1  # not asked again
         if older.next_offset:
-            following = client.get_revision_logs(dep["id"], good, "build", limit=4, order="desc", offset=older.next_offset)
+            following = client.get_revision_logs(
+                dep["id"], good, "build", limit=4, order="desc", offset=older.next_offset
+            )
             assert not {line.message for line in following.logs} & {line.message for line in older.logs}
 
 

@@ -38,6 +38,7 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
+from airflow_provider.models.enums import warn_if_unknown
 
 T = TypeVar("T")
 
@@ -170,12 +171,16 @@ def list_revisions(
             raise InvalidRequestError(f"{name} must be a whole number {bounds}, got {value!r}")
     params = {"limit": str(limit), "offset": str(offset)}
     if status:
-        known = {item.value for item in RevisionStatus} - {RevisionStatus.UNKNOWN.value}
-        names = [item.value if isinstance(item, RevisionStatus) else str(item) for item in status]
-        unknown = sorted(set(names) - known)
-        if unknown:
-            allowed = ", ".join(sorted(known))
-            raise InvalidRequestError(f"status must be revision statuses ({allowed}), got {unknown}")
+        names = []
+        for item in status:
+            try:
+                wanted = RevisionStatus(item)
+            except ValueError:
+                raise InvalidRequestError(f"status must be revision statuses (strings), got {item!r}") from None
+            if "," in wanted.value:
+                raise InvalidRequestError(f"status entries must contain no comma, got {wanted.value!r}")
+            warn_if_unknown("status", wanted)  # a status the service added since: sent as given
+            names.append(wanted.value)
         params["status"] = ",".join(names)
     if remote_reconciled is not None:
         params["remote_reconciled"] = "true" if remote_reconciled else "false"

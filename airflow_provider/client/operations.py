@@ -36,7 +36,6 @@ from airflow_provider.models import (
 )
 from airflow_provider.pagination import DeploymentPaginator, RevisionPager
 
-
 ENDPOINT_MISSING = frozenset({404, 405})
 """Answers of a production endpoint outside the spec meaning this service does not have it."""
 

@@ -55,7 +55,6 @@ from airflow_provider.models import (
     Deployment,
     DeploymentListPage,
     DeploymentStatus,
-    DeploymentType,
     OAuthProvider,
     Repository,
     Revision,
@@ -68,6 +67,7 @@ from .contract import PatchBody
 from .health import APPS_PREFIX
 from .metrics import METRICS_PATH, metrics_router
 from .middleware import FaultMiddleware, install_log_filter
+from .records import SERVICE_DEPLOYMENT_TYPES
 from .revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogFilter, LogOrder, LogType
 from .state import (
     DeploymentFilters,
@@ -211,7 +211,9 @@ async def list_deployments(
     remote_reconciled: Annotated[bool | None, Query(description="Remote-reconciled deployments")] = None,
     tag_value_ids: Annotated[str | None, Query(description="Comma-separated tag value IDs (any)")] = None,
     image_version: Annotated[str | None, Query(description="Image version")] = None,
-    deployment_type: Annotated[DeploymentType | None, Query(description="Deployment type")] = None,
+    deployment_type: Annotated[
+        str | None, Query(description=f"Deployment type: {', '.join(SERVICE_DEPLOYMENT_TYPES)} (more: unknown_fields)")
+    ] = None,
     deployment_ids: Annotated[str | None, Query(description="Comma-separated deployment IDs")] = None,
 ) -> JSONResponse:
     filters = DeploymentFilters(
@@ -220,7 +222,11 @@ async def list_deployments(
         remote_reconciled=remote_reconciled,
         tag_value_ids=_comma_list(tag_value_ids, "tag_value_ids"),
         image_version=image_version,
-        deployment_type=deployment_type,
+        deployment_type=(
+            None
+            if deployment_type is None
+            else state.checked_deployment_type(deployment_type, ["query", "deployment_type"])
+        ),
         deployment_ids=_comma_list(deployment_ids, "deployment_ids", uuids=True),
     )
     return _json(state.list_deployments(filters, limit=limit, offset=offset, tenant=tenant))

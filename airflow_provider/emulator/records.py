@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from airflow_provider.models import (
     Deployment,
@@ -55,6 +55,14 @@ REDEPLOY_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.DEPLOYING: (0.3, RevisionStatus.DEPLOYED),
 }
 """The same for a redeploy, which skips the build."""
+
+SERVICE_DEPLOYMENT_TYPES = ("dev_free", "dev", "prod", "dev_zero")
+"""The deployment types the emulated service knows (``dev_zero``: serverless, the default of the service's own
+command-line client); with the ``unknown_fields`` switch it knows more (see
+:data:`~airflow_provider.emulator.unknown_fields.DEPLOYMENT_TYPES`)."""
+ServiceDeploymentType = Literal["dev_free", "dev", "prod", "dev_zero"]
+SERVICE_SOURCES = ("codehost", "external_docker", "internal_docker", "internal_source", "internal_template")
+"""The deployment sources the emulated service knows."""
 
 REDEPLOYABLE = (RevisionStatus.DEPLOYED, RevisionStatus.DEPLOY_FAILED)
 """Statuses of revisions whose build succeeded, so that they can be redeployed."""
@@ -203,7 +211,7 @@ class DeploymentRecord:
     """A deployment as the emulator stores it: the resource plus data the resource does not show.
 
     :param resource: the deployment resource (mutated in place; secrets in clear inside).
-    :param deployment_type: ``dev_free``, ``dev`` or ``prod`` (``deployment_type`` filter).
+    :param deployment_type: one of :data:`SERVICE_DEPLOYMENT_TYPES` (``deployment_type`` filter).
     :param tag_value_ids: tag value ids (``tag_value_ids`` filter).
     :param remote_reconciled: the ``remote_reconciled`` filter flag.
     :param build_seconds: build duration for this deployment, overriding the emulator's.

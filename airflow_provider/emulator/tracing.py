@@ -196,7 +196,9 @@ class TracingSource(Protocol):
     ) -> list[dict[str, Any]]:
         """The deployments' tracing projects named ``name`` (any when ``None``), filtered, with statistics."""
 
-    def tracing_project(self, session_id: str, *, tenant: str | None = None, include_stats: bool = False) -> dict[str, Any]:
+    def tracing_project(
+        self, session_id: str, *, tenant: str | None = None, include_stats: bool = False
+    ) -> dict[str, Any]:
         """One tracing project (raises the state's ``NotFound`` when there is none)."""
 
     def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:

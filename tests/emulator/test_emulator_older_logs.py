@@ -67,7 +67,9 @@ def test_deploy_logs_follow_by_id_and_filter(server: EmulatorServer, http: httpx
     ]
     one_revision = older(http, f"/v1/projects/{dep['id']}/revisions/{new['latest_revision_id']}/deploy_logs")["logs"]
     assert [entry["message"] for entry in one_revision] == fresh
-    assert older(http, path, {"query": "ROLLING OUT", "limit": 100})["logs"][-1]["message"] == "Rolling out 1 replica(s)"
+    assert (
+        older(http, path, {"query": "ROLLING OUT", "limit": 100})["logs"][-1]["message"] == "Rolling out 1 replica(s)"
+    )
     assert older(http, path, {"level": "error"})["logs"] == []
 
 
@@ -77,4 +79,7 @@ def test_bad_bodies_are_422_naming_the_field(server: EmulatorServer, http: httpx
     for body, field in (({"limit": 0}, "limit"), ({"order": "newest"}, "order"), ({"offset": "nope"}, "offset")):
         response = http.post(path, json=body)
         assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", field], body
-    assert http.post(f"/v1/projects/{dep['id']}/revisions/0b7c6d2e-0000-4000-8000-00000000abcd/build_logs").status_code == 404
+    assert (
+        http.post(f"/v1/projects/{dep['id']}/revisions/0b7c6d2e-0000-4000-8000-00000000abcd/build_logs").status_code
+        == 404
+    )

@@ -99,7 +99,9 @@ def test_bad_queries_are_refused(tracing: httpx.Client) -> None:
     grouped = {"session": [project(tracing)["id"]], "group_by": {"attribute": "metadata", "path": "revision"}}
     refused = tracing.post("/runs/stats", json=grouped)
     assert refused.status_code == 422
-    assert refused.json()["detail"][0]["loc"] == ["body", "group_by"] and "group_by" in refused.json()["detail"][0]["msg"]
+    assert (
+        refused.json()["detail"][0]["loc"] == ["body", "group_by"] and "group_by" in refused.json()["detail"][0]["msg"]
+    )
 
 
 def test_a_tenant_header_limits_the_projects(

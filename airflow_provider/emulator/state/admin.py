@@ -94,7 +94,7 @@ class AdminSide(StateStore):
                 raise EmulatorError(422, "build_seconds must be >= 0")
             record.build_seconds = build_seconds
         if deployment_type is not None:
-            record.deployment_type = DeploymentType(deployment_type)
+            record.deployment_type = self.checked_deployment_type(deployment_type, ["body", "deployment_type"])
         if tag_value_ids is not None:
             record.tag_value_ids = list(tag_value_ids)
         if remote_reconciled is not None:

@@ -195,7 +195,9 @@ class AppSide(StateStore):
         return [self._project(record, include_stats) for record in matching[offset : offset + limit]]
 
     @_locked
-    def tracing_project(self, session_id: str, *, tenant: str | None = None, include_stats: bool = False) -> dict[str, Any]:
+    def tracing_project(
+        self, session_id: str, *, tenant: str | None = None, include_stats: bool = False
+    ) -> dict[str, Any]:
         """``GET /tracing/sessions/{session_id}``: one tracing project.
 
         :raises NotFound: no (such tenant's) deployment has that project.
