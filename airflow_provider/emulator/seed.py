@@ -302,6 +302,7 @@ def _make_revisions(record: DeploymentRecord, now: datetime, build_seconds: floa
             build_seconds=build_seconds,
             source=record.source,
             remote_reconciled=record.remote_reconciled,
+            status=RevisionStatus.QUEUED,  # created before the data was loaded: past its first moments
         )
         record.revisions.append(building)
         building.start(now)

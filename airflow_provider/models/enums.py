@@ -122,9 +122,9 @@ class RevisionStatus(OpenEnum):
 
     @property
     def is_failed(self) -> bool:
-        """Whether the revision ended without being deployed (``SKIPPED`` included: a newer revision overtook it
-        before it was built; see :attr:`is_overtaken`)."""
-        return self.is_terminal and self is not RevisionStatus.DEPLOYED
+        """Whether the revision ended without being deployed because it failed or was interrupted (its creation,
+        build or deploy). ``SKIPPED`` is not a failure: a newer revision overtook it (see :attr:`is_overtaken`)."""
+        return self.is_terminal and self not in (RevisionStatus.DEPLOYED, RevisionStatus.SKIPPED)
 
     @property
     def is_overtaken(self) -> bool:

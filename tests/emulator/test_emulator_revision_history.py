@@ -96,6 +96,7 @@ def test_revisions_filter_by_status_and_remote_reconciled(server: EmulatorServer
     failed = patch_ref(http, target["id"], "broken")
     server.state.advance(BUILD)
     building = patch_ref(http, target["id"], "next")
+    server.state.advance(1)  # past CREATING
     by_status = revisions(http, target["id"], status="BUILD_FAILED,AWAITING_BUILD").json()["resources"]
     assert [item["id"] for item in by_status] == [building, failed]
     deployed = revisions(http, target["id"], status="DEPLOYED").json()["resources"]
@@ -121,7 +122,7 @@ def test_redeploy_rolls_back_to_the_same_build_without_building(server: Emulator
     assert rollback is not None
     assert response.json()["source_revision_config"] == good_config  # commit included
     assert revision(http, target["id"], rollback)["source_revision_config"] == good_config
-    timeline = [(0.0, "AWAITING_DEPLOY"), (1.0, "DEPLOYING"), (2.9, "DEPLOYING"), (3.0, "DEPLOYED")]
+    timeline = [(0.0, "CREATING"), (0.5, "AWAITING_DEPLOY"), (1.0, "DEPLOYING"), (2.9, "DEPLOYING"), (3.0, "DEPLOYED")]
     for offset, expected in timeline:
         server.state.advance((t0 - server.state.now()).total_seconds() + offset)
         assert revision(http, target["id"], rollback)["status"] == expected, offset
@@ -134,8 +135,10 @@ def test_redeploy_queues_behind_a_build_in_progress(server: EmulatorServer, http
     target = named(http, "checkout-api-dev")
     building = patch_ref(http, target["id"], "slow")
     rollback = http.post(f"/v2/deployments/{target['id']}/revisions/{target['active_revision_id']}/redeploy").json()
+    assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "CREATING"
+    server.state.advance(0.5)
     assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "QUEUED"
-    server.state.advance(BUILD)
+    server.state.advance(BUILD - 0.5)
     assert revision(http, target["id"], building)["status"] == "DEPLOYED"
     assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "AWAITING_DEPLOY"
 
@@ -145,7 +148,7 @@ def test_redeploy_refusals(server: EmulatorServer, http: httpx.Client) -> None:
     server.admin.fail_next_build(target["id"], "BUILD_FAILED")
     failed = patch_ref(http, target["id"], "broken")
     in_progress_check = http.post(f"/v2/deployments/{target['id']}/revisions/{failed}/redeploy")
-    assert in_progress_check.status_code == 400 and "AWAITING_BUILD" in in_progress_check.json()["detail"]
+    assert in_progress_check.status_code == 400 and "CREATING" in in_progress_check.json()["detail"]
     server.state.advance(BUILD)
     refused = http.post(f"/v2/deployments/{target['id']}/revisions/{failed}/redeploy")
     assert refused.status_code == 400

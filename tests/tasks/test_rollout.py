@@ -68,7 +68,15 @@ def revision(status: str, revision_id: str = OURS, message: str | None = None) -
             ["BUILD_FAILED", "npm ci failed", "shop-api", DEP],
         ),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("DEPLOY_FAILED"), RolloutState.FAILED, []),
-        (deployment("READY", active=OLD, latest=OURS), OURS, revision("SKIPPED"), RolloutState.FAILED, ["SKIPPED"]),
+        # skipped: superseded, never a failed build; seen before the newer revision shows, the next look names it
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("SKIPPED"), RolloutState.WAITING, ["skipped"]),
+        (
+            deployment("READY", active=OLD, latest=NEWER),
+            OURS,
+            revision("SKIPPED"),
+            RolloutState.FAILED,
+            ["superseded by", NEWER, "SKIPPED, never built"],
+        ),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("INTERRUPTED"), RolloutState.FAILED, []),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("CREATE_FAILED"), RolloutState.FAILED, []),
         # a failed status of another revision says nothing about ours

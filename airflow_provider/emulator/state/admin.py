@@ -73,6 +73,8 @@ class AdminSide(StateStore):
             raise EmulatorError(422, f"status must be one of {', '.join(allowed)}, got {status!r}")
         record.resource.status = DeploymentStatus(status)
         record.status_pinned = True
+        if record.resource.status is DeploymentStatus.AWAITING_DELETE:
+            record.interrupt(self.clock.now(), "the deployment is being deleted")
         record.touch(self.clock.now())
         return self._render(record)
 
