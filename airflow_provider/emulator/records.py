@@ -11,8 +11,8 @@ the build still ends ``build_seconds`` after its creation). A queued revision th
 PATCH or a redeploy while it waits) is ``SKIPPED``, never built, as production does; only the newest waiting
 revision builds (a failure or unhealthy mark set for the skipped one passes to it). A deployment set
 ``AWAITING_DELETE`` interrupts its unfinished revisions (``INTERRUPTED``). A revision marked to fail ends in
-``BUILD_FAILED`` at the end of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revision is ``DEPLOYED`` it
-becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
+``BUILD_FAILED`` at the end of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revision is
+``DEPLOYED`` it becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
 ``ready_seconds`` have passed since its creation and a revision is active; it stays ``READY`` while
 later revisions build (the old revision keeps serving).
 
