@@ -199,19 +199,6 @@ def redeploy(deployment_id: str, revision_id: str) -> Call[Deployment]:
     )
 
 
-def _log_page_input(deployment_id: str, revision_id: str, type: str, limit: int, order: str) -> tuple[str, str]:
-    """The checked ids of a log request, or :class:`InvalidRequestError` naming the bad argument."""
-    deployment = path_id(deployment_id, "deployment_id")
-    revision = path_id(revision_id, "revision_id")
-    if type not in ("build", "deploy"):
-        raise InvalidRequestError(f"type must be 'build' or 'deploy', got {type!r}")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LOG_LIMIT:
-        raise InvalidRequestError(f"limit must be a whole number 1..{MAX_LOG_LIMIT}, got {limit!r}")
-    return deployment, revision
-
-
 def revision_logs(
     deployment_id: str,
     revision_id: str,
@@ -220,34 +207,26 @@ def revision_logs(
     limit: int,
     order: LogOrder,
     offset: str | None,
+    older_route: bool = False,
 ) -> Call[RevisionLogPage]:
-    """A page of ``GET /v2/deployments/{id}/revisions/{revision_id}/logs``."""
-    deployment, revision = _log_page_input(deployment_id, revision_id, type, limit, order)
-    params = {"type": type, "order": order, "limit": str(limit)}
-    if offset:
-        params["offset"] = offset
+    """A page of ``GET /v2/deployments/{id}/revisions/{revision_id}/logs``; with ``older_route`` the same page
+    through the older route the service's own command-line client reads, ``POST /v1/projects/{id}/revisions/
+    {revision_id}/build_logs`` (``deploy_logs``), the query in a JSON body (a read: retried like one)."""
+    deployment = path_id(deployment_id, "deployment_id")
+    revision = path_id(revision_id, "revision_id")
+    if type not in ("build", "deploy"):
+        raise InvalidRequestError(f"type must be 'build' or 'deploy', got {type!r}")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LOG_LIMIT:
+        raise InvalidRequestError(f"limit must be a whole number 1..{MAX_LOG_LIMIT}, got {limit!r}")
+    page: dict[str, Any] = {"order": order, "limit": limit} | ({"offset": offset} if offset else {})
+    if older_route:
+        path = f"/v1/projects/{deployment}/revisions/{revision}/{type}_logs"
+        return Call("POST", path, _parse_model(RevisionLogPage), json_body=page)
+    params = {"type": type, **{name: str(value) for name, value in page.items()}}
     path = f"/v2/deployments/{deployment}/revisions/{revision}/logs"
     return Call("GET", path, _parse_model(RevisionLogPage), params=params)
-
-
-def older_revision_logs(
-    deployment_id: str,
-    revision_id: str,
-    *,
-    type: LogType,
-    limit: int,
-    order: LogOrder,
-    offset: str | None,
-) -> Call[RevisionLogPage]:
-    """The same page through the older routes the service's own command-line client reads:
-    ``POST /v1/projects/{id}/revisions/{revision_id}/build_logs`` or ``.../deploy_logs``, the query in a JSON
-    body (a read: retried like one)."""
-    deployment, revision = _log_page_input(deployment_id, revision_id, type, limit, order)
-    body: dict[str, Any] = {"order": order, "limit": limit}
-    if offset:
-        body["offset"] = offset
-    path = f"/v1/projects/{deployment}/revisions/{revision}/{type}_logs"
-    return Call("POST", path, _parse_model(RevisionLogPage), json_body=body)
 
 
 def patch_deployment(deployment_id: str, request: PatchDeploymentRequest) -> Call[Deployment]:

@@ -129,7 +129,7 @@ class Operations(Exchange):
         """The newer route first; where it is missing (404 or 405), the older one the service's command-line client
         reads, used straight away from then on once it answered."""
         page: dict[str, Any] = {"type": type, "limit": limit, "order": order, "offset": offset}
-        older = calls.older_revision_logs(deployment_id, revision_id, **page)
+        older = calls.revision_logs(deployment_id, revision_id, **page, older_route=True)
         if self.older_log_routes:
             return (yield from self.exchange(older))
         try:
