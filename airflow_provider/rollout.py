@@ -156,7 +156,8 @@ def rollout_verdict(
             f"(active revision is still {active})",
         )
     skipped = revision is not None and revision_status is not None and revision.status.is_overtaken
-    if latest is not None and latest not in (revision_id, allowed_latest_revision_id) and active != revision_id:
+    newer = latest not in (revision_id, allowed_latest_revision_id) or (skipped and latest != revision_id)
+    if latest is not None and newer and active != revision_id:
         how = " (the service skipped it while it was queued: SKIPPED, never built)" if skipped else ""
         return verdict(
             RolloutState.FAILED,

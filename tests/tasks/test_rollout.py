@@ -95,6 +95,15 @@ def test_verdict(
         assert word in verdict.message
 
 
+def test_a_skipped_revision_is_superseded_even_by_a_latest_a_rollback_allows() -> None:
+    """A rollback may let a newer revision stay the latest while its own goes live; a skipped one never will."""
+    seen = deployment("READY", active=OLD, latest=NEWER)
+    waiting = rollout_verdict(seen, OURS, revision("QUEUED"), allowed_latest_revision_id=NEWER)
+    assert waiting.state is RolloutState.WAITING
+    skipped = rollout_verdict(seen, OURS, revision("SKIPPED"), allowed_latest_revision_id=NEWER)
+    assert skipped.state is RolloutState.FAILED and f"superseded by {NEWER}" in skipped.message
+
+
 def test_state_key_changes_only_with_what_was_seen() -> None:
     first = rollout_verdict(deployment(updated_at=T0), OURS)
     same = rollout_verdict(deployment(updated_at=T0 + timedelta(seconds=5)), OURS)
