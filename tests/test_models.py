@@ -191,7 +191,7 @@ def test_list_page_and_other_resources_parse() -> None:
     assert revision.status.is_failed and revision.status.is_terminal
     assert not RevisionStatus.BUILDING.is_terminal and not RevisionStatus.DEPLOYED.is_failed
     assert RevisionStatus("SOMETHING_NEW") == "SOMETHING_NEW" and not RevisionStatus("SOMETHING_NEW").is_known
-    assert RevisionStatus.SKIPPED.is_overtaken and RevisionStatus.SKIPPED.is_failed
+    assert RevisionStatus.SKIPPED.is_overtaken and not RevisionStatus.SKIPPED.is_failed  # superseded, not failed
 
 
 def test_repository_maps_to_deployment_creation_values() -> None:

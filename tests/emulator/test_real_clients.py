@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,8 @@ def test_langsmith_finds_projects_and_reads_their_run_statistics(
     assert {project.name for project in listed} >= {"checkout-api-dev", "checkout-api-prod"}
     assert all(project.run_count is not None for project in listed)
 
-    stats = client.get_run_stats(project_ids=[by_name.id], start_time=start.isoformat(), is_root=True)
+    window = {"start_time": start.isoformat(), "end_time": (start + timedelta(seconds=10)).isoformat()}  # a real clock
+    stats = client.get_run_stats(project_ids=[by_name.id], **window, is_root=True)
     assert (stats["run_count"], stats["error_rate"]) == (50, 0.0)
     correctness = stats["feedback_stats"]["correctness"]
     assert (correctness["n"], correctness["avg"], correctness["stdev"]) == (25, 0.8, 0.0)
@@ -201,6 +203,6 @@ def test_langsmith_finds_projects_and_reads_their_run_statistics(
         0.8,
         "continuous",
     )
-    by_names = client.get_run_stats(project_names=["checkout-api-dev"], start_time=start.isoformat())
+    by_names = client.get_run_stats(project_names=["checkout-api-dev"], **window)
     assert by_names["run_count"] == 50
     assert client.info.version
