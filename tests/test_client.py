@@ -177,7 +177,7 @@ def test_get_deployment_absent_from_list_is_not_found(
         (lambda c: c.list_deployments(limit=0), "limit"),
         (lambda c: c.list_deployments(limit=101), "limit"),
         (lambda c: c.list_deployments(offset=-1), "offset"),
-        (lambda c: c.list_deployments(deployment_type="qa"), "deployment_type"),
+        (lambda c: c.list_deployments(deployment_type="DEV"), "deployment_type"),
         (lambda c: c.list_deployments(stauts="READY"), "stauts"),
         (lambda c: list(c.iter_deployments(max_results=0)), "max_results"),
         (lambda c: c.patch_deployment(DEPLOYMENT_ID, {}), "empty patch"),

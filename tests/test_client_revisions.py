@@ -41,7 +41,7 @@ def test_revisions_page_by_page_newest_first(deployment_service_emulator: Any) -
         with pytest.raises(InvalidRequestError, match="limit"):
             client.list_revisions(dep["id"], limit=0)
         with pytest.raises(InvalidRequestError, match="status"):
-            client.list_revisions(dep["id"], status=["RUNNING"])
+            client.list_revisions(dep["id"], status=["deployed"])
 
     async def run() -> list[str]:
         aclient = AsyncDeploymentServiceClient(ClientSettings(base_url=emulator.base_url), emulator.api_key)
@@ -67,11 +67,76 @@ def test_redeploy_and_build_logs(deployment_service_emulator: Any) -> None:
         assert 0 < len(logs.logs) <= 5 and all(line.message for line in logs.logs)
         with pytest.raises(InvalidRequestError, match="type"):
             client.get_revision_logs(dep["id"], good, "runtime")  # type: ignore[arg-type]
-        emulator.state.update_settings(disabled_endpoints=["revision_logs", "redeploy"])
-        with pytest.raises(NotFoundError):
-            client.get_revision_logs(dep["id"], good)
+        emulator.state.update_settings(disabled_endpoints=["revision_logs", "build_logs", "redeploy"])
+        with pytest.raises(NotFoundError, match=r"GET /v2/deployments/.*/logs"):
+            client.get_revision_logs(dep["id"], good)  # neither log route: the newer one's answer is shown
         with pytest.raises(NotFoundError):
             client.redeploy_revision(dep["id"], good)
+
+
+OLDER_BUILD_LOGS = "POST /v1/projects/{deployment_id}/revisions/{revision_id}/build_logs"
+NEWER_LOGS = "GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs"
+
+
+@pytest.mark.parametrize("missing", [404, 405])
+def test_logs_fall_back_to_the_route_the_services_own_client_reads(
+    deployment_service_emulator: Any, missing: int
+) -> None:
+    """A service without the newer logs route (404, or 405) serves the same lines through the older one; the
+    client goes there straight away once it answered."""
+    emulator = deployment_service_emulator
+    dep = emulator.state.find_deployment(TARGET_NAME)
+    good = dep["active_revision_id"]
+    with client_for(emulator) as client:
+        newer = client.get_revision_logs(dep["id"], good, "build", limit=4, order="desc")
+    if missing == 404:
+        emulator.state.update_settings(disabled_endpoints=["revision_logs"])
+    else:
+        emulator.state.add_fault(
+            method="GET", path="/v2/deployments/*/revisions/*/logs", kind="status", status_code=405
+        )
+    emulator.state.reset_requests()
+    with client_for(emulator) as client:
+        older = client.get_revision_logs(dep["id"], good, "build", limit=4, order="desc")
+        assert [line.message for line in older.logs] == [line.message for line in newer.logs]
+        assert all(line.model_extra and line.model_extra.get("id") for line in older.logs)  # passed through
+        assert (emulator.state.count(NEWER_LOGS), emulator.state.count(OLDER_BUILD_LOGS)) == (1, 1)
+        deploy = client.get_revision_logs(dep["id"], good, "deploy", order="asc")
+        assert deploy.logs[-1].message == f"Revision {good} is live"
+        assert emulator.state.count(NEWER_LOGS) == 1  # not asked again
+        if older.next_offset:
+            following = client.get_revision_logs(
+                dep["id"], good, "build", limit=4, order="desc", offset=older.next_offset
+            )
+            assert not {line.message for line in following.logs} & {line.message for line in older.logs}
+
+
+def test_a_real_error_of_the_newer_log_route_is_not_taken_for_a_missing_route(deployment_service_emulator: Any) -> None:
+    emulator = deployment_service_emulator
+    dep = emulator.state.find_deployment(TARGET_NAME)
+    emulator.state.reset_requests()
+    with client_for(emulator) as client, pytest.raises(NotFoundError, match="Revision ID"):
+        client.get_revision_logs(dep["id"], "00000000-0000-4000-8000-00000000abcd")
+    assert emulator.state.count(OLDER_BUILD_LOGS) == 1  # asked, and it did not know the revision either
+    with client_for(emulator) as client:
+        client.get_revision_logs(dep["id"], dep["active_revision_id"])
+    assert emulator.state.count(NEWER_LOGS) == 2  # the newer route is still the one used
+
+
+def test_the_async_client_falls_back_to_the_older_log_route(deployment_service_emulator: Any) -> None:
+    emulator = deployment_service_emulator
+    dep = emulator.state.find_deployment(TARGET_NAME)
+    emulator.state.update_settings(disabled_endpoints=["revision_logs"])
+
+    async def run() -> RevisionLogPage:
+        aclient = AsyncDeploymentServiceClient(ClientSettings(base_url=emulator.base_url), emulator.api_key)
+        try:
+            return await aclient.get_revision_logs(dep["id"], dep["active_revision_id"], "build", limit=3)
+        finally:
+            await aclient.aclose()
+
+    assert len(asyncio.run(run()).logs) == 3
+    assert emulator.state.count(OLDER_BUILD_LOGS) == 1
 
 
 @pytest.mark.parametrize("twin", ["sync", "async"])

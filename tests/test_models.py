@@ -98,10 +98,54 @@ def test_deployment_parses_every_nested_group_and_keeps_unknown_fields() -> None
     assert deployment.is_rolling_out
 
 
-def test_unknown_status_reads_as_unknown_and_unknown_source_is_kept() -> None:
-    deployment = Deployment.model_validate(deployment_json(status="HIBERNATING", source="new_source"))
-    assert deployment.status is DeploymentStatus.UNKNOWN
-    assert deployment.source == "new_source"
+def test_values_the_provider_does_not_know_are_kept_and_sent_back_as_they_came() -> None:
+    body = deployment_json(status="HIBERNATING", source="new_source")
+    body["source_config"]["deployment_type"] = "dev_gpu"
+    deployment = Deployment.model_validate(body)
+    assert deployment.status == "HIBERNATING" and not deployment.status.is_known
+    assert deployment.status != DeploymentStatus.UNKNOWN and DeploymentStatus.READY.is_known
+    assert deployment.source == "new_source" and deployment.source_config.deployment_type == "dev_gpu"
+    shown = deployment.model_dump(mode="json")
+    assert (shown["status"], shown["source"], shown["source_config"]["deployment_type"]) == (
+        "HIBERNATING",
+        "new_source",
+        "dev_gpu",
+    )
+    assert Deployment.model_validate_json(deployment.model_dump_json()).status == "HIBERNATING"
+    revision = Revision.model_validate({"id": REV_NEW, "status": "AWAITING_APPROVAL"})
+    assert revision.status.value == "AWAITING_APPROVAL" and not revision.status.is_terminal
+    assert not revision.status.is_failed  # never taken for a failure: waiting goes on
+    with pytest.raises(ValidationError):
+        Revision.model_validate({"id": REV_NEW, "status": 3}, context=STRICT_READING)  # not a status at all
+
+
+def test_requests_send_values_the_provider_does_not_know_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    query = ListDeploymentsQuery(deployment_type="dev_zero", status="HIBERNATING")
+    assert query.to_query_params() == {
+        "limit": "20",
+        "offset": "0",
+        "status": "HIBERNATING",
+        "deployment_type": "dev_zero",
+    }
+    assert [record.getMessage() for record in caplog.records] == [
+        "status 'HIBERNATING' is not a value this provider knows (AWAITING_DATABASE, READY, UNUSED, AWAITING_DELETE, "
+        "UNKNOWN); sending it as given: the service decides"
+    ]  # dev_zero is known: no warning
+    caplog.clear()
+    create = CreateDeploymentRequest.model_validate(
+        {"name": "a", "source": "internal_git", "source_config": {"deployment_type": "dev_gpu"}}
+    )
+    assert create.to_request_body()["source"] == "internal_git"
+    assert create.to_request_body()["source_config"] == {"deployment_type": "dev_gpu"}
+    assert len(caplog.records) == 2 and "source_config.deployment_type 'dev_gpu'" in caplog.records[1].getMessage()
+    patch = PatchDeploymentRequest.model_validate(
+        {"revision_source": "internal_git", "source_revision_config": {"image_uri": "x"}}
+    )
+    assert patch.to_request_body()["revision_source"] == "internal_git"
+    with pytest.raises(InvalidRequestError, match=r"deployment_typ: Extra inputs are not permitted"):
+        _validated(ListDeploymentsQuery, {"deployment_typ": "dev"})  # a misspelt field is still refused
+    with pytest.raises(InvalidRequestError, match="deployment_type"):
+        _validated(ListDeploymentsQuery, {"deployment_type": ""})  # and so is a value that is no value
 
 
 def test_timestamps_without_a_zone_read_as_utc_and_compare_with_aware_ones() -> None:
@@ -146,7 +190,8 @@ def test_list_page_and_other_resources_parse() -> None:
     revision = Revision.model_validate({"id": REV_NEW, "status": "BUILD_FAILED"})
     assert revision.status.is_failed and revision.status.is_terminal
     assert not RevisionStatus.BUILDING.is_terminal and not RevisionStatus.DEPLOYED.is_failed
-    assert RevisionStatus("SOMETHING_NEW") is RevisionStatus.UNKNOWN
+    assert RevisionStatus("SOMETHING_NEW") == "SOMETHING_NEW" and not RevisionStatus("SOMETHING_NEW").is_known
+    assert RevisionStatus.SKIPPED.is_overtaken and not RevisionStatus.SKIPPED.is_failed  # superseded, not failed
 
 
 def test_repository_maps_to_deployment_creation_values() -> None:
@@ -212,7 +257,7 @@ def test_patch_of_source_config_only_creates_no_revision() -> None:
             },
             "init_containers.0.resources.requests.memory\n  must be a Kubernetes quantity string",
         ),
-        ({"revision_source": "external_docker"}, "revision_source"),
+        ({"revision_source": "Internal_Docker"}, "revision_source"),  # a known value in the wrong case: a typo
         ({"secrets": [{"name": "", "value": "x"}]}, "secrets.0.name"),
         ({"secrets": [{"value": "x"}]}, "secrets.0.name"),
         ({"secrets": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "repeated: A"),
@@ -249,7 +294,8 @@ def test_create_request_requires_name_and_known_source() -> None:
     request = CreateDeploymentRequest(name="svc", source=DeploymentSource.EXTERNAL_DOCKER)
     assert request.to_request_body()["source"] == "external_docker"
     with pytest.raises(ValidationError, match="source"):
-        CreateDeploymentRequest.model_validate({"name": "svc", "source": "ftp"})
+        CreateDeploymentRequest.model_validate({"name": "svc", "source": "Codehost"})  # a typo of a known one
+    assert CreateDeploymentRequest.model_validate({"name": "svc", "source": "ftp"}).source == "ftp"  # a new one
 
 
 def test_list_query_serializes_production_parameter_names() -> None:
@@ -285,7 +331,8 @@ def test_list_query_serializes_production_parameter_names() -> None:
         ({"limit": "10"}, "limit"),
         ({"offset": -1}, "offset"),
         ({"status": "ready"}, "status"),
-        ({"deployment_type": "staging"}, "deployment_type"),
+        ({"deployment_type": "Prod"}, "deployment_type"),
+        ({"deployment_type": 3}, "deployment_type"),
         ({"deployment_ids": ["nope"]}, "deployment_ids.0"),
         ({"deployment_ids": []}, "deployment_ids"),
         ({"tag_value_ids": ["a,b"]}, "tag_value_ids"),
@@ -393,9 +440,11 @@ def test_do_not_use_fields_are_listed() -> None:
     assert ResourceSpecPatch(memory_mb=2).discouraged_fields() == []
 
 
-def test_deployment_type_in_a_patch_is_one_of_the_tiers() -> None:
+def test_deployment_type_in_a_patch_is_a_tier_name() -> None:
     with pytest.raises(InvalidRequestError, match=r"source_config\.deployment_type: "):
-        _validated(PatchDeploymentRequest, {"source_config": {"deployment_type": "production"}})
+        _validated(PatchDeploymentRequest, {"source_config": {"deployment_type": 3}})
+    patch = _validated(PatchDeploymentRequest, {"source_config": {"deployment_type": "dev_zero"}})
+    assert patch.to_request_body() == {"source_config": {"deployment_type": "dev_zero"}}
 
 
 def test_resource_spec_may_create_a_revision() -> None:
@@ -428,7 +477,7 @@ def test_one_odd_deployment_does_not_fail_the_page(caplog: pytest.LogCaptureFixt
     odd = page.resources[1]
     spec = odd.source_config.resource_spec
     assert spec is not None and spec.min_scale == 1.5 and spec.db_max_connections == 10.5  # kept as sent
-    assert odd.status is DeploymentStatus.UNKNOWN and odd.source == "quantum_source"
+    assert odd.status == "HIBERNATING" and odd.source == "quantum_source"
     assert odd.source_config.integration_id is None and odd.source_config.repo_url == good["source_config"]["repo_url"]
     assert [secret.name for secret in odd.secrets] == ["DB_PASSWORD"]
     assert spec.volumes is not None and [volume.name for volume in spec.volumes] == ["cfg"]

@@ -101,6 +101,21 @@ def test_the_record_stays_under_its_size_dropping_old_measurements_before_entrie
 
 
 # ------------------------------------------------------------------------------------------ fleet rows
+SUCCESSOR = "5e1c0b6a-9f0d-4c1e-8a5b-3d2f1e0c9b8a"
+
+
+def test_the_view_says_superseded_with_the_successor_never_a_failed_build() -> None:
+    from airflow_provider.plugins.rollouts.credits import revision_roles
+
+    failed = entry(Kind.FAILED, "d", "r1", at=1.0, message=f"revision r1 was superseded by {SUCCESSOR}, a newer one")
+    assert failed["superseded_by"] == SUCCESSOR and "status" not in failed
+    assert revision_roles([failed])["r1"][:2] == ("failed", f"superseded by {SUCCESSOR}")
+    built = entry(
+        Kind.FAILED, "d", "r2", at=1.0, message="revision r2 ended with status BUILD_FAILED", status="BUILD_FAILED"
+    )
+    assert revision_roles([built])["r2"][:2] == ("failed", "failed (BUILD_FAILED)")
+
+
 def row(**fields: Any) -> dict[str, Any]:
     base = FleetRow("d", "app", "wave 1", "r0", "r1", Outcome.LANDED, started_at=100.0, finished_at=160.0)
     return {**base.to_json(), **fields}
@@ -163,7 +178,16 @@ def test_a_fleet_row_that_landed_while_its_wave_is_analysed_is_judging_not_lande
         (
             {"outcome": "failed", "message": "revision r1 ended with status BUILD_FAILED"},
             Kind.FAILED,
-            {"status": "BUILD_FAILED"},
+            {"status": "BUILD_FAILED", "superseded_by": None},
+        ),
+        (  # the service skipped it for a newer one: superseded, with its successor, never a failed build
+            {
+                "outcome": "failed",
+                "message": f"deployment 'app' (d): revision r1 was superseded by {SUCCESSOR}, a newer revision (the "
+                "service skipped it while it was queued: SKIPPED, never built); it is not active",
+            },
+            Kind.FAILED,
+            {"status": None, "superseded_by": SUCCESSOR},
         ),
     ],
 )

@@ -38,6 +38,7 @@ from airflow_provider.models import (
     SourceRevisionConfig,
     canonical_uuid,
 )
+from airflow_provider.models.enums import warn_if_unknown
 
 T = TypeVar("T")
 
@@ -170,12 +171,16 @@ def list_revisions(
             raise InvalidRequestError(f"{name} must be a whole number {bounds}, got {value!r}")
     params = {"limit": str(limit), "offset": str(offset)}
     if status:
-        known = {item.value for item in RevisionStatus} - {RevisionStatus.UNKNOWN.value}
-        names = [item.value if isinstance(item, RevisionStatus) else str(item) for item in status]
-        unknown = sorted(set(names) - known)
-        if unknown:
-            allowed = ", ".join(sorted(known))
-            raise InvalidRequestError(f"status must be revision statuses ({allowed}), got {unknown}")
+        names = []
+        for item in status:
+            try:
+                wanted = RevisionStatus(item)
+            except ValueError:
+                raise InvalidRequestError(f"status must be revision statuses (strings), got {item!r}") from None
+            if "," in wanted.value:
+                raise InvalidRequestError(f"status entries must contain no comma, got {wanted.value!r}")
+            warn_if_unknown("status", wanted)  # a status the service added since: sent as given
+            names.append(wanted.value)
         params["status"] = ",".join(names)
     if remote_reconciled is not None:
         params["remote_reconciled"] = "true" if remote_reconciled else "false"
@@ -202,8 +207,11 @@ def revision_logs(
     limit: int,
     order: LogOrder,
     offset: str | None,
+    older_route: bool = False,
 ) -> Call[RevisionLogPage]:
-    """A page of ``GET /v2/deployments/{id}/revisions/{revision_id}/logs``."""
+    """A page of ``GET /v2/deployments/{id}/revisions/{revision_id}/logs``; with ``older_route`` the same page
+    through the older route the service's own command-line client reads, ``POST /v1/projects/{id}/revisions/
+    {revision_id}/build_logs`` (``deploy_logs``), the query in a JSON body (a read: retried like one)."""
     deployment = path_id(deployment_id, "deployment_id")
     revision = path_id(revision_id, "revision_id")
     if type not in ("build", "deploy"):
@@ -212,9 +220,11 @@ def revision_logs(
         raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LOG_LIMIT:
         raise InvalidRequestError(f"limit must be a whole number 1..{MAX_LOG_LIMIT}, got {limit!r}")
-    params = {"type": type, "order": order, "limit": str(limit)}
-    if offset:
-        params["offset"] = offset
+    page: dict[str, Any] = {"order": order, "limit": limit} | ({"offset": offset} if offset else {})
+    if older_route:
+        path = f"/v1/projects/{deployment}/revisions/{revision}/{type}_logs"
+        return Call("POST", path, _parse_model(RevisionLogPage), json_body=page)
+    params = {"type": type, **{name: str(value) for name, value in page.items()}}
     path = f"/v2/deployments/{deployment}/revisions/{revision}/logs"
     return Call("GET", path, _parse_model(RevisionLogPage), params=params)
 

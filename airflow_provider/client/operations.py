@@ -18,6 +18,7 @@ from airflow_provider.client.exchange import AmbiguousFailure, Emit, Exchange, F
 from airflow_provider.client.once_only import patch_plan, redeploy_plan, send_once
 from airflow_provider.client.pagination import DeploymentPaginator, RevisionPager
 from airflow_provider.client.settings import ClientSettings
+from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import (
     MAX_PAGE_SIZE,
     CreateDeploymentRequest,
@@ -35,6 +36,9 @@ from airflow_provider.models import (
     SourceRevisionConfig,
 )
 
+ENDPOINT_MISSING = frozenset({404, 405})
+"""Answers of a production endpoint outside the spec meaning this service does not have it."""
+
 
 class Operations(Exchange):
     """The client's operations as flows; the public methods of both clients run them (see there for what
@@ -44,6 +48,10 @@ class Operations(Exchange):
     :param api_key: the service API key.
     :param rng: random source of the backoff jitter.
     """
+
+    older_log_routes = False
+    """Whether revision logs are read through the older routes (the newer one answered 404 or 405 where the
+    older one served)."""
 
     def list_oauth_providers(self) -> Flow[list[OAuthProvider]]:
         return (yield from self.exchange(calls.list_oauth_providers()))
@@ -118,8 +126,26 @@ class Operations(Exchange):
         order: LogOrder,
         offset: str | None,
     ) -> Flow[RevisionLogPage]:
-        call = calls.revision_logs(deployment_id, revision_id, type=type, limit=limit, order=order, offset=offset)
-        return (yield from self.exchange(call))
+        """The newer route first; where it is missing (404 or 405), the older one the service's command-line client
+        reads, used straight away from then on once it answered."""
+        page: dict[str, Any] = {"type": type, "limit": limit, "order": order, "offset": offset}
+        older = calls.revision_logs(deployment_id, revision_id, **page, older_route=True)
+        if self.older_log_routes:
+            return (yield from self.exchange(older))
+        try:
+            return (yield from self.exchange(calls.revision_logs(deployment_id, revision_id, **page)))
+        except DeploymentServiceError as err:
+            if err.status_code not in ENDPOINT_MISSING:
+                raise
+            newer_missing = err
+        try:
+            result = yield from self.exchange(older)
+        except DeploymentServiceError as err:
+            if err.status_code in ENDPOINT_MISSING:
+                raise newer_missing from None  # neither route: the newer one's answer is the one to show
+            raise
+        self.older_log_routes = True  # the older route knew the revision: the newer route is what is missing
+        return result
 
     def patch_deployment(
         self,

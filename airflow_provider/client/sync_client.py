@@ -235,7 +235,10 @@ class DeploymentServiceClient(ClientBase):
         order: LogOrder = "desc",
         offset: str | None = None,
     ) -> RevisionLogPage:
-        """``GET /v2/deployments/{id}/revisions/{revision_id}/logs`` (production endpoint outside the spec).
+        """A page of a revision's build or deploy log (production endpoints outside the spec): ``GET
+        /v2/deployments/{id}/revisions/{revision_id}/logs``, or where the service lacks it (404 or 405) the older
+        ``POST /v1/projects/{id}/revisions/{revision_id}/build_logs`` (``deploy_logs``) its own command-line
+        client reads; both answer the same page.
 
         :param deployment_id: the deployment's UUID.
         :param revision_id: the revision.

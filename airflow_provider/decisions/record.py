@@ -10,8 +10,10 @@ deployment, stamped with the time and the task's try:
 - ``rejected``: it failed ``verify``, the bake or the analysis (``step``, ``message``, ``verdict`` with its
   measurements), or could not be judged (``step`` ``unjudged``);
 - ``timed_out``: it had not gone live within the task's ``timeout``;
-- ``failed``: its rollout failed before it ever served (``status``: ``BUILD_FAILED``...; or superseded, deleted), or
-  a fleet abort rolled it back before it was judged (``step`` ``abort``);
+- ``failed``: its rollout failed before it ever served (``status``: ``BUILD_FAILED``...; or superseded, with
+  ``superseded_by``: the newer revision that replaced it, e.g. the one the service built instead when it skipped
+  ours, ``SKIPPED``, never a failed build; or deleted), or a fleet abort rolled it back before it was judged
+  (``step`` ``abort``);
 - ``passed``: an analysis gate passed it (:class:`~airflow_provider.operators.analysis.DeploymentAnalysisOperator`);
 - ``rolling_back``: a rollback was sent (``revision_id``: the revision it created or redeployed,
   ``rolled_back_from``, ``rolled_back_to``, ``path``);
@@ -38,6 +40,7 @@ the facts it adds. Fields this module does not know are kept as they are (a newe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +71,7 @@ __all__ = [
     "event_entries",
     "failure_status",
     "fleet_row_entries",
+    "superseded_by",
     "verdict_kind",
     "with_entries",
 ]
@@ -117,6 +121,7 @@ _FIELDS = (
     "verdict",
     "message",
     "status",
+    "superseded_by",
     "path",
     "not_restored",
     "with_wave",
@@ -177,7 +182,8 @@ def entry(
 ) -> dict[str, Any]:
     """One entry (plain JSON, bounded): ``kind``, ``deployment_id``, ``revision_id``, ``at``, ``try_number`` and
     the optional fields given (``previous_revision_id``, ``rolled_back_from``, ``rolled_back_to``, ``step``,
-    ``steps``, ``verdict``, ``message``, ``status``, ``path``, ``not_restored``, ``with_wave``, ``wave``,
+    ``steps``, ``verdict``, ``message``, ``status``, ``superseded_by`` (a ``failed`` entry whose message says so
+    gets it from the message), ``path``, ``not_restored``, ``with_wave``, ``wave``,
     ``requested_by``, ``requested_from``, ``question_path``, ``answer``, ``answered_by``; ``None`` values are left
     out).
 
@@ -198,6 +204,8 @@ def entry(
         "at": round(float(at), 3) if at is not None else None,
         "try_number": try_number,
     }
+    if kind == Kind.FAILED and fields.get("superseded_by") is None:
+        fields["superseded_by"] = superseded_by(str(fields.get("message") or ""))
     for name in _FIELDS:
         value = fields.get(name)
         if value is None:
@@ -392,6 +400,19 @@ def failure_status(message: str) -> str | None:
     :param message: the failure's message (``... revision R ended with status BUILD_FAILED ...``).
     """
     return next((status for status in BUILD_FAILURES if f"status {status}" in message), None)
+
+
+_SUPERSEDED = re.compile(r"was superseded by ([0-9a-fA-F-]{36})")
+
+
+def superseded_by(message: str) -> str | None:
+    """The revision a failed rollout's message says superseded it (``... was superseded by R ...``: the deployment's
+    newer latest revision, the one the service builds instead of a skipped one), or ``None``.
+
+    :param message: the failure's message.
+    """
+    found = _SUPERSEDED.search(message)
+    return found.group(1) if found else None
 
 
 def event_entries(payload: Mapping[str, Any], at: float | None) -> list[dict[str, Any]]:

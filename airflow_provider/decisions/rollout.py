@@ -3,7 +3,9 @@
 A rollout of revision ``R`` is finished when the deployment is ``READY`` **and** its active revision
 is ``R``. ``READY`` alone is not enough: the previous revision keeps the deployment ``READY`` while the
 new one builds (the stale-READY trap). The verdict fails fast when waiting can never succeed: the
-deployment is gone or going away, the revision's build failed, or a newer revision superseded it.
+deployment is gone or going away, the revision's build failed, or a newer revision superseded it (the
+deployment's latest revision moved past it, or the service skipped it, ``SKIPPED``, because a newer one overtook
+it while it was queued: superseded, never a failed build; the message names the successor).
 """
 
 from __future__ import annotations
@@ -153,11 +155,19 @@ def rollout_verdict(
             f"{name}: revision {revision_id} ended with status {revision_status}{detail} "
             f"(active revision is still {active})",
         )
-    if latest is not None and latest not in (revision_id, allowed_latest_revision_id) and active != revision_id:
+    skipped = revision is not None and revision_status is not None and revision.status.is_overtaken
+    newer = latest not in (revision_id, allowed_latest_revision_id) or (skipped and latest != revision_id)
+    if latest is not None and newer and active != revision_id:
+        how = " (the service skipped it while it was queued: SKIPPED, never built)" if skipped else ""
         return verdict(
             RolloutState.FAILED,
-            f"{name}: revision {revision_id} was superseded by {latest}, a newer revision; it is not active "
+            f"{name}: revision {revision_id} was superseded by {latest}, a newer revision{how}; it is not active "
             f"(active revision {active}, status {status.value})",
+        )
+    if skipped:  # the deployment was read before the newer revision showed: the next look names it
+        return verdict(
+            RolloutState.WAITING,
+            f"{name}: revision {revision_id} was skipped (SKIPPED) for a newer revision; waiting to see which",
         )
     if active == revision_id:
         return verdict(

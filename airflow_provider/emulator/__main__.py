@@ -6,7 +6,8 @@ listening, then serves until SIGINT or SIGTERM.
 Switches: ``--resource-spec-mode replace|merge`` (default ``replace``, production: a PATCH with a
 ``resource_spec`` creates a revision and replaces the spec; ``merge``: field by field, no revision);
 ``--disable-endpoint NAME`` (repeatable; ``get_deployment``, ``list_revisions``, ``get_revision``,
-``redeploy``, ``revision_logs``) answers that production-only endpoint 404 (405 for ``get_deployment``);
+``redeploy``, ``revision_logs``, ``build_logs``, ``deploy_logs``) answers that production-only endpoint 404 (405
+for ``get_deployment``);
 ``--no-optional-endpoints`` leaves them all out; ``--redeploy-mode new_revision|in_place`` (default
 ``new_revision``; ``in_place``: a redeploy makes no revision, the old one is deployed again);
 ``--unknown-fields`` plays a newer service whose answers carry fields the provider's models lack (see

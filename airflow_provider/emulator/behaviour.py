@@ -191,21 +191,58 @@ def _scored(requests: int, share: float) -> int:
 
 def feedback_stats(groups: list[TrafficGroup]) -> dict[str, dict[str, Any]]:
     """The tracing service's ``feedback_stats`` of the runs in ``groups``: per key, ``n`` (runs scored), ``avg``
-    (their mean score), ``stdev``, ``errors`` (0) and ``values`` (``{}``); keys without a scored run left out."""
-    totals: dict[str, list[float]] = {}
+    (their mean score), ``stdev``, ``min``, ``max``, ``median``, ``type`` (``continuous``: numeric scores),
+    ``errors`` (0), ``values`` (``{}``) and ``contains_thread_feedback`` (false: runs are scored, not threads);
+    keys without a scored run left out."""
+    parts_of: dict[str, list[tuple[int, float]]] = {}
     for group in groups:
         for key, scored, total, squares in group.feedback:
             if scored > 0:
-                into = totals.setdefault(key, [0.0, 0.0, 0.0])
-                into[0] += scored
-                into[1] += total
-                into[2] += squares
+                parts_of.setdefault(key, []).extend(_score_parts(scored, total, squares))
     stats: dict[str, dict[str, Any]] = {}
-    for key, (n, total, squares) in sorted(totals.items()):
-        avg = total / n
-        variance = max(0.0, squares / n - avg * avg)
-        stats[key] = {"n": int(n), "avg": avg, "stdev": math.sqrt(variance), "errors": 0, "values": {}}
+    for key, parts in sorted(parts_of.items()):
+        parts = [(count, score) for count, score in parts if count > 0]
+        n = sum(count for count, _ in parts)
+        avg = sum(count * score for count, score in parts) / n
+        variance = sum(count * (score - avg) ** 2 for count, score in parts) / n
+        scores = [score for _, score in parts]
+        stats[key] = {
+            "n": n,
+            "avg": avg,
+            "stdev": math.sqrt(variance),
+            "min": min(scores),
+            "max": max(scores),
+            "median": _median(parts, n),
+            "type": "continuous",
+            "errors": 0,
+            "values": {},
+            "contains_thread_feedback": False,
+        }
     return stats
+
+
+def _score_parts(scored: int, total: float, squares: float) -> list[tuple[int, float]]:
+    """``(how many, score)`` of a group's scored runs: its 1s and 0s (a 0/1 evaluator's: the sum of squares is the
+    sum), or every run at the one score it got."""
+    if abs(squares - total) < 1e-9 and 0.0 <= total <= scored:
+        ones = round(total)
+        return [(ones, 1.0), (scored - ones, 0.0)]
+    return [(scored, total / scored)]
+
+
+def _median(parts: list[tuple[int, float]], n: int) -> float:
+    """The median of ``n`` scores given as ``(how many, score)`` parts."""
+    ordered = sorted(parts, key=lambda part: part[1])
+
+    def at(position: int) -> float:
+        seen = 0
+        for count, score in ordered:
+            seen += count
+            if position < seen:
+                return score
+        return ordered[-1][1]
+
+    return (at((n - 1) // 2) + at(n // 2)) / 2
 
 
 def percentile_seconds(groups: list[TrafficGroup], quantile: float) -> float | None:

@@ -3,11 +3,16 @@
 Transitions are computed lazily: :meth:`DeploymentRecord.settle` replays every transition that is due at
 a given time, in time order, stamping each with the time it happened (not the time it was noticed).
 
-A revision's life: ``QUEUED`` while an earlier revision of the same deployment is unfinished (one build
-at a time, first in first out), then ``AWAITING_BUILD`` -> ``BUILDING`` -> ``DEPLOYING`` -> ``DEPLOYED``
-over ``build_seconds`` (20 % / 50 % / 30 %). A revision marked to fail ends in ``BUILD_FAILED`` at the end
-of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revision is ``DEPLOYED`` it
-becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
+A revision's life: ``CREATING`` for its first moments (:data:`CREATING_SHARE` of ``build_seconds``, at most
+:data:`CREATING_MAX_SECONDS`), then ``QUEUED`` while an earlier revision of the same deployment is unfinished (one
+build at a time), then ``AWAITING_BUILD`` -> ``BUILDING`` -> ``DEPLOYING`` -> ``DEPLOYED`` over ``build_seconds``
+(20 % / 50 % / 30 %; a revision that starts at once spends its ``CREATING`` moments inside the first 20 %, so
+the build still ends ``build_seconds`` after its creation). A queued revision that a newer one overtakes (a
+PATCH or a redeploy while it waits) is ``SKIPPED``, never built, as production does; only the newest waiting
+revision builds (a failure or unhealthy mark set for the skipped one passes to it). A deployment set
+``AWAITING_DELETE`` interrupts its unfinished revisions (``INTERRUPTED``). A revision marked to fail ends in
+``BUILD_FAILED`` at the end of ``BUILDING`` or ``DEPLOY_FAILED`` at the end of ``DEPLOYING``. When a revision is
+``DEPLOYED`` it becomes the deployment's active revision. A deployment ``AWAITING_DATABASE`` becomes ``READY`` once
 ``ready_seconds`` have passed since its creation and a revision is active; it stays ``READY`` while
 later revisions build (the old revision keeps serving).
 
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from airflow_provider.models import (
     Deployment,
@@ -42,6 +47,11 @@ from airflow_provider.models import (
 from .contract.schema import render_resource_spec
 from .plans import BehaviourPlan
 
+CREATING_SHARE = 0.05
+"""The share of ``build_seconds`` a new revision is ``CREATING`` (see the module docstring)."""
+CREATING_MAX_SECONDS = 1.0
+"""The longest a new revision is ``CREATING``."""
+
 BUILD_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.AWAITING_BUILD: (0.2, RevisionStatus.BUILDING),
     RevisionStatus.BUILDING: (0.7, RevisionStatus.DEPLOYING),
@@ -55,6 +65,14 @@ REDEPLOY_PHASES: dict[RevisionStatus, tuple[float, RevisionStatus]] = {
     RevisionStatus.DEPLOYING: (0.3, RevisionStatus.DEPLOYED),
 }
 """The same for a redeploy, which skips the build."""
+
+SERVICE_DEPLOYMENT_TYPES = ("dev_free", "dev", "prod", "dev_zero")
+"""The deployment types the emulated service knows (``dev_zero``: serverless, the default of the service's own
+command-line client); with the ``unknown_fields`` switch it knows more (see
+:data:`~airflow_provider.emulator.unknown_fields.DEPLOYMENT_TYPES`)."""
+ServiceDeploymentType = Literal["dev_free", "dev", "prod", "dev_zero"]
+SERVICE_SOURCES = ("codehost", "external_docker", "internal_docker", "internal_source", "internal_template")
+"""The deployment sources the emulated service knows."""
 
 REDEPLOYABLE = (RevisionStatus.DEPLOYED, RevisionStatus.DEPLOY_FAILED)
 """Statuses of revisions whose build succeeded, so that they can be redeployed."""
@@ -101,7 +119,7 @@ class RevisionRecord:
     created_at: datetime
     build_seconds: float
     source: str
-    status: RevisionStatus = RevisionStatus.QUEUED
+    status: RevisionStatus = RevisionStatus.CREATING
     started_at: datetime | None = None
     fail_with: RevisionStatus | None = None
     fail_message: str | None = None
@@ -136,9 +154,24 @@ class RevisionRecord:
         """The in-progress phases this revision goes through."""
         return REDEPLOY_PHASES if self.skips_build else BUILD_PHASES
 
+    @property
+    def creating_ends(self) -> datetime:
+        """When this revision stops being ``CREATING``."""
+        seconds = min(CREATING_SHARE * self.build_seconds, CREATING_MAX_SECONDS)
+        return self.created_at + timedelta(seconds=seconds)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the revision waits for its build to start (``CREATING`` or ``QUEUED``, not started)."""
+        return self.started_at is None and not self.finished
+
     def next_transition(self) -> tuple[datetime, RevisionStatus] | None:
         """The next status change of a started revision and when it happens (``None`` if none)."""
-        if self.finished or self.started_at is None or self.status not in self.phases:
+        if self.finished or self.started_at is None:
+            return None
+        if self.status is RevisionStatus.CREATING:
+            return self.creating_ends, min(self.phases, key=lambda status: self.phases[status][0])
+        if self.status not in self.phases:
             return None
         fraction, following = self.phases[self.status]
         if self.fail_with is not None and _FAILS_INSTEAD_OF[self.fail_with] is following:
@@ -155,8 +188,10 @@ class RevisionRecord:
             self.status_message = None
 
     def start(self, at: datetime) -> None:
-        """Leave ``QUEUED``: the build starts at ``at``."""
+        """The build starts at ``at`` (still ``CREATING`` when that is within its first moments)."""
         self.started_at = at
+        if self.status is RevisionStatus.CREATING and at < self.creating_ends:
+            return
         self.set_status(RevisionStatus.AWAITING_DEPLOY if self.skips_build else RevisionStatus.AWAITING_BUILD, at)
 
     def deploy_again(self, at: datetime) -> None:
@@ -203,7 +238,7 @@ class DeploymentRecord:
     """A deployment as the emulator stores it: the resource plus data the resource does not show.
 
     :param resource: the deployment resource (mutated in place; secrets in clear inside).
-    :param deployment_type: ``dev_free``, ``dev`` or ``prod`` (``deployment_type`` filter).
+    :param deployment_type: one of :data:`SERVICE_DEPLOYMENT_TYPES` (``deployment_type`` filter).
     :param tag_value_ids: tag value ids (``tag_value_ids`` filter).
     :param remote_reconciled: the ``remote_reconciled`` filter flag.
     :param build_seconds: build duration for this deployment, overriding the emulator's.
@@ -273,7 +308,21 @@ class DeploymentRecord:
                 build.start(now)
             revision_step = build.next_transition() if build is not None else None
             ready_at = self._ready_at(ready_seconds)
+            queued = min(
+                (rev for rev in self.revisions if rev.waiting and rev.status is RevisionStatus.CREATING),
+                key=lambda rev: rev.creating_ends,
+                default=None,
+            )
             if (
+                queued is not None
+                and queued.creating_ends <= now
+                and (revision_step is None or queued.creating_ends <= revision_step[0])
+                and (ready_at is None or queued.creating_ends <= ready_at)
+            ):
+                queued.set_status(RevisionStatus.QUEUED, queued.creating_ends)
+                if revision_status_touches:
+                    self.touch(queued.creating_ends)
+            elif (
                 revision_step is not None
                 and revision_step[0] <= now
                 and (ready_at is None or revision_step[0] <= ready_at)
@@ -346,12 +395,32 @@ class DeploymentRecord:
         if self.pending_behaviour is not None:
             revision.behaviour_changes.append((now, self.pending_behaviour))
             self.pending_behaviour = None
+        for waiting in [rev for rev in self.revisions if rev.waiting]:
+            self._skip(waiting, revision, now)
         idle = self.current_build() is None
         self.revisions.append(revision)
         self.resource.latest_revision_id = revision.id
         self.touch(now)
         if idle:
             revision.start(now)
+
+    def _skip(self, overtaken: RevisionRecord, newer: RevisionRecord, now: datetime) -> None:
+        """``overtaken`` waited to be built when ``newer`` was created: it is skipped, and what was set for it to
+        happen when it builds or goes live (a failure, an unhealthy mark) passes to ``newer``."""
+        overtaken.set_status(RevisionStatus.SKIPPED, now)
+        overtaken.status_message = f"Skipped: revision {newer.id} overtook it before it was built"
+        if overtaken.fail_with is not None and newer.fail_with is None and _can_fail(newer, overtaken.fail_with):
+            newer.fail_with, newer.fail_message = overtaken.fail_with, overtaken.fail_message
+        newer.unhealthy = newer.unhealthy or overtaken.unhealthy
+        overtaken.fail_with = overtaken.fail_message = None
+        overtaken.unhealthy = False
+
+    def interrupt(self, now: datetime, reason: str) -> None:
+        """End every unfinished revision ``INTERRUPTED`` at ``now`` (the deployment is going away)."""
+        for revision in self.revisions:
+            if not revision.finished:
+                revision.set_status(RevisionStatus.INTERRUPTED, now)
+                revision.status_message = f"Interrupted: {reason}"
 
     def fail_next_build(self, status: RevisionStatus, message: str | None) -> str | None:
         """Make the next build fail with ``status``; return the revision it applies to, if one exists.

@@ -1,6 +1,8 @@
 """Build and deploy logs of a revision, derived from its timeline (no stored text).
 
-A log entry is ``{"timestamp": "<ISO 8601>", "level": "INFO" | "ERROR", "message": "..."}``. Lines appear
+A log entry is ``{"id": "...", "timestamp": "<ISO 8601>", "level": "INFO" | "ERROR", "message": "..."}``; the
+``id`` is stable (the same line always has the same one), as the service's own client relies on to skip lines
+it printed already when it follows a log. Lines appear
 as the emulated clock reaches them, so a client polling the log of a running build sees it grow. A build
 log shows the source being fetched (clone and commit for ``codehost``, the upload for
 ``internal_source``, the image for the docker sources), numbered build steps, then either the built
@@ -9,14 +11,18 @@ says which build it reuses. A deploy log shows the rollout, then ``... is live``
 Secrets never appear in a log.
 
 Pages: ``order`` ``asc`` (oldest first, default) or ``desc``; ``limit`` entries; ``offset`` is an opaque
-cursor from ``next_offset`` of the previous page (``null`` when no more lines exist yet).
+cursor from ``next_offset`` of the previous page (``null`` when no more lines exist yet). The older routes the
+service's command-line client reads (``POST /v1/projects/...``) also filter (:class:`LogFilter`: ``level``,
+``query``, ``start_time``, ``end_time``) before paging; a deployment's deploy log without a revision
+(:func:`deployment_log`) is every revision's deploy log, in time order.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -29,6 +35,7 @@ LogOrder = Literal["asc", "desc"]
 DEFAULT_LOG_LIMIT = 50
 MAX_LOG_LIMIT = 1000
 BASE_IMAGE = "python:3.11-slim"
+_LINE_NAMESPACE = uuid.UUID("0d7f3b5e-58c4-4c1b-9a55-2b8f3f0e9c21")
 
 
 class BadCursor(ValueError):
@@ -42,15 +49,46 @@ class LogEntry:
     :param timestamp: when it was written.
     :param message: the text.
     :param level: ``INFO`` or ``ERROR``.
+    :param id: the line's stable id (set by :func:`revision_log`).
     """
 
     timestamp: datetime
     message: str
     level: str = "INFO"
+    id: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """``{"timestamp", "level", "message"}``."""
-        return {"timestamp": self.timestamp.isoformat(), "level": self.level, "message": self.message}
+        """``{"id", "timestamp", "level", "message"}``."""
+        return {"id": self.id, "timestamp": self.timestamp.isoformat(), "level": self.level, "message": self.message}
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """What the older log routes filter on (``None``: no filter).
+
+    :param level: only lines of this level (case-insensitive).
+    :param query: only lines whose message contains this text (case-insensitive).
+    :param start_time: only lines written at or after this time.
+    :param end_time: only lines written at or before this time.
+    """
+
+    level: str | None = None
+    query: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    def apply(self, entries: list[LogEntry]) -> list[LogEntry]:
+        """The entries that pass every filter, in their order."""
+        level = self.level.upper() if self.level else None
+        query = self.query.lower() if self.query else None
+        return [
+            entry
+            for entry in entries
+            if (level is None or entry.level == level)
+            and (query is None or query in entry.message.lower())
+            and (self.start_time is None or entry.timestamp >= self.start_time)
+            and (self.end_time is None or entry.timestamp <= self.end_time)
+        ]
 
 
 def revision_log(record: DeploymentRecord, revision: RevisionRecord, kind: LogType, now: datetime) -> list[LogEntry]:
@@ -64,7 +102,21 @@ def revision_log(record: DeploymentRecord, revision: RevisionRecord, kind: LogTy
     if revision.started_at is None:
         return []
     planned = _build_lines(record, revision) if kind == "build" else _deploy_lines(record, revision)
-    return [entry for entry in planned if entry.timestamp <= now]
+    return [
+        replace(entry, id=str(uuid.uuid5(_LINE_NAMESPACE, f"{revision.id}/{kind}/{index}")))
+        for index, entry in enumerate(planned)
+        if entry.timestamp <= now
+    ]
+
+
+def deployment_log(record: DeploymentRecord, now: datetime) -> list[LogEntry]:
+    """The deploy log of the whole deployment written by ``now``: every revision's, oldest line first.
+
+    :param record: the deployment.
+    :param now: the emulated time.
+    """
+    lines = [entry for revision in record.revisions for entry in revision_log(record, revision, "deploy", now)]
+    return sorted(lines, key=lambda entry: entry.timestamp)
 
 
 def page(entries: list[LogEntry], *, order: LogOrder, limit: int, offset: str | None) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from airflow_provider.models import (
     error_message,
 )
 
-from .records import DeploymentRecord, RevisionRecord
+from .records import DeploymentRecord, RevisionRecord, ServiceDeploymentType
 
 DataSource = str | Path | Mapping[str, Any]
 """A data file path, or its already-parsed content."""
@@ -72,7 +72,7 @@ class EmulatorDataError(ValueError):
 class _DeploymentExtras(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    deployment_type: DeploymentType = DeploymentType.DEV
+    deployment_type: ServiceDeploymentType = "dev"
     tag_value_ids: list[str] = Field(default_factory=list)
     remote_reconciled: bool = False
     build_seconds: float | None = Field(default=None, ge=0)
@@ -262,7 +262,7 @@ def _load_deployment(
         return None
     record = DeploymentRecord(
         resource=resource,
-        deployment_type=extras.deployment_type,
+        deployment_type=DeploymentType(extras.deployment_type),
         tag_value_ids=extras.tag_value_ids,
         remote_reconciled=extras.remote_reconciled,
         build_seconds=extras.build_seconds,
@@ -302,6 +302,7 @@ def _make_revisions(record: DeploymentRecord, now: datetime, build_seconds: floa
             build_seconds=build_seconds,
             source=record.source,
             remote_reconciled=record.remote_reconciled,
+            status=RevisionStatus.QUEUED,  # created before the data was loaded: past its first moments
         )
         record.revisions.append(building)
         building.start(now)

@@ -1,15 +1,24 @@
 """The tracing service's two public endpoints, answered from the emulated apps' traffic.
 
 Each deployment has a tracing project named like it (created with it; its id derives from the deployment
-id). Under ``{root}/tracing`` (no service path prefix; OpenAPI tag ``tracing-service``):
+id). Under ``{root}/tracing`` (no service path prefix; OpenAPI tag ``tracing-service``), answering what the
+service's own Python client (``langsmith``: ``read_project``, ``list_projects``, ``get_run_stats``, ``info``)
+asks:
 
 * ``GET /tracing/sessions?name=<project>&limit=1``: ``[{"id", "name", "tenant_id", "start_time", ...}]``,
-  empty when no project has that name (without ``name``: every project, ``offset``/``limit`` paged);
+  empty when no project has that name (without ``name``: every project, ``offset``/``limit`` paged); also
+  ``name_contains`` (case-insensitive), ``id`` (repeatable) and ``include_stats=true`` (each project with its
+  run statistics over its whole life: ``run_count``, ``error_rate``, ``latency_p50``, ``feedback_stats``...);
+  the other filters the service knows (``reference_free``, ``metadata``...) change nothing here;
+* ``GET /tracing/sessions/{id}`` (``include_stats`` too): one project, 404 when there is none;
+* ``GET /tracing/info`` (no key needed): ``{"version", "instance_flags", ...}``;
 * ``POST /tracing/runs/stats`` with ``{"session": [id, ...], "start_time": iso, "end_time"?: iso,
   "is_root": true, "error"?: bool}``: ``{"run_count", "error_rate", "latency_p50", "latency_p99", ...}`` of
   the requests the projects' deployments served in that window (see :mod:`.behaviour`); rates and latencies
   are ``null`` when there were none. Every emulated request is one root run, so ``is_root`` changes nothing;
-  the ``filter``-style arguments are not emulated (422).
+  the ``filter``-style arguments and ``group_by`` are not emulated (422 naming them). ``feedback_stats`` maps
+  each scored key to ``{"n", "avg", "stdev", "min", "max", "median", "type": "continuous", "errors",
+  "values", "contains_thread_feedback"}``.
 
 Auth: the service's ``X-Api-Key`` (401 without it, as the tracing service answers); an ``X-Tenant-Id``
 header, when sent, limits the projects to that tenant. These requests are counted, logged and can be
@@ -40,7 +49,35 @@ if TYPE_CHECKING:
 TRACING_PREFIX = "/tracing"
 TRACING_TAG = "tracing-service"
 _PROJECT_NAMESPACE = uuid.UUID("5b0c3a52-1d8e-4d59-9a43-6f1d3c1f7a10")
-_NOT_EMULATED = ("filter", "trace_filter", "tree_filter", "run_type", "trace", "parent_run", "reference_example")
+_NOT_EMULATED = (
+    "filter",
+    "trace_filter",
+    "tree_filter",
+    "run_type",
+    "trace",
+    "parent_run",
+    "reference_example",
+    "group_by",
+)
+TRACING_VERSION = "0.0.0-emulator"
+"""The version ``GET /tracing/info`` answers."""
+_PROJECT_STATS = (
+    "run_count",
+    "error_rate",
+    "latency_p50",
+    "latency_p99",
+    "first_token_p50",
+    "first_token_p99",
+    "total_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_cost",
+    "prompt_cost",
+    "completion_cost",
+    "last_run_start_time",
+    "feedback_stats",
+    "run_facets",
+)
 
 
 def tracing_base_url(service_url: str) -> str:
@@ -70,10 +107,16 @@ def project_json(record: DeploymentRecord) -> dict[str, Any]:
     }
 
 
+def project_stats_fields(stats: dict[str, Any]) -> dict[str, Any]:
+    """The run statistics a project listed with ``include_stats`` carries (those of :func:`project_stats`), and
+    ``session_feedback_stats`` (``{}``: the emulator scores runs, never whole projects)."""
+    return {**{name: stats.get(name) for name in _PROJECT_STATS}, "session_feedback_stats": {}}
+
+
 class RunStatsQuery(BaseModel):
     """``POST /tracing/runs/stats`` body (other fields the real service knows are accepted and ignored,
-    except the filters that would change the answer: ``filter``, ``trace_filter``, ``tree_filter``,
-    ``run_type``, ``trace``, ``parent_run``, ``reference_example``, answered 422).
+    except those that would change the answer: ``filter``, ``trace_filter``, ``tree_filter``,
+    ``run_type``, ``trace``, ``parent_run``, ``reference_example``, ``group_by``, answered 422).
 
     :param session: ids of the projects to count.
     :param start_time: count runs from then (default: since the project exists); naive times are UTC.
@@ -141,9 +184,22 @@ class TracingSource(Protocol):
     api_key: str
 
     def tracing_projects(
-        self, *, name: str | None = None, tenant: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        name: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        name_contains: str | None = None,
+        ids: Iterable[str] | None = None,
+        include_stats: bool = False,
     ) -> list[dict[str, Any]]:
-        """The deployments' tracing projects named ``name`` (any when ``None``)."""
+        """The deployments' tracing projects named ``name`` (any when ``None``), filtered, with statistics."""
+
+    def tracing_project(
+        self, session_id: str, *, tenant: str | None = None, include_stats: bool = False
+    ) -> dict[str, Any]:
+        """One tracing project (raises the state's ``NotFound`` when there is none)."""
 
     def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:
         """Statistics of the projects' runs in the query's window."""
@@ -178,16 +234,53 @@ async def list_sessions(
     request: Request,
     tenant: Tenant,
     name: Annotated[str | None, Query(description="Exact project name")] = None,
+    name_contains: Annotated[str | None, Query(description="Substring of the name (case-insensitive)")] = None,
+    id: Annotated[list[uuid.UUID] | None, Query(description="Project ids (repeatable)")] = None,
+    include_stats: Annotated[bool, Query(description="Each project with its run statistics")] = False,
     limit: Annotated[int, Query(ge=1, le=100)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> JSONResponse:
-    return JSONResponse(_state(request).tracing_projects(name=name, tenant=tenant, limit=limit, offset=offset))
+    projects = _state(request).tracing_projects(
+        name=name,
+        name_contains=name_contains,
+        ids=None if id is None else [str(item) for item in id],
+        include_stats=include_stats,
+        tenant=tenant,
+        limit=limit,
+        offset=offset,
+    )
+    return JSONResponse(projects)
+
+
+@tracing_router.get("/sessions/{session_id}", summary="One tracing project")
+async def get_session(
+    request: Request,
+    session_id: uuid.UUID,
+    tenant: Tenant,
+    include_stats: Annotated[bool, Query(description="With its run statistics")] = False,
+) -> JSONResponse:
+    return JSONResponse(_state(request).tracing_project(str(session_id), tenant=tenant, include_stats=include_stats))
+
+
+@tracing_router.get("/info", summary="What the tracing service is (its version); no key needed")
+async def info() -> JSONResponse:
+    return JSONResponse(
+        {"version": TRACING_VERSION, "license_expiration_time": None, "batch_ingest_config": None, "instance_flags": {}}
+    )
 
 
 @tracing_router.post("/runs/stats", summary="Run statistics of tracing projects in a time window")
 async def runs_stats(request: Request, query: RunStatsQuery, tenant: Tenant) -> JSONResponse:
     unsupported = query.not_emulated()
     if unsupported:
-        detail = f"the emulator does not apply these filters: {', '.join(unsupported)}"
-        raise HTTPException(422, detail)
+        problems = [
+            {
+                "type": "value_error",
+                "loc": ["body", name],
+                "msg": f"the emulator does not apply {name}: ask without it",
+                "input": (query.model_extra or {})[name],
+            }
+            for name in unsupported
+        ]
+        raise HTTPException(422, problems)
     return JSONResponse(_state(request).run_stats(query, tenant=tenant))

@@ -15,6 +15,8 @@ production would:
 * each init container and sidecar of a ``resource_spec``: :data:`CONTAINER_FIELDS` (an unknown key inside
   a known nested object), shown with Kubernetes' default until a PATCH gives another value.
 * ``source_config``: :data:`CONFIG_FIELDS`, kept until a PATCH gives them, like its other fields.
+* values: :data:`DEPLOYMENT_TYPES`, deployment types the provider does not know, accepted on create and by the
+  list filter and shown back;
 * read-only: :data:`DEPLOYMENT_FIELDS` on the deployment, :data:`REVISION_FIELDS` on each revision and
   :data:`REVISION_CONFIG_FIELDS` in every ``source_revision_config`` (a PATCH cannot set them; they are
   ignored when sent).
@@ -50,6 +52,9 @@ REVISION_FIELDS: dict[str, Any] = {"build_info": {"builder": "buildkit", "cache"
 """Read-only fields of a revision only the service knows."""
 REVISION_CONFIG_FIELDS: dict[str, Any] = {"build_platform": "linux/amd64"}
 """Read-only ``source_revision_config`` fields only the service knows (the deployment's and each revision's)."""
+DEPLOYMENT_TYPES: tuple[str, ...] = ("prod_gpu",)
+"""Deployment types only the newer service knows (``source_config.deployment_type`` on create, the
+``deployment_type`` filter): values of an enum the provider's models do not declare."""
 
 
 class ContainerWithServiceFields(ContainerIn):
@@ -151,6 +156,7 @@ __all__ = [
     "CONFIG_FIELDS",
     "CONTAINER_FIELDS",
     "DEPLOYMENT_FIELDS",
+    "DEPLOYMENT_TYPES",
     "REVISION_CONFIG_FIELDS",
     "REVISION_FIELDS",
     "SPEC_FIELDS",

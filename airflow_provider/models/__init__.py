@@ -17,7 +17,7 @@ One module per part of the schema, from the bottom up; every name below is impor
 
 - :mod:`~airflow_provider.models.fields`: ids as canonical UUID strings, timestamps, a validation error in
   words;
-- :mod:`~airflow_provider.models.enums`: sources, tiers and statuses;
+- :mod:`~airflow_provider.models.enums`: sources, tiers and statuses, open to values the service adds;
 - :mod:`~airflow_provider.models.base`: :class:`ServiceModel` and :class:`RequestModel`, and the rules for
   fields the models do not declare;
 - :mod:`~airflow_provider.models.resource_spec`: the resource spec as shown, as a patch sends it, and as a
@@ -39,6 +39,7 @@ from airflow_provider.models.enums import (
     DeploymentSource,
     DeploymentStatus,
     DeploymentType,
+    OpenEnum,
     RevisionSource,
     RevisionStatus,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "LogLine",
     "Number",
     "OAuthProvider",
+    "OpenEnum",
     "OtherCpu",
     "PatchDeploymentRequest",
     "Repository",

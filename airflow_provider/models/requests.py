@@ -7,7 +7,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from airflow_provider.models.base import RequestModel
-from airflow_provider.models.enums import DeploymentSource, DeploymentStatus, DeploymentType, RevisionSource
+from airflow_provider.models.enums import (
+    DeploymentSource,
+    DeploymentStatus,
+    DeploymentType,
+    RevisionSource,
+    warn_if_unknown,
+)
 from airflow_provider.models.fields import UuidStr
 from airflow_provider.models.resources import Deployment
 from airflow_provider.models.secrets import REDACTED, Secret, SecretReference
@@ -57,6 +63,9 @@ class PatchDeploymentRequest(RequestModel):
 
     @model_validator(mode="after")
     def _not_empty(self) -> "PatchDeploymentRequest":
+        warn_if_unknown("revision_source", self.revision_source)
+        if self.source_config is not None:
+            warn_if_unknown("source_config.deployment_type", self.source_config.deployment_type)
         if not _prune_empty(_revealed_body(self)):
             raise ValueError(
                 "empty patch: set at least one of revision_source, source_config, "
@@ -165,6 +174,12 @@ class CreateDeploymentRequest(RequestModel):
     def _secrets_have_values(cls, secrets: list[Secret]) -> list[Secret]:
         return _checked_secrets(secrets) or []
 
+    @model_validator(mode="after")
+    def _note_unknown_values(self) -> "CreateDeploymentRequest":
+        warn_if_unknown("source", self.source)
+        warn_if_unknown("source_config.deployment_type", self.source_config.deployment_type)
+        return self
+
     def to_request_body(self) -> dict[str, Any]:
         """The JSON body for the wire, secret values revealed. Never log this."""
         return _revealed_body(self)
@@ -187,8 +202,12 @@ class ListDeploymentsQuery(RequestModel):
     :param remote_reconciled: only remote-reconciled (or only not) deployments.
     :param tag_value_ids: tag value ids, any of which matches.
     :param image_version: image version.
-    :param deployment_type: ``dev_free``, ``dev`` or ``prod``.
+    :param deployment_type: ``dev_free``, ``dev``, ``prod``, ``dev_zero``, or a tier the provider does not know
+        yet (sent as given, with a warning).
     :param deployment_ids: deployment ids (UUIDs).
+
+    ``status`` and ``deployment_type`` are open: a value the provider does not know is sent as given (with a
+    logged warning naming the known ones), for the service to answer; a misspelt *field* is refused.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -203,14 +222,11 @@ class ListDeploymentsQuery(RequestModel):
     deployment_type: DeploymentType | None = None
     deployment_ids: list[UuidStr] | None = Field(default=None, min_length=1)
 
-    @field_validator("status", mode="before")
-    @classmethod
-    def _known_status(cls, value: object) -> object:
-        # The response enum maps unknown values to UNKNOWN; a filter must refuse them instead.
-        allowed = [status.value for status in DeploymentStatus]
-        if value is not None and not isinstance(value, DeploymentStatus) and value not in allowed:
-            raise ValueError(f"status must be one of {', '.join(allowed)}, got {value!r}")
-        return value
+    @model_validator(mode="after")
+    def _note_unknown_values(self) -> "ListDeploymentsQuery":
+        warn_if_unknown("status", self.status)
+        warn_if_unknown("deployment_type", self.deployment_type)
+        return self
 
     @field_validator("tag_value_ids")
     @classmethod

@@ -31,7 +31,8 @@ class SourceConfig(ServiceModel):
 
 class SourceConfigPatch(SourceConfig):
     """Source settings in a request: ``resource_spec`` held to production's request schema, and
-    ``deployment_type`` one of ``dev_free``, ``dev``, ``prod`` (it cannot change after creation)."""
+    ``deployment_type`` a tier (``dev_free``, ``dev``, ``prod``, ``dev_zero``, or one the provider does not know
+    yet, sent as given; it cannot change after creation)."""
 
     resource_spec: ResourceSpecPatch | None = None
     deployment_type: DeploymentType | None = None

@@ -128,7 +128,8 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
     :param remote_reconciled: only remote-reconciled deployments (or only others). Templated.
     :param tag_value_ids: tag value ids (list, or comma-separated string). Templated.
     :param image_version: image version. Templated.
-    :param deployment_type: ``dev_free``, ``dev`` or ``prod``. Templated.
+    :param deployment_type: ``dev_free``, ``dev``, ``prod``, ``dev_zero`` (or a tier the provider does not know yet,
+        sent as given). Templated.
     :param deployment_ids: deployment ids (list, or comma-separated string). Templated.
     :param page_size: deployments per request, 1..100.
     :param max_results: stop after this many deployments (default 1000).
@@ -270,11 +271,11 @@ class ListRevisionsOperator(_DeploymentServiceOperator):
         wanted = _as_list(self.status) or None
         if wanted is None:
             return None
-        known = [status.value for status in RevisionStatus if status is not RevisionStatus.UNKNOWN]
-        unknown = [value for value in wanted if value not in known]
-        if unknown:
-            raise AirflowFailException(f"status: unknown revision status(es) {unknown}; expected among {known}")
-        return list(wanted)
+        try:  # open: a status the service added since is sent as given; a known one misspelt in case is refused
+            return [RevisionStatus(value).value for value in wanted]
+        except ValueError:
+            known = RevisionStatus.known_values()
+            raise AirflowFailException(f"status: not revision status(es) {wanted}; expected among {known}") from None
 
     def _run(self, context: Context) -> list[dict[str, Any]]:
         """Return the newest revisions (at most ``max_results``), newest first."""

@@ -96,6 +96,7 @@ def test_revisions_filter_by_status_and_remote_reconciled(server: EmulatorServer
     failed = patch_ref(http, target["id"], "broken")
     server.state.advance(BUILD)
     building = patch_ref(http, target["id"], "next")
+    server.state.advance(1)  # past CREATING
     by_status = revisions(http, target["id"], status="BUILD_FAILED,AWAITING_BUILD").json()["resources"]
     assert [item["id"] for item in by_status] == [building, failed]
     deployed = revisions(http, target["id"], status="DEPLOYED").json()["resources"]
@@ -121,7 +122,7 @@ def test_redeploy_rolls_back_to_the_same_build_without_building(server: Emulator
     assert rollback is not None
     assert response.json()["source_revision_config"] == good_config  # commit included
     assert revision(http, target["id"], rollback)["source_revision_config"] == good_config
-    timeline = [(0.0, "AWAITING_DEPLOY"), (1.0, "DEPLOYING"), (2.9, "DEPLOYING"), (3.0, "DEPLOYED")]
+    timeline = [(0.0, "CREATING"), (0.5, "AWAITING_DEPLOY"), (1.0, "DEPLOYING"), (2.9, "DEPLOYING"), (3.0, "DEPLOYED")]
     for offset, expected in timeline:
         server.state.advance((t0 - server.state.now()).total_seconds() + offset)
         assert revision(http, target["id"], rollback)["status"] == expected, offset
@@ -134,8 +135,10 @@ def test_redeploy_queues_behind_a_build_in_progress(server: EmulatorServer, http
     target = named(http, "checkout-api-dev")
     building = patch_ref(http, target["id"], "slow")
     rollback = http.post(f"/v2/deployments/{target['id']}/revisions/{target['active_revision_id']}/redeploy").json()
+    assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "CREATING"
+    server.state.advance(0.5)
     assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "QUEUED"
-    server.state.advance(BUILD)
+    server.state.advance(BUILD - 0.5)
     assert revision(http, target["id"], building)["status"] == "DEPLOYED"
     assert revision(http, target["id"], rollback["latest_revision_id"])["status"] == "AWAITING_DEPLOY"
 
@@ -145,7 +148,7 @@ def test_redeploy_refusals(server: EmulatorServer, http: httpx.Client) -> None:
     server.admin.fail_next_build(target["id"], "BUILD_FAILED")
     failed = patch_ref(http, target["id"], "broken")
     in_progress_check = http.post(f"/v2/deployments/{target['id']}/revisions/{failed}/redeploy")
-    assert in_progress_check.status_code == 400 and "AWAITING_BUILD" in in_progress_check.json()["detail"]
+    assert in_progress_check.status_code == 400 and "CREATING" in in_progress_check.json()["detail"]
     server.state.advance(BUILD)
     refused = http.post(f"/v2/deployments/{target['id']}/revisions/{failed}/redeploy")
     assert refused.status_code == 400
@@ -227,7 +230,7 @@ def test_build_log_grows_with_the_build_and_names_the_commit(server: EmulatorSer
     assert any(line.startswith("Step 1/") for line in lines)
     assert lines[-1].startswith("Successfully built ")
     entry = logs(http, target["id"], new).json()["logs"][0]
-    assert set(entry) == {"timestamp", "level", "message"} and entry["level"] == "INFO"
+    assert set(entry) == {"id", "timestamp", "level", "message"} and entry["level"] == "INFO"
     deploy = messages(logs(http, target["id"], new, type="deploy"))
     assert deploy[0] == f"Deploying revision {new}" and deploy[-1] == f"Revision {new} is live"
 
@@ -239,6 +242,7 @@ def test_failed_build_log_ends_with_the_error(server: EmulatorServer, http: http
     server.state.advance(BUILD)
     entries = logs(http, target["id"], failed).json()["logs"]
     assert entries[-1] == {
+        "id": entries[-1]["id"],
         "timestamp": entries[-1]["timestamp"],
         "level": "ERROR",
         "message": "ERROR: pip: no matching distribution for agentkit==9",
@@ -302,6 +306,8 @@ DISABLED_ANSWERS = {
     "get_revision": ("GET", "/v2/deployments/{d}/revisions/{r}", 404),
     "redeploy": ("POST", "/v2/deployments/{d}/revisions/{r}/redeploy", 404),
     "revision_logs": ("GET", "/v2/deployments/{d}/revisions/{r}/logs", 404),
+    "build_logs": ("POST", "/v1/projects/{d}/revisions/{r}/build_logs", 404),
+    "deploy_logs": ("POST", "/v1/projects/{d}/revisions/{r}/deploy_logs", 404),
 }
 
 

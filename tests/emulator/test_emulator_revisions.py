@@ -62,7 +62,9 @@ def test_statuses_over_time_and_the_ready_trap(server: EmulatorServer, http: htt
     patched = patch_ref(http, target["id"], "release-2")
     new = patched["latest_revision_id"]
     timeline = [
-        (0.0, "AWAITING_BUILD"),
+        (0.0, "CREATING"),  # CREATING precedes the rest, inside the build's first 20 %: 5 % of 10 s
+        (0.49, "CREATING"),
+        (0.5, "AWAITING_BUILD"),
         (1.9, "AWAITING_BUILD"),
         (2.0, "BUILDING"),
         (6.9, "BUILDING"),
@@ -99,8 +101,10 @@ def test_second_patch_queues_behind_the_first(server: EmulatorServer, http: http
     second = patch_ref(http, target["id"], "two")["latest_revision_id"]
     assert deployment(http, target["id"])["latest_revision_id"] == second
     assert revision(http, target["id"], first)["status"] == "BUILDING"
+    assert revision(http, target["id"], second)["status"] == "CREATING"
+    server.state.advance(0.5)
     assert revision(http, target["id"], second)["status"] == "QUEUED"
-    server.state.advance(7)  # t=10: first deployed, second starts
+    server.state.advance(6.5)  # t=10: first deployed, second starts
     assert revision(http, target["id"], first)["status"] == "DEPLOYED"
     assert revision(http, target["id"], second)["status"] == "AWAITING_BUILD"
     assert deployment(http, target["id"])["active_revision_id"] == first
@@ -324,3 +328,44 @@ def test_running_clock_is_real_time_plus_offset() -> None:
     first = clock.now()
     time.sleep(0.01)
     assert clock.now() > first
+
+
+def test_a_queued_revision_a_newer_patch_overtakes_is_skipped(server: EmulatorServer, http: httpx.Client) -> None:
+    target = named(http, "checkout-api-prod")
+    first = patch_ref(http, target["id"], "one")["latest_revision_id"]
+    server.state.advance(1)
+    second = patch_ref(http, target["id"], "two")["latest_revision_id"]
+    assert server.state.mark_next_revision_unhealthy(target["id"]) == first
+    assert server.state.mark_next_revision_unhealthy(target["id"]) == second  # meant for the queued one
+    server.state.advance(1)
+    assert revision(http, target["id"], second)["status"] == "QUEUED"
+    third = patch_ref(http, target["id"], "three")["latest_revision_id"]
+    skipped = revision(http, target["id"], second)
+    assert (
+        skipped["status"] == "SKIPPED"
+        and skipped["status_message"] == f"Skipped: revision {third} overtook it before it was built"
+    )
+    assert revision(http, target["id"], first)["status"] == "BUILDING"  # a build in progress is not skipped
+    server.state.advance(BUILD - 2)  # t=10: the first is live, the newest builds next, the skipped one never
+    assert revision(http, target["id"], first)["status"] == "DEPLOYED"
+    assert revision(http, target["id"], third)["status"] == "AWAITING_BUILD"
+    shown = {rev["id"]: rev for rev in server.state.deployment(target["id"])["revisions"]}
+    assert shown[third]["unhealthy"] and not shown[second]["unhealthy"]  # the mark passed to the revision built
+    server.state.advance(BUILD)
+    assert revision(http, target["id"], third)["status"] == "DEPLOYED"
+    assert revision(http, target["id"], second)["status"] == "SKIPPED"
+    assert http.get(f"/v2/deployments/{target['id']}/revisions/{second}/logs").json()["logs"] == []  # never built
+
+
+def test_a_deployment_going_away_interrupts_its_unfinished_revisions(
+    server: EmulatorServer, http: httpx.Client
+) -> None:
+    target = named(http, "checkout-api-prod")
+    building = patch_ref(http, target["id"], "one")["latest_revision_id"]
+    server.state.advance(3)
+    server.admin.set_status(target["id"], "AWAITING_DELETE")
+    interrupted = revision(http, target["id"], building)
+    assert interrupted["status"] == "INTERRUPTED"
+    assert interrupted["status_message"] == "Interrupted: the deployment is being deleted"
+    server.state.advance(BUILD)
+    assert revision(http, target["id"], building)["status"] == "INTERRUPTED"

@@ -95,7 +95,13 @@ def test_bad_queries_are_refused(tracing: httpx.Client) -> None:
     unknown = tracing.post("/runs/stats", json={"session": ["7a0c7c2e-0000-4000-8000-000000000000"]})
     assert unknown.status_code == 404 and "not found" in unknown.json()["detail"]
     filtered = tracing.post("/runs/stats", json={"session": [project(tracing)["id"]], "filter": "eq(name, 'x')"})
-    assert filtered.status_code == 422 and "filter" in filtered.json()["detail"]
+    assert filtered.status_code == 422 and filtered.json()["detail"][0]["loc"] == ["body", "filter"]
+    grouped = {"session": [project(tracing)["id"]], "group_by": {"attribute": "metadata", "path": "revision"}}
+    refused = tracing.post("/runs/stats", json=grouped)
+    assert refused.status_code == 422
+    assert (
+        refused.json()["detail"][0]["loc"] == ["body", "group_by"] and "group_by" in refused.json()["detail"][0]["msg"]
+    )
 
 
 def test_a_tenant_header_limits_the_projects(
@@ -142,14 +148,45 @@ def test_feedback_scores_per_revision_are_the_feedback_stats(server: EmulatorSer
     correctness = stats["feedback_stats"]["correctness"]
     assert (correctness["n"], correctness["avg"]) == (50, pytest.approx(0.9))
     assert correctness["stdev"] == pytest.approx(0.3)  # 0/1 scores: sqrt(0.9 * 0.1), as a real evaluator's spread
+    assert (correctness["min"], correctness["max"], correctness["median"]) == (0.0, 1.0, 1.0)
+    assert correctness["type"] == "continuous" and correctness["contains_thread_feedback"] is False
+    assert (correctness["errors"], correctness["values"]) == (0, {})
     assert stats["feedback_stats"]["user_rating"]["n"] == 10 and stats["feedback_stats"]["user_rating"]["avg"] == 0.5
     # A later change: scores drop; the window's mean weighs both.
     server.admin.set_behaviour(deployment_id, feedback={"correctness": {"score": 0.5}})
     server.state.advance(10)
     correctness = tracing.post("/runs/stats", json=body).json()["feedback_stats"]["correctness"]
     assert correctness["n"] == 100 and correctness["avg"] == pytest.approx(0.7)
+    assert (correctness["min"], correctness["max"], correctness["median"]) == (0.5, 0.9, pytest.approx(0.7))
+    assert correctness["stdev"] == pytest.approx(0.2)
     refused = server.admin._call  # the control API validates the scores
     with pytest.raises(Exception, match="share"):
         refused(
             "PUT", f"/deployments/{deployment_id}/behaviour", {"feedback": {"correctness": {"score": 1, "share": 2}}}
         )
+
+
+def test_projects_filter_by_name_and_id_and_carry_their_stats(server: EmulatorServer, tracing: httpx.Client) -> None:
+    found = project(tracing)
+    server.state.advance(4)
+    listed = tracing.get("/sessions", params={"name_contains": "CHECKOUT-API", "include_stats": "true"}).json()
+    assert {item["name"] for item in listed} >= {NAME, "checkout-api-prod"}
+    assert all("checkout-api" in item["name"] for item in listed)
+    mine = next(item for item in listed if item["id"] == found["id"])
+    lifetime = tracing.post("/runs/stats", json={"session": [found["id"]]}).json()  # since the project exists
+    assert mine["run_count"] == lifetime["run_count"] > 0
+    assert mine["error_rate"] == 0.0 and mine["feedback_stats"] == {} and mine["latency_p50"] == 0.0
+    assert "run_count" not in project(tracing)  # only when asked for
+    by_id = tracing.get(f"/sessions/{found['id']}", params={"include_stats": "true"})
+    assert by_id.status_code == 200 and by_id.json()["run_count"] == lifetime["run_count"]
+    assert by_id.json()["name"] == NAME
+    assert tracing.get(f"/sessions/{found['id']}").json() == found
+    assert tracing.get("/sessions/7a0c7c2e-0000-4000-8000-000000000000").status_code == 404
+    other = project(tracing, "checkout-api-prod")["id"]
+    assert [item["name"] for item in tracing.get("/sessions", params={"id": [other]}).json()] == ["checkout-api-prod"]
+
+
+def test_info_answers_without_a_key(server: EmulatorServer) -> None:
+    with httpx.Client(base_url=server.tracing_base_url, timeout=5) as anonymous:
+        answer = anonymous.get("/info")
+    assert answer.status_code == 200 and answer.json()["version"]

@@ -109,7 +109,7 @@ def test_a_connection_id_that_cannot_be_one_is_refused_naming_the_field(
 ) -> None:
     answer = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"conn_id": "../etc"})
     assert answer.status_code == 422 and "conn_id must be a connection id" in answer.json()["detail"]
-    bad_status = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"status": "GREEN"})
+    bad_status = view(cookie=token("admin")).get("/deployment-service/api/deployments", params={"status": "ready"})
     assert bad_status.status_code == 422 and "status" in bad_status.json()["detail"]
     assert service_requests(fleet_service) == []
 

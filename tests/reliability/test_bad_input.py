@@ -93,7 +93,12 @@ CASES = [
         lambda env: ListRepositoriesOperator(task_id="r", integration_id="forty-two").execute(make_context()),
         "integration_id",
     ),
-    Case("ListDeploymentsOperator", "status='RUNNING'", lambda env: list_deployments(env, status="RUNNING"), "status"),
+    Case(
+        "ListDeploymentsOperator",
+        "status='ready' (READY's case)",
+        lambda env: list_deployments(env, status="ready"),
+        "status",
+    ),
     Case(
         "ListDeploymentsOperator",
         "deployment_ids='x,y' (not UUIDs)",
@@ -102,8 +107,8 @@ CASES = [
     ),
     Case(
         "ListDeploymentsOperator",
-        "deployment_type='staging'",
-        lambda env: list_deployments(env, deployment_type="staging"),
+        "deployment_type='PROD' (prod's case)",
+        lambda env: list_deployments(env, deployment_type="PROD"),
         "deployment_type",
     ),
     Case(
@@ -148,8 +153,8 @@ CASES = [
     ),
     Case(
         "PatchDeploymentOperator",
-        "revision_source='github' (unknown enum value)",
-        lambda env: patch(env, revision_source="github", image_uri="app:2"),
+        "revision_source='Codehost' (codehost's case)",
+        lambda env: patch(env, revision_source="Codehost", image_uri="app:2"),
         "revision_source",
     ),
     Case("PatchDeploymentOperator", "empty patch", lambda env: patch(env), "empty patch"),
@@ -369,14 +374,14 @@ CASES = [
     Case("hook.list_deployments", "offset=-1", lambda env: env.valid_hook().list_deployments(offset=-1), "offset"),
     Case(
         "hook.list_deployments",
-        "status='RUNNING'",
-        lambda env: env.valid_hook().list_deployments(status="RUNNING"),
+        "status='ready' (READY's case)",
+        lambda env: env.valid_hook().list_deployments(status="ready"),
         "status",
     ),
     Case(
         "hook.list_deployments",
-        "deployment_type='staging'",
-        lambda env: env.valid_hook().list_deployments(deployment_type="staging"),
+        "deployment_type='Dev' (dev's case)",
+        lambda env: env.valid_hook().list_deployments(deployment_type="Dev"),
         "deployment_type",
     ),
     Case(

@@ -126,7 +126,7 @@ async def no_tasks_left() -> None:
         ({"deployment_ids": ["not-a-uuid"]}, "deployment_ids must be a UUID"),
         ({"deployment_ids": []}, "deployment_ids must be a non-empty list"),
         ({"deployment_names": ["ok", " "]}, "deployment_names entries must be non-empty"),
-        ({"filters": {"status": "GONE"}}, "filters.status"),
+        ({"filters": {"status": "Ready"}}, "filters.status"),  # READY in the wrong case: a typo
         ({"filters": {"stauts": "READY"}}, "unknown key.*stauts"),
         ({"filters": {"deployment_type": "prod"}, "events": ["revision_live", "typo"]}, "events must be"),
         ({"deployment_names": ["a"], "poll_interval": 0}, "poll_interval must be a positive"),

@@ -562,7 +562,7 @@ def test_an_analysis_interval_longer_than_the_bake_is_refused_at_parse_time() ->
     ("arguments", "message"),
     [
         ({"deployment_ids": "not-a-uuid"}, "deployment_ids"),
-        ({"filters": {"status": "RUNNING"}}, "status"),
+        ({"filters": {"status": "ready"}}, "status"),
         ({"filters": '{"colour": "blue"}'}, "colour"),
         (
             {"deployment_names": "app-0000", "source_revision_config": {"repo_ref": "None"}, "repo_ref": None},

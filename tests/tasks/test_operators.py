@@ -113,7 +113,7 @@ def test_list_deployments_filters(emulator: Any) -> None:
 
 def test_list_deployments_invalid_filter_fails_before_any_request(emulator: Any) -> None:
     with pytest.raises(AirflowFailException, match="status"):
-        ListDeploymentsOperator(task_id="list", status="RUNNING").execute(make_context())
+        ListDeploymentsOperator(task_id="list", status="ready").execute(make_context())  # READY in the wrong case
     with pytest.raises(AirflowFailException, match="deployment_ids"):
         ListDeploymentsOperator(task_id="list", deployment_ids="x,y").execute(make_context())
     assert emulator.state.counters == {}
@@ -183,7 +183,7 @@ def test_patch_without_new_revision_pushes_an_empty_revision_and_the_link(
         ({"source_config": {"repo_ulr": "https://x"}}, "source_config.repo_ulr.*did you mean 'repo_url'"),
         ({"source_revision_config": {"image": "x"}}, "source_revision_config.image"),
         ({"image_uri": "a", "source_revision_config": {"image_uri": "b"}}, "image_uri='a' conflicts"),
-        ({"revision_source": "github"}, "revision_source"),
+        ({"revision_source": "CODEHOST"}, "revision_source"),
         ({}, "empty patch"),
         ({"secrets": [{"name": "A"}]}, r"secrets\[0\] must be a mapping with keys name and value"),
         ({"secrets": {"A": {"vault": "x"}}}, "a reference must be"),

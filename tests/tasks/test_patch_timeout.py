@@ -83,7 +83,9 @@ def test_a_timeout_with_rollback_on_failure_rolls_back_so_the_new_revision_does_
     assert emitted(context) == []
     # What the service was asked: the patch, then the rollback (a redeploy of the previous build), recorded first.
     building = svc(emulator)
-    assert [revision["status"] for revision in building["revisions"][-2:]] == ["AWAITING_BUILD", "QUEUED"]
+    # Both made at the same (frozen) moment: the patch's started (CREATING inside its build), the rollback waits.
+    assert [revision["status"] for revision in building["revisions"][-2:]] == ["CREATING", "CREATING"]
+    assert [revision["started_at"] is None for revision in building["revisions"][-2:]] == [False, True]
     rollback = building["revisions"][-1]
     assert rollback["source_revision_config"]["image_uri"] == OLD_IMAGE
     record = store.data[TASK_STATE_KEY]

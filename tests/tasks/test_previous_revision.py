@@ -99,5 +99,5 @@ def test_list_revisions_newest_first_with_status_and_build(emulator: Any) -> Non
         make_context()
     )
     assert [row["id"] for row in only_failed] == [failed]
-    with pytest.raises(AirflowFailException, match="unknown revision status"):
-        ListRevisionsOperator(task_id="x", deployment_id=dep["id"], status="GREEN").execute(make_context())
+    with pytest.raises(AirflowFailException, match="not revision status"):
+        ListRevisionsOperator(task_id="x", deployment_id=dep["id"], status="deployed").execute(make_context())

@@ -673,18 +673,27 @@ def test_a_failed_build_needs_no_rollback_and_shows_the_build_log(
     assert serving(emulator, dep["id"])["active_revision_id"] == good
 
 
-def test_the_build_log_tail_is_skipped_quietly_without_the_logs_endpoint(
-    service: Any, ticking: Any, capfd: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("disabled", "shown"),
+    [(["revision_logs"], True), (["revision_logs", "build_logs"], False)],
+    ids=["only the older log route", "no log route"],
+)
+def test_a_failed_builds_log_shows_through_whichever_log_route_the_service_has(
+    service: Any, ticking: Any, capfd: pytest.CaptureFixture[str], disabled: list[str], shown: bool
 ) -> None:
-    emulator = service(disabled_endpoints=["revision_logs"])
+    """Only the older route the service's own CLI reads: the log still shows; neither: skipped quietly."""
+    emulator = service(disabled_endpoints=disabled)
     dep = deployment_named(emulator, DOCKER)
     emulator.state.fail_next_build(dep["id"], "BUILD_FAILED", "compile error")
     ticking(emulator)
     with pytest.raises(AirflowFailException, match="BUILD_FAILED: compile error"):
         patch_op(dep["id"], image_uri="registry.example.com/acme/checkout-api:2").execute(make_context())
     out = capfd.readouterr().out
-    assert "build log" not in out
+    assert ("line(s) of the build log of revision" in out) is shown
+    assert ("ERROR: compile error" in out) is shown
     assert "Traceback" not in out.split("BUILD_FAILED")[0]
+    older = "POST /v1/projects/{deployment_id}/revisions/{revision_id}/build_logs"
+    assert emulator.state.count(older) == 1  # asked, once the newer route answered 404
 
 
 def test_verify_needs_wait_for_rollout() -> None:

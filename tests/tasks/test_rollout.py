@@ -68,7 +68,15 @@ def revision(status: str, revision_id: str = OURS, message: str | None = None) -
             ["BUILD_FAILED", "npm ci failed", "shop-api", DEP],
         ),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("DEPLOY_FAILED"), RolloutState.FAILED, []),
-        (deployment("READY", active=OLD, latest=OURS), OURS, revision("SKIPPED"), RolloutState.FAILED, ["SKIPPED"]),
+        # skipped: superseded, never a failed build; seen before the newer revision shows, the next look names it
+        (deployment("READY", active=OLD, latest=OURS), OURS, revision("SKIPPED"), RolloutState.WAITING, ["skipped"]),
+        (
+            deployment("READY", active=OLD, latest=NEWER),
+            OURS,
+            revision("SKIPPED"),
+            RolloutState.FAILED,
+            ["superseded by", NEWER, "SKIPPED, never built"],
+        ),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("INTERRUPTED"), RolloutState.FAILED, []),
         (deployment("READY", active=OLD, latest=OURS), OURS, revision("CREATE_FAILED"), RolloutState.FAILED, []),
         # a failed status of another revision says nothing about ours
@@ -85,6 +93,15 @@ def test_verdict(
     assert verdict.is_done is (state is not RolloutState.WAITING)
     for word in words:
         assert word in verdict.message
+
+
+def test_a_skipped_revision_is_superseded_even_by_a_latest_a_rollback_allows() -> None:
+    """A rollback may let a newer revision stay the latest while its own goes live; a skipped one never will."""
+    seen = deployment("READY", active=OLD, latest=NEWER)
+    waiting = rollout_verdict(seen, OURS, revision("QUEUED"), allowed_latest_revision_id=NEWER)
+    assert waiting.state is RolloutState.WAITING
+    skipped = rollout_verdict(seen, OURS, revision("SKIPPED"), allowed_latest_revision_id=NEWER)
+    assert skipped.state is RolloutState.FAILED and f"superseded by {NEWER}" in skipped.message
 
 
 def test_state_key_changes_only_with_what_was_seen() -> None:

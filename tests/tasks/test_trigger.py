@@ -384,7 +384,7 @@ async def test_a_failed_build_in_a_waiting_fleet_is_reported_within_two_interval
     ids = [item["id"] for item in emulator.state.snapshot()["deployments"]]
     emulator.state.advance(5)
     revisions = {dep_id: patch(emulator, dep_id) for dep_id in ids}
-    emulator.state.advance(1)  # the builds run; a failure from now on moves the deployment's updated_at
+    emulator.state.advance(2)  # the builds run (past CREATING); a failure from now on moves the deployment's updated_at
     doomed = ids[-1]
     tasks = {
         dep_id: asyncio.create_task(outcome(trigger(dep_id, rev, poll_interval=0.05), timeout=60))

@@ -16,7 +16,7 @@ Schema rules (refused with a FastAPI-style 422 ``{"detail": [{"loc", "msg", "typ
   a volume mount needs a ``mountPath``;
   ``labels`` and ``annotations`` values must be strings; volumes and image pull secrets need a name;
 * ids (``integration_id``, ``listener_id``) must be UUIDs; ``revision_source`` one of ``codehost``,
-  ``internal_docker``, ``internal_source``; ``deployment_type`` one of ``dev_free``, ``dev``, ``prod``;
+  ``internal_docker``, ``internal_source``; ``deployment_type`` a string (it cannot change: see the rules);
 * secrets need a name and a value, names unique.
 
 Unknown fields are ignored at every level, as production does; ``repo_commit_sha`` is read-only and
@@ -226,7 +226,7 @@ class SourceConfigIn(_Lenient):
     listener_config: ListenerConfigIn | None = None
     install_command: str | None = None
     build_command: str | None = None
-    deployment_type: Literal["dev_free", "dev", "prod"] | None = None
+    deployment_type: str | None = None  # create-time only: any change is refused (400) by the rules
 
 
 class SourceRevisionConfigIn(_Lenient):

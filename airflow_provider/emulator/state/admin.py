@@ -73,6 +73,8 @@ class AdminSide(StateStore):
             raise EmulatorError(422, f"status must be one of {', '.join(allowed)}, got {status!r}")
         record.resource.status = DeploymentStatus(status)
         record.status_pinned = True
+        if record.resource.status is DeploymentStatus.AWAITING_DELETE:
+            record.interrupt(self.clock.now(), "the deployment is being deleted")
         record.touch(self.clock.now())
         return self._render(record)
 
@@ -94,7 +96,7 @@ class AdminSide(StateStore):
                 raise EmulatorError(422, "build_seconds must be >= 0")
             record.build_seconds = build_seconds
         if deployment_type is not None:
-            record.deployment_type = DeploymentType(deployment_type)
+            record.deployment_type = self.checked_deployment_type(deployment_type, ["body", "deployment_type"])
         if tag_value_ids is not None:
             record.tag_value_ids = list(tag_value_ids)
         if remote_reconciled is not None:

@@ -4,6 +4,7 @@ and as Prometheus metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_provider.models import canonical_uuid
@@ -12,8 +13,8 @@ from ..behaviour import Timeline, plan_at, plan_timeline
 from ..health import AppAnswer, UnhealthyRule, app_answer, is_unhealthy
 from ..metrics import metrics_text
 from ..plans import BehaviourPlan, BehaviourRule
-from ..records import RevisionRecord
-from ..tracing import RunStatsQuery, project_id, project_json, project_stats
+from ..records import DeploymentRecord, RevisionRecord
+from ..tracing import RunStatsQuery, project_id, project_json, project_stats, project_stats_fields
 from .errors import NotFound
 from .store import StateStore, _locked
 
@@ -161,17 +162,61 @@ class AppSide(StateStore):
     # ------------------------------------------------------------------------------ tracing, metrics
     @_locked
     def tracing_projects(
-        self, *, name: str | None = None, tenant: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        name: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        name_contains: str | None = None,
+        ids: Iterable[str] | None = None,
+        include_stats: bool = False,
     ) -> list[dict[str, Any]]:
-        """``GET /tracing/sessions``: the deployments' tracing projects named ``name`` (any when ``None``)."""
+        """``GET /tracing/sessions``: the deployments' tracing projects, oldest first.
+
+        :param name: only the project of exactly this name.
+        :param tenant: only this tenant's projects.
+        :param limit: page size.
+        :param offset: projects to skip.
+        :param name_contains: only projects whose name contains this (case-insensitive).
+        :param ids: only these projects.
+        :param include_stats: add each project's run statistics over its whole life (``run_count``...).
+        """
+        wanted = {str(item) for item in ids} if ids is not None else None
         records = sorted(self._deployments.values(), key=lambda record: (record.resource.created_at, record.id))
         matching = [
             record
             for record in records
             if (name is None or record.resource.name == name)
+            and (name_contains is None or name_contains.lower() in record.resource.name.lower())
+            and (wanted is None or project_id(record.id) in wanted)
             and (tenant is None or record.resource.tenant_id == tenant)
         ]
-        return [project_json(record) for record in matching[offset : offset + limit]]
+        return [self._project(record, include_stats) for record in matching[offset : offset + limit]]
+
+    @_locked
+    def tracing_project(
+        self, session_id: str, *, tenant: str | None = None, include_stats: bool = False
+    ) -> dict[str, Any]:
+        """``GET /tracing/sessions/{session_id}``: one tracing project.
+
+        :raises NotFound: no (such tenant's) deployment has that project.
+        """
+        record = self._project_record(session_id, tenant)
+        return self._project(record, include_stats)
+
+    def _project_record(self, session_id: str, tenant: str | None) -> DeploymentRecord:
+        for record in self._deployments.values():
+            if project_id(record.id) == session_id and (tenant is None or record.resource.tenant_id == tenant):
+                return record
+        raise NotFound(f"Tracing project {session_id} not found.")
+
+    def _project(self, record: DeploymentRecord, include_stats: bool) -> dict[str, Any]:
+        shown = project_json(record)
+        if include_stats:
+            stats = project_stats([record], self._timeline, RunStatsQuery(session=[shown["id"]]), self.clock.now())
+            shown.update(project_stats_fields(stats))
+        return shown
 
     @_locked
     def run_stats(self, query: RunStatsQuery, *, tenant: str | None = None) -> dict[str, Any]:

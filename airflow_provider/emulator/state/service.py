@@ -30,8 +30,8 @@ from airflow_provider.models import (
 from ..contract.merge import known_dump, merge_model
 from ..contract.rules import Current, refusals
 from ..contract.schema import PatchBody, PatchInvalid, limits_below_requests, parse_patch, stored_resource_spec
-from ..records import REDEPLOYABLE, DeploymentRecord, RevisionRecord
-from ..revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogOrder, LogType, revision_log
+from ..records import REDEPLOYABLE, SERVICE_SOURCES, DeploymentRecord, RevisionRecord
+from ..revision_logs import DEFAULT_LOG_LIMIT, BadCursor, LogFilter, LogOrder, LogType, deployment_log, revision_log
 from ..revision_logs import page as log_page
 from ..unknown_fields import PatchBodyWithServiceFields, replaced_spec, stored_dump
 from .errors import EmulatorError, NotFound
@@ -71,7 +71,7 @@ class DeploymentFilters:
             self.remote_reconciled is None or record.remote_reconciled is self.remote_reconciled,
             self.tag_value_ids is None or bool(self.tag_value_ids.intersection(record.tag_value_ids)),
             self.image_version is None or resource.image_version == self.image_version,
-            self.deployment_type is None or record.deployment_type is self.deployment_type,
+            self.deployment_type is None or record.deployment_type == self.deployment_type,
             self.deployment_ids is None or resource.id in self.deployment_ids,
         )
         return all(checks)
@@ -80,7 +80,11 @@ class DeploymentFilters:
 class EmulatorCreateRequest(CreateDeploymentRequest):
     """``POST /v2/deployments`` body: the provider's create request plus emulator-only settings.
 
-    :param deployment_type: deployment type (default ``dev``).
+    The deployment type is production's ``source_config.deployment_type`` (as the service's own command-line client
+    sends it); the emulator-only top-level ``deployment_type`` is read when that one is absent; ``dev`` when
+    neither is given. Either must be one the service knows (422 otherwise).
+
+    :param deployment_type: deployment type (emulator-only; ``source_config.deployment_type`` wins).
     :param tag_value_ids: tag value ids.
     :param image_version: image version.
     :param remote_reconciled: remote-reconciled flag.
@@ -91,7 +95,7 @@ class EmulatorCreateRequest(CreateDeploymentRequest):
     # and pydantic warns about FastAPI's ``alias`` when the model is still deferred.
     model_config = ConfigDict(defer_build=False)
 
-    deployment_type: DeploymentType = DeploymentType.DEV
+    deployment_type: DeploymentType | None = None
     tag_value_ids: list[str] = []
     image_version: str | None = None
     remote_reconciled: bool = False
@@ -186,26 +190,38 @@ class ServiceSide(StateStore):
     def revision_logs(
         self,
         deployment_id: str,
-        revision_id: str,
+        revision_id: str | None,
         *,
         kind: LogType = "build",
         order: LogOrder = "asc",
         limit: int = DEFAULT_LOG_LIMIT,
         offset: str | None = None,
+        filters: LogFilter | None = None,
+        offset_in: Literal["query", "body"] = "query",
         tenant: str | None = None,
     ) -> dict[str, Any]:
-        """``GET .../revisions/{revision_id}/logs``: ``{"logs": [...], "next_offset": cursor | None}``.
+        """A page of a revision's log: ``{"logs": [...], "next_offset": cursor | None}``. Serves
+        ``GET .../revisions/{revision_id}/logs`` and the older ``POST /v1/projects/...`` routes (which filter).
 
         See :mod:`airflow_provider.emulator.revision_logs` for the lines and the entry shape.
 
+        :param revision_id: the revision; ``None`` (deploy logs only): the whole deployment's deploy log.
+        :param filters: what the older routes filter on.
+        :param offset_in: where the request carried ``offset`` (the older routes: its JSON body), for a 422.
         :raises EmulatorError: 422 for an ``offset`` that is not one of this emulator's cursors.
         """
         record = self._record(deployment_id, tenant)
-        entries = revision_log(record, self._revision(record, revision_id), kind, self.clock.now())
+        now = self.clock.now()
+        if revision_id is None:
+            entries = deployment_log(record, now)
+        else:
+            entries = revision_log(record, self._revision(record, revision_id), kind, now)
+        if filters is not None:
+            entries = filters.apply(entries)
         try:
             return log_page(entries, order=order, limit=limit, offset=offset)
         except BadCursor as error:
-            problem = {"type": "value_error", "loc": ["query", "offset"], "msg": str(error), "input": offset}
+            problem = {"type": "value_error", "loc": [offset_in, "offset"], "msg": str(error), "input": offset}
             raise EmulatorError(422, [problem]) from None
 
     @_locked
@@ -397,11 +413,20 @@ class ServiceSide(StateStore):
         :raises EmulatorError: 409 if the tenant already has a deployment with that name.
         """
         tenant_id = tenant or self.default_tenant_id
+        if request.source.value not in SERVICE_SOURCES:
+            accepted = ", ".join(repr(name) for name in SERVICE_SOURCES)
+            problem = {"type": "enum", "loc": ["body", "source"], "msg": f"Input should be one of {accepted}"}
+            raise EmulatorError(422, [{**problem, "input": request.source.value}])
+        if request.source_config.deployment_type is not None:
+            where, given = ["body", "source_config", "deployment_type"], request.source_config.deployment_type
+        else:
+            where, given = ["body", "deployment_type"], request.deployment_type or DeploymentType.DEV
+        deployment_type = self.checked_deployment_type(given.value, where)
         resources = [record.resource for record in self._deployments.values()]
         if any(res.name == request.name and res.tenant_id == tenant_id for res in resources):
             raise EmulatorError(409, f"Deployment with name {request.name} already exists.")
         now = self.clock.now()
-        source_config = request.source_config
+        source_config = request.source_config.model_copy(update={"deployment_type": None})  # kept on the record
         if request.integration_id is not None:
             source_config = source_config.model_copy(update={"integration_id": request.integration_id})
         resource = Deployment(
@@ -424,7 +449,7 @@ class ServiceSide(StateStore):
         )
         record = DeploymentRecord(
             resource=resource,
-            deployment_type=request.deployment_type,
+            deployment_type=deployment_type,
             tag_value_ids=list(request.tag_value_ids),
             remote_reconciled=request.remote_reconciled,
             build_seconds=request.build_seconds,

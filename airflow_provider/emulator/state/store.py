@@ -15,16 +15,17 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from airflow_provider.models import OAuthProvider, Repository, canonical_uuid
+from airflow_provider.models import DeploymentType, OAuthProvider, Repository, canonical_uuid
 
 from ..behaviour import EPOCH, RuleHistory
 from ..clock import Clock
 from ..faults import FaultBook, RequestRecord
 from ..health import APPS_PREFIX, UnhealthyRule
-from ..records import DeploymentRecord, RevisionRecord
+from ..records import SERVICE_DEPLOYMENT_TYPES, DeploymentRecord, RevisionRecord
 from ..seed import DataSource, SeedData, load_data
+from ..unknown_fields import DEPLOYMENT_TYPES as NEWER_DEPLOYMENT_TYPES
 from ..unknown_fields import shown_deployment, shown_revision
-from .errors import NotFound
+from .errors import EmulatorError, NotFound
 from .switches import (
     RedeployMode,
     ResourceSpecMode,
@@ -191,6 +192,17 @@ class StateStore:
 
     def _shown_revision(self, revision: dict[str, Any]) -> dict[str, Any]:
         return shown_revision(revision) if self.unknown_fields else revision
+
+    def checked_deployment_type(self, value: str, loc: list[str]) -> DeploymentType:
+        """``value`` as a deployment type this service knows (:data:`SERVICE_DEPLOYMENT_TYPES`, with the
+        ``unknown_fields`` switch also :data:`~airflow_provider.emulator.unknown_fields.DEPLOYMENT_TYPES`), or a
+        FastAPI-style 422 located at ``loc`` naming the accepted ones."""
+        known = SERVICE_DEPLOYMENT_TYPES + (NEWER_DEPLOYMENT_TYPES if self.unknown_fields else ())
+        if value not in known:
+            accepted = ", ".join(repr(name) for name in known)
+            problem = {"type": "enum", "loc": loc, "msg": f"Input should be one of {accepted}", "input": value}
+            raise EmulatorError(422, [problem])
+        return DeploymentType(value)
 
     def endpoint_enabled(self, name: str) -> bool:
         """Whether the production-only endpoint ``name`` (see :data:`OPTIONAL_ENDPOINTS`) is served."""

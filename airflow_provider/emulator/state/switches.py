@@ -12,11 +12,15 @@ ResourceSpecMode = Literal["replace", "merge"]
 RedeployMode = Literal["new_revision", "in_place"]
 """Whether ``POST .../redeploy`` creates a revision (see :mod:`airflow_provider.emulator.state`)."""
 
-OptionalEndpoint = Literal["get_deployment", "list_revisions", "get_revision", "redeploy", "revision_logs"]
+OptionalEndpoint = Literal[
+    "get_deployment", "list_revisions", "get_revision", "redeploy", "revision_logs", "build_logs", "deploy_logs"
+]
 OPTIONAL_ENDPOINTS: tuple[str, ...] = get_args(OptionalEndpoint)
 """Names of the production-only endpoints, for ``disabled_endpoints``: ``GET /v2/deployments/{id}``,
 ``GET .../revisions``, ``GET .../revisions/{revision_id}``, ``POST .../revisions/{revision_id}/redeploy``,
-``GET .../revisions/{revision_id}/logs``."""
+``GET .../revisions/{revision_id}/logs``, and the older log routes the service's command-line client reads,
+``POST /v1/projects/{id}/revisions/{revision_id}/build_logs`` and ``POST /v1/projects/{id}[/revisions/
+{revision_id}]/deploy_logs``."""
 
 
 def checked_spec_mode(value: str) -> ResourceSpecMode:

@@ -56,8 +56,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from airflow_provider.models import DeploymentType
-
 from ..faults import ChaosSettings, FaultRule
 from ..health import UnhealthyRule
 from ..plans import BehaviourPlan, BehaviourRule
@@ -104,7 +102,7 @@ class OptionsBody(_Body):
     """Emulator-side settings of a deployment (``null``: unchanged)."""
 
     build_seconds: float | None = Field(default=None, ge=0)
-    deployment_type: DeploymentType | None = None
+    deployment_type: str | None = None
     tag_value_ids: list[str] | None = None
     remote_reconciled: bool | None = None
     image_version: str | None = None

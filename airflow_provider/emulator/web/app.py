@@ -17,7 +17,11 @@ Service endpoints (under the state's ``path_prefix``):
     Deployment; 400 when the revision's build did not succeed);
   - ``revision_logs``: ``GET /v2/deployments/{deployment_id}/revisions/{revision_id}/logs``
     (``type`` build|deploy, ``order`` asc|desc, ``limit`` 1..1000 default 50, ``offset`` cursor) ->
-    ``{"logs": [{"timestamp", "level", "message"}], "next_offset": cursor | null}``;
+    ``{"logs": [{"id", "timestamp", "level", "message"}], "next_offset": cursor | null}``;
+  - ``build_logs``: ``POST /v1/projects/{deployment_id}/revisions/{revision_id}/build_logs`` and
+    ``deploy_logs``: ``POST /v1/projects/{deployment_id}[/revisions/{revision_id}]/deploy_logs`` (the older
+    routes the service's command-line client reads), JSON body ``{order, limit, offset, level, query,
+    start_time, end_time}`` (all optional), the same answer;
 * ``POST /v2/deployments``: emulator-only contract (tag ``emulator-only``);
 * ``GET /apps/{deployment_id}[/any/path]`` (no prefix, no key; tag ``emulated-apps``): the deployment's
   app, 200 healthy / 500 unhealthy / 503 nothing live (see :mod:`airflow_provider.emulator.health`);
@@ -36,13 +40,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import uuid
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from airflow_provider.models import (
     DEFAULT_PAGE_SIZE,
@@ -50,7 +55,6 @@ from airflow_provider.models import (
     Deployment,
     DeploymentListPage,
     DeploymentStatus,
-    DeploymentType,
     OAuthProvider,
     Repository,
     Revision,
@@ -61,7 +65,8 @@ from airflow_provider.models import (
 from ..contract.schema import PatchBody
 from ..health import APPS_PREFIX
 from ..metrics import METRICS_PATH, metrics_router
-from ..revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogOrder, LogType
+from ..records import SERVICE_DEPLOYMENT_TYPES
+from ..revision_logs import DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT, LogFilter, LogOrder, LogType
 from ..state import (
     DeploymentFilters,
     EmulatorCreateRequest,
@@ -143,8 +148,9 @@ class RevisionListPage(BaseModel):
 
 
 class LogEntryModel(BaseModel):
-    """One log line."""
+    """One log line (``id``: stable, the same line always has the same one)."""
 
+    id: str
     timestamp: str
     level: str
     message: str
@@ -205,7 +211,9 @@ async def list_deployments(
     remote_reconciled: Annotated[bool | None, Query(description="Remote-reconciled deployments")] = None,
     tag_value_ids: Annotated[str | None, Query(description="Comma-separated tag value IDs (any)")] = None,
     image_version: Annotated[str | None, Query(description="Image version")] = None,
-    deployment_type: Annotated[DeploymentType | None, Query(description="Deployment type")] = None,
+    deployment_type: Annotated[
+        str | None, Query(description=f"Deployment type: {', '.join(SERVICE_DEPLOYMENT_TYPES)} (more: unknown_fields)")
+    ] = None,
     deployment_ids: Annotated[str | None, Query(description="Comma-separated deployment IDs")] = None,
 ) -> JSONResponse:
     filters = DeploymentFilters(
@@ -214,7 +222,11 @@ async def list_deployments(
         remote_reconciled=remote_reconciled,
         tag_value_ids=_comma_list(tag_value_ids, "tag_value_ids"),
         image_version=image_version,
-        deployment_type=deployment_type,
+        deployment_type=(
+            None
+            if deployment_type is None
+            else state.checked_deployment_type(deployment_type, ["query", "deployment_type"])
+        ),
         deployment_ids=_comma_list(deployment_ids, "deployment_ids", uuids=True),
     )
     return _json(state.list_deployments(filters, limit=limit, offset=offset, tenant=tenant))
@@ -324,6 +336,94 @@ async def revision_logs(
         str(deployment_id), str(revision_id), kind=type, order=order, limit=limit, offset=offset, tenant=tenant
     )
     return _json(logs)
+
+
+class LogRequest(BaseModel):
+    """Body of the older log routes (``POST /v1/projects/...``), every field optional; other fields are ignored.
+
+    :param order: ``asc`` (oldest first) or ``desc``.
+    :param limit: most lines, 1..1000.
+    :param offset: opaque cursor: ``next_offset`` of the previous page.
+    :param level: only lines of this level.
+    :param query: only lines containing this text.
+    :param start_time: only lines written at or after this time (naive: UTC).
+    :param end_time: only lines written at or before this time (naive: UTC).
+    """
+
+    order: LogOrder = "asc"
+    limit: int = Field(default=DEFAULT_LOG_LIMIT, ge=1, le=MAX_LOG_LIMIT)
+    offset: str | None = None
+    level: str | None = None
+    query: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    def log_filter(self) -> LogFilter:
+        """The filters of this request."""
+        return LogFilter(self.level, self.query, _utc(self.start_time), _utc(self.end_time))
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+async def _older_log_page(
+    state: EmulatorState,
+    deployment_id: uuid.UUID,
+    revision_id: uuid.UUID | None,
+    kind: LogType,
+    body: LogRequest | None,
+    tenant: str | None,
+) -> JSONResponse:
+    body = body or LogRequest()
+    logs = state.revision_logs(
+        str(deployment_id),
+        None if revision_id is None else str(revision_id),
+        kind=kind,
+        order=body.order,
+        limit=body.limit,
+        offset=body.offset,
+        filters=body.log_filter(),
+        offset_in="body",
+        tenant=tenant,
+    )
+    return _json(logs)
+
+
+@optional_router.post(
+    "/v1/projects/{deployment_id}/revisions/{revision_id}/build_logs",
+    response_model=LogPage,
+    summary="Build log lines of a revision (the route the service's command-line client reads)",
+    dependencies=[switch("build_logs")],
+)
+async def older_build_logs(
+    deployment_id: uuid.UUID, revision_id: uuid.UUID, tenant: Tenant, state: State, body: LogRequest | None = None
+) -> JSONResponse:
+    return await _older_log_page(state, deployment_id, revision_id, "build", body, tenant)
+
+
+@optional_router.post(
+    "/v1/projects/{deployment_id}/revisions/{revision_id}/deploy_logs",
+    response_model=LogPage,
+    summary="Deploy log lines of a revision (the route the service's command-line client reads)",
+    dependencies=[switch("deploy_logs")],
+)
+async def older_revision_deploy_logs(
+    deployment_id: uuid.UUID, revision_id: uuid.UUID, tenant: Tenant, state: State, body: LogRequest | None = None
+) -> JSONResponse:
+    return await _older_log_page(state, deployment_id, revision_id, "deploy", body, tenant)
+
+
+@optional_router.post(
+    "/v1/projects/{deployment_id}/deploy_logs",
+    response_model=LogPage,
+    summary="Deploy log lines of every revision of a deployment, oldest first",
+    dependencies=[switch("deploy_logs")],
+)
+async def older_deploy_logs(
+    deployment_id: uuid.UUID, tenant: Tenant, state: State, body: LogRequest | None = None
+) -> JSONResponse:
+    return await _older_log_page(state, deployment_id, None, "deploy", body, tenant)
 
 
 @apps_router.get("/{deployment_id}", summary="The deployment's emulated app: its health")

@@ -115,7 +115,9 @@ def _roles_of_entry(item: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if kind == Kind.REJECTED:
         return [(revision, "rejected", _rejected_label(item))]
     if kind == Kind.FAILED:
-        status = item.get("status")
+        status, successor = item.get("status"), item.get("superseded_by")
+        if successor:  # never a failed build: a newer revision replaced it (the service may have skipped it)
+            return [(revision, "failed", f"superseded by {successor}")]
         return [(revision, "failed", f"failed ({status})" if status else "failed")]
     outcome = _OUTCOMES.get(str(kind))
     if outcome not in ROLES:

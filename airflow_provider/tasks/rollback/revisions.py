@@ -135,4 +135,5 @@ def in_progress(revision: Revision | None) -> bool:
 
     :param revision: the revision as read (``None``: unknown).
     """
-    return revision is not None and not revision.status.is_terminal and revision.status is not RevisionStatus.UNKNOWN
+    status = None if revision is None else revision.status
+    return status is not None and status.is_known and not status.is_terminal and status is not RevisionStatus.UNKNOWN
