@@ -119,7 +119,7 @@ def test_an_unexpected_exception_of_a_source_is_inconclusive_and_scrubbed(
 ) -> None:
     """A source failing in a way no one foresaw (here: rendering the project's name, raising with the API key in
     its text): that measurement is inconclusive, naming the type, the key masked; the next round measures."""
-    from airflow_provider.analysis import sources
+    from airflow_provider.analysis.measuring import sources
 
     (target,) = live_targets(analysis_env, 1)
     fake_sources.add_project(target.name, run_count=100, error_rate=0.0)
@@ -175,7 +175,7 @@ def test_an_error_outside_any_measurement_means_the_analysis_could_not_run(
 ) -> None:
     """The last resort: whatever escapes the measurements (here the still-serving check, with the service's key
     in its text) ends the analysis as "could not run", naming the type and never the text."""
-    from airflow_provider.analysis import run
+    from airflow_provider.analysis.measuring import run
 
     async def broken(*args: Any) -> Any:
         raise RuntimeError("list answered nonsense for test-api-key")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -157,8 +159,8 @@ def test_feedback_scores_per_revision_are_the_feedback_stats(server: EmulatorSer
     server.state.advance(10)
     correctness = tracing.post("/runs/stats", json=body).json()["feedback_stats"]["correctness"]
     assert correctness["n"] == 100 and correctness["avg"] == pytest.approx(0.7)
-    assert (correctness["min"], correctness["max"], correctness["median"]) == (0.5, 0.9, pytest.approx(0.7))
-    assert correctness["stdev"] == pytest.approx(0.2)
+    assert (correctness["min"], correctness["max"], correctness["median"]) == (0.0, 1.0, 1.0)  # 0/1 scores
+    assert correctness["stdev"] == pytest.approx(math.sqrt(0.7 * 0.3))
     refused = server.admin._call  # the control API validates the scores
     with pytest.raises(Exception, match="share"):
         refused(
