@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
