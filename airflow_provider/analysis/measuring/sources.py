@@ -223,14 +223,18 @@ class TracingSource:
             self._round_stats[key] = asyncio.ensure_future(self._fetch_stats(project, start_time))
         return self._round_stats[key]
 
-    async def _fetch_stats(self, project: str, start_time: str) -> Any:
+    async def _fetch_stats(self, project: str, start_time: str, end_time: str | None = None) -> Any:
+        """``POST /runs/stats`` of ``project`` from ``start_time`` (to ``end_time``; ``None``: the service's now)."""
+        body: dict[str, Any] = {"start_time": start_time, "is_root": True}
+        if end_time is not None:
+            body["end_time"] = end_time
         async with self._limit:
             project_id = await self._project_id(project)
             return await _request(
                 self._client,
                 "POST",
                 "/runs/stats",
-                json={"session": [project_id], "start_time": start_time, "is_root": True},  # until the service's now
+                json={"session": [project_id], **body},
                 what="tracing service",
                 auth_hint=self._auth_hint,
                 timeout=self.endpoint.timeout,
@@ -283,22 +287,7 @@ class TracingSource:
 
     async def _window(self, project: str, start: datetime, end: datetime) -> Any:
         try:
-            async with self._limit:
-                project_id = await self._project_id(project)
-                return await _request(
-                    self._client,
-                    "POST",
-                    "/runs/stats",
-                    json={
-                        "session": [project_id],
-                        "start_time": start.isoformat(),
-                        "end_time": end.isoformat(),
-                        "is_root": True,
-                    },
-                    what="tracing service",
-                    auth_hint=self._auth_hint,
-                    timeout=self.endpoint.timeout,
-                )
+            return await self._fetch_stats(project, start.isoformat(), end.isoformat())
         except _SourceFailure:
             return None
 
