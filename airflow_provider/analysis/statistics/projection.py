@@ -29,6 +29,7 @@ class Projectable(Protocol):
     def evidence_at(self, successes: float, trials: float) -> tuple[float, float]:
         """The log evidence of harm and of safety at the given cumulative counts."""
 
+
 RUNS_LIMIT = 10_000_000
 """Past this many runs a decision is called out of reach."""
 
