@@ -17,6 +17,7 @@ from airflow_provider.decisions import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.execution_timeout import check_judging_task
 from airflow_provider.tasks.fleet.arguments import (
     check_arguments,
     check_budget_fits,
@@ -301,6 +302,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
         if self.on_inconclusive == "ask" and analysis is None:
             raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
+        check_judging_task(self, analysis, what="one wave (the canary)")  # a shorter execution_timeout refused
 
     # ---- the change
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:

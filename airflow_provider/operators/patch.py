@@ -38,6 +38,7 @@ from airflow_provider.operators.base import (
 )
 from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.execution_timeout import check_judging_task
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import checked_notify
 from airflow_provider.tasks.patch.asking import InconclusiveAsking
@@ -249,6 +250,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         self.image_uri = image_uri
         self.repo_ref = repo_ref
         self.wait_for_rollout = wait_for_rollout
+        if wait_for_rollout:  # a kill while judging would leave the revision serving unjudged: refuse it now
+            check_judging_task(self, analysis, what="the revision it rolls out")
 
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
@@ -352,8 +355,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
-            # What the earlier try's patch changed in resource_spec: recorded, or (no record) nothing when the
-            # patch sets none; unknown otherwise (and so is the spec before it).
+            # The earlier patch's resource_spec changes: recorded, else none when it sets none, else unknown.
             unrecorded: list[str] | None = None if sets_resource_spec(to_send) else []
             spec_changes = recorded.get("resource_spec_changes") if record is not None else unrecorded
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
@@ -393,8 +395,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             record_landing_entry(context, self.log, Kind.FAILED, patched, message=earlier.failed)
             raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
-        # What judging the live revision and rolling it back need after a deferral (JSON, no secret): none when
-        # there is nothing to judge and nothing to roll back.
+        # What judging and rolling back need after a deferral (JSON, no secret); none when neither is asked.
         landing = landing_of(patched) if self._judges_live() or self.rollback_on_failure else None
         resume_kwargs = {"landing": landing} if landing else None
         try:
@@ -417,8 +418,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     ) -> None:
         """Push the patch's XComs (again on a retry: Airflow clears a task's XComs when a try starts)."""
         ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=deployment.id)
-        # "" rather than None for "no revision": Airflow reads a pushed None under a custom key as a missing
-        # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
+        # "" for "no revision": a pushed None reads as a missing XCom downstream; the sensor reads "" as none.
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
@@ -608,6 +608,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.tasks.patch.verdict import own_xcom
         from airflow_provider.tasks.recording import record_entry
 
+        self._judging_ended()  # stops here when on_kill already acted on the revision
         previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )

@@ -115,6 +115,14 @@ class AutomaticRollback(RolloutNotifying):
         """Roll back to the revision that served before the patch, its resource_spec included; record the
         rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
         (a retry waits for it instead of rolling back twice); wait for it; fail."""
+        rollback, deployment = self._start_recorded_rollback(context, landing, reason, step, current)
+        return self._wait_for_rollback(context, landing, rollback, deployment)
+
+    def _start_recorded_rollback(
+        self, context: Context, landing: dict[str, Any], reason: str, step: Any, current: Deployment
+    ) -> tuple[dict[str, Any], Deployment]:
+        """Send the rollback to the revision that served before the patch, recorded before the request and once
+        sent, without waiting for it: the rollback's record and the deployment as the request left it."""
         from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
         from airflow_provider.tasks.rollback.outcome import recorded_fields
         from airflow_provider.tasks.rollback.start import start_rollback
@@ -144,7 +152,7 @@ class AutomaticRollback(RolloutNotifying):
                 landing["revision_id"],
                 "; ".join(rollback["not_restored"]),
             )
-        return self._wait_for_rollback(context, landing, rollback, started.deployment)
+        return rollback, started.deployment
 
     def _wait_for_rollback(
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment

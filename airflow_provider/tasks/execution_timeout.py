@@ -1,0 +1,88 @@
+"""Airflow's ``execution_timeout`` against what a task must wait, checked when the DAG is parsed.
+
+A task that patches a deployment and then judges the revision (waits for it to go live within ``timeout``, bakes
+it, analyses it, asks a person) must be given the time to do so: Airflow kills a task whose ``execution_timeout``
+runs out (on the worker it calls the task's ``on_kill``; while deferred it ends the deferral), and a task killed
+while judging leaves a revision no one judged serving unless something rolls it back. So an ``execution_timeout``
+shorter than the longest wait the task may need is refused when the DAG is parsed, naming both values and each part
+of the wait. What happens to a kill that still comes (a task marked failed, a timeout within a long rollback) is
+the patch task's :mod:`~airflow_provider.tasks.patch.killed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider.analysis import Analysis
+
+__all__ = ["check_execution_timeout", "check_judging_task", "judging_wait_parts"]
+
+
+def judging_wait_parts(
+    *,
+    timeout: float,
+    bake_seconds: float,
+    analysis: Analysis | None,
+    response_timeout: timedelta | None = None,
+) -> dict[str, float]:
+    """What a task that lands and judges one revision (or one wave) may have to wait, part by part (seconds).
+
+    :param timeout: the rollout ``timeout`` (reaching live).
+    :param bake_seconds: the bake (filled by the analysis's rounds when it has no ``count``).
+    :param analysis: the analysis, if any: its initial delay and its rounds.
+    :param response_timeout: how long an inconclusive analysis waits for a person's answer (``on_inconclusive="ask"``);
+        ``None``: nobody is asked.
+    """
+    parts: dict[str, float] = {"timeout": float(timeout)}
+    if analysis is not None:
+        resolved = analysis.with_count_for(bake_seconds or None)
+        parts["analysis"] = resolved.initial_delay_seconds + resolved.rounds() * resolved.interval_seconds
+        if analysis.count is not None and bake_seconds:  # the bake is its own step after the analysis
+            parts["bake_seconds"] = float(bake_seconds)
+    elif bake_seconds:
+        parts["bake_seconds"] = float(bake_seconds)
+    if response_timeout is not None:
+        parts["response_timeout"] = response_timeout.total_seconds()
+    return parts
+
+
+def check_execution_timeout(task_id: Any, execution_timeout: Any, parts: Mapping[str, float], *, what: str) -> None:
+    """Refuse an ``execution_timeout`` shorter than the sum of ``parts`` (``None``: no timeout, nothing to check).
+
+    :param task_id: the task's id (named in the message).
+    :param execution_timeout: the task's ``execution_timeout`` (a ``timedelta`` or ``None``).
+    :param parts: what the task must wait, by the argument that sets each part (seconds).
+    :param what: what the wait is for, in a few words ("the revision", "each wave").
+    :raises ValueError: naming ``execution_timeout``, its value, the wait and its parts.
+    """
+    if not isinstance(execution_timeout, timedelta):
+        return
+    needed = sum(parts.values())
+    given = execution_timeout.total_seconds()
+    if given >= needed:
+        return
+    shown = " + ".join(f"{name} {seconds:g} s" for name, seconds in parts.items() if seconds)
+    raise ValueError(
+        f"task {task_id!r}: execution_timeout={given:g} s is shorter than what the task must wait for {what} "
+        f"({needed:g} s = {shown}): Airflow would kill it while it judges a revision it rolled out. Give "
+        f"execution_timeout at least {needed:g} s (timedelta(seconds={needed:g})), or shorten timeout, "
+        "bake_seconds or the analysis"
+    )
+
+
+def check_judging_task(task: Any, analysis: Analysis | None, *, what: str) -> None:
+    """:func:`check_execution_timeout` of a task that rolls out and judges (its ``timeout``, ``bake_seconds``,
+    ``on_inconclusive`` and ``response_timeout`` read from it once they are checked).
+
+    :param task: the patch or fleet operator, in its ``__init__``.
+    :param analysis: its analysis (``None``: none).
+    :param what: what the wait is for, in a few words.
+    """
+    asked = task.response_timeout if task.on_inconclusive == "ask" else None
+    parts = judging_wait_parts(
+        timeout=task.timeout, bake_seconds=task.bake_seconds, analysis=analysis, response_timeout=asked
+    )
+    check_execution_timeout(task.task_id, task.execution_timeout, parts, what=what)
