@@ -25,6 +25,7 @@ Which path covers which kill (Airflow 3.3):
 from __future__ import annotations
 
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
@@ -38,10 +39,13 @@ if TYPE_CHECKING:
     from airflow_provider.models import Deployment
     from airflow_provider.tasks.patch.verdict import VerdictStep
 
-__all__ = ["KILLED_WHILE_JUDGING", "KilledWhileJudging"]
+__all__ = ["KILLED_WHILE_JUDGING", "ON_KILL_WAIT_SECONDS", "KilledWhileJudging"]
 
 KILLED_WHILE_JUDGING = "could not be judged: the task was killed while judging it"
 """The reason of the verdict ``on_kill`` records (followed by what killed it)."""
+ON_KILL_WAIT_SECONDS = 4.0
+"""How long ``on_kill`` waits, in Airflow's ``SIGTERM`` handler, for its rollback to be recorded and sent (the
+supervisor sends ``SIGKILL`` 5 s after ``SIGTERM``)."""
 
 
 class KilledWhileJudging(AutomaticRollback):
@@ -57,6 +61,8 @@ class KilledWhileJudging(AutomaticRollback):
     """The context and the landing of the revision being judged on this worker (``None``: none)."""
     _killed: str | None = None
     """What ``on_kill`` did, once it ran: later steps of the same process then stop instead of acting twice."""
+    _kill_worker: threading.Thread | None = None
+    """The thread ``on_kill`` records and sends the rollback in, when called from Airflow's ``SIGTERM`` handler."""
 
     def _judging_started(self, context: Context, landing: dict[str, Any]) -> None:
         """From now until the revision lands or is rolled back, a kill rolls it back."""
@@ -71,6 +77,8 @@ class KilledWhileJudging(AutomaticRollback):
         """Stop a step that would land or roll back the revision after ``on_kill`` acted on it (the task goes on
         running for a few seconds after Airflow's ``SIGTERM``)."""
         if self._killed is not None:
+            if self._kill_worker is not None:  # let on_kill's rollback go out before the task ends
+                self._kill_worker.join(ON_KILL_WAIT_SECONDS)
             raise AirflowFailException(f"the task was killed while judging the revision; {self._killed}")
 
     def _roll_back(
@@ -92,13 +100,23 @@ class KilledWhileJudging(AutomaticRollback):
         judging, self._judging = self._judging, None
         if judging is None:
             return
-        context, landing = judging
         what = self._kill_cause()
+        self._killed = "on_kill is rolling it back"
+        if "execution_timeout" in what:  # called once the timeout unwound the step: act here
+            self._on_kill(*judging, what)
+            return
+        # In the SIGTERM handler, the interrupted step may hold the supervisor's channel (task_state_store): act in a
+        # thread, waited for a few seconds, so that the step can let go of it if it must.
+        self._kill_worker = threading.Thread(target=self._on_kill, args=(*judging, what), name="rollback-on-kill")
+        self._kill_worker.start()
+        self._kill_worker.join(ON_KILL_WAIT_SECONDS)
+
+    def _on_kill(self, context: Context, landing: dict[str, Any], what: str) -> None:
+        """What ``on_kill`` does, never raising: :meth:`_act_on_kill`, or why it could not (never a secret: the
+        client's errors are scrubbed)."""
         try:
             self._killed = self._act_on_kill(context, landing, what)
-        except (
-            Exception
-        ) as err:  # on_kill must end: say what is left, never a secret (the client's errors are scrubbed)
+        except Exception as err:  # on_kill must end: say what is left
             self._killed = f"the rollback could not be sent ({type(err).__name__}: {err})"
             self.log.error(
                 "Killed (%s) while judging revision %s of deployment %s, and its rollback could not be sent (%s): "
