@@ -195,7 +195,13 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
-    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
+    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail). It covers
+        reaching live only, not the bake, the analysis, the pauses or the whole task (Airflow's
+        ``execution_timeout`` bounds the task; one shorter than a wave's ``timeout``, bake and analysis is refused).
+    :param plan_only: resolve the targets, check every argument and each deployment's patch (the PATCH rules), run
+        the analysis's preflight, then return and log the plan (the waves, each deployment from -> to, what the
+        gate measures now) and stop: no write request is sent, nothing is recorded
+        (see :mod:`airflow_provider.tasks.plan_only`).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
         rollout that does not change.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
@@ -245,6 +251,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         notify: Mapping[str, Any] | None = None,
         on_inconclusive: str = "fail",
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
+        plan_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -289,6 +296,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         )
         if size is not None:  # known now: refused when the DAG is parsed; else once the targets are resolved
             check_budget_fits(self.max_failures, size)
+            fleet_strategy.check_canary_fits(self.canary, size)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
         self.max_parallel_patches = fleet_strategy.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
@@ -298,6 +306,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
         self.canary_baseline = canary_baseline
+        self.plan_only = bool(plan_only)
         self.notify = checked_notify(notify)
         self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
         if self.on_inconclusive == "ask" and analysis is None:
@@ -354,7 +363,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         )
 
     # ---- execute
-    def _run(self, context: Context) -> list[dict[str, Any]]:
+    def _run(self, context: Context) -> list[dict[str, Any]] | dict[str, Any]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
         from airflow_provider.tasks.fleet.notify import NotifiedRecord
@@ -362,6 +371,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         from airflow_provider.tasks.fleet.progress import new_progress
         from airflow_provider.tasks.fleet.result import log_plan
         from airflow_provider.tasks.fleet.waves import earlier_try_since
+        from airflow_provider.tasks.plan_only import fleet_plan
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
         request_for, change = self._change()
@@ -389,6 +399,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                     check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
                     baselines = preflight_on_worker(self, self.analysis, targets, unchanged=unchanged)
                 except Exception as err:
+                    if self.plan_only:  # a plan tells no one
+                        raise
                     NotifiedRecord(context.get("task_state_store"), self.log).notify_once(
                         self,
                         context,
@@ -406,6 +418,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 )
             except ValueError as err:
                 raise AirflowFailException(str(err)) from None
+            if self.plan_only:  # checked as a rollout would be; nothing sent, nothing recorded
+                return fleet_plan(self, plan, targets, request_for, baselines)
             allowed = fleet_strategy.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
             for row in progress.rows:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow_provider.analysis import Analysis
 
-__all__ = ["check_execution_timeout", "check_judging_task", "judging_wait_parts"]
+__all__ = ["check_execution_timeout", "check_judging_task", "judging_wait_parts", "what_timeout_covers"]
 
 
 def judging_wait_parts(
@@ -86,3 +86,21 @@ def check_judging_task(task: Any, analysis: Analysis | None, *, what: str) -> No
         timeout=task.timeout, bake_seconds=task.bake_seconds, analysis=analysis, response_timeout=asked
     )
     check_execution_timeout(task.task_id, task.execution_timeout, parts, what=what)
+
+
+def what_timeout_covers(task: Any, analysis: Analysis | None) -> str:
+    """What a rolling-out task's ``timeout`` covers and what follows it, for its log before it waits: ``timeout``
+    bounds reaching live only; the analysis and the bake come after it, and only ``execution_timeout`` bounds it all.
+
+    :param task: the patch or fleet operator (its ``timeout``, ``bake_seconds``, ``execution_timeout``).
+    :param analysis: its analysis (``None``: none).
+    """
+    parts = judging_wait_parts(timeout=task.timeout, bake_seconds=task.bake_seconds, analysis=analysis)
+    after = [f"{name} {seconds:g} s" for name, seconds in parts.items() if name != "timeout" and seconds]
+    limit = task.execution_timeout
+    bound = f"execution_timeout {limit.total_seconds():g} s" if isinstance(limit, timedelta) else "no execution_timeout"
+    then = f"then {' and '.join(after)} follow" if after else "nothing follows"
+    return (
+        f"timeout={task.timeout:g} s covers the new revision going live only (its build and deploy); {then}; the "
+        f"whole task is bounded by {bound}"
+    )
