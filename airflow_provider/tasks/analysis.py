@@ -51,6 +51,7 @@ __all__ = [
     "check_custom_urls",
     "defer_analysis",
     "live_since",
+    "log_measured_rounds",
     "no_retry_left",
     "not_measured_result",
 ]
@@ -308,11 +309,13 @@ def defer_analysis(
     )
 
 
-def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
+def analysis_event_results(event: Any, log: logging.Logger | Any = None) -> dict[str, AnalysisResult]:
     """The results of a :class:`DeploymentAnalysisTrigger` event, checked (of a ``partial`` event: the targets
-    judged so far).
+    judged so far); with ``log``, each round's measurements logged again in the task's log (the trigger logged
+    them where it ran), whatever the verdict.
 
     :param event: the event the task resumed with.
+    :param log: the task's logger (``None``: nothing logged).
     :raises AnalysisNotMeasured: the trigger reported an error (its message).
     :raises AirflowException: the event has another shape (naming what is wrong).
     """
@@ -343,7 +346,35 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
             )
         if not isinstance(result["measurements"], list):
             raise AirflowException(f"the analysis result of {deployment_id} has no measurement list")
+    if log is not None:
+        for result in results.values():
+            log_measured_rounds(result, log)
     return results
+
+
+def log_measured_rounds(result: AnalysisResult, log: logging.Logger | Any) -> None:
+    """Log each measurement of an analysis measured in the triggerer, one line a round and check, as the worker
+    logs them while it measures; then the verdict.
+
+    :param result: one deployment's result (its ``measurements``).
+    :param log: the task's logger.
+    """
+    measurements = [item for item in result.get("measurements") or [] if isinstance(item, dict)]
+    count = max((int(item.get("round") or 0) for item in measurements), default=0)
+    for item in measurements:
+        value = item.get("value")
+        log.info(
+            "Analysis round %s/%d (in the triggerer): %s on %r = %s, needs %s -> %s (%s)",
+            item.get("round"),
+            count,
+            item.get("check"),
+            item.get("name"),
+            "n/a" if not isinstance(value, (int, float)) else f"{value:.3f}",
+            item.get("condition"),
+            item.get("verdict"),
+            item.get("detail"),
+        )
+    log.info("Analysis of revision %s: %s (%s)", result.get("revision_id"), result.get("verdict"), result.get("reason"))
 
 
 def analysis_event_subject(event: Any) -> dict[str, Any]:

@@ -241,7 +241,7 @@ class LiveRevisionJudging(KilledWhileJudging):
         )
         self._judging_started(context, landing)
         try:
-            results = analysis_event_results(event)
+            results = analysis_event_results(event, self.log)
         except AnalysisNotMeasured as err:
             return self._analysis_not_measured(context, landing, str(err))
         return self._judge_analysis(context, landing, results)
