@@ -211,7 +211,8 @@ def state_store_unavailable(err: BaseException) -> str | None:
     text = str(err)
     if isinstance(err, AttributeError) and "asend" in text:
         return "no asset state store where this runs (a trigger run inline by dag.test())"
-    if "404" in text or "not found" in text.lower():
+    status = getattr(getattr(err, "response", None), "status_code", None)  # the task SDK's client error (dag.test)
+    if status == 404 or "404" in text or "not found" in text.lower():
         return "the deployment has no asset in Airflow (no DAG names deployment_asset(<id>))"
     return None
 

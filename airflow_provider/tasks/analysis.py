@@ -360,13 +360,11 @@ def log_measured_rounds(result: AnalysisResult, log: logging.Logger | Any) -> No
     :param log: the task's logger.
     """
     measurements = [item for item in result.get("measurements") or [] if isinstance(item, dict)]
-    count = max((int(item.get("round") or 0) for item in measurements), default=0)
     for item in measurements:
         value = item.get("value")
         log.info(
-            "Analysis round %s/%d (in the triggerer): %s on %r = %s, needs %s -> %s (%s)",
+            "Analysis round %s (measured in the triggerer): %s on %r = %s, needs %s -> %s (%s)",
             item.get("round"),
-            count,
             item.get("check"),
             item.get("name"),
             "n/a" if not isinstance(value, (int, float)) else f"{value:.3f}",
