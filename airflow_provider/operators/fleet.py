@@ -221,6 +221,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         "deployment_service_conn_id",
     )
     ui_color = "#d5f5e3"
+    _running: FleetRun | None = None
+    """The run under way on this worker, which ``on_kill`` rolls back (``None``: none)."""
 
     def __init__(
         self,
@@ -601,8 +603,31 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred
         (:class:`~airflow_provider.tasks.fleet.waves.FleetRun`), then report."""
-        self._fleet_run(context, progress, progress_store, request_for).advance()
+        run = self._running = self._fleet_run(context, progress, progress_store, request_for)  # what on_kill rolls back
+        run.advance()
+        self._running = None
         return self._finish(context, progress)
+
+    def on_kill(self) -> None:
+        """Airflow kills the task on the worker (``execution_timeout``, marked failed, its run stopped): give up the
+        wave under way, stop the rollout and send the wave's rollbacks (:mod:`airflow_provider.tasks.fleet.killed`)."""
+        from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+        from airflow_provider.tasks.execution_timeout import act_on_kill, kill_cause
+        from airflow_provider.tasks.fleet.killed import kill_outcome
+
+        run, self._running = self._running, None
+        if run is None:
+            return
+        what = kill_cause(self.execution_timeout)
+
+        def act() -> None:
+            hook = DeploymentServiceHook(self.deployment_service_conn_id, **self.hook_overrides)
+            try:
+                self.log.warning("Killed (%s): %s", what, kill_outcome(run, hook, what))
+            finally:
+                hook.close()
+
+        act_on_kill(act, what)
 
     def _finish(self, context: Context, progress: fleet_progress.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else

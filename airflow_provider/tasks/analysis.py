@@ -213,6 +213,13 @@ def analyse_in_steps_on_worker(
                 return
     finally:
         try:
+            # A step interrupted mid-way (Airflow's execution_timeout raised in it) still runs the generator: cancel
+            # it first, or closing the generator fails and hides the timeout (and Airflow would not call on_kill).
+            interrupted_steps = asyncio.all_tasks(loop)
+            for pending_step in interrupted_steps:
+                pending_step.cancel()
+            if interrupted_steps:
+                loop.run_until_complete(asyncio.gather(*interrupted_steps, return_exceptions=True))
             loop.run_until_complete(steps.aclose())  # closes the sources' clients
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:

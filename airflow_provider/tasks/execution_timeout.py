@@ -11,14 +11,30 @@ the patch task's :mod:`~airflow_provider.tasks.patch.killed`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowTaskTimeout
 
 if TYPE_CHECKING:
     from airflow_provider.analysis import Analysis
 
-__all__ = ["check_execution_timeout", "check_judging_task", "judging_wait_parts", "what_timeout_covers"]
+__all__ = [
+    "ON_KILL_WAIT_SECONDS",
+    "act_on_kill",
+    "check_execution_timeout",
+    "check_judging_task",
+    "judging_wait_parts",
+    "kill_cause",
+    "what_timeout_covers",
+]
+
+ON_KILL_WAIT_SECONDS = 4.0
+"""How long ``on_kill`` waits, in Airflow's ``SIGTERM`` handler, for its rollback to be recorded and sent (the
+supervisor sends ``SIGKILL`` 5 s after ``SIGTERM``)."""
 
 
 def judging_wait_parts(
@@ -104,3 +120,37 @@ def what_timeout_covers(task: Any, analysis: Analysis | None) -> str:
         f"timeout={task.timeout:g} s covers the new revision going live only (its build and deploy); {then}; the "
         f"whole task is bounded by {bound}"
     )
+
+
+def kill_cause(execution_timeout: Any) -> str:
+    """What killed the task, as far as its ``on_kill`` can tell: Airflow calls it while its ``AirflowTaskTimeout`` is
+    being handled (``execution_timeout``), or from its ``SIGTERM`` handler (marked failed, the run stopped).
+
+    :param execution_timeout: the task's ``execution_timeout``.
+    """
+    if isinstance(sys.exc_info()[1], AirflowTaskTimeout):
+        seconds = execution_timeout.total_seconds() if isinstance(execution_timeout, timedelta) else None
+        return (
+            f"Airflow's execution_timeout of {seconds:g} s ran out"
+            if seconds
+            else "Airflow's execution_timeout ran out"
+        )
+    return "Airflow stopped it: marked failed, or its DAG run stopped"
+
+
+def act_on_kill(action: Callable[[], None], what: str) -> threading.Thread | None:
+    """Run ``on_kill``'s ``action`` (it must never raise): at once after an ``execution_timeout`` (the step it
+    interrupted has unwound), else in a thread waited for :data:`ON_KILL_WAIT_SECONDS` (in the ``SIGTERM`` handler
+    the interrupted step may hold the supervisor's channel, which ``task_state_store`` needs: it lets go of it when
+    the handler returns). Returns the thread, if any, for a later step to wait for.
+
+    :param action: what to do.
+    :param what: :func:`kill_cause`.
+    """
+    if "execution_timeout" in what:
+        action()
+        return None
+    worker = threading.Thread(target=action, name="rollback-on-kill")
+    worker.start()
+    worker.join(ON_KILL_WAIT_SECONDS)
+    return worker

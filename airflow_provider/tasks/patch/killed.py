@@ -24,12 +24,12 @@ Which path covers which kill (Airflow 3.3):
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider.tasks.execution_timeout import ON_KILL_WAIT_SECONDS, act_on_kill, kill_cause
 from airflow_provider.tasks.patch.rollback import AutomaticRollback
 
 if TYPE_CHECKING:
@@ -39,13 +39,10 @@ if TYPE_CHECKING:
     from airflow_provider.models import Deployment
     from airflow_provider.tasks.patch.verdict import VerdictStep
 
-__all__ = ["KILLED_WHILE_JUDGING", "ON_KILL_WAIT_SECONDS", "KilledWhileJudging"]
+__all__ = ["KILLED_WHILE_JUDGING", "KilledWhileJudging"]
 
 KILLED_WHILE_JUDGING = "could not be judged: the task was killed while judging it"
 """The reason of the verdict ``on_kill`` records (followed by what killed it)."""
-ON_KILL_WAIT_SECONDS = 4.0
-"""How long ``on_kill`` waits, in Airflow's ``SIGTERM`` handler, for its rollback to be recorded and sent (the
-supervisor sends ``SIGKILL`` 5 s after ``SIGTERM``)."""
 
 
 class KilledWhileJudging(AutomaticRollback):
@@ -100,16 +97,9 @@ class KilledWhileJudging(AutomaticRollback):
         judging, self._judging = self._judging, None
         if judging is None:
             return
-        what = self._kill_cause()
+        what = kill_cause(self.execution_timeout)
         self._killed = "on_kill is rolling it back"
-        if "execution_timeout" in what:  # called once the timeout unwound the step: act here
-            self._on_kill(*judging, what)
-            return
-        # In the SIGTERM handler, the interrupted step may hold the supervisor's channel (task_state_store): act in a
-        # thread, waited for a few seconds, so that the step can let go of it if it must.
-        self._kill_worker = threading.Thread(target=self._on_kill, args=(*judging, what), name="rollback-on-kill")
-        self._kill_worker.start()
-        self._kill_worker.join(ON_KILL_WAIT_SECONDS)
+        self._kill_worker = act_on_kill(lambda: self._on_kill(*judging, what), what)
 
     def _on_kill(self, context: Context, landing: dict[str, Any], what: str) -> None:
         """What ``on_kill`` does, never raising: :meth:`_act_on_kill`, or why it could not (never a secret: the
@@ -126,13 +116,6 @@ class KilledWhileJudging(AutomaticRollback):
                 landing.get("deployment_id"),
                 err,
             )
-
-    def _kill_cause(self) -> str:
-        """What killed the task, as far as ``on_kill`` can tell (Airflow calls it while its timeout is raised)."""
-        if isinstance(sys.exc_info()[1], AirflowTaskTimeout):
-            seconds = getattr(self.execution_timeout, "total_seconds", lambda: None)()
-            return f"Airflow's execution_timeout of {seconds:g} s ran out" if seconds else "execution_timeout"
-        return "Airflow stopped it: marked failed, or its DAG run stopped"
 
     def _act_on_kill(self, context: Context, landing: dict[str, Any], what: str) -> str:
         """Record the verdict, then (with ``rollback_on_failure``) send the rollback on a fresh client (the killed
