@@ -150,18 +150,11 @@ class KilledWhileJudging(AutomaticRollback):
             return "the revision serves, not judged (no rollback)"
         self.log.error("%s; rolling back to revision %s (not waiting: the task is being killed)", bad, previous)
         fresh = DeploymentServiceHook(self.deployment_service_conn_id, **self.hook_overrides)
-        held = self.__dict__.get("hook")
-        self.__dict__["hook"] = fresh
         try:
-            rollback, _ = self._start_recorded_rollback(
-                context, landing, reason, step, fresh.get_deployment(landing["deployment_id"])
-            )
+            current = fresh.get_deployment(landing["deployment_id"])
+            rollback, _ = self._start_recorded_rollback(context, landing, reason, step, current, hook=fresh)
         finally:
             fresh.close()
-            if held is not None:
-                self.__dict__["hook"] = held
-            else:
-                self.__dict__.pop("hook", None)
         self.log.warning(
             "Rollback of revision %s sent: revision %s is going live; a retry waits for it",
             landing.get("revision_id"),
