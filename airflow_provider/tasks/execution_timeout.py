@@ -91,12 +91,16 @@ def check_execution_timeout(task_id: Any, execution_timeout: Any, parts: Mapping
 
 def check_judging_task(task: Any, analysis: Analysis | None, *, what: str) -> None:
     """:func:`check_execution_timeout` of a task that rolls out and judges (its ``timeout``, ``bake_seconds``,
-    ``on_inconclusive`` and ``response_timeout`` read from it once they are checked).
+    ``on_inconclusive`` and ``response_timeout`` read from it once they are checked); a task that neither judges
+    (``verify``, a bake, an analysis) nor rolls back leaves nothing unjudged when killed: not checked.
 
     :param task: the patch or fleet operator, in its ``__init__``.
     :param analysis: its analysis (``None``: none).
     :param what: what the wait is for, in a few words.
     """
+    judges = task.verify is not None or task.bake_seconds or analysis is not None or task.rollback_on_failure
+    if not judges:
+        return
     asked = task.response_timeout if task.on_inconclusive == "ask" else None
     parts = judging_wait_parts(
         timeout=task.timeout, bake_seconds=task.bake_seconds, analysis=analysis, response_timeout=asked

@@ -115,6 +115,9 @@ def test_an_execution_timeout_shorter_than_the_judging_is_refused_when_the_dag_i
         timeout=60,
         execution_timeout=timedelta(seconds=150),
     )
+    PatchDeploymentOperator(  # judges nothing, rolls nothing back: a kill leaves nothing unjudged
+        task_id="plain", deployment_name="svc", image_uri=NEW_IMAGE, execution_timeout=timedelta(seconds=20)
+    )
     with pytest.raises(ValueError, match=r"610 s = timeout 10 s \+ bake_seconds 600 s"):
         FleetRolloutOperator(
             task_id="fleet",

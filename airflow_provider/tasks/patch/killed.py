@@ -16,7 +16,8 @@ Which path covers which kill (Airflow 3.3):
   marked failed by hand while deferred runs no code of the task at all (no ``on_kill``, no callback): nothing can
   roll back then; **Clear** the task instead (a retry reattaches and judges the revision) or roll back from the
   Rollouts view.
-- A crash (the worker lost) is the next try's duty: it reattaches from the record (:mod:`.retry`).
+- A crash (the worker lost) is the next try's duty: it reattaches from the record
+  (:mod:`~airflow_provider.tasks.patch.retry`).
 
 ``execution_timeout`` shorter than the judging itself is refused when the DAG is parsed
 (:mod:`airflow_provider.tasks.execution_timeout`), so these kills are the exceptions.
