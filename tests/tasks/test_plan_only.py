@@ -21,7 +21,7 @@ from airflow_provider.operators.deployment_service import (
     RollbackDeploymentOperator,
 )
 from airflow_provider.tasks.execution_timeout import what_timeout_covers
-from tests.tasks.conftest import FakeStore, FakeTI, make_context
+from tests.tasks.conftest import FakeStore, FakeTI, make_context, scan_for_secret
 from tests.tasks.test_fleet_analysis import fleet, fleet_op, ids_by_name  # noqa: F401 (the fixture)
 from tests.tasks.test_patch_analysis import (
     NEW_IMAGE,
@@ -64,6 +64,7 @@ def test_a_plan_only_patch_checks_measures_and_sends_nothing(emulator: Any, task
     assert line["from"]["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
     assert line["to"]["source_revision_config"]["image_uri"] == NEW_IMAGE
     assert "TOKEN" in line["to_text"] and "values not shown" in line["to_text"]
+    scan_for_secret(plan)  # the secret the patch would send: by name only
     (measured,) = line["gate_now"]
     assert measured["verdict"] == "passed" and measured["value"] == 0.0, measured
     assert "tracing error_rate < 0.05" in plan["gate"]
