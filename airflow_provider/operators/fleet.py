@@ -378,7 +378,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
 
         request_for, change = self._change()
         progress_store = self._progress_store(context)
-        progress = progress_store.load(change)
+        progress = None if self.plan_only else progress_store.load(change)  # a plan resumes nothing
         if progress is not None:
             self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
         else:

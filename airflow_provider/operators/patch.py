@@ -311,7 +311,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             request = self.build_request()
             current = self._read(deployment_id)
         store = context.get("task_state_store")
-        record = recorded_patch(store, request, current, self.log)
+        record = None if self.plan_only else recorded_patch(store, request, current, self.log)  # a plan resumes nothing
         if record is not None and isinstance(record.get("rollback"), dict):
             return self._resume_recorded_rollback(context, store, record, current)
         verdict = recorded_failed_verdict(record)

@@ -57,6 +57,13 @@ def test_a_fleet_killed_by_execution_timeout_mid_canary_rolls_the_canary_back(fl
     assert len(revisions(emulator, canary)) == 3  # the patch and its rollback
     assert all(len(revisions(emulator, ids[name])) == 1 for name in ("app-0001", "app-0002"))  # never patched
 
+    planned = make()  # a plan-only run over the killed run's progress plans; it resumes nothing, sends nothing
+    planned.plan_only = True
+    writes = emulator.state.count(PATCH_ROUTE) + emulator.state.count(REDEPLOY_ROUTE)
+    plan = planned.execute(make_context(FakeTI(2), store))
+    assert plan["plan_only"] is True and [wave["name"] for wave in plan["waves"]] == ["canary", "wave 1"], plan
+    assert emulator.state.count(PATCH_ROUTE) + emulator.state.count(REDEPLOY_ROUTE) == writes
+
     ti = FakeTI(2)
     with pytest.raises(AirflowFailException) as retried:  # the retry waits for the rollback, patches nothing more
         make().execute(make_context(ti, store))
