@@ -170,18 +170,23 @@ def test_marked_failed_mid_analysis_on_the_worker_rolls_back_once(
     sigterm_calls_on_kill(task)
     live = analysing(emulator)
 
+    ended = threading.Event()
+
     def mark_failed_once_analysing() -> None:
         deadline = time.monotonic() + 20
-        while not live() and time.monotonic() < deadline:
+        while not live() and time.monotonic() < deadline and not ended.is_set():
             time.sleep(0.05)
-        time.sleep(4 * INTERVAL)  # a few rounds in
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not ended.wait(4 * INTERVAL):  # a few rounds in; never once the task ended (the handler is gone then)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     killer = threading.Thread(target=mark_failed_once_analysing, daemon=True)
     killer.start()
-    with pytest.raises(AirflowFailException) as stopped:  # the task goes on after SIGTERM, until the SIGKILL
-        task.execute(context)
-    killer.join(timeout=5)
+    try:
+        with pytest.raises(AirflowFailException) as stopped:  # the task goes on after SIGTERM, until the SIGKILL
+            task.execute(context)
+    finally:
+        ended.set()
+        killer.join(timeout=5)
 
     assert "killed while judging" in str(stopped.value)
     assert "rolled back to revision" in str(stopped.value)
