@@ -200,6 +200,23 @@ def event_payload(
     return payload
 
 
+def state_store_unavailable(err: BaseException) -> str | None:
+    """Why a deployment asset's state store could not be used, when that is a condition the provider expects (said
+    without error text), else ``None`` (an error worth showing): the deployment has no asset in Airflow (no DAG
+    names ``deployment_asset(<id>)``; the API answers 404), or the code runs where Airflow gives no async channel to
+    the store (a trigger run inline by ``dag.test()``).
+
+    :param err: what reading or writing the store raised.
+    """
+    text = str(err)
+    if isinstance(err, AttributeError) and "asend" in text:
+        return "no asset state store where this runs (a trigger run inline by dag.test())"
+    status = getattr(getattr(err, "response", None), "status_code", None)  # the task SDK's client error (dag.test)
+    if status == 404 or "404" in text or "not found" in text.lower():
+        return "the deployment has no asset in Airflow (no DAG names deployment_asset(<id>))"
+    return None
+
+
 __all__ = [
     "ASSET_SCHEME",
     "EVENT_KINDS",
@@ -209,4 +226,5 @@ __all__ = [
     "event_payload",
     "normalize_deployment_uri",
     "revisions_alias",
+    "state_store_unavailable",
 ]

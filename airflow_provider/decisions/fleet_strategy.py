@@ -17,6 +17,7 @@ from typing import Any
 __all__ = [
     "CANARY",
     "check_canary",
+    "check_canary_fits",
     "check_max_failures",
     "check_max_parallel_patches",
     "check_wave_size",
@@ -119,6 +120,22 @@ def check_canary(value: Any) -> int | list[str] | None:
     raise ValueError(f"canary must be a whole number >= 0 or a list of deployment names, got {value!r}")
 
 
+def check_canary_fits(canary: int | list[str] | None, fleet_size: int) -> None:
+    """Refuse a canary of more deployments than the fleet has (it would silently make the whole fleet the canary).
+
+    :param canary: a checked ``canary``.
+    :param fleet_size: how many deployments the fleet has.
+    :raises ValueError: naming ``canary``, its value and the fleet's size.
+    """
+    count = len(canary) if isinstance(canary, list) else canary or 0
+    if count > fleet_size:
+        raise ValueError(
+            f"canary={canary!r} names {count} deployment(s) but the fleet has {fleet_size}: the whole fleet would be "
+            f"the canary; give a canary of at most {max(fleet_size - 1, 1)} (fewer than the fleet, so that waves "
+            "follow it), or no canary"
+        )
+
+
 # ------------------------------------------------------------------------------------------- plan
 def plan_waves(
     targets: Sequence[tuple[str, str]], canary: int | list[str] | None, wave_size: int | str
@@ -145,6 +162,7 @@ def plan_waves(
         waves.append((CANARY, [by_name[name] for name in canary]))
         rest = [target for target in targets if target[0] not in chosen]
     elif canary:
+        check_canary_fits(canary, len(targets))
         waves.append((CANARY, rest[:canary]))
         rest = rest[canary:]
     size = wave_count(wave_size, len(targets))

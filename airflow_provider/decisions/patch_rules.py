@@ -39,6 +39,7 @@ from airflow_provider.models import (
     CarriedResourceSpec,
     Deployment,
     DeploymentSource,
+    DeploymentStatus,
     PatchDeploymentRequest,
     ResourceSpecPatch,
     error_message,
@@ -54,6 +55,9 @@ REVISION_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
     "graph_config_path": (DeploymentSource.CODEHOST.value, DeploymentSource.INTERNAL_SOURCE.value),
 }
 """For each ``source_revision_config`` field, the revision sources that accept it."""
+
+GOING_AWAY_STATUSES = (DeploymentStatus.AWAITING_DELETE.value,)
+"""Statuses of a deployment being deleted: never patched (a patch would leave a stray revision on it)."""
 
 EXTERNAL_ONLY = DeploymentSource.EXTERNAL_DOCKER.value
 TAG_PREFIX = "refs/tags/"
@@ -362,8 +366,24 @@ def describe_refusals(found: Sequence[Refusal], deployment: Deployment) -> str:
     )
 
 
+def going_away(deployment: Deployment) -> str | None:
+    """Why ``deployment`` must not be patched because it is being deleted (``None``: it is not).
+
+    :param deployment: the deployment as read just before.
+    """
+    status = str(getattr(deployment.status, "value", deployment.status))
+    if status not in GOING_AWAY_STATUSES:
+        return None
+    return (
+        f"refusing to patch deployment {deployment.name!r} ({deployment.id}): its status is {status}, it is being "
+        "deleted, and a patch would only leave a stray revision on it (nothing was sent); status expected: any "
+        f"other than {', '.join(GOING_AWAY_STATUSES)}"
+    )
+
+
 __all__ = [
     "FIXED_FIELDS",
+    "GOING_AWAY_STATUSES",
     "LIMIT_OF",
     "RESOURCE_SPEC_MODES",
     "REVISION_FIELD_SOURCES",
@@ -373,6 +393,7 @@ __all__ = [
     "describe_limits_below_requests",
     "describe_refusals",
     "discouraged_fields",
+    "going_away",
     "limits_below_requests",
     "merge_resource_spec",
     "refusals",

@@ -142,7 +142,7 @@ class DeploymentAnalysisOperator(_DeploymentServiceOperator):
         from airflow_provider.tasks.analysis import analysis_event_results
 
         try:
-            results = analysis_event_results(event)
+            results = analysis_event_results(event, self.log)
             carried = carry if carry is not None else (event or {}).get("carry")
             names = carried.get("names") if isinstance(carried, dict) else None
             if not isinstance(names, dict):

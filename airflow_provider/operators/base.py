@@ -107,7 +107,9 @@ class _RolloutWaitingOperator(_DeploymentServiceOperator):
 
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks while waiting.
-    :param timeout: seconds to wait for the rollout (then one final look, then ``AirflowSensorTimeout``).
+    :param timeout: seconds the new revision has to go live (its build and deploy; then one final look, then
+        ``AirflowSensorTimeout``). It covers reaching live only, not a bake, an analysis or the whole task: Airflow's
+        ``execution_timeout`` bounds the task.
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls while the
         deployment does not change.
 

@@ -17,6 +17,7 @@ from airflow_provider.decisions import fleet_strategy
 from airflow_provider.operators.base import XCOM_FLEET_SUMMARY, _RolloutWaitingOperator
 from airflow_provider.tasks.base import non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.execution_timeout import check_judging_task
 from airflow_provider.tasks.fleet.arguments import (
     check_arguments,
     check_budget_fits,
@@ -194,7 +195,13 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         never fails the task.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between two looks at a wave.
-    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail).
+    :param timeout: seconds each wave's revisions have to go live (then one final look; late ones fail). It covers
+        reaching live only, not the bake, the analysis, the pauses or the whole task (Airflow's
+        ``execution_timeout`` bounds the task; one shorter than a wave's ``timeout``, bake and analysis is refused).
+    :param plan_only: resolve the targets, check every argument and each deployment's patch (the PATCH rules), run
+        the analysis's preflight, then return and log the plan (the waves, each deployment from -> to, what the
+        gate measures now) and stop: no write request is sent, nothing is recorded
+        (see :mod:`airflow_provider.tasks.plan_only`).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
         rollout that does not change.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
@@ -214,6 +221,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         "deployment_service_conn_id",
     )
     ui_color = "#d5f5e3"
+    _running: FleetRun | None = None
+    """The run under way on this worker, which ``on_kill`` rolls back (``None``: none)."""
 
     def __init__(
         self,
@@ -244,6 +253,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         notify: Mapping[str, Any] | None = None,
         on_inconclusive: str = "fail",
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
+        plan_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -288,6 +298,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         )
         if size is not None:  # known now: refused when the DAG is parsed; else once the targets are resolved
             check_budget_fits(self.max_failures, size)
+            fleet_strategy.check_canary_fits(self.canary, size)
         self.pause_seconds = non_negative_seconds(pause_seconds, "pause_seconds")
         self.max_parallel_patches = fleet_strategy.check_max_parallel_patches(max_parallel_patches)
         self.verify = verify
@@ -297,10 +308,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.check_source_rules = bool(check_source_rules)
         self.analysis = analysis
         self.canary_baseline = canary_baseline
+        self.plan_only = bool(plan_only)
         self.notify = checked_notify(notify)
         self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
         if self.on_inconclusive == "ask" and analysis is None:
             raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
+        check_judging_task(self, analysis, what="one wave (the canary)")  # a shorter execution_timeout refused
 
     # ---- the change
     def _change(self) -> tuple[Callable[[Deployment], PatchDeploymentRequest], str]:
@@ -352,7 +365,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         )
 
     # ---- execute
-    def _run(self, context: Context) -> list[dict[str, Any]]:
+    def _run(self, context: Context) -> list[dict[str, Any]] | dict[str, Any]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
         from airflow_provider.tasks.fleet.notify import NotifiedRecord
@@ -360,11 +373,12 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         from airflow_provider.tasks.fleet.progress import new_progress
         from airflow_provider.tasks.fleet.result import log_plan
         from airflow_provider.tasks.fleet.waves import earlier_try_since
+        from airflow_provider.tasks.plan_only import fleet_plan
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
         request_for, change = self._change()
         progress_store = self._progress_store(context)
-        progress = progress_store.load(change)
+        progress = None if self.plan_only else progress_store.load(change)  # a plan resumes nothing
         if progress is not None:
             self.log.info("Resuming the fleet rollout recorded by an earlier try: %s", progress.counts())
         else:
@@ -387,6 +401,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                     check_custom_urls(self.analysis, targets, unchanged=unchanged, request_for=request_for)
                     baselines = preflight_on_worker(self, self.analysis, targets, unchanged=unchanged)
                 except Exception as err:
+                    if self.plan_only:  # a plan tells no one
+                        raise
                     NotifiedRecord(context.get("task_state_store"), self.log).notify_once(
                         self,
                         context,
@@ -404,6 +420,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
                 )
             except ValueError as err:
                 raise AirflowFailException(str(err)) from None
+            if self.plan_only:  # checked as a rollout would be; nothing sent, nothing recorded
+                return fleet_plan(self, plan, targets, request_for, baselines)
             allowed = fleet_strategy.failure_allowance(self.max_failures, len(targets))
             progress = new_progress(plan, {item.id: item for item in targets}, allowed, change)
             for row in progress.rows:
@@ -585,8 +603,31 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     ) -> list[dict[str, Any]]:
         """Run the waves from where the progress stands until done, stopped or deferred
         (:class:`~airflow_provider.tasks.fleet.waves.FleetRun`), then report."""
-        self._fleet_run(context, progress, progress_store, request_for).advance()
+        run = self._running = self._fleet_run(context, progress, progress_store, request_for)  # what on_kill rolls back
+        run.advance()
+        self._running = None
         return self._finish(context, progress)
+
+    def on_kill(self) -> None:
+        """Airflow kills the task on the worker (``execution_timeout``, marked failed, its run stopped): give up the
+        wave under way, stop the rollout and send the wave's rollbacks (:mod:`airflow_provider.tasks.fleet.killed`)."""
+        from airflow_provider.hooks.deployment_service import DeploymentServiceHook
+        from airflow_provider.tasks.execution_timeout import act_on_kill, kill_cause
+        from airflow_provider.tasks.fleet.killed import kill_outcome
+
+        run, self._running = self._running, None
+        if run is None:
+            return
+        what = kill_cause(self.execution_timeout)
+
+        def act() -> None:
+            hook = DeploymentServiceHook(self.deployment_service_conn_id, **self.hook_overrides)
+            try:
+                self.log.warning("Killed (%s): %s", what, kill_outcome(run, hook, what))
+            finally:
+                hook.close()
+
+        act_on_kill(act, what)
 
     def _finish(self, context: Context, progress: fleet_progress.FleetProgress) -> list[dict[str, Any]]:
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else

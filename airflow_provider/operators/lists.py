@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_RESULTS",
+    "LOGGED_REVISIONS",
     "ListDeploymentsOperator",
     "ListOAuthProvidersOperator",
     "ListRepositoriesOperator",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_RESULTS = 1000
+LOGGED_REVISIONS = 50
+"""How many revisions ``ListRevisionsOperator`` logs one line each (the rest are counted; all are returned)."""
 
 
 class ListOAuthProvidersOperator(_DeploymentServiceOperator):
@@ -229,7 +232,8 @@ class ListDeploymentsOperator(_DeploymentServiceOperator):
 
 
 class ListRevisionsOperator(_DeploymentServiceOperator):
-    """List a deployment's revisions, newest first, each with its status and build; returns them as JSON.
+    """List a deployment's revisions, newest first, each with its status and build; logs them (one line each, the
+    newest 50) and returns them as JSON.
 
     Each row: ``{"id", "status", "build", "created_at", "status_message", "active", "latest"}``: ``build`` holds the
     revision's non-secret build fields (``image_uri``, ``repo_ref``...; ``{}`` when the service shows none),
@@ -291,14 +295,7 @@ class ListRevisionsOperator(_DeploymentServiceOperator):
             except NotFoundError as err:
                 raise AirflowFailException(str(err)) from None
         revisions = list(self.hook.iter_revisions(deployment.id, max_results=self.max_results, status=statuses))
-        self.log.info(
-            "Deployment %r (%s): %d revision(s), newest first; serving %s",
-            deployment.name,
-            deployment.id,
-            len(revisions),
-            deployment.active_revision_id,
-        )
-        return [
+        rows: list[dict[str, Any]] = [
             {
                 "id": revision.id,
                 "status": revision.status.value,
@@ -310,3 +307,17 @@ class ListRevisionsOperator(_DeploymentServiceOperator):
             }
             for revision in revisions
         ]
+        self.log.info(
+            "Deployment %r (%s): %d revision(s), newest first; serving %s",
+            deployment.name,
+            deployment.id,
+            len(rows),
+            deployment.active_revision_id,
+        )
+        for row in rows[:LOGGED_REVISIONS]:  # what the docstring promises: each with its status and build
+            marks = "".join(f" ({mark})" for mark in ("active", "latest") if row[mark])
+            build = ", ".join(f"{key}={value}" for key, value in row["build"].items()) or "no build shown"
+            self.log.info("  %s %s%s: %s; created %s", row["id"], row["status"], marks, build, row["created_at"])
+        if len(rows) > LOGGED_REVISIONS:
+            self.log.info("  ... and %d older revision(s) (all in the return value)", len(rows) - LOGGED_REVISIONS)
+        return rows

@@ -38,6 +38,7 @@ from airflow_provider.operators.base import (
 )
 from airflow_provider.tasks.base import checked_ids, checked_name, deployment_by_name, non_negative_seconds
 from airflow_provider.tasks.deferral import DEFERRAL_TIMEOUT, deferral_timed_out
+from airflow_provider.tasks.execution_timeout import check_judging_task, what_timeout_covers
 from airflow_provider.tasks.inconclusive import DEFAULT_RESPONSE_TIMEOUT, checked_on_inconclusive
 from airflow_provider.tasks.notify import checked_notify
 from airflow_provider.tasks.patch.asking import InconclusiveAsking
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import Analysis
-    from airflow_provider.tasks.patch.retry import EarlierTry
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -167,6 +167,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         (the old revision never stopped serving): the task says so and fails; a retry reports the failed build
         again instead of building the same change again. On the last try, Airflow's own deferral timeout (the
         triggerer down) while the revision is judged rolls it back as an analysis that could not be measured.
+    :param plan_only: resolve the deployment, build and check the patch against it (the PATCH rules), run the
+        analysis's preflight, then return and log the plan (from -> to, what the gate measures now) and stop:
+        no write request is sent, nothing is recorded (see :mod:`airflow_provider.tasks.plan_only`).
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -207,6 +210,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         on_inconclusive: str = "fail",
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
         notify: Mapping[str, Any] | None = None,
+        plan_only: bool = False,
         **kwargs: Any,
     ) -> None:
         from airflow_provider.analysis import Analysis
@@ -249,6 +253,9 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         self.image_uri = image_uri
         self.repo_ref = repo_ref
         self.wait_for_rollout = wait_for_rollout
+        self.plan_only = bool(plan_only)
+        if wait_for_rollout:  # a kill while judging would leave the revision serving unjudged: refuse it now
+            check_judging_task(self, analysis, what="the revision it rolls out")
 
     # ---- request
     def build_request(self) -> PatchDeploymentRequest:
@@ -277,6 +284,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.decisions.spec_changes import changes_of, resource_spec_json
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
         from airflow_provider.tasks.patch.retry import (
+            find_earlier_try,
             patch_fingerprint,
             record_patch,
             recorded_patch,
@@ -284,6 +292,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             unrestorable_parts,
         )
         from airflow_provider.tasks.patch.verdict import landing_of, recorded_failed_verdict
+        from airflow_provider.tasks.plan_only import patch_plan
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
         from airflow_provider.tasks.recording import record_landing_entry
         from airflow_provider.tasks.rollback.inputs import revision_config_snapshot
@@ -302,7 +311,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             request = self.build_request()
             current = self._read(deployment_id)
         store = context.get("task_state_store")
-        record = recorded_patch(store, request, current, self.log)
+        record = None if self.plan_only else recorded_patch(store, request, current, self.log)  # a plan resumes nothing
         if record is not None and isinstance(record.get("rollback"), dict):
             return self._resume_recorded_rollback(context, store, record, current)
         verdict = recorded_failed_verdict(record)
@@ -315,7 +324,19 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             resource_spec_mode=self.resource_spec_mode,
             log=self.log,
         )
-        earlier = self._earlier_try(request, current, context, record)
+        if self.plan_only:  # checked as a rollout would be; nothing sent, nothing recorded
+            return patch_plan(self, current, to_send)
+        started = getattr(context.get("dag_run"), "start_date", None)
+        earlier = find_earlier_try(
+            self.hook,
+            request,
+            current,
+            record=record,
+            try_number=getattr(context["ti"], "try_number", 1) or 1,
+            started=started if isinstance(started, datetime) else None,
+            rollback_on_failure=self.rollback_on_failure,
+            log=self.log,
+        )
         baseline = (record or {}).get("baseline")  # measured by the preflight of the try that patched
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
@@ -352,8 +373,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             recorded = record or {}
             previous_config = dict(recorded.get("previous_source_revision_config") or earlier.previous_config or {})
             previous_spec = recorded.get("previous_resource_spec") if record is not None else earlier.previous_spec
-            # What the earlier try's patch changed in resource_spec: recorded, or (no record) nothing when the
-            # patch sets none; unknown otherwise (and so is the spec before it).
+            # The earlier patch's resource_spec changes: recorded, else none when it sets none, else unknown.
             unrecorded: list[str] | None = None if sets_resource_spec(to_send) else []
             spec_changes = recorded.get("resource_spec_changes") if record is not None else unrecorded
             not_restorable = list(recorded.get("not_restorable") or unrestorable_parts(to_send, None))
@@ -393,10 +413,11 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             record_landing_entry(context, self.log, Kind.FAILED, patched, message=earlier.failed)
             raise AirflowFailException(earlier.failed)
         self._previous_active_id = previous_active
-        # What judging the live revision and rolling it back need after a deferral (JSON, no secret): none when
-        # there is nothing to judge and nothing to roll back.
+        # What judging and rolling back need after a deferral (JSON, no secret); none when neither is asked.
         landing = landing_of(patched) if self._judges_live() or self.rollback_on_failure else None
         resume_kwargs = {"landing": landing} if landing else None
+        if revision_id and self._judges_live():
+            self.log.info("Waiting for revision %s: %s", revision_id, what_timeout_covers(self, self.analysis))
         try:
             live = self._wait(deployment, revision_id, resume_kwargs=resume_kwargs, carry=resume_kwargs)
         except AirflowSensorTimeout as err:
@@ -417,8 +438,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     ) -> None:
         """Push the patch's XComs (again on a retry: Airflow clears a task's XComs when a try starts)."""
         ti.xcom_push(key=XCOM_DEPLOYMENT_ID, value=deployment.id)
-        # "" rather than None for "no revision": Airflow reads a pushed None under a custom key as a missing
-        # XCom, so XComArg(patch, key="revision_id") would fail downstream. The sensor reads "" as none.
+        # "" for "no revision": a pushed None reads as a missing XCom downstream; the sensor reads "" as none.
         ti.xcom_push(key=XCOM_REVISION_ID, value=revision_id or "")
         ti.xcom_push(key=XCOM_PREVIOUS_ACTIVE_REVISION_ID, value=previous_active or "")
         ti.xcom_push(key=XCOM_PREVIOUS_SOURCE_REVISION_CONFIG, value=previous_config)
@@ -608,6 +628,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.tasks.patch.verdict import own_xcom
         from airflow_provider.tasks.recording import record_entry
 
+        self._judging_ended()  # stops here when on_kill already acted on the revision
         previous = getattr(self, "_previous_active_id", None) or own_xcom(
             context, XCOM_PREVIOUS_ACTIVE_REVISION_ID, self.log
         )
@@ -674,26 +695,3 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
             return self.hook.get_deployment(deployment_id)
         except NotFoundError as err:  # nothing to patch: retrying will not make it appear
             raise AirflowFailException(str(err)) from None
-
-    def _earlier_try(
-        self,
-        request: PatchDeploymentRequest,
-        current: Deployment,
-        context: Context,
-        record: dict[str, Any] | None,
-    ) -> EarlierTry | None:
-        """What an earlier try of this patch left to reattach to (see
-        :func:`~airflow_provider.tasks.patch.retry.find_earlier_try`); ``None`` to patch now."""
-        from airflow_provider.tasks.patch.retry import find_earlier_try
-
-        started = getattr(context.get("dag_run"), "start_date", None)
-        return find_earlier_try(
-            self.hook,
-            request,
-            current,
-            record=record,
-            try_number=getattr(context["ti"], "try_number", 1) or 1,
-            started=started if isinstance(started, datetime) else None,
-            rollback_on_failure=self.rollback_on_failure,
-            log=self.log,
-        )

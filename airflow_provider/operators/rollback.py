@@ -141,7 +141,10 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
         requested_from: str | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider.tasks.rollback.previous import check_literal_revision_id
+
         exactly_one_target(deployment_id, deployment_name)
+        check_literal_revision_id(revision_id)
         super().__init__(**kwargs)
         self.revision_id = revision_id
         self.deployment_id = deployment_id
@@ -159,7 +162,7 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
     def _checked_revisions(self) -> tuple[str | None, str | None]:
         """Canonical ``(revision_id, rolling_back_from)`` (``None`` for ``"previous"``, resolved once the deployment
         is read); fails naming the field (before any request)."""
-        from airflow_provider.tasks.rollback.previous import PREVIOUS
+        from airflow_provider.tasks.rollback.previous import PREVIOUS, previous_hint
 
         value = self.revision_id
         if isinstance(value, str) and value.strip().lower() == PREVIOUS:
@@ -178,6 +181,9 @@ class RollbackDeploymentOperator(_RolloutWaitingOperator):
             )
         try:
             target = canonical_uuid(value, "revision_id")
+        except ValueError as err:
+            raise AirflowFailException(f"{err}{previous_hint(value)}") from None
+        try:
             given = self.rolling_back_from
             source = None if given is None or given in MISSING_RENDERS else canonical_uuid(given, "rolling_back_from")
         except ValueError as err:

@@ -21,6 +21,9 @@ What every task shares, one module per concern:
   :mod:`~airflow_provider.tasks.events`: the asset events of a revision that landed.
 - :mod:`~airflow_provider.tasks.notify`: telling people (``notify={...}``); :mod:`~airflow_provider.tasks.inconclusive`:
   asking a person when an analysis is inconclusive.
+- :mod:`~airflow_provider.tasks.execution_timeout`: Airflow's ``execution_timeout`` checked against what a task must
+  wait, and what its ``on_kill`` shares; :mod:`~airflow_provider.tasks.plan_only`: a rollout's plan, nothing sent
+  (``plan_only=True``).
 - :mod:`~airflow_provider.tasks.rollback`: rolling a deployment back (start it, reattach a retry to it),
   re-exported from one module per part: a step the rollback task is made of, and the patch and fleet tasks take.
 

@@ -51,6 +51,7 @@ __all__ = [
     "check_custom_urls",
     "defer_analysis",
     "live_since",
+    "log_measured_rounds",
     "no_retry_left",
     "not_measured_result",
 ]
@@ -212,6 +213,13 @@ def analyse_in_steps_on_worker(
                 return
     finally:
         try:
+            # A step interrupted mid-way (Airflow's execution_timeout raised in it) still runs the generator: cancel
+            # it first, or closing the generator fails and hides the timeout (and Airflow would not call on_kill).
+            interrupted_steps = asyncio.all_tasks(loop)
+            for pending_step in interrupted_steps:
+                pending_step.cancel()
+            if interrupted_steps:
+                loop.run_until_complete(asyncio.gather(*interrupted_steps, return_exceptions=True))
             loop.run_until_complete(steps.aclose())  # closes the sources' clients
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
@@ -308,11 +316,13 @@ def defer_analysis(
     )
 
 
-def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
+def analysis_event_results(event: Any, log: logging.Logger | Any = None) -> dict[str, AnalysisResult]:
     """The results of a :class:`DeploymentAnalysisTrigger` event, checked (of a ``partial`` event: the targets
-    judged so far).
+    judged so far); with ``log``, each round's measurements logged again in the task's log (the trigger logged
+    them where it ran), whatever the verdict.
 
     :param event: the event the task resumed with.
+    :param log: the task's logger (``None``: nothing logged).
     :raises AnalysisNotMeasured: the trigger reported an error (its message).
     :raises AirflowException: the event has another shape (naming what is wrong).
     """
@@ -343,7 +353,33 @@ def analysis_event_results(event: Any) -> dict[str, AnalysisResult]:
             )
         if not isinstance(result["measurements"], list):
             raise AirflowException(f"the analysis result of {deployment_id} has no measurement list")
+    if log is not None:
+        for result in results.values():
+            log_measured_rounds(result, log)
     return results
+
+
+def log_measured_rounds(result: AnalysisResult, log: logging.Logger | Any) -> None:
+    """Log each measurement of an analysis measured in the triggerer, one line a round and check, as the worker
+    logs them while it measures; then the verdict.
+
+    :param result: one deployment's result (its ``measurements``).
+    :param log: the task's logger.
+    """
+    measurements = [item for item in result.get("measurements") or [] if isinstance(item, dict)]
+    for item in measurements:
+        value = item.get("value")
+        log.info(
+            "Analysis round %s (measured in the triggerer): %s on %r = %s, needs %s -> %s (%s)",
+            item.get("round"),
+            item.get("check"),
+            item.get("name"),
+            "n/a" if not isinstance(value, (int, float)) else f"{value:.3f}",
+            item.get("condition"),
+            item.get("verdict"),
+            item.get("detail"),
+        )
+    log.info("Analysis of revision %s: %s (%s)", result.get("revision_id"), result.get("verdict"), result.get("reason"))
 
 
 def analysis_event_subject(event: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.assets import deployment_asset_uri, state_store_unavailable
 from airflow_provider.decisions.fleet_progress import WITH_WAVE_OUTCOMES
 from airflow_provider.decisions.judging_marker import JUDGING_KEY, JUDGING_STATES, with_marker
 from airflow_provider.decisions.record import Kind, fleet_row_entries
@@ -161,12 +161,18 @@ def publish_judging(
                 if len(_unpublished) > 1000:
                     _unpublished.clear()
                 _unpublished.add(seen)
-                log.info(
-                    "Deployment watchers cannot see this task judge deployment %s (no Airflow asset %s? %s)",
-                    deployment_id,
-                    uri,
-                    err,
-                )
+                expected = state_store_unavailable(err)
+                if expected is not None:  # a condition the provider handles: no error text
+                    log.debug(
+                        "Deployment watchers do not see this task judge deployment %s: %s", deployment_id, expected
+                    )
+                else:
+                    log.info(
+                        "Deployment watchers cannot see this task judge deployment %s (asset %s): %s",
+                        deployment_id,
+                        uri,
+                        err,
+                    )
 
 
 def fleet_marker_entries(row: Mapping[str, Any], phase: str | None) -> list[dict[str, Any]]:

@@ -216,18 +216,23 @@ def complete_request(
     :param deployment: the deployment as read just before.
     :param resource_spec_mode: ``"merge"`` or ``"replace"`` (sent as given).
     :param check_source_rules: whether to refuse locally what production refuses.
-    :raises AirflowFailException: naming the deployment, the field and the rule; nothing is sent.
+    :raises AirflowFailException: naming the deployment, the field and the rule (or its status, for a deployment
+        being deleted); nothing is sent.
     """
     from airflow_provider.decisions.patch_rules import (
         MergedSpec,
         describe_refusals,
         discouraged_fields,
+        going_away,
         merge_resource_spec,
         refusals,
         unchanged_fixed_fields,
         without_unchanged_fixed_fields,
     )
 
+    deleting = going_away(deployment)  # whatever check_source_rules says
+    if deleting is not None:
+        raise AirflowFailException(deleting)
     if check_source_rules:
         found = refusals(request, deployment)
         if found:

@@ -23,7 +23,7 @@ from airflow_provider.analysis import Analysis, AnalysisResult, AnalysisTarget
 from airflow_provider.analysis.definitions import ANALYSIS_ROUND_ALLOWANCE, analysis_seconds
 from airflow_provider.analysis.judge import AnalysisState
 from airflow_provider.analysis.measuring.run import analyse, analysis_not_run_reason, analysis_overran_reason
-from airflow_provider.assets import deployment_asset_uri
+from airflow_provider.assets import deployment_asset_uri, state_store_unavailable
 from airflow_provider.client.error_text import describe_validation_error
 from airflow_provider.decisions.judging_marker import JUDGING_KEY, with_rounds
 from airflow_provider.triggers import default_store, serialized_classpath
@@ -216,8 +216,11 @@ class DeploymentAnalysisTrigger(BaseTrigger):
                         await store.aset(JUDGING_KEY, value)
                 except Exception as err:  # no Airflow asset for the deployment: its rounds show at the verdict
                     self._unmarked.add(deployment_id)
-                    self.log.info(
-                        "The rounds of deployment %s are not shown while measured here: %s", deployment_id, err
-                    )
+                    expected = state_store_unavailable(err)
+                    shown = "The rounds of deployment %s are shown with its verdict, not while measured: %s"
+                    if expected is not None:  # a condition the provider handles: no error text
+                        self.log.debug(shown, deployment_id, expected)
+                    else:
+                        self.log.info(shown, deployment_id, err)
 
         return measured

@@ -437,3 +437,39 @@ def test_an_abort_from_the_view_resumes_a_fleet_deferred_in_the_triggerer_at_onc
     audit = api.request("GET", "/api/v2/eventLogs", params={"event": "deployment_service.abort"})["event_logs"]
     mine = {log["run_id"]: log for log in audit if log["run_id"] in {run.run_id for run in runs.values()}}
     assert {log["owner"] for log in mine.values()} == {"admin"} and len(mine) == 2, audit
+
+
+def test_a_patch_marked_failed_while_it_judges_on_the_worker_is_rolled_back(stack: Stack) -> None:
+    """Issue 39: the task instance marked failed through the REST API mid-analysis (on the worker): Airflow's
+    ``SIGTERM`` calls ``on_kill``, which records the verdict and sends the rollback; the old build serves again."""
+    emulator, api = stack.emulator, stack.airflow.api
+    assert api is not None, "the Airflow services are not up"
+    name = "support-bot-dev"
+    before = emulator.deployment(name)
+    old_image = before["source_revision_config"]["image_uri"]
+    image = f"registry.example.com/acme/support-bot:killed-{int(time.time())}"
+    run = DagRun("killed_while_judging", f"killed-{int(time.time())}", {"deployment_name": name, "image_uri": image})
+    api.wait_for_dags([run.dag_id], timeout=120)
+    started = time.monotonic()
+    api.trigger(run.dag_id, run.run_id, run.conf)
+
+    def analysing() -> bool:
+        current = emulator.deployment(name)
+        live = current["source_revision_config"]["image_uri"] == image and current["status"] == "READY"
+        return live and api.task_log(*run.key, "roll_out").mentions("Analysis round 2/")
+
+    wait_until(analysing, timeout=90, what="the new revision is live and analysed", interval=0.5)
+    task_path = f"/api/v2/dags/{run.dag_id}/dagRuns/{run.run_id}/taskInstances/roll_out"
+    api.request("PATCH", task_path, json={"new_state": "failed"})
+
+    def old_build_serves() -> bool:
+        current = emulator.deployment(name)
+        settled = current["active_revision_id"] == current["latest_revision_id"] and current["status"] == "READY"
+        return settled and current["source_revision_config"]["image_uri"] == old_image
+
+    wait_until(old_build_serves, timeout=45, what=f"{name} serves {old_image} again", interval=0.5)
+    record_timing(stack.name, **{"marked failed mid-analysis, rolled back": time.monotonic() - started})
+    log = api.task_log(*run.key, "roll_out")
+    assert log.mentions("could not be judged: the task was killed while judging it"), log.messages()[-15:]
+    assert log.mentions("Rollback of revision"), log.messages()[-15:]
+    assert api.run_state(*run.key) == "failed"

@@ -382,6 +382,19 @@ def test_the_fleet_tab_follows_the_rollout_and_the_pages_show_it(stack: Stack, b
         assert roles(landed) == [("rolled_back_to", rejected_run), ("landed", run_id)], page_text(frame)
         shown = frame.locator(f"#revisions tr[data-revision='{rejected}']").inner_text()
         assert "rejected (verify failed)" in shown and "not by Airflow" not in shown, shown
+        # "Roll back to this revision" on the rejected one: the confirmation says when, by which run and why, and
+        # "Roll back" stays disabled until the second, explicit confirmation (issue 39); cancelled here.
+        frame.locator(f"button[data-action='rollback'][data-revision='{rejected}']").click()
+        warning = frame.locator("[data-confirmation='rollback'] [data-rejected='rollback']")
+        warning.wait_for()
+        said = warning.inner_text()
+        assert "rejected (verify failed)" in said and rejected_run in said and REJECTED_DAG_ID in said, said
+        assert frame.locator(f"[data-rejected-by='{rejected_run}']").count() == 1
+        assert frame.locator("[data-confirm='rollback']").is_disabled()
+        frame.locator("[data-acknowledge='rejected']").check()
+        assert frame.locator("[data-confirm='rollback']").is_enabled()
+        frame.locator("[data-cancel='rollback']").click()
+        assert frame.locator("[data-confirmation='rollback']").count() == 0
         assert frame.locator("#dora").get_attribute("data-rollouts") == "2"
         assert "deployments/" in page.url, page.url  # the UI's address follows the view's page
         save_shot(page, "deployment", full_page=True)

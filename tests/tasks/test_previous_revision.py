@@ -85,9 +85,12 @@ def test_no_previous_revision_fails_saying_so(emulator: Any) -> None:
     assert emulator.state.count(REDEPLOY_ROUTE) == 0
 
 
-def test_list_revisions_newest_first_with_status_and_build(emulator: Any) -> None:
+def test_list_revisions_newest_first_with_status_and_build(emulator: Any, task_logs: Any) -> None:
     dep, good, failed, broken = history(emulator)
     rows = ListRevisionsOperator(task_id="revisions", deployment_name=DOCKER).execute(make_context())
+    logs = task_logs()  # each revision logged, as the docstring says (issue 39)
+    assert f"{broken} DEPLOYED (active) (latest): image_uri={BROKEN}" in logs, logs[-2000:]
+    assert f"{failed} BUILD_FAILED: image_uri={FAILED}" in logs
     assert [row["id"] for row in rows[:3]] == [broken, failed, good]
     by_id = {row["id"]: row for row in rows}
     assert by_id[failed]["status"] == "BUILD_FAILED" and by_id[failed]["build"]["image_uri"] == FAILED

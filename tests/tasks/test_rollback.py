@@ -418,7 +418,7 @@ def test_an_unchanged_resource_spec_keeps_the_exact_redeploy(emulator: Any, tick
         ({"resource_spec": "None"}, "resource_spec rendered to 'None'"),
         ({"resource_spec": {"memory_mb": 512.5}}, "invalid resource_spec: memory_mb"),
         ({"resource_spec": {"cpus": 1}}, "resource_spec has field.s. cpus"),
-        ({"revision_id": "nope"}, "revision_id must be a UUID"),
+        ({"revision_id": "{{ params.r }}"}, "revision_id must be a UUID"),  # rendered to itself (a literal: parse)
         ({"rolling_back_from": "x"}, "rolling_back_from must be a UUID"),
         ({"source_revision_config": {"image": "x"}}, "source_revision_config has unknown field"),
         ({"deployment_id": "{{ params.dep }}"}, "deployment_id must be a UUID"),  # rendered to itself: not one

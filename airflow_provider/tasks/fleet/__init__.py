@@ -20,7 +20,8 @@ concern:
 - :mod:`~airflow_provider.tasks.fleet.arguments`: the operator's arguments, checked when the DAG is parsed;
   :mod:`~airflow_provider.tasks.fleet.asking`: the question when a wave's analysis is inconclusive;
   :mod:`~airflow_provider.tasks.fleet.notify`: the notifications; :mod:`~airflow_provider.tasks.fleet.abort`:
-  an abort asked from the Rollouts view.
+  an abort asked from the Rollouts view; :mod:`~airflow_provider.tasks.fleet.killed`: the wave under way rolled
+  back when Airflow kills the task on the worker.
 
 The planning itself (waves, budget, the result table) is pure and lives in
 :mod:`airflow_provider.decisions.fleet_progress`; waiting in the triggerer is

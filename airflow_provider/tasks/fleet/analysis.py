@@ -427,7 +427,7 @@ class WaveAnalysis:
         :raises AirflowException: the event has another shape (a retry analyses the rest of the wave again).
         """
         try:
-            results = analysis_event_results(event)
+            results = analysis_event_results(event, self.task.log)
         except AnalysisNotMeasured as err:
             self.not_measured(str(err))
             return

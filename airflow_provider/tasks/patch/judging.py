@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider.tasks.patch.rollback import AutomaticRollback
+from airflow_provider.tasks.patch.killed import KilledWhileJudging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["LiveRevisionJudging"]
 
 
-class LiveRevisionJudging(AutomaticRollback):
+class LiveRevisionJudging(KilledWhileJudging):
     """Verify, analyse and bake the patch's live revision, then land it, or roll it back (see the module). A base
     of :class:`~airflow_provider.operators.patch.PatchDeploymentOperator`; the steps here are its methods."""
 
@@ -62,6 +62,7 @@ class LiveRevisionJudging(AutomaticRollback):
 
         if landing is None:
             return self._landed(context, live)
+        self._judging_started(context, landing)  # a kill from now on rolls the revision back (tasks.patch.killed)
         record_landing_entry(context, self.log, Kind.JUDGING, landing, steps=self._judging_steps())
         promoted = self._promoted(context, landing)
         if promoted is not None:  # a person promoted it in an earlier try: never judged again
@@ -238,8 +239,9 @@ class LiveRevisionJudging(AutomaticRollback):
             subject,
             "execute_analysis_complete",
         )
+        self._judging_started(context, landing)
         try:
-            results = analysis_event_results(event)
+            results = analysis_event_results(event, self.log)
         except AnalysisNotMeasured as err:
             return self._analysis_not_measured(context, landing, str(err))
         return self._judge_analysis(context, landing, results)
@@ -311,6 +313,7 @@ class LiveRevisionJudging(AutomaticRollback):
             event,
             "execute_bake_complete",
         )
+        self._judging_started(context, landing)
         message = str(event.get("message", ""))
         if event.get("status") == "baked":
             self.log.info("%s", message)

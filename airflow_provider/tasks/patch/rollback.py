@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import AnalysisResult
+    from airflow_provider.hooks.deployment_service import DeploymentServiceHook
     from airflow_provider.models import Deployment
     from airflow_provider.tasks.patch.retry import EarlierTry
     from airflow_provider.tasks.patch.verdict import VerdictStep
@@ -115,6 +116,21 @@ class AutomaticRollback(RolloutNotifying):
         """Roll back to the revision that served before the patch, its resource_spec included; record the
         rollback in ``task_state_store`` before the request (a retry then knows one may be out) and once sent
         (a retry waits for it instead of rolling back twice); wait for it; fail."""
+        rollback, deployment = self._start_recorded_rollback(context, landing, reason, step, current)
+        return self._wait_for_rollback(context, landing, rollback, deployment)
+
+    def _start_recorded_rollback(
+        self,
+        context: Context,
+        landing: dict[str, Any],
+        reason: str,
+        step: Any,
+        current: Deployment,
+        hook: DeploymentServiceHook | None = None,
+    ) -> tuple[dict[str, Any], Deployment]:
+        """Send the rollback to the revision that served before the patch, recorded before the request and once
+        sent, without waiting for it: the rollback's record and the deployment as the request left it (``hook``: a
+        hook of its own, ``on_kill``'s; ``None``: the task's)."""
         from airflow_provider.tasks.patch.retry import record_rollback, rollback_record
         from airflow_provider.tasks.rollback.outcome import recorded_fields
         from airflow_provider.tasks.rollback.start import start_rollback
@@ -126,7 +142,7 @@ class AutomaticRollback(RolloutNotifying):
             record_rollback(store, landing, rollback_record(intent, reason, patch_clauses, step=step), self.log)
 
         started = start_rollback(
-            self.hook,
+            hook or self.hook,
             current,
             landing["previous_active_revision_id"],
             rolling_back_from=landing["revision_id"],
@@ -144,7 +160,7 @@ class AutomaticRollback(RolloutNotifying):
                 landing["revision_id"],
                 "; ".join(rollback["not_restored"]),
             )
-        return self._wait_for_rollback(context, landing, rollback, started.deployment)
+        return rollback, started.deployment
 
     def _wait_for_rollback(
         self, context: Context, landing: dict[str, Any], rollback: dict[str, Any], deployment: Deployment

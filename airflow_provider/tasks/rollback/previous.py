@@ -17,10 +17,47 @@ if TYPE_CHECKING:
 
     from airflow_provider.hooks.deployment_service import DeploymentServiceHook
 
-__all__ = ["PREVIOUS", "previous_served_revision"]
+__all__ = ["PREVIOUS", "check_literal_revision_id", "previous_hint", "previous_served_revision"]
 
 PREVIOUS = "previous"
 """``RollbackDeploymentOperator(revision_id="previous")``: the revision that served before the current one."""
+
+_PREVIOUS_WORDS = ("last", "before", "earlier", "rollback", "back")
+"""Words users reach for when they mean ``"previous"``, beyond its misspellings."""
+
+
+def previous_hint(value: Any) -> str:
+    """``'; did you mean "previous" ...?'`` when ``value`` (a ``revision_id`` that is not a UUID) looks like it, else
+    ``""``.
+
+    :param value: the ``revision_id`` as given or rendered.
+    """
+    from airflow_provider.suggestions import did_you_mean
+
+    word = value.strip().lower() if isinstance(value, str) else ""
+    if not word or not (did_you_mean(word, [PREVIOUS]) or PREVIOUS.startswith(word) or word in _PREVIOUS_WORDS):
+        return ""
+    return f'; did you mean "{PREVIOUS}" (the revision that served before the one serving now)?'
+
+
+def check_literal_revision_id(value: Any) -> None:
+    """Refuse, when the DAG is parsed, a literal ``revision_id`` that is neither a UUID nor ``"previous"`` (a template
+    or an XCom is checked once rendered).
+
+    :param value: the argument.
+    :raises ValueError: naming ``revision_id``, what was expected and, when it looks like it, ``"previous"``.
+    """
+    from airflow_provider.models import canonical_uuid
+
+    if not isinstance(value, str) or "{{" in value or value.strip().lower() == PREVIOUS:
+        return
+    if value.strip() in ("", "None", "null"):  # what a missing XCom renders to: said once rendered, naming it
+        return
+    try:
+        canonical_uuid(value, "revision_id")
+    except ValueError as err:
+        raise ValueError(f'{err} (expected a revision UUID or "{PREVIOUS}"){previous_hint(value)}') from None
+
 
 _PREVIOUS_LOOKBACK = 500
 """How many of the newest revisions ``revision_id="previous"`` reads, at most, to find it."""

@@ -53,6 +53,7 @@ function confirmRollback(data, revision, active) {
     + "and refuses if a newer revision goes out first. The audit log and the record name you.";
   const go = h("button", { class: "primary danger", "data-confirm": "rollback" }, "Roll back");
   const cancel = h("button", { "data-cancel": "rollback", onclick: () => actionPanel.replaceChildren() }, "Cancel");
+  const rejected = rejectionWarning(revision, go);
   go.addEventListener("click", async () => {
     go.disabled = true;
     cancel.disabled = true;
@@ -68,7 +69,23 @@ function confirmRollback(data, revision, active) {
     }
   });
   actionPanel.replaceChildren(h("div", { class: "callout warn confirm", role: "dialog", "aria-label": "Confirm the rollback", "data-confirmation": "rollback" },
-    h("p", { id: "confirm-text" }, text), h("div", { class: "row" }, go, cancel)));
+    h("p", { id: "confirm-text" }, text), rejected, h("div", { class: "row" }, go, cancel)));
+}
+
+// A revision an analysis (or verify, or a bake) rejected: say when, by which run and why, and ask for a second,
+// explicit confirmation before "Roll back" can be clicked.
+function rejectionWarning(revision, go) {
+  const rejections = (revision.rollouts || []).filter((mark) => mark.role === "rejected");
+  if (!rejections.length) return null;
+  go.disabled = true;
+  const lines = rejections.map((mark) => h("li", { "data-rejected-by": mark.run_id || "" },
+    `${mark.label || "rejected"} `, when(mark.at), ` by run ${mark.run_id || "?"} (${mark.dag_id || "?"}.${mark.task_id || "?"})`,
+    mark.message ? `: ${mark.message}` : ""));
+  const agree = h("input", { type: "checkbox", "data-acknowledge": "rejected",
+    onchange: (event) => { go.disabled = !event.target.checked; } });
+  return h("div", { class: "callout bad", "data-rejected": "rollback" },
+    h("p", {}, h("strong", {}, `Revision ${String(revision.id).slice(0, 8)} was rejected:`)), h("ul", {}, lines),
+    h("label", {}, agree, " I know this revision was rejected; roll back to it anyway"));
 }
 
 function renderDeployment(target, data) {
