@@ -55,15 +55,19 @@ ALERT_BUCKET_SECONDS = 3600.0
 """An alert rule starts at most one rollback per deployment per bucket of this many seconds."""
 
 
-def guard_asset(conn_id: str = DEFAULT_CONN_ID, *, poll_interval: float = 60.0, **trigger_kwargs: Any) -> Asset:
-    """The guard's asset of ``conn_id``, watched by its :class:`DeploymentGuardTrigger`.
+def guard_asset(
+    conn_id: str = DEFAULT_CONN_ID, *, poll_interval: float = 60.0, name: str | None = None, **trigger_kwargs: Any
+) -> Asset:
+    """The guard's asset of ``conn_id``, watched by its :class:`DeploymentGuardTrigger`: the asset its
+    ``revision_regressed`` events (and a tracing service's alerts) arrive on.
 
     :param conn_id: the deployment-service connection.
     :param poll_interval: seconds between two looks of the guard.
+    :param name: the asset's name (default ``deployment_service_guard__<conn_id>``).
     :param trigger_kwargs: more trigger arguments (the hook overrides).
     """
     trigger = DeploymentGuardTrigger(deployment_service_conn_id=conn_id, poll_interval=poll_interval, **trigger_kwargs)
-    name = f"{GUARD_KEY_PREFIX}__{conn_id}"
+    name = name or f"{GUARD_KEY_PREFIX}__{conn_id}"
     return Asset(name=name, uri=name, watchers=[AssetWatcher(name=f"{name}__watcher", trigger=trigger)])
 
 
@@ -219,16 +223,20 @@ def guard_dag(
     :param timeout: longest wait for it to serve, in seconds.
     :param retries: the rollback task's retries (a retry reattaches to the rollback its earlier try sent).
     :param dag_kwargs: more ``DAG`` arguments (``tags``...); ``dag_id`` defaults to ``deployment_service_guard``
-        (``deployment_service_guard__<conn_id>`` for another connection). Not paused upon creation by default.
+        (``deployment_service_guard__<conn_id>`` for another connection; another ``dag_id`` watches an asset of its
+        own, ``deployment_service_guard__<dag_id>``). Not paused upon creation by default.
     """
     from airflow_provider.tasks.notify import checked_notify
 
     notifiers = checked_notify(notify)
-    dag_kwargs.setdefault("dag_id", GUARD_DAG_ID if conn_id == DEFAULT_CONN_ID else f"{GUARD_DAG_ID}__{conn_id}")
+    default_id = GUARD_DAG_ID if conn_id == DEFAULT_CONN_ID else f"{GUARD_DAG_ID}__{conn_id}"
+    dag_kwargs.setdefault("dag_id", default_id)
+    # A second guard DAG of one connection (another dag_id) watches an asset of its own.
+    asset_name = None if dag_kwargs["dag_id"] == default_id else f"{GUARD_KEY_PREFIX}__{dag_kwargs['dag_id']}"
     dag_kwargs.setdefault("tags", ["deployment-service", "guard"])
     dag_kwargs.setdefault("is_paused_upon_creation", False)
     with DAG(
-        schedule=[guard_asset(conn_id, poll_interval=poll_interval)],
+        schedule=[guard_asset(conn_id, poll_interval=poll_interval, name=asset_name)],
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,  # one run at a time: a second run sees the first's rollback and claim
