@@ -38,6 +38,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def variable(stack: Stack, key: str) -> Any:
+    assert stack.airflow.api is not None
     response = stack.airflow.api.http.get(f"/api/v2/variables/{key}")
     return None if response.status_code == 404 else response.json()
 
@@ -46,6 +47,7 @@ def test_a_regressed_revision_is_rolled_back_once_with_two_triggerers_and_a_heal
     stack: Stack,
 ) -> None:
     airflow, emulator, api = stack.airflow, stack.emulator, stack.airflow.api
+    assert api is not None
     started = time.monotonic()
     airflow.start_triggerer("triggerer-2")
     wait_until(lambda: len(api.alive_triggerer_jobs()) == 2, timeout=60, what="two triggerers heartbeat")
@@ -85,9 +87,9 @@ def test_a_regressed_revision_is_rolled_back_once_with_two_triggerers_and_a_heal
     time.sleep(5)  # a second event, were there one, would have started a second run by now
     every_run = [run for dag_id in GUARDS for run in api.dag_runs(dag_id)]
     assert len(every_run) == 1, f"one regression, one guard DAG run: {every_run}"
-    (run,) = guard_runs
-    check_run(stack, DagRun(run["dag_id"], run["dag_run_id"]), run["state"], "success")
-    events = api.upstream_asset_events(run["dag_id"], run["dag_run_id"])
+    (guard_run,) = guard_runs
+    check_run(stack, DagRun(guard_run["dag_id"], guard_run["dag_run_id"]), guard_run["state"], "success")
+    events = api.upstream_asset_events(guard_run["dag_id"], guard_run["dag_run_id"])
     payloads = [event["extra"].get("payload", {}) for event in events]
     assert [(p["kind"], p["deployment_name"], p["revision_id"]) for p in payloads] == [
         ("revision_regressed", BAD, landed[BAD])
