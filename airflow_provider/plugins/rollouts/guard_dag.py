@@ -5,7 +5,8 @@ Scheduled on the guard's asset of a connection, whose ``AssetWatcher`` runs
 through that connection). Each run:
 
 1. ``confirm``: reads the run's ``revision_regressed`` events (and tracing-service alerts posted to the same asset
-   through Airflow's asset-events API, de-duplicated by rule and time bucket), keeps each (deployment, revision) once,
+   through Airflow's asset-events API, de-duplicated by rule and time bucket; and payloads replayed by hand in the
+   run's conf, ``{"regressions": [...]}``), keeps each (deployment, revision) once,
    skips one another run handled already (runs go one at a time), re-reads each deployment and keeps only those
    still serving the regressed revision;
 2. ``roll_back``: one :class:`~airflow_provider.operators.rollback.RollbackDeploymentOperator` per regression (mapped),
@@ -254,6 +255,9 @@ def guard_dag(
 
             log = logging.getLogger("airflow.task")
             events = [event for found in context["triggering_asset_events"].values() for event in found]
+            # A regression replayed by hand (or by the demo): the run's conf ``{"regressions": [payload...]}``.
+            conf = getattr(context.get("dag_run"), "conf", None) or {}
+            events.extend(item for item in conf.get("regressions") or [] if isinstance(item, Mapping))
             guards = {}
             for key in Variable.keys(f"{GUARD_KEY_PREFIX}:{conn_id}:"):
                 value = _JsonVariables.get(key)
