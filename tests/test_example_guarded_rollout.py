@@ -63,7 +63,7 @@ def first_regression(store: MemoryGuardStore, timeout: float = 30) -> dict[str, 
         try:
             event = await asyncio.wait_for(events.__anext__(), timeout)
         finally:
-            await events.aclose()
+            await events.aclose()  # type: ignore[attr-defined]
         return dict(event.payload)
 
     return asyncio.run(watch())
