@@ -208,6 +208,8 @@ def regression_text(
             text += f" against {_short(float(base))}"
         elif isinstance(failing.get("bound"), int | float):
             text += f" against a bound of {_short(float(failing['bound']))}"
+        elif failing.get("condition"):
+            text += f" (needs {failing['condition']})"
     elif check:
         text += f", {check} failed"
     return text
