@@ -144,3 +144,14 @@ def test_a_fleet_rollout_hands_each_deployment_it_landed_to_the_guard(
         assert record.previous_revision_id == before[name]["active_revision_id"]
         assert record.baseline is None  # the fleet's analysis had no preflight
     scan_for_secret(variables.data)
+
+
+def test_the_guides_example_builds_a_guarded_patch_task() -> None:
+    from tests.docs_snippets import documented_block
+
+    namespace: dict[str, Any] = {}
+    exec(documented_block("guides/guard.md", "guard:patch"), namespace)
+    task = namespace["roll_out"]
+    assert isinstance(task, PatchDeploymentOperator) and task.guard is not None
+    assert task.guard.for_seconds == 86_400
+    assert [check.label() for check in task.guard.analysis.checks] == ["errors", "correctness"]
