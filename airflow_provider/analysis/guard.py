@@ -27,12 +27,14 @@ from airflow_provider.analysis.definitions import Analysis, Measurement
 __all__ = [
     "CLAIM_KEY_PREFIX",
     "GUARD_KEY_PREFIX",
+    "STATUS_KEY_PREFIX",
     "Guard",
     "GuardRecord",
     "claim_key",
     "duration_text",
     "guard_key",
     "regression_text",
+    "status_key",
     "window_of",
 ]
 
@@ -40,6 +42,10 @@ GUARD_KEY_PREFIX = "deployment_service_guard"
 """Airflow Variable key prefix of the guarded revisions: ``deployment_service_guard:<conn id>:<deployment id>``."""
 CLAIM_KEY_PREFIX = "deployment_service_guard_claim"
 """Airflow Variable key prefix of a regression's claim: ``deployment_service_guard_claim:<deployment>:<revision>``."""
+
+STATUS_KEY_PREFIX = "deployment_service_guard_status"
+"""Airflow Variable key prefix of what a guard last measured (the Rollouts view shows it):
+``deployment_service_guard_status:<conn id>:<deployment id>``."""
 
 
 def guard_key(conn_id: str, deployment_id: str) -> str:
@@ -49,6 +55,15 @@ def guard_key(conn_id: str, deployment_id: str) -> str:
     :param deployment_id: the deployment.
     """
     return f"{GUARD_KEY_PREFIX}:{conn_id}:{deployment_id}"
+
+
+def status_key(conn_id: str, deployment_id: str) -> str:
+    """The Variable key of what the guard of a deployment last measured (written at most every few minutes).
+
+    :param conn_id: the deployment-service connection.
+    :param deployment_id: the deployment.
+    """
+    return f"{STATUS_KEY_PREFIX}:{conn_id}:{deployment_id}"
 
 
 def claim_key(deployment_id: str, revision_id: str) -> str:

@@ -34,7 +34,14 @@ import pydantic
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider.analysis.definitions import Analysis, AnalysisTarget, Measurement
-from airflow_provider.analysis.guard import GUARD_KEY_PREFIX, GuardRecord, claim_key, regression_text, window_of
+from airflow_provider.analysis.guard import (
+    GUARD_KEY_PREFIX,
+    GuardRecord,
+    claim_key,
+    regression_text,
+    status_key,
+    window_of,
+)
 from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.rounds import RoundJudging
 from airflow_provider.analysis.scrubbing import Scrubber
@@ -67,6 +74,9 @@ ANNOUNCE_DELAY = 5.0
 its supervisor about once a second, as for the watcher's cursor)."""
 EVENT_MEASUREMENTS = 20
 """Measurements an event keeps (the latest ones)."""
+STATUS_EVERY = 300.0
+"""Seconds between two writes of a guarded revision's status (what it last measured, for the Rollouts view): 1,000
+guarded revisions cost about three Variable writes a second."""
 
 
 # ---- where the guarded revisions and the claims are kept
@@ -253,6 +263,7 @@ class _Guarded:
     next_due: float = 0.0
     last_measured: str | None = None
     measurements: list[Measurement] = field(default_factory=list)
+    status_written: float = 0.0
 
 
 class DeploymentGuardTrigger(BaseEventTrigger):
@@ -283,6 +294,8 @@ class DeploymentGuardTrigger(BaseEventTrigger):
     """Seconds after which another trigger's unannounced claim is taken over."""
     announce_delay: float = ANNOUNCE_DELAY
     """Seconds between an event and its claim marked announced."""
+    status_every: float = STATUS_EVERY
+    """Seconds between two writes of a guarded revision's status."""
 
     def __init__(
         self,
@@ -529,7 +542,12 @@ class DeploymentGuardTrigger(BaseEventTrigger):
             if now >= record.until:
                 await self._end(guarded, "its guarded time is over with no regression")
                 continue
-            if deployment.status != DeploymentStatus.READY or now.timestamp() < guarded.next_due:
+            # Due at the look nearest its time: a round a little early still measures it (else each revision would
+            # skip every other look whenever its rounds and the poller's drift apart).
+            if (
+                deployment.status != DeploymentStatus.READY
+                or now.timestamp() + self.poll_interval / 2 < guarded.next_due
+            ):
                 continue
             key = json.dumps(record.analysis, sort_keys=True)
             due.setdefault(key, []).append(guarded)
@@ -547,7 +565,30 @@ class DeploymentGuardTrigger(BaseEventTrigger):
                 if payload is not None:
                     payloads.append(payload)
         claimed = await asyncio.gather(*(self._claim(payload) for payload in payloads))
+        await self._write_statuses(now)
         return [payload for payload, mine in zip(payloads, claimed, strict=True) if mine]
+
+    async def _write_statuses(self, now: datetime) -> None:
+        """Write what the guarded revisions last measured (each at most every :attr:`status_every` seconds)."""
+        due = [
+            guarded
+            for guarded in self.guarded.values()
+            if guarded.last_measured and time.monotonic() - guarded.status_written >= self.status_every
+        ]
+        for guarded in due:
+            guarded.status_written = time.monotonic()
+            status = {
+                "revision_id": guarded.record.revision_id,
+                "last_measured": guarded.last_measured,
+                "window_start": guarded.window_start.isoformat(),
+                "rounds": guarded.rounds,
+                "measurements": [dict(item) for item in guarded.measurements],
+                "written_at": now.isoformat(),
+            }
+            try:
+                await self.store.set(status_key(self.deployment_service_conn_id, guarded.record.deployment_id), status)
+            except Exception as err:  # for people only: tried again at the next write
+                self.log.warning("Could not write the guard status of %s: %s", guarded.record.deployment_id, err)
 
     async def _claim(self, payload: dict[str, Any]) -> bool:
         """Whether this trigger announces ``payload`` (see :func:`claim`)."""
