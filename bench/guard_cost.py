@@ -100,12 +100,13 @@ async def guard(emulator: Any, records: dict[str, Any]) -> dict[str, Any]:
     while trigger.stats["measured"] < len(records) and time.monotonic() < deadline:  # every one measured once
         await asyncio.sleep(0.05)
     (poller,) = active_pollers()
-    rounds, lists = poller.rounds_completed, poller.list_requests
+    # Rounds the trigger finished judging (the poller's own count runs ahead of the measuring it starts).
+    rounds, lists = trigger.stats["rounds"], poller.list_requests
     measured, cpu = trigger.stats["measured"], time.process_time()
     stats_before = emulator.admin.count(STATS_ROUTE)
-    while poller.rounds_completed < rounds + MEASURED_ROUNDS:
+    while trigger.stats["rounds"] < rounds + MEASURED_ROUNDS:
         await asyncio.sleep(0.05)
-    done = poller.rounds_completed - rounds
+    done = trigger.stats["rounds"] - rounds
     result = {
         "lists": (poller.list_requests - lists) / done,
         "stats": (emulator.admin.count(STATS_ROUTE) - stats_before) / done,

@@ -396,9 +396,9 @@ class DeploymentGuardTrigger(BaseEventTrigger):
                 if update.error is not None:
                     self.log.warning("The guard cannot look at its deployments: %s", update.error)
                     continue
-                self.stats["rounds"] += 1
                 await self._refresh(update.found)
                 payloads = await self._round(update.found, update.failures, hook, scrubber, sources)
+                self.stats["rounds"] += 1  # a round judged (diagnostics, benchmarks)
                 watch.ids = sorted(self.guarded)
                 for payload in payloads:
                     self.log.warning(
