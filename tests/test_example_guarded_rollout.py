@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -33,12 +34,17 @@ def emulator(
     return example_emulator(deployment_service_emulator_factory, monkeypatch)
 
 
+RUNS: list[str] = []
+"""The run ids, in turn."""
+
+
 def run(dag_id: str, **conf: Any) -> tuple[str, dict[str, str]]:
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(DAGS / "guarded_rollout.py"))
     assert not bag.import_errors, bag.import_errors
     dag_run = bag.get_dag(dag_id).test(run_conf=conf or None)
+    RUNS.append(str(dag_run.run_id))
     states = {}
     for ti in dag_run.get_task_instances():
         states[ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"] = str(ti.state)
@@ -52,6 +58,20 @@ def guard_records() -> dict[str, Any]:
     with create_session() as session:
         keys = [row.key for row in session.query(Variable).filter(Variable.key.startswith(KEY_PREFIX))]
     return {key: json.loads(Variable.get(key)) for key in keys}
+
+
+def recorded(dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
+    """The record entries a task wrote to its ``task_state_store``."""
+    from airflow._shared.state import TaskScope
+    from airflow.state import get_state_backend
+    from airflow.utils.session import create_session
+
+    from airflow_provider.decisions.record import RECORD_KEY, entries_of
+
+    scope = TaskScope(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=-1)
+    with create_session() as session:
+        stored = get_state_backend().get(scope, RECORD_KEY, session=session)
+    return list(entries_of(json.loads(stored) if isinstance(stored, str) else stored))
 
 
 def first_regression(store: MemoryGuardStore, timeout: float = 30) -> dict[str, Any]:
@@ -108,6 +128,13 @@ def test_a_guarded_release_that_regresses_after_landing_is_rolled_back_once_by_t
     assert after["status"] == "READY" and after["active_revision_id"] != landed["active_revision_id"]
     assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
     assert len(after["revisions"]) == len(before["revisions"]) + 2  # the release and one rollback
+    # The guard's verdict in the report task's record, dated at the regression (DORA's time to restore counts from it).
+    (verdict,) = [
+        item for item in recorded("deployment_service_guard", RUNS[-1], "report") if item["kind"] == "rejected"
+    ]
+    assert verdict["step"] == "guard" and verdict["revision_id"] == landed["active_revision_id"]
+    assert verdict["message"] == payload["message"]
+    assert abs(verdict["at"] - datetime.fromisoformat(payload["regressed_at"]).timestamp()) < 1
     # The same regression again (a duplicate event's run): nothing rolled back a second time.
     state, tasks = run("deployment_service_guard", regressions=[payload])
     assert state == "success" and tasks["confirm"] == "success" and tasks.get("roll_back") in ("skipped", None)

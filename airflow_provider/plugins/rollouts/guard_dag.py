@@ -286,10 +286,10 @@ def guard_dag(
         def report(**context: Any) -> list[dict[str, Any]]:
             import logging
 
-            from airflow_provider.decisions.record import Kind
+            from airflow_provider.decisions.record import Kind, entry
             from airflow_provider.hooks.deployment_service import DeploymentServiceHook
             from airflow_provider.tasks.notify import deployment_view_url, rollout_event, send_notifications
-            from airflow_provider.tasks.recording import record_entry
+            from airflow_provider.tasks.recording import record_entries
 
             log = logging.getLogger("airflow.task")
             regressions = context["ti"].xcom_pull(task_ids="confirm", key="regressions") or []
@@ -308,17 +308,19 @@ def guard_dag(
                     message = str(regression.get("message"))
                     if not back:
                         message += " (the rollback did not finish: see the roll_back task)"
-                    record_entry(
-                        context,
-                        log,
+                    # Dated at the regression: the DORA time to restore counts from it.
+                    found_at = _timestamp(regression.get("regressed_at"))
+                    verdict_entry = entry(
                         Kind.REJECTED,
                         regression["deployment_id"],
                         regression["revision_id"],
+                        at=found_at,
                         previous_revision_id=regression.get("previous_revision_id"),
                         step="guard",
                         verdict=verdict,
                         message=message,
                     )
+                    record_entries(context, log, [verdict_entry])
                     event = rollout_event(
                         "regressed",
                         deployment_id=regression["deployment_id"],
