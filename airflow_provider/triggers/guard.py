@@ -264,6 +264,7 @@ class _Guarded:
     last_measured: str | None = None
     measurements: list[Measurement] = field(default_factory=list)
     status_written: float = 0.0
+    missing: int = 0
 
 
 class DeploymentGuardTrigger(BaseEventTrigger):
@@ -531,16 +532,20 @@ class DeploymentGuardTrigger(BaseEventTrigger):
         due: dict[str, list[_Guarded]] = {}
         for guarded in list(self.guarded.values()):
             record = guarded.record
+            if now >= record.until:
+                await self._end(guarded, "its guarded time is over with no regression")
+                continue
             if record.deployment_id in failures:
                 continue  # not seen this round: next round
             deployment = found.get(record.deployment_id)
-            if deployment is None:
-                continue  # listed from the next round on (just handed), or gone: the list tells again
+            if deployment is None:  # listed from the next round on (just handed), or gone: three looks tell
+                guarded.missing += 1
+                if guarded.missing >= 3:
+                    await self._end(guarded, "its deployment was not found")
+                continue
+            guarded.missing = 0
             if deployment.active_revision_id != record.revision_id:
                 await self._end(guarded, f"revision {deployment.active_revision_id} serves now")
-                continue
-            if now >= record.until:
-                await self._end(guarded, "its guarded time is over with no regression")
                 continue
             # Due at the look nearest its time: a round a little early still measures it (else each revision would
             # skip every other look whenever its rounds and the poller's drift apart).

@@ -196,17 +196,19 @@ def test_a_restarted_trigger_never_announces_again_but_takes_over_a_claim_its_pr
     assert [p["revision_id"] for p in again] == [bad["active_revision_id"]]
 
 
-def test_the_guard_ends_when_another_revision_serves_or_its_time_is_over(emulator: Any) -> None:
+def test_the_guard_ends_when_another_revision_serves_its_time_is_over_or_its_deployment_is_gone(emulator: Any) -> None:
     bad, good = named(emulator, "bad"), named(emulator, "good")
     traffic(emulator, bad)
     traffic(emulator, good)
     store = MemoryGuardStore()
     hand(store, bad, ANALYSIS, for_seconds=3600)
     hand(store, good, ANALYSIS, for_seconds=1.5)
+    gone = {**good, "id": "00000000-0000-4000-8000-0000000000dd", "name": "deleted"}  # no such deployment
+    hand(store, gone, ANALYSIS, for_seconds=3600)
 
     async def scenario() -> DeploymentGuardTrigger:
         running = Running(guard_trigger(store))
-        await wait_until(lambda: len(running.trigger.guarded) == 2)
+        await wait_until(lambda: len(running.trigger.guarded) == 3)
         emulator.state.patch_deployment(
             bad["id"], PatchDeploymentRequest.model_validate({"source_revision_config": {"image_uri": IMAGE + "-2"}})
         )
@@ -215,7 +217,7 @@ def test_the_guard_ends_when_another_revision_serves_or_its_time_is_over(emulato
         return running.trigger
 
     trigger = asyncio.run(scenario())
-    assert trigger.stats["ended"] == 2 and trigger.stats["regressions"] == 0
+    assert trigger.stats["ended"] == 3 and trigger.stats["regressions"] == 0
     assert not any(key.startswith("deployment_service_guard:") for key in store.data)
 
 
