@@ -2,10 +2,10 @@
 
 Cost: one ``DeploymentGuardTrigger`` guards G landed revisions (the emulator in a subprocess, real-time clock; the
 guard records in an in-memory store, as the Variables hold them), each judged by a tracing check every interval.
-After the first measuring round, for a few rounds: list requests and statistics requests per round (the emulator's
-counters over the poller's rounds), the trigger's CPU per round (this process's CPU time, the emulator's not
-counted) and the Python heap it holds per guarded revision (``tracemalloc``, between G = 10 and the largest G), beside
-what the deployment watcher costs (section 6: the same batched list, without the measuring).
+After the first measuring round, for a few rounds: list requests per look of the poller, statistics requests per
+round the trigger judged (the emulator's counters), the trigger's CPU per round (this process's CPU time, the
+emulator's not counted) and the Python heap it holds per guarded revision (``tracemalloc``, between G = 10 and the
+largest G), beside what the deployment watcher costs (section 6: the same batched list, without the measuring).
 
 Detection: a guarded revision whose error rate doubled after it landed (against a baseline of 20,000 runs at the
 same rate as before), judged by ``RateTest()`` with the code the guard runs
@@ -101,14 +101,14 @@ async def guard(emulator: Any, records: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.05)
     (poller,) = active_pollers()
     # Rounds the trigger finished judging (the poller's own count runs ahead of the measuring it starts).
-    rounds, lists = trigger.stats["rounds"], poller.list_requests
+    rounds, lists, polled = trigger.stats["rounds"], poller.list_requests, poller.rounds_completed
     measured, cpu = trigger.stats["measured"], time.process_time()
     stats_before = emulator.admin.count(STATS_ROUTE)
     while trigger.stats["rounds"] < rounds + MEASURED_ROUNDS:
         await asyncio.sleep(0.05)
     done = trigger.stats["rounds"] - rounds
     result = {
-        "lists": (poller.list_requests - lists) / done,
+        "lists": (poller.list_requests - lists) / max(1, poller.rounds_completed - polled),  # per look
         "stats": (emulator.admin.count(STATS_ROUTE) - stats_before) / done,
         "measured": (trigger.stats["measured"] - measured) / done,
         "cpu": (time.process_time() - cpu) / done,

@@ -394,6 +394,9 @@ class DeploymentGuardTrigger(BaseEventTrigger):
                     continue
                 if update.covered is not None:  # a part of a round: the closing update has it all
                     continue
+                while not watch.queue.empty():  # behind the poller (a long round): judge the newest look only
+                    newer = watch.queue.get_nowait()
+                    update = newer if newer.covered is None else update
                 if update.error is not None:
                     self.log.warning("The guard cannot look at its deployments: %s", update.error)
                     continue
@@ -611,7 +614,7 @@ class DeploymentGuardTrigger(BaseEventTrigger):
 
     async def _sources(
         self, key: str, analysis: Analysis, hook: Any, scrubber: Scrubber, sources: dict[str, Any]
-    ) -> Any | None:
+    ) -> Any:
         from airflow_provider.analysis.measuring.run import MeasuringSources
 
         if key not in sources:
