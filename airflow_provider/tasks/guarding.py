@@ -32,7 +32,9 @@ def checked_guard(guard: object, analysis: Analysis | None, *, wait_for_rollout:
     if not isinstance(guard, Guard):
         raise ValueError(f"guard must be an airflow_provider.analysis.guard.Guard, got {type(guard).__name__}")
     if not wait_for_rollout:
-        raise ValueError("guard needs wait_for_rollout=True (the default): only a landed revision is guarded")
+        raise ValueError(
+            "guard needs a task that waits for its revision (its wait_for_rollout is off): only a landed revision is guarded"
+        )
     on_baseline = [check.label() for check in guard.analysis.checks if getattr(check, "uses_baseline", False)]
     if on_baseline:
         measured = (

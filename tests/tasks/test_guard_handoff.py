@@ -104,7 +104,7 @@ def test_a_revision_that_does_not_land_is_never_guarded(emulator: Any, variables
 
 def test_guard_arguments_are_checked_when_the_task_is_built() -> None:
     deployment_id = "00000000-0000-4000-8000-000000000001"
-    with pytest.raises(ValueError, match="guard needs wait_for_rollout=True"):
+    with pytest.raises(ValueError, match="guard needs a task that waits for its revision"):
         PatchDeploymentOperator(
             task_id="p", deployment_id=deployment_id, image_uri="x", wait_for_rollout=False, guard=GUARD
         )
