@@ -33,7 +33,8 @@ def checked_guard(guard: object, analysis: Analysis | None, *, wait_for_rollout:
         raise ValueError(f"guard must be an airflow_provider.analysis.guard.Guard, got {type(guard).__name__}")
     if not wait_for_rollout:
         raise ValueError(
-            "guard needs a task that waits for its revision (its wait_for_rollout is off): only a landed revision is guarded"
+            "guard needs a task that waits for its revision (its wait_for_rollout is off): only a landed revision "
+            "is guarded"
         )
     on_baseline = [check.label() for check in guard.analysis.checks if getattr(check, "uses_baseline", False)]
     if on_baseline:
