@@ -263,7 +263,7 @@ def main() -> None:
             f"Marginal heap per guarded revision (G = {guarded_small} to {guarded_large}): {marginal / 1024:.1f} KiB "
             f"(the deployment watcher alone holds about 1 KiB per watched deployment, section 6: the guard adds its "
             f"judge, its target and its latest measurements). CPU per measured revision: {cpu_each * 1000:.2f} ms a "
-            f"round, most of it reading the statistics answer (httpx, JSON, the judge). Poll interval {INTERVAL:g} s; "
+            f"round (the statistics request, its JSON, the judge: not profiled apart). Poll interval {INTERVAL:g} s; "
             "the list requests are the shared batched poller's, the same as the rollout triggers' and the watchers'.",
             f"Detection ({trials} trials each; {TRAFFIC:g} runs/s, a round every {ROUND_SECONDS:g} s, windows of "
             f"{WINDOW_ROUNDS} rounds, `RateTest()` at its defaults):\n\n"

@@ -9,6 +9,7 @@ serving again). The other stays healthy for its whole guard (20 s): never rolled
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -108,4 +109,9 @@ def test_a_regressed_revision_is_rolled_back_once_with_two_triggerers_and_a_heal
         what="the healthy revision's guard ends",
     )
     assert emulator.deployment(GOOD)["active_revision_id"] == landed[GOOD]
+    # What its guard last measured, written by the trigger through the triggerer's supervisor (the view shows it).
+    shown = variable(stack, f"deployment_service_guard_status:deployment_service_default:{good['id']}")
+    assert shown is not None, "the guard wrote no status"
+    status = json.loads(shown["value"])
+    assert status["revision_id"] == landed[GOOD] and status["measurements"], status
     record_timing("sqlite-guard", **{"whole scenario": time.monotonic() - started})
