@@ -101,7 +101,8 @@ def end_guard(user: BaseUser, deployment_id: str, body: EndGuardBody) -> dict[st
     :param user: the request's user.
     :param deployment_id: the deployment.
     :param body: the connection and the revision the page showed guarded.
-    :raises HTTPException: 404 no guard, 409 another revision guarded by now, 403 no edit access.
+    :returns: what was ended (its ``ended_by``, ``ended_at``...); a 404 (an ``HTTPException``) when no guard, 409
+        when another revision is guarded by now, 403 without edit access.
     """
     from airflow.models import Log
     from airflow.models.variable import Variable
