@@ -261,8 +261,9 @@ def main() -> None:
                 rows,
             ),
             f"Marginal heap per guarded revision (G = {guarded_small} to {guarded_large}): {marginal / 1024:.1f} KiB "
-            f"(the deployment watcher alone holds about 1 KiB per watched deployment, section 6: the guard adds its "
-            f"judge, its target and its latest measurements). CPU per measured revision: {cpu_each * 1000:.2f} ms a "
+            "(beside the deployment watcher's memory per watched deployment, section 6: the guard adds each "
+            "revision's judge, its target and its latest measurements). CPU per measured revision: "
+            f"{cpu_each * 1000:.2f} ms a "
             f"round (the statistics request, its JSON, the judge: not profiled apart). Poll interval {INTERVAL:g} s; "
             "the list requests are the shared batched poller's, the same as the rollout triggers' and the watchers'.",
             f"Detection ({trials} trials each; {TRAFFIC:g} runs/s, a round every {ROUND_SECONDS:g} s, windows of "
