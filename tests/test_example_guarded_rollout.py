@@ -128,6 +128,7 @@ def test_a_guarded_release_that_regresses_after_landing_is_rolled_back_once_by_t
     assert after["status"] == "READY" and after["active_revision_id"] != landed["active_revision_id"]
     assert after["source_revision_config"]["image_uri"] == before["source_revision_config"]["image_uri"]
     assert len(after["revisions"]) == len(before["revisions"]) + 2  # the release and one rollback
+    assert guard_records() == {}  # rolled back: its guard is over
     # The guard's verdict in the report task's record, dated at the regression (DORA's time to restore counts from it).
     (verdict,) = [
         item for item in recorded("deployment_service_guard", RUNS[-1], "report") if item["kind"] == "rejected"

@@ -380,17 +380,15 @@ class DeploymentGuardTrigger(BaseEventTrigger):
         announcing: list[tuple[float, str]] = []
         try:
             while True:
-                timeout = None
-                if announcing:
-                    timeout = max(0.0, announcing[0][0] - time.monotonic())
+                due = [key for at, key in announcing if at <= time.monotonic()]
+                announcing = [item for item in announcing if item[1] not in due]
+                for key in due:
+                    with contextlib.suppress(Exception):  # left claimed: its lease runs out, then announced
+                        await mark_announced(self.store, key, self.token)
+                timeout = max(0.0, announcing[0][0] - time.monotonic()) if announcing else None
                 try:
                     update = await next_update(watch.queue, timeout)
                 except asyncio.TimeoutError:
-                    due = [item for item in announcing if item[0] <= time.monotonic()]
-                    announcing = [item for item in announcing if item[0] > time.monotonic()]
-                    for _at, key in due:
-                        with contextlib.suppress(Exception):  # left claimed: its lease runs out, then announced
-                            await mark_announced(self.store, key, self.token)
                     continue
                 if update.covered is not None:  # a part of a round: the closing update has it all
                     continue

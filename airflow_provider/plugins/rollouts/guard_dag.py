@@ -33,7 +33,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from airflow_provider.analysis.guard import GUARD_KEY_PREFIX, claim_key
+from airflow_provider.analysis.guard import GUARD_KEY_PREFIX, claim_key, guard_key
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.operators.rollback import RollbackDeploymentOperator
 from airflow_provider.triggers.deployment_service import REGRESSED, DeploymentGuardTrigger
@@ -286,6 +286,8 @@ def guard_dag(
         def report(**context: Any) -> list[dict[str, Any]]:
             import logging
 
+            from airflow.sdk import Variable
+
             from airflow_provider.decisions.record import Kind, entry
             from airflow_provider.hooks.deployment_service import DeploymentServiceHook
             from airflow_provider.tasks.notify import deployment_view_url, rollout_event, send_notifications
@@ -332,6 +334,13 @@ def guard_dag(
                         view_url=deployment_view_url(regression["deployment_id"], conn_id),
                     )
                     send_notifications(notifiers, event, context, log)
+                    guarded = _JsonVariables.get(guard_key(conn_id, str(regression["deployment_id"])))
+                    if (
+                        back
+                        and isinstance(guarded, Mapping)
+                        and guarded.get("revision_id") == regression["revision_id"]
+                    ):
+                        Variable.delete(guard_key(conn_id, str(regression["deployment_id"])))  # its guard is over
                     done.append({"deployment_id": regression["deployment_id"], "rolled_back": back, "message": message})
             finally:
                 hook.close()
