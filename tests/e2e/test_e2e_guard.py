@@ -102,6 +102,8 @@ def test_a_regressed_revision_is_rolled_back_once_with_two_triggerers_and_a_heal
     assert after["source_revision_config"]["image_uri"] == bad["source_revision_config"]["image_uri"]
     claim = variable(stack, f"deployment_service_guard_claim:{bad['id']}:{landed[BAD]}")
     assert claim is not None and "rolled back by the guard" in claim["value"]
+    assert json.loads(claim["value"])["state"] == "announced", claim  # a restarted triggerer stays silent
+    assert variable(stack, f"deployment_service_guard:deployment_service_default:{bad['id']}") is None  # guard over
     # The healthy one: guarded for 20 s and left alone; its record removed when the guard ended.
     wait_until(
         lambda: variable(stack, f"deployment_service_guard:deployment_service_default:{good['id']}") is None,
