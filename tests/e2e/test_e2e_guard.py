@@ -4,12 +4,14 @@
 the one connection (two guard triggers, spread over the two triggerers or not) guard them. One revision serves
 healthy traffic for 20 s, then half its requests fail: it is rolled back exactly once (one ``revision_regressed``
 event over both guard assets, one guard DAG run that rolls back, one rollback revision on the emulator, the old image
-serving again). The other stays healthy for its whole guard (20 s): never rolled back, its guard record removed.
+serving again), also after both triggerers restarted while it was guarded. The other stays healthy for its whole guard
+(20 s): never rolled back, its guard record removed.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -78,6 +80,17 @@ def test_a_regressed_revision_is_rolled_back_once_with_two_triggerers_and_a_heal
     record = variable(stack, f"deployment_service_guard:deployment_service_default:{bad['id']}")
     assert record is not None, "the patch task handed nothing to the guard"
     record_timing("sqlite-guard", **{"landed and handed to the guard": time.monotonic() - started})
+    # Both triggerers restart while the revisions are guarded: the guards go on from the records in the Variables.
+    restarting = time.monotonic()
+    for name in ("triggerer", "triggerer-2"):
+        airflow.process(name).signal_all(signal.SIGTERM)
+    for name in ("triggerer", "triggerer-2"):
+        assert not airflow.process(name).stop(), f"{name} survived SIGKILL"
+    wait_until(lambda: not api.alive_triggerer_jobs(), timeout=60, what="the stopped triggerers' jobs end")
+    airflow.restart("triggerer")
+    airflow.restart("triggerer-2")
+    wait_until(lambda: len(api.alive_triggerer_jobs()) == 2, timeout=60, what="two restarted triggerers heartbeat")
+    record_timing("sqlite-guard", **{"both triggerers restarted": time.monotonic() - restarting})
 
     def rolled_back() -> list[dict[str, Any]] | None:
         finished = [run for dag_id in GUARDS for run in api.dag_runs(dag_id) if run["state"] in ("success", "failed")]
