@@ -120,6 +120,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider.triggers.fleet",
                     "airflow_provider.triggers.watcher",
                     "airflow_provider.triggers.analysis",
+                    "airflow_provider.triggers.guard",
                 ],
             }
         ],

@@ -29,6 +29,7 @@ SCRIPTS = (
     "analysis_cost",
     "fleet_abort",
     "judge_power",
+    "guard_cost",
 )
 
 

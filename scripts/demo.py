@@ -7,7 +7,9 @@ with a release that goes live READY but fails 20 % of its requests: its tracing 
 the analysis and it is rolled back, each measurement in the log, then ``quality_gated_rollout`` with an LLM
 application's release that serves without a single error but whose answers an online evaluator scores
 worse (``correctness`` 0.55 against the 0.9 of the revision before, the preflight's baseline): the quality
-gate rolls it back (the mapped fleet DAG too with ``--with-fleet``). Every ``airflow`` command runs in one
+gate rolls it back (the mapped fleet DAG too with ``--with-fleet``); then ``guarded_rollout``: a release that
+lands, is handed to its guard and regresses seconds later; the guard finds it and ``deployment_service_guard`` rolls
+it back (``scripts/demo_guard.py``). Every ``airflow`` command runs in one
 Airflow process, in turn (``scripts/demo_airflow.py``: Airflow starts once, not once per command). It
 prints what happened, the scores measured, and stops everything it started. It ends by saying where the
 Rollouts view is: ``python scripts/demo.py --serve`` then keeps the emulator and an Airflow API server up
@@ -35,6 +37,7 @@ from typing import Any
 
 import httpx
 from demo_airflow import AirflowProcess
+from demo_guard import guard_step
 from demo_serve import serve
 from demo_watch import InlineWatcher
 
@@ -355,7 +358,7 @@ def main() -> int:
     failures: list[str] = []
     try:
         say(f"1. emulator listening on {base_url} (builds take {BUILD_SECONDS:.0f} s)")
-        env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"] = json.dumps(
+        env["AIRFLOW_CONN_DEPLOYMENT_SERVICE_DEFAULT"] = os.environ["DEMO_CONNECTION_JSON"] = json.dumps(
             {
                 "conn_type": "deployment_service",
                 "host": base_url,
@@ -406,6 +409,11 @@ def main() -> int:
                 notes[len(snapshots) - 1] = [
                     served_while_live(base_url, run, before[name], snapshots[-1][1][name]) for name in run.deployments
                 ]
+        guarded = guard_step(
+            airflow, admin, logs, REPO / "example_dags" / "guarded_rollout.py", len(runs) + 3, say, echo
+        )
+        if guarded[0].startswith("!!"):
+            failures.append("guarded_rollout")
         event = watcher.wait(timeout=10 * POLL_INTERVAL)
         if event is None:
             failures.append("the deployment watcher (no revision_live event)")
@@ -457,6 +465,8 @@ def main() -> int:
             landed = landed and live and created == 1
             timing = f", built and live {waited:.1f} s after the patch" if waited is not None else ""
             say(f" {mark}{name}: {created} new revision, now serving {serving} (revision {active[:8]}{timing})")
+    for line in guarded:
+        say(f" {line}")
     total = sum(counters.values())
     say(f" API calls the emulator answered: {total} ({', '.join(f'{k}: {v}' for k, v in sorted(counters.items()))})")
     say(f" Task logs and Airflow output: {logs}")
@@ -469,7 +479,8 @@ def main() -> int:
         say(
             " RESULT: every rollout landed or was rolled back as expected; the sensor waited for the new revision, "
             "not just READY, the unhealthy one was rolled back to the build that served before, and so were the "
-            "READY one its tracing project showed failing and the one whose answers scored worse."
+            "READY one its tracing project showed failing and the one whose answers scored worse; a landed one that "
+            "regressed later was rolled back by its guard."
         )
     if not args.serve:
         say(

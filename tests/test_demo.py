@@ -39,6 +39,13 @@ def test_demo_rolls_out_and_reports_what_landed(tmp_path: Path) -> None:
     assert re.search(r"its tracing project while it served: error_rate 0\.(1[6-9]|20)\d over \d+ runs", out), out
     measured = r"Analysis round 1/\d: tracing error_rate on 'checkout-api-staging' = 0\.(1[6-9]|20)\d, needs < 0\.05"
     assert re.search(measured + r" -> failed", out), out[-3000:]
+    # A release that lands, is handed to its guard and regresses seconds later: rolled back by the guard's DAG.
+    guarded = (
+        r"ok search-sandbox: 0\.5\.0 landed, then regressed: rolled back by the guard, [0-9a-z ]+ after landing, errors"
+    )
+    assert re.search(guarded + r" 0\.\d+ \(needs < 0\.05\); 2 new revisions; at the end it serves \S+:0\.4\.1", out), (
+        out
+    )
     analysis_log = (tmp_path / "demo" / "logs" / "analysed_rollout.log").read_text()
     assert "the analysis failed" in analysis_log and "rolled back" in analysis_log
     assert "demo-api-key-not-a-real-secret" not in analysis_log

@@ -380,4 +380,6 @@ def test_example_dag_files_import_cleanly(airflow_db: str) -> None:
         "quality_gated_rollout",
         "smoke_test_on_new_revision",
         "promote_settled_revision",
+        "guarded_rollout",
+        "deployment_service_guard",
     }

@@ -96,6 +96,8 @@ TRIGGER_NAMES = {
     "DEFAULT_EVENT_POLL_INTERVAL": "airflow_provider.triggers.watcher",
     "FILTER_NAMES": "airflow_provider.triggers.watcher",
     "GONE": "airflow_provider.triggers.watcher",
+    "DeploymentGuardTrigger": "airflow_provider.triggers.guard",
+    "REGRESSED": "airflow_provider.triggers.guard",
 }
 
 CLIENT = "airflow_provider.client"

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import Analysis, Measurement
+    from airflow_provider.analysis.guard import Guard
     from airflow_provider.decisions import fleet_progress
     from airflow_provider.models import Deployment, PatchDeploymentRequest
     from airflow_provider.tasks.fleet.progress import ProgressStore
@@ -204,6 +205,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         (see :mod:`airflow_provider.tasks.plan_only`).
     :param revision_check_interval: longest time in seconds between two revision-endpoint calls for a
         rollout that does not change.
+    :param guard: a :class:`~airflow_provider.analysis.guard.Guard`: once the rollout succeeded, each deployment
+        it landed is handed to the guard (per deployment, with the baseline its preflight measured), as with
+        ``PatchDeploymentOperator(guard=...)``; see ``docs/guides/guard.md``.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -254,8 +258,11 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         on_inconclusive: str = "fail",
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
         plan_only: bool = False,
+        guard: Guard | None = None,
         **kwargs: Any,
     ) -> None:
+        from airflow_provider.tasks.guarding import checked_guard
+
         super().__init__(**kwargs)
         check_arguments(
             targets={"deployment_ids": deployment_ids, "deployment_names": deployment_names, "filters": filters},
@@ -310,6 +317,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         self.canary_baseline = canary_baseline
         self.plan_only = bool(plan_only)
         self.notify = checked_notify(notify)
+        self.guard = checked_guard(guard, analysis)
         self.on_inconclusive, self.response_timeout = checked_on_inconclusive(on_inconclusive, response_timeout)
         if self.on_inconclusive == "ask" and analysis is None:
             raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
@@ -637,6 +645,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         from airflow_provider.tasks.fleet.notify import notify_fleet_result
         from airflow_provider.tasks.fleet.progress import scrub_messages
         from airflow_provider.tasks.fleet.result import emit_events, report_result, stopped_failure, summary
+        from airflow_provider.tasks.guarding import hand_fleet_to_guard
 
         scrub_messages(progress, self._secret_values())
         table = progress.table()
@@ -654,4 +663,6 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
             raise stopped_failure(progress)
         report_result(progress, self.log)
         emit_events(context, self.hook, progress, outlets=self.outlets, log=self.log)
+        if self.guard is not None:
+            hand_fleet_to_guard(self, context, progress)
         return table

@@ -18,7 +18,7 @@ and beside it, one module per concern:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider.analysis import Analysis
+    from airflow_provider.analysis.guard import Guard
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -170,6 +171,12 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
     :param plan_only: resolve the deployment, build and check the patch against it (the PATCH rules), run the
         analysis's preflight, then return and log the plan (from -> to, what the gate measures now) and stop:
         no write request is sent, nothing is recorded (see :mod:`airflow_provider.tasks.plan_only`).
+    :param guard: a :class:`~airflow_provider.analysis.guard.Guard` (``Guard(analysis=..., for_seconds=86_400)``):
+        once the revision landed, hand it to the guard and end: the guard keeps judging it from the triggerer for
+        ``for_seconds`` against the baseline this task's analysis measured (a guard's check on the baseline needs a
+        check of the same name in ``analysis``, with its preflight), and the guard's DAG
+        (:func:`~airflow_provider.plugins.rollouts.guard_dag.guard_dag`) rolls it back to the revision that served
+        before when it regresses. See ``docs/guides/guard.md``.
     :param deployment_service_conn_id: the Airflow connection. Templated. The hook overrides
         (``connect_timeout``, ``read_timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``,
         ``retry_after_max``) are described on :class:`~airflow_provider.tasks.base.DeploymentServiceBaseTask`.
@@ -211,9 +218,11 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         response_timeout: timedelta | float = DEFAULT_RESPONSE_TIMEOUT,
         notify: Mapping[str, Any] | None = None,
         plan_only: bool = False,
+        guard: Guard | None = None,
         **kwargs: Any,
     ) -> None:
         from airflow_provider.analysis import Analysis
+        from airflow_provider.tasks.guarding import checked_guard
 
         exactly_one_target(deployment_id, deployment_name)
         super().__init__(**kwargs)
@@ -237,6 +246,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         if self.on_inconclusive == "ask" and analysis is None:
             raise ValueError("on_inconclusive='ask' needs an analysis (only an analysis can be inconclusive)")
         self.notify = checked_notify(notify)
+        self.guard = checked_guard(guard, analysis, wait_for_rollout=wait_for_rollout)
         judging = verify is not None or self.bake_seconds or analysis is not None or self.rollback_on_failure
         if judging and not wait_for_rollout:
             raise ValueError(
@@ -284,7 +294,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.decisions.spec_changes import changes_of, resource_spec_json
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
         from airflow_provider.tasks.patch.retry import (
-            find_earlier_try,
+            earlier_try_of,
             patch_fingerprint,
             record_patch,
             recorded_patch,
@@ -326,17 +336,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         )
         if self.plan_only:  # checked as a rollout would be; nothing sent, nothing recorded
             return patch_plan(self, current, to_send)
-        started = getattr(context.get("dag_run"), "start_date", None)
-        earlier = find_earlier_try(
-            self.hook,
-            request,
-            current,
-            record=record,
-            try_number=getattr(context["ti"], "try_number", 1) or 1,
-            started=started if isinstance(started, datetime) else None,
-            rollback_on_failure=self.rollback_on_failure,
-            log=self.log,
-        )
+        earlier = earlier_try_of(self, request, current, context, record)
         baseline = (record or {}).get("baseline")  # measured by the preflight of the try that patched
         if earlier is not None and earlier.rollback is not None:
             return self._resume_found_rollback(context, earlier, current)
@@ -625,6 +625,7 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
         from airflow_provider.decisions.record import Kind
         from airflow_provider.tasks.dry_run import dry_run_message
         from airflow_provider.tasks.events import emit_revision_event
+        from airflow_provider.tasks.guarding import hand_landed_to_guard
         from airflow_provider.tasks.patch.verdict import own_xcom
         from airflow_provider.tasks.recording import record_entry
 
@@ -660,6 +661,8 @@ class PatchDeploymentOperator(InconclusiveAsking, _RolloutWaitingOperator):
                 previous_revision_id=previous,
                 analysis=analysis,
             )
+            if self.guard is not None:
+                hand_landed_to_guard(self, context, live, previous, analysis, TASK_STATE_KEY)
         return live
 
     def _explain_failure(self, deployment_id: str | None, revision_id: str | None) -> Revision | None:

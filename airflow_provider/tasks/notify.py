@@ -39,7 +39,15 @@ __all__ = [
     "send_notifications",
 ]
 
-EVENTS = ("rolled_out", "analysis_failed", "rolled_back", "inconclusive", "fleet_aborted", "preflight_failed")
+EVENTS = (
+    "rolled_out",
+    "analysis_failed",
+    "rolled_back",
+    "inconclusive",
+    "fleet_aborted",
+    "preflight_failed",
+    "regressed",
+)
 """The events a task can notify (``notify``'s keys):
 
 - ``rolled_out``: the revision is live and passed what judged it;
@@ -50,7 +58,9 @@ EVENTS = ("rolled_out", "analysis_failed", "rolled_back", "inconclusive", "fleet
 - ``fleet_aborted``: a fleet rollout stopped before the end (its failure budget spent, a failed canary, or an
   abort from the Rollouts view: ``aborted_by`` names the user);
 - ``preflight_failed``: a check before the rollout refused it (the analysis's sources, the fleet's targets):
-  nothing was changed."""
+  nothing was changed;
+- ``regressed``: a landed revision's guard found it regressed, and the guard's DAG rolled it back
+  (:func:`~airflow_provider.plugins.rollouts.guard_dag.guard_dag`)."""
 CONTEXT_KEY = "rollout_event"
 """The key under which a notifier finds the event in its context (``{{ rollout_event.message }}``)."""
 MEASUREMENTS_SHOWN = 6
@@ -62,6 +72,7 @@ _HEADLINES = {
     "inconclusive": "analysis inconclusive: waiting for a person",
     "fleet_aborted": "fleet rollout aborted",
     "preflight_failed": "refused before the rollout",
+    "regressed": "regressed after landing: rolled back by its guard",
 }
 
 

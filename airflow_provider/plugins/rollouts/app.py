@@ -35,7 +35,7 @@ from airflow_provider.decisions import dora
 from airflow_provider.defaults import DEFAULT_CONN_ID
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import Deployment, ListDeploymentsQuery, canonical_uuid
-from airflow_provider.plugins.rollouts import aborts, access, actions, credits, history, metadata, shapes
+from airflow_provider.plugins.rollouts import aborts, access, actions, credits, guards, history, metadata, shapes
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
@@ -211,6 +211,22 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
 
     actions.add_action_routes(app, _in_view_threads)
 
+    @app.post("/api/deployments/{deployment_id}/guard/end")
+    async def end_guard(request: Request, deployment_id: str, user: UserDep) -> dict[str, Any]:
+        """End a deployment's guard early, as the user (:mod:`~airflow_provider.plugins.rollouts.guards`)."""
+        if "application/json" not in request.headers.get("content-type", ""):  # no cross-site form posts
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            deployment_id = canonical_uuid(deployment_id, "deployment_id")
+            body = guards.EndGuardBody.model_validate(await request.json())
+            body.conn_id = access.check_conn_id(body.conn_id)
+        except ValueError as err:
+            detail = describe_validation_error(err) if isinstance(err, pydantic.ValidationError) else str(err)
+            raise HTTPException(
+                HTTP_422, f"the body must be a JSON object with conn_id and revision_id: {detail}"
+            ) from None
+        return await _in_view_threads(request, lambda: guards.end_guard(user, deployment_id, body))
+
     @app.post("/api/fleet/abort")
     async def abort(request: Request, user: UserDep) -> dict[str, Any]:
         """Ask a running fleet task to abort, as the user (:mod:`~airflow_provider.plugins.rollouts.aborts`)."""
@@ -284,6 +300,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
         events = metadata.deployment_events(session, deployment_id, dag_ids)
         told = _histories(session, user, dag_ids, events, days, deployment_id=deployment_id)
         offered = actions.rollback_actions(user, conn_id, session)
+        guarded = guards.guard_of(session, user, conn_id, deployment_id)
     rollouts = sorted(told.rollouts, key=lambda rollout: rollout["at"] or "", reverse=True)
     return {
         "conn_id": conn_id,
@@ -295,6 +312,7 @@ def _deployment(reader: ServiceReader, user: BaseUser, conn_id: str, deployment_
         "fetched_at": _iso(shown.fetched_at),
         "dora": told.dora({deployment_id}),
         "actions": offered,
+        "guard": guarded,
     }
 
 

@@ -65,6 +65,7 @@ _STEP_LABELS = {
     "analysis": "rejected (analysis failed)",
     "bake": "rejected (left service during the bake)",
     "unjudged": "rejected (could not be judged)",
+    "guard": "regressed after landing (rolled back by its guard)",
 }
 _SOURCE_ORDER = {"record": 0, "fleet": 1, "asset_event": 2}
 """Which place tells a task instance's rollout first (the others add nothing to its marks)."""

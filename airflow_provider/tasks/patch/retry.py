@@ -41,6 +41,7 @@ __all__ = [
     "HISTORY_LOOKBACK",
     "TASK_STATE_KEY",
     "EarlierTry",
+    "earlier_try_of",
     "find_earlier_try",
     "merged_clauses",
     "patch_fingerprint",
@@ -250,6 +251,31 @@ def find_earlier_try(
     :param log: the task's logger.
     """
     return _Retry(hook, request, current, started, rollback_on_failure, log).reattach(record, try_number)
+
+
+def earlier_try_of(
+    task: Any, request: PatchDeploymentRequest, current: Deployment, context: Any, record: dict[str, Any] | None
+) -> EarlierTry | None:
+    """What an earlier try of ``task``'s patch left to reattach to (:func:`find_earlier_try` with the task's hook,
+    try number, run start and ``rollback_on_failure``); ``None`` to patch now.
+
+    :param task: the patch task.
+    :param request: the patch.
+    :param current: the deployment as read now.
+    :param context: the task's context.
+    :param record: the ``task_state_store`` record, ``None`` when there is none.
+    """
+    started = getattr(context.get("dag_run"), "start_date", None)
+    return find_earlier_try(
+        task.hook,
+        request,
+        current,
+        record=record,
+        try_number=getattr(context["ti"], "try_number", 1) or 1,
+        started=started if isinstance(started, datetime) else None,
+        rollback_on_failure=task.rollback_on_failure,
+        log=task.log,
+    )
 
 
 class _Retry:

@@ -113,6 +113,7 @@ function renderDeployment(target, data) {
         h("td", {}, rollout.wave || "—"), h("td", {}, badge(rollout.outcome, rollout.message), questionLink(rollout)),
         h("td", {}, shortId(rollout.revision_id)), h("td", {}, when(rollout.at)))))));
   }
+  if (data.guard) pieces.push(guardPanel(data));
   pieces.push(h("h2", {}, "Revisions"));
   if (!data.revisions_available) {
     pieces.push(h("p", { class: "callout info" }, "The service has no revision endpoint: these are the revisions the deployment and Airflow's records name."));
@@ -138,4 +139,26 @@ function renderDeployment(target, data) {
   pieces.push(doraCards(data.dora, "dora"));
   pieces.push(h("p", { class: "muted small" }, "Answered ", when(data.fetched_at), " · what the provider's tasks did, from their records (failed tasks included), fleet progress and asset events, for the DAGs you may read."));
   target.replaceChildren(...pieces);
+}
+
+// The guard after landing: the revision it guards, until when, what it last measured; "End guard" (edit access).
+function guardPanel(data) {
+  const g = data.guard;
+  const rows = (g.measurements || []).slice(-6).map((m) => h("li", {}, `${m.check} = ${m.value} (${m.verdict}, round ${m.round})`));
+  const end = g.may_end && !g.regressed ? h("button", { class: "action", "data-action": "end-guard", onclick: async (event) => {
+    event.target.disabled = true;
+    try {
+      const ended = await postJSON(`api/deployments/${encodeURIComponent(data.deployment.id)}/guard/end`, { conn_id: data.conn_id, revision_id: g.revision_id });
+      actionPanel.replaceChildren(h("div", { class: "callout info", role: "status" }, `Guard of revision ${String(ended.revision_id).slice(0, 8)} ended by ${ended.ended_by}.`));
+    } catch (error) {
+      showError(actionPanel, error);
+    }
+  } }, "End guard") : null;
+  return h("div", { class: "callout info", id: "guard", "data-revision": g.revision_id },
+    h("h2", {}, "Guarded after landing"),
+    h("p", {}, "Revision ", shortId(g.revision_id), " is guarded until ", when(g.guarded_until), ` by ${(g.checks || []).join(", ")}`,
+      " · last measured ", g.last_measured ? when(g.last_measured) : "not yet", " · back to ", shortId(g.previous_revision_id), " if it regresses."),
+    g.regressed ? h("p", { class: "callout warn", id: "guard-regressed" }, g.regressed.message) : null,
+    rows.length ? h("ul", { class: "small" }, rows) : null,
+    end);
 }
