@@ -113,6 +113,10 @@ def test_an_admin_aborts_a_running_fleet_rollout_from_the_view(
     assert answers["bad_mode"].status_code == 422 and "mode" in answers["bad_mode"].json()["detail"]
     assert answers["admin"].status_code == 200, answers["admin"].text
     assert answers["admin"].json()["requested_by"] == "admin" and not answers["admin"].json()["already_requested"]
+    # the answer's preview is read with the request written: nothing in flight (wave 1 bakes), one not started
+    recorded = answers["admin"].json()
+    assert recorded["preview"]["not_started"] == [FLEET[2]] and recorded["preview"]["in_flight"] == []
+    assert recorded["in_flight"] == []
     assert answers["again"].status_code == 200 and answers["again"].json()["already_requested"]
     assert answers["other"].status_code == 409 and "already aborted by admin" in answers["other"].json()["detail"]
 

@@ -71,6 +71,8 @@ __all__ = [
     "abandon_unjudged",
     "abort_event",
     "abort_interrupts",
+    "abort_lets_finish",
+    "abort_preview",
     "aborted",
     "carried_progress",
     "interrupts",
@@ -104,6 +106,8 @@ class AbortRequest:
     :param requested_by: the Airflow user who confirmed.
     :param requested_at: when (ISO 8601, UTC).
     :param requested_from: where (``Rollouts view``).
+    :param in_flight: the deployments whose PATCH request had started (:func:`abort_preview`'s ``in_flight``) when
+        the request was recorded: the PATCH queue still sends those, and no other (:func:`abort_lets_finish`).
     """
 
     request_id: str
@@ -112,6 +116,7 @@ class AbortRequest:
     requested_by: str
     requested_at: str
     requested_from: str = "Rollouts view"
+    in_flight: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
@@ -132,6 +137,7 @@ class AbortRequest:
             "requested_by": self.requested_by,
             "requested_at": self.requested_at,
             "requested_from": self.requested_from,
+            "in_flight": list(self.in_flight),
         }
 
     @classmethod
@@ -147,6 +153,7 @@ class AbortRequest:
                 requested_by=str(value["requested_by"]),
                 requested_at=str(value.get("requested_at") or ""),
                 requested_from=str(value.get("requested_from") or "Rollouts view"),
+                in_flight=tuple(str(item) for item in value.get("in_flight") or ()),
             )
         except KeyError:
             return None
@@ -201,6 +208,63 @@ def rollback_candidates(progress: FleetProgress, index: int) -> list[FleetRow]:
         and not row.rollback_decided
         and (row.outcome in FAILURE_OUTCOMES or row.outcome == Outcome.LANDED)
     ]
+
+
+def abort_preview(progress: FleetProgress) -> dict[str, Any]:
+    """What an abort recorded now does, read from the progress the task records (the state it acts on):
+
+    - ``not_started``: the deployments whose PATCH request has not started (names); none of them is ever patched
+      once the abort is recorded (the PATCH queue reads it before each request it starts, and again after it
+      recorded the request as started);
+    - ``in_flight``: those whose PATCH request has started and is not answered yet (names; ``in_flight_ids``, their
+      ids, go into the request): they finish, and are judged as usual (``stop``) or rolled back with their wave;
+    - ``current_wave``: the wave ``rollback`` rolls back (the last wave that started a PATCH), or ``None``;
+    - ``rolled_back`` / ``rolled_back_with_earlier``: the deployments ``rollback`` rolls back, without and with
+      ``include_earlier`` (patched or in flight, and not failed without a revision going live).
+
+    :param progress: the rollout's progress as recorded.
+    """
+    not_started = [row for row in progress.rows if row.outcome == Outcome.PENDING and not _started(row)]
+    in_flight = [row for row in progress.rows if row.outcome == Outcome.PENDING and _started(row) and not row.patched]
+    started = [index for index, wave in enumerate(progress.waves) if any(_started(row) for row in wave.rows)]
+    current = started[-1] if started else None
+
+    def undone(indices: list[int]) -> list[str]:
+        return [
+            row.name
+            for index in indices
+            for row in progress.waves[index].rows
+            if (row.patched and row.outcome in (Outcome.ROLLING_OUT, Outcome.LANDED, Outcome.FAILED))
+            or (row.outcome == Outcome.PENDING and _started(row) and not row.patched)
+        ]
+
+    return {
+        "not_started": [row.name for row in not_started],
+        "in_flight": [row.name for row in in_flight],
+        "in_flight_ids": [row.deployment_id for row in in_flight],
+        "current_wave": progress.waves[current].name if current is not None else None,
+        "rolled_back": undone([current] if current is not None else []),
+        "rolled_back_with_earlier": undone(started),
+    }
+
+
+def _started(row: FleetRow) -> bool:
+    """Whether the row's PATCH request started (answered or not)."""
+    return row.patched or row.patch_sent_at is not None
+
+
+def abort_lets_finish(store: Any) -> frozenset[str] | None:
+    """What the PATCH queue reads before each request it starts: ``None`` when no abort is recorded (send), else
+    the deployments the abort lets finish (:attr:`AbortRequest.in_flight`): no other PATCH is sent.
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :raises Exception: the store could not be read: the queue then sends nothing more (it cannot tell whether an
+        abort was recorded), and the task fails as after a transient failure (a retry goes on from the record).
+    """
+    if store is None:
+        return None
+    request = AbortRequest.from_json(store.get(ABORT_KEY))
+    return None if request is None else frozenset(request.in_flight)
 
 
 def interrupts(mode: str, waiting: str) -> bool:
