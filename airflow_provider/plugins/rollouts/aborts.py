@@ -45,6 +45,7 @@ from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
 from airflow_provider.tasks.fleet.abort import (
     ABORT_KEY,
     ABORT_MODES,
+    CLEARED_NOTE,
     TAKEN_KEY,
     AbortRequest,
     abort_event,
@@ -138,7 +139,8 @@ def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any])
     ``task_state_store``, and no abort was asked for), ``requested`` / ``taken`` (the request, and what the task
     took it to mean), and the confirmation's ``preview`` per mode (:func:`~airflow_provider.tasks.fleet.abort.
     abort_preview`, from the progress the task records): which deployments would not be started, which are in flight
-    and finish, which would be rolled back.
+    and finish, which would be rolled back; once aborted, ``cleared`` says what clearing the task does (and how to
+    roll out again).
 
     :param user: the request's user.
     :param record: the fleet task as the tab reads it.
@@ -164,6 +166,7 @@ def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any])
         "taken": taken,
         "preview": preview,
         "modes": list(ABORT_MODES),
+        "cleared": CLEARED_NOTE if requested or taken else None,
     }
 
 
@@ -211,7 +214,8 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             if existing.request_id != body.request_id:
                 raise HTTPException(
                     status.HTTP_409_CONFLICT,
-                    f"{where} was already aborted by {existing.requested_by} (request {existing.request_id})",
+                    f"{where} was already aborted by {existing.requested_by} (request {existing.request_id}). "
+                    f"{CLEARED_NOTE}",
                 )
             return {**existing.to_json(), "already_requested": True}
         if str(ti.state) not in ABORTABLE_STATES:

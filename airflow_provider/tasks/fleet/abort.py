@@ -64,6 +64,7 @@ __all__ = [
     "ABORT_EVENT",
     "ABORT_KEY",
     "ABORT_MODES",
+    "CLEARED_NOTE",
     "TAKEN_KEY",
     "WAITS",
     "AbortRequest",
@@ -75,6 +76,8 @@ __all__ = [
     "abort_preview",
     "aborted",
     "carried_progress",
+    "cleared_after_abort",
+    "end_abort",
     "interrupts",
     "is_abort_event",
     "requested_abort",
@@ -166,15 +169,23 @@ class TakenAbort:
     :param request: the request.
     :param rollback_waves: indices of the waves rolled back (``rollback`` mode), decided once.
     :param taken_at: when the task took it (ISO 8601, UTC).
+    :param ended_try: the try that carried it out to the end and failed "aborted by ..." (``None`` until then): a
+        later try of the task instance is a clear, which the abort still ends at once (:func:`cleared_after_abort`).
     """
 
     request: AbortRequest
     rollback_waves: list[int] = field(default_factory=list)
     taken_at: str = ""
+    ended_try: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (under :data:`TAKEN_KEY`)."""
-        return {**self.request.to_json(), "rollback_waves": list(self.rollback_waves), "taken_at": self.taken_at}
+        return {
+            **self.request.to_json(),
+            "rollback_waves": list(self.rollback_waves),
+            "taken_at": self.taken_at,
+            "ended_try": self.ended_try,
+        }
 
     @classmethod
     def from_json(cls, value: Any) -> TakenAbort | None:
@@ -183,7 +194,13 @@ class TakenAbort:
         if request is None:
             return None
         waves = value.get("rollback_waves") or []
-        return cls(request, [int(index) for index in waves], str(value.get("taken_at") or ""))
+        ended = value.get("ended_try")
+        return cls(
+            request,
+            [int(index) for index in waves],
+            str(value.get("taken_at") or ""),
+            int(ended) if isinstance(ended, int) and not isinstance(ended, bool) else None,
+        )
 
     def rolls_back(self, index: int) -> bool:
         """Whether wave ``index`` is rolled back by this abort."""
@@ -468,3 +485,42 @@ def aborted(store: Any) -> TakenAbort | None:
         return TakenAbort.from_json(store.get(TAKEN_KEY))
     except Exception:  # only what a notification says depends on it
         return None
+
+
+CLEARED_NOTE = (
+    "A clear does not lift an abort: a cleared try of this task ends at once, failed, sending nothing (the abort "
+    "belongs to this DAG run's rollout, whose record it keeps). To roll the change out again, trigger a new DAG run."
+)
+"""What the task's failure and the fleet tab say of clearing an aborted fleet task."""
+
+
+def end_abort(store: Any, taken: TakenAbort, try_number: int, log: logging.Logger | Any) -> None:
+    """Record that try ``try_number`` carried the abort out to the end (once; the task fails next).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param taken: the abort taken.
+    :param try_number: the try ending.
+    :param log: the task's logger.
+    """
+    if store is None or taken.ended_try is not None:
+        return
+    taken.ended_try = int(try_number)
+    try:
+        store.set(TAKEN_KEY, taken.to_json())
+    except Exception as err:  # a later clear then acts on the abort again (it sends nothing new either)
+        log.warning("Could not record that try %s ended the abort (%s)", try_number, err)
+
+
+def cleared_after_abort(store: Any, try_number: int, log: logging.Logger | Any) -> str | None:
+    """Why a try of a fleet task ends at once, failed, before it reads or sends anything: an abort ended an earlier
+    try, and this one follows a clear (see :data:`CLEARED_NOTE`); ``None`` otherwise (a retry of a try that was
+    still carrying the abort out goes on with it).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param try_number: this try.
+    :param log: the task's logger.
+    """
+    taken = TakenAbort.from_json(_read(store, TAKEN_KEY, log)) if store is not None else None
+    if taken is None or taken.ended_try is None or try_number <= taken.ended_try:
+        return None
+    return f"fleet rollout stopped: {taken.request.reason}, which ended try {taken.ended_try}. {CLEARED_NOTE}"

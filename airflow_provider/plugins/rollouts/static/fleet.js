@@ -134,7 +134,8 @@ function abortSection(data, key) {
     const back = abort.taken && abort.taken.rollback_waves.length
       ? `; rolling back ${abort.taken.rollback_waves.map((index) => data.waves[index] ? data.waves[index].name : `wave ${index}`).join(", ")}` : "";
     return [h("div", { class: "callout warn", id: "aborted", "data-aborted-by": taken.requested_by },
-      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it within a poll interval, or before its next step"}.`)];
+      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it within a poll interval, or before its next step"}.`,
+      abort.cleared ? h("p", { "data-cleared": "" }, abort.cleared) : "")];
   }
   if (!abort.allowed || !abort.available) return [];
   return [h("div", { class: "row" }, h("button", { class: "action", id: "abort", onclick: () => confirmAbort(data, key) }, "Abort…")), abortPanel];
