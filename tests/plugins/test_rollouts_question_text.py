@@ -229,3 +229,87 @@ def test_two_questions_of_one_fleet_task_each_show_their_own_text(
     for name in FLEET:
         after = emulator.state.find_deployment(name)
         assert after["source_revision_config"]["repo_ref"] == "v2" and after["status"] == "READY", after
+
+
+# ------------------------------------------------------------------------------------ the middleware on its own
+def _call(
+    middleware_app: Any, method: str, path: str, body: bytes, chunks: int = 1
+) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Send one request through ``middleware_app`` (wrapping a recording app); the messages sent back, and the
+    body the wrapped app read."""
+    import asyncio
+
+    parts = [body[i * len(body) // chunks : (i + 1) * len(body) // chunks] for i in range(chunks)]
+    incoming = [
+        {"type": "http.request", "body": part, "more_body": index < chunks - 1} for index, part in enumerate(parts)
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    scope = {"type": "http", "method": method, "path": path, "headers": []}
+    asyncio.run(middleware_app(scope, receive, send))
+    return sent, middleware_app.app.read
+
+
+class Recording:
+    """An ASGI app that reads the whole body and answers ``status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.read: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            self.read.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": self.status, "headers": []})
+        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+
+
+UPSERT = "/execution/hitlDetails/0196d1a2-3b4c-7d5e-8f90-a1b2c3d4e5f6"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "options", "status", "rewritten"),
+    [
+        ("POST", UPSERT, OPTIONS, 201, True),  # this provider's question, stored: rewritten
+        ("POST", UPSERT.removeprefix("/execution"), OPTIONS, 201, True),  # the in-process Execution API
+        ("POST", UPSERT, ["Approve", "Reject"], 201, False),  # another operator's question: never
+        ("POST", UPSERT, OPTIONS, 409, False),  # refused by Airflow: nothing to rewrite
+        ("POST", UPSERT, OPTIONS, 401, False),  # not the task's own token: nothing
+        ("GET", UPSERT, OPTIONS, 200, False),  # reading it
+        ("PATCH", UPSERT, OPTIONS, 200, False),  # answering it
+        ("POST", "/api/v2/dags/d/dagRuns/r/taskInstances/t/-1/hitlDetails", OPTIONS, 200, False),
+        ("POST", "/deployment-service/api/fleet/abort", OPTIONS, 200, False),
+    ],
+)
+def test_the_middleware_hands_every_request_on_untouched_and_rewrites_only_this_providers_questions(
+    monkeypatch: pytest.MonkeyPatch, method: str, path: str, options: list[str], status: int, rewritten: bool
+) -> None:
+    import json
+
+    from airflow_provider.plugins.rollouts import questions
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(questions, "rewrite_question", lambda ti_id, payload: calls.append((ti_id, payload)))
+    payload = {"ti_id": UPSERT.rsplit("/", 1)[1], "options": options, "subject": "Inconclusive analysis of wave 1"}
+    body = json.dumps(payload).encode()
+    sent, read = _call(questions.QuestionTextMiddleware(Recording(status)), method, path, body, chunks=3)
+    assert b"".join(read) == body  # the wrapped app read the body as sent
+    assert [message["type"] for message in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == status and sent[1]["body"] == b'{"ok": true}'
+    assert calls == ([(payload["ti_id"], payload)] if rewritten else [])
+
+
+def test_a_question_of_another_operator_is_never_rewritten() -> None:
+    from airflow_provider.plugins.rollouts.questions import rewrite_question
+
+    other = {"options": ["Approve", "Reject"], "subject": "Deploy?", "body": "x"}
+    assert rewrite_question("0196d1a2-3b4c-7d5e-8f90-a1b2c3d4e5f6", other) is False  # before any database access
