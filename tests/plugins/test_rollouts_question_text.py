@@ -225,7 +225,14 @@ def test_two_questions_of_one_fleet_task_each_show_their_own_text(
         assert revision in detail["subject"] and other not in detail["subject"], detail["subject"]
         assert f"| {asked} · " in detail["body"] and f"| {other} · " not in detail["body"], detail["body"]
         assert f"revision **{revision}**" in detail["body"], detail["body"]
-    # Each answer applied to its own wave: both deployments landed the new revision, each question answered once.
+    # Each answer applied to its own wave: each wave's question holds its answer, both deployments landed.
+    params = {"dag_id": DAG_ID, "run_id": run.run_id, "task_id": "fleet", "map_index": -1}
+    after = view(cookie=token("admin")).get("/deployment-service/api/fleet", params=params).json()
+    answers = [(wave["name"], (wave["question"] or {}).get("answer")) for wave in after["waves"]]
+    assert [(name, answer["choice"], answer["by"]) for name, answer in answers if answer] == [
+        ("canary", "Promote", "release-manager"),
+        ("wave 1", "Promote", "release-manager"),
+    ], answers
     for name in FLEET:
         after = emulator.state.find_deployment(name)
         assert after["source_revision_config"]["repo_ref"] == "v2" and after["status"] == "READY", after
