@@ -201,6 +201,7 @@ def _send_patches(
     in_flight: dict[Future[Deployment], _Patch] = {}
     stop: Exception | None = None  # the first failure that ends the wave (sent no further patch)
     held = False  # an abort was read: no further patch
+    unsaved = False  # answers recorded since the last save
     began = time.monotonic()
     sent = 0
     with ThreadPoolExecutor(max_workers=min(max_parallel, len(patches)), thread_name_prefix="fleet-patch") as pool:
@@ -216,6 +217,7 @@ def _send_patches(
                         for item in starting:
                             item.row.patch_sent_at = now
                         save()  # recorded as started (with the answers recorded since) before the abort is read again
+                        unsaved = False
                         held = _read_abort(aborted, queue, starting, log, wave)
                 except Exception as err:  # the abort could not be read: no further patch (a retry resumes)
                     for item in reversed(starting):
@@ -223,6 +225,9 @@ def _send_patches(
                         queue.appendleft(item)
                     starting = []
                     stop = stop or err
+            if unsaved:  # the answers of the last batch, when no PATCH started with them
+                save()
+                unsaved = False
             for item in starting:
                 future = pool.submit(
                     hook.patch_deployment,
@@ -252,6 +257,8 @@ def _send_patches(
                     log.warning("%s: %s: %s", wave.name, item.row.name, item.row.message)
                 except Exception as err:  # not the service's verdict: end the wave, as a transient failure does
                     stop = stop or err
+            unsaved = True  # saved with the next PATCHes started, or before waiting again
+        if unsaved:
             save()
     log.info(
         "%s: %d PATCH request(s) sent in %.1f s, at most %d at a time%s",
