@@ -137,10 +137,10 @@ def may_abort(user: BaseUser, dag_id: str) -> bool:
 def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any]) -> dict[str, Any]:
     """What the fleet tab shows of Abort: ``allowed`` (the user may), ``available`` (the task still runs, keeps a
     ``task_state_store``, and no abort was asked for), ``requested`` / ``taken`` (the request, and what the task
-    took it to mean), and the confirmation's ``preview`` per mode (:func:`~airflow_provider.tasks.fleet.abort.
-    abort_preview`, from the progress the task records): which deployments would not be started, which are in flight
-    and finish, which would be rolled back; once aborted, ``cleared`` says what clearing the task does (and how to
-    roll out again).
+    took it to mean), and the confirmation's ``preview`` per mode
+    (:func:`~airflow_provider.tasks.fleet.abort.abort_preview`, from the progress the task records): which
+    deployments would not be started, which are in flight and finish, which would be rolled back; once aborted,
+    ``cleared`` says what clearing the task does (and how to roll out again).
 
     :param user: the request's user.
     :param record: the fleet task as the tab reads it.

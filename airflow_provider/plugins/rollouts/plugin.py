@@ -13,9 +13,10 @@ What the plugin adds to the UI:
   instance (it cannot filter by operator); the page says so when the task is not a fleet rollout;
 - a **Fleet rollout** extra link on ``FleetRolloutOperator`` tasks that opens that tab.
 
-And to the API server, a root middleware (:class:`~airflow_provider.plugins.rollouts.questions.
-QuestionTextMiddleware`): each question a task of this provider asks shows its own text on Airflow's "Required
-actions" page, not the first question's of its task instance.
+And to the API server, a root middleware
+(:class:`~airflow_provider.plugins.rollouts.questions.QuestionTextMiddleware`): each question a task of this
+provider asks shows its own text on Airflow's "Required actions" page, not the first question's of its task
+instance.
 """
 
 from __future__ import annotations
