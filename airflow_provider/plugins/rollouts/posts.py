@@ -77,7 +77,8 @@ def check_json_post(request: Request) -> None:
     """Refuse a POST that is not JSON (415) or that a browser sent from another site (403), as the module says.
 
     :param request: the POST request, its body not read yet.
-    :raises HTTPException: 415 or 403, saying what was expected and what came.
+
+    Raises FastAPI's ``HTTPException``: 415 or 403, saying what was expected and what came.
     """
     content_type = request.headers.get("content-type")
     if media_type_essence(content_type) != JSON_ESSENCE:

@@ -272,7 +272,7 @@ def _started(row: FleetRow) -> bool:
 
 def abort_lets_finish(store: Any) -> frozenset[str] | None:
     """What the PATCH queue reads before each request it starts: ``None`` when no abort is recorded (send), else
-    the deployments the abort lets finish (:attr:`AbortRequest.in_flight`): no other PATCH is sent.
+    the deployments the abort lets finish (its ``in_flight``, see :class:`AbortRequest`): no other PATCH is sent.
 
     :param store: ``context["task_state_store"]`` or ``None``.
     :raises Exception: the store could not be read: the queue then sends nothing more (it cannot tell whether an
