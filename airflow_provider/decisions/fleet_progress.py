@@ -194,6 +194,9 @@ class FleetRow:
         record's time to restore runs from it).
     :param baseline: the preflight's measurements of the revision it served before the rollout (what its analysis's
         checks on the baseline compare with); ``None`` without a preflight.
+    :param patch_sent_at: wall-clock time its PATCH request was started, recorded (and saved) before the request is
+        sent and kept once it is answered: a row with it is no longer "not started" (an abort lets it finish),
+        a row without it and not patched is never patched once an abort is recorded.
     """
 
     deployment_id: str
@@ -222,6 +225,7 @@ class FleetRow:
     analysis: dict[str, Any] | None = None
     failed_at: float | None = None
     baseline: list[dict[str, Any]] | None = None
+    patch_sent_at: float | None = None
 
     @property
     def seconds(self) -> float | None:

@@ -376,6 +376,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
     def _run(self, context: Context) -> list[dict[str, Any]] | dict[str, Any]:
         """Plan (or resume the recorded plan), then roll out wave by wave."""
         from airflow_provider.tasks.analysis import check_analysis_sources, check_custom_urls
+        from airflow_provider.tasks.fleet.abort import cleared_after_abort
         from airflow_provider.tasks.fleet.notify import NotifiedRecord
         from airflow_provider.tasks.fleet.plan import resolve_targets
         from airflow_provider.tasks.fleet.progress import new_progress
@@ -384,6 +385,9 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         from airflow_provider.tasks.plan_only import fleet_plan
         from airflow_provider.tasks.preflight import baselines_json, preflight_on_worker
 
+        why = cleared_after_abort(context.get("task_state_store"), context["ti"].try_number, self.log)
+        if why is not None:  # an abort ended an earlier try: this one is a clear, and sends nothing
+            raise AirflowFailException(why)
         request_for, change = self._change()
         progress_store = self._progress_store(context)
         progress = None if self.plan_only else progress_store.load(change)  # a plan resumes nothing
@@ -641,7 +645,7 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         """Push the table and the summary (and the analysis results); fail naming what stopped the rollout, else
         emit the asset events and return the table."""
         from airflow_provider.decisions import fleet_progress
-        from airflow_provider.tasks.fleet.abort import aborted
+        from airflow_provider.tasks.fleet.abort import aborted, end_abort
         from airflow_provider.tasks.fleet.notify import notify_fleet_result
         from airflow_provider.tasks.fleet.progress import scrub_messages
         from airflow_provider.tasks.fleet.result import emit_events, report_result, stopped_failure, summary
@@ -660,6 +664,8 @@ class FleetRolloutOperator(RolloutNotifying, _RolloutWaitingOperator):
         notify_fleet_result(self, context, progress, aborted_by=taken.request.requested_by if taken else None)
         if progress.stopped:
             ti.xcom_push(key="return_value", value=table)
+            if taken is not None:  # carried out: a later try is a clear, which the abort ends at once
+                end_abort(context.get("task_state_store"), taken, ti.try_number, self.log)
             raise stopped_failure(progress)
         report_result(progress, self.log)
         emit_events(context, self.hook, progress, outlets=self.outlets, log=self.log)

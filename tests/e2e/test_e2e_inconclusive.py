@@ -320,6 +320,11 @@ def test_a_person_answers_an_inconclusive_analysis_through_the_rest_api(stack: S
     check_fleet_question(first, "canary", canary, images["fleet promote"])
     assert first.look["deployments"][wave]["latest_revision_id"] == fleet_before[wave]["latest_revision_id"]
     assert second.detail["options"] == OPTIONS and second.detail["response_received"] is False, second.detail
+    # Each question shows its own text through the REST API (and so on the Required actions page), issue 40:
+    # Airflow 3.3.2 keeps the first's, the provider's API-server middleware writes the second's.
+    assert "wave 1" in second.detail["subject"] and wave in second.detail["subject"], second.detail
+    assert canary not in second.detail["subject"] and f"{canary} · " not in second.detail["body"], second.detail
+    assert f"{wave} · tracing error_rate" in second.detail["body"], second.detail
     check_fleet_question(second, "wave 1", wave, images["fleet promote"])
     for name in (canary, wave):
         check_one_new_revision(before_revisions, emulator, name)

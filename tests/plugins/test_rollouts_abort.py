@@ -113,6 +113,10 @@ def test_an_admin_aborts_a_running_fleet_rollout_from_the_view(
     assert answers["bad_mode"].status_code == 422 and "mode" in answers["bad_mode"].json()["detail"]
     assert answers["admin"].status_code == 200, answers["admin"].text
     assert answers["admin"].json()["requested_by"] == "admin" and not answers["admin"].json()["already_requested"]
+    # the answer's preview is read with the request written: nothing in flight (wave 1 bakes), one not started
+    recorded = answers["admin"].json()
+    assert recorded["preview"]["not_started"] == [FLEET[2]] and recorded["preview"]["in_flight"] == []
+    assert recorded["in_flight"] == []
     assert answers["again"].status_code == 200 and answers["again"].json()["already_requested"]
     assert answers["other"].status_code == 409 and "already aborted by admin" in answers["other"].json()["detail"]
 
@@ -141,5 +145,9 @@ def test_an_admin_aborts_a_running_fleet_rollout_from_the_view(
     assert shown["stopped"].startswith("aborted by admin from the Rollouts view")
     assert shown["abort"]["taken"]["requested_by"] == "admin" and shown["abort"]["taken"]["rollback_waves"] == [0, 1]
     assert not shown["abort"]["available"] and "aborted by admin" in shown["abort"]["why"]
+    # ... and what a clear does: the try that carried the abort out is recorded, a clear ends at once (issue 40)
+    assert shown["abort"]["taken"]["ended_try"] == 1
+    assert "A clear does not lift an abort" in shown["abort"]["cleared"]
+    assert "trigger a new DAG run" in answers["other"].json()["detail"]
     outcomes = {row["name"]: row["outcome"] for wave in shown["waves"] for row in wave["rows"]}
     assert outcomes == {FLEET[0]: "rolled_back_with_wave", FLEET[1]: "rolled_back_with_wave", FLEET[2]: "not_patched"}

@@ -218,3 +218,43 @@ def test_a_malformed_request_is_not_an_abort(fleet: Any) -> None:
     table = fleet_task(ids, lambda deployment: True).execute(context_for(1, store, datetime.now(timezone.utc)))
     assert {row["outcome"] for row in table} == {"landed"}
     assert TAKEN_KEY not in store.data
+
+
+def test_a_clear_after_an_abort_ends_at_once_sending_nothing_and_says_how_to_roll_out_again(fleet: Any) -> None:
+    """Issue 40: the abort belongs to the DAG run's rollout. The try that carried it out records that it ended it;
+    a clear (a later try) fails at once, before any request, saying that a new DAG run rolls the change out."""
+    ids = ids_by_name(fleet)
+    store = FakeStore()
+    started = datetime.now(timezone.utc)
+    with pytest.raises(AirflowFailException, match="aborted by alice"):
+        fleet_task(ids, abort_at(store, "app-0001", request("stop"))).execute(context_for(1, store, started))
+    assert store.data[TAKEN_KEY]["ended_try"] == 1
+    requests_before = len(fleet.state.request_log)
+    progress_before = store.data[STATE_KEY]
+    with pytest.raises(AirflowFailException) as cleared:
+        fleet_task(ids, abort_at(store, "app-0003", request("stop"))).execute(context_for(2, store, started))
+    said = str(cleared.value)
+    assert "aborted by alice from the Rollouts view" in said and "which ended try 1" in said
+    assert "A clear does not lift an abort" in said and "trigger a new DAG run" in said
+    assert len(fleet.state.request_log) == requests_before  # not one request: nothing read, nothing sent
+    assert store.data[STATE_KEY] == progress_before and store.data[TAKEN_KEY]["ended_try"] == 1
+    for name in ("app-0002", "app-0003"):
+        assert_untouched(fleet, ids[name])
+
+
+def test_a_retry_of_a_try_that_had_not_finished_the_abort_carries_it_out(fleet: Any) -> None:
+    """A try that took the abort and died before it ended (no ``ended_try``) is retried as usual: the retry goes on
+    with the abort, is not refused as a clear, and records that it ended it."""
+    ids = ids_by_name(fleet)
+    store = FakeStore()
+    started = datetime.now(timezone.utc)
+    with pytest.raises(AirflowFailException, match="aborted by alice"):
+        fleet_task(ids, abort_at(store, "app-0001", request("stop"))).execute(context_for(1, store, started))
+    store.data[TAKEN_KEY]["ended_try"] = None  # as if the worker died after taking it, before failing
+    with pytest.raises(AirflowFailException) as retried:
+        fleet_task(ids, lambda deployment: True).execute(context_for(2, store, started))
+    assert "aborted by alice from the Rollouts view" in str(retried.value)
+    assert "A clear does not lift an abort" not in str(retried.value)
+    assert store.data[TAKEN_KEY]["ended_try"] == 2
+    for name in ("app-0002", "app-0003"):
+        assert_untouched(fleet, ids[name])

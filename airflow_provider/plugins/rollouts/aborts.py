@@ -37,17 +37,19 @@ from airflow.models import Log
 from fastapi import HTTPException, status
 from sqlalchemy import select
 
-from airflow_provider.decisions.fleet_progress import Outcome
 from airflow_provider.plugins.rollouts import access
 from airflow_provider.plugins.rollouts.access import HTTP_422
 from airflow_provider.plugins.rollouts.actions import REQUEST_ID_PATTERN, locked_task_instance, task_instance_named
+from airflow_provider.plugins.rollouts.metadata import stored_progress
 from airflow_provider.plugins.rollouts.paths import REQUESTED_FROM
 from airflow_provider.tasks.fleet.abort import (
     ABORT_KEY,
     ABORT_MODES,
+    CLEARED_NOTE,
     TAKEN_KEY,
     AbortRequest,
     abort_event,
+    abort_preview,
     interrupts,
     waiting_on,
 )
@@ -135,8 +137,10 @@ def may_abort(user: BaseUser, dag_id: str) -> bool:
 def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any]) -> dict[str, Any]:
     """What the fleet tab shows of Abort: ``allowed`` (the user may), ``available`` (the task still runs, keeps a
     ``task_state_store``, and no abort was asked for), ``requested`` / ``taken`` (the request, and what the task
-    took it to mean), and the confirmation's ``preview`` per mode: which deployments would not be started, which
-    would be rolled back.
+    took it to mean), and the confirmation's ``preview`` per mode
+    (:func:`~airflow_provider.tasks.fleet.abort.abort_preview`, from the progress the task records): which
+    deployments would not be started, which are in flight and finish, which would be rolled back; once aborted,
+    ``cleared`` says what clearing the task does (and how to roll out again).
 
     :param user: the request's user.
     :param record: the fleet task as the tab reads it.
@@ -153,26 +157,7 @@ def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any])
         why = f"the task is {record.state}: nothing to abort"
     elif progress is None or record.source != "task_state_store":
         why = "the task keeps no task_state_store (Airflow 3.3+) the view can see: it cannot be told to abort"
-    preview: dict[str, Any] = {}
-    if progress is not None:
-        not_started = [row.name for row in progress.rows if row.outcome == Outcome.PENDING and not row.patched]
-        patched = [index for index, wave in enumerate(progress.waves) if any(row.patched for row in wave.rows)]
-        current = patched[-1] if patched else None
-
-        def undone(indices: list[int]) -> list[str]:
-            return [
-                row.name
-                for index in indices
-                for row in progress.waves[index].rows
-                if row.patched and row.outcome in (Outcome.ROLLING_OUT, Outcome.LANDED, Outcome.FAILED)
-            ]
-
-        preview = {
-            "not_started": not_started,
-            "current_wave": progress.waves[current].name if current is not None else None,
-            "rolled_back": undone([current] if current is not None else []),
-            "rolled_back_with_earlier": undone(patched),
-        }
+    preview = abort_preview(progress) if progress is not None else {}
     return {
         "allowed": may_abort(user, record.dag_id),
         "available": not why,
@@ -181,6 +166,7 @@ def abort_offer(user: BaseUser, record: FleetTaskRecord, stored: dict[str, Any])
         "taken": taken,
         "preview": preview,
         "modes": list(ABORT_MODES),
+        "cleared": CLEARED_NOTE if requested or taken else None,
     }
 
 
@@ -191,7 +177,8 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
     :param user: the request's user.
     :param body: the request.
     :returns: the request recorded (``request_id``, ``mode``, ``include_earlier``, ``requested_by``...) and
-        ``already_requested``.
+        ``already_requested``, and the ``preview`` (:func:`~airflow_provider.tasks.fleet.abort.abort_preview`) of
+        what it does, read with the request written: its ``not_started`` deployments are never patched.
     """
     from airflow._shared.state import TaskScope
     from airflow.state import get_state_backend
@@ -227,11 +214,16 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             if existing.request_id != body.request_id:
                 raise HTTPException(
                     status.HTTP_409_CONFLICT,
-                    f"{where} was already aborted by {existing.requested_by} (request {existing.request_id})",
+                    f"{where} was already aborted by {existing.requested_by} (request {existing.request_id}). "
+                    f"{CLEARED_NOTE}",
                 )
             return {**existing.to_json(), "already_requested": True}
         if str(ti.state) not in ABORTABLE_STATES:
             raise HTTPException(status.HTTP_409_CONFLICT, f"{where} is {ti.state}: nothing to abort")
+        # What the abort does, from the progress the task records, locked until the request is written: the PATCH
+        # requests started now finish (named in the request), no other is sent (the queue reads the request).
+        progress = stored_progress(session, body.dag_id, body.run_id, body.task_id, body.map_index, lock=True)
+        preview = abort_preview(progress) if progress is not None else {}
         request = AbortRequest(
             request_id=body.request_id,
             mode=body.mode,
@@ -239,6 +231,7 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
             requested_by=user.get_name(),
             requested_at=datetime.now(timezone.utc).isoformat(),
             requested_from=REQUESTED_FROM,
+            in_flight=tuple(preview.get("in_flight_ids") or ()),
         )
         backend.set(scope, ABORT_KEY, json.dumps(request.to_json()), session=session)
         woken, delay = _wake(session, ti, request, user, body)
@@ -260,7 +253,13 @@ def request_abort(user: BaseUser, body: AbortBody) -> dict[str, Any]:
         timer = threading.Timer(delay, wake_later, (user, body, request.request_id))
         timer.daemon = True
         timer.start()
-    return {**request.to_json(), "already_requested": False, "woken": woken, "wakes_in": round(delay, 1) or None}
+    return {
+        **request.to_json(),
+        "already_requested": False,
+        "woken": woken,
+        "wakes_in": round(delay, 1) or None,
+        "preview": preview,
+    }
 
 
 def wake_later(user: BaseUser, body: AbortBody, request_id: str, attempts: int = 3) -> str | None:

@@ -53,6 +53,7 @@ from airflow_provider.plugins.rollouts.paths import (
     dag_run_path,
     task_instance_path,
 )
+from airflow_provider.plugins.rollouts.posts import check_json_post
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
@@ -456,8 +457,7 @@ def add_action_routes(app: FastAPI, in_threads: InThreads[Any]) -> None:
     @app.post("/api/deployments/{deployment_id}/rollback")
     async def rollback(request: Request, deployment_id: str, user: UserDep) -> dict[str, Any]:
         """Roll the deployment back to a revision: trigger the rollback DAG for the user (see the module)."""
-        if "application/json" not in request.headers.get("content-type", ""):  # no cross-site form posts
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        check_json_post(request)  # JSON from the view's own pages only
         try:
             body = RollbackRequest.model_validate(await request.json())
         except ValueError as err:
@@ -472,8 +472,7 @@ def add_action_routes(app: FastAPI, in_threads: InThreads[Any]) -> None:
     @app.post("/api/approvals")
     async def approve(request: Request, user: UserDep) -> dict[str, Any]:
         """Answer a fleet rollout's waiting approval gate as the user (see the module)."""
-        if "application/json" not in request.headers.get("content-type", ""):
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        check_json_post(request)  # JSON from the view's own pages only
         try:
             body = ApprovalAnswer.model_validate(await request.json())
         except ValueError as err:

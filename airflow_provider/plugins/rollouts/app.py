@@ -39,6 +39,7 @@ from airflow_provider.plugins.rollouts import aborts, access, actions, credits, 
 from airflow_provider.plugins.rollouts.access import UserDep
 from airflow_provider.plugins.rollouts.listing import MAX_DEPLOYMENTS, ServiceReader, StillFetching, list_query
 from airflow_provider.plugins.rollouts.paths import airflow_root_path
+from airflow_provider.plugins.rollouts.posts import check_json_post
 from airflow_provider.plugins.rollouts.workers import AnswerTooSlow, ViewBusy, ViewWorkers
 
 if TYPE_CHECKING:
@@ -230,8 +231,7 @@ def create_app(reader: ServiceReader | None = None, workers: ViewWorkers | None 
     @app.post("/api/fleet/abort")
     async def abort(request: Request, user: UserDep) -> dict[str, Any]:
         """Ask a running fleet task to abort, as the user (:mod:`~airflow_provider.plugins.rollouts.aborts`)."""
-        if "application/json" not in request.headers.get("content-type", ""):  # no cross-site form posts
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        check_json_post(request)  # JSON from the view's own pages only
         try:
             body = aborts.AbortBody.model_validate(await request.json())
         except ValueError as err:

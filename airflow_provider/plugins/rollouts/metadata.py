@@ -433,19 +433,38 @@ def fleet_task(
     return record
 
 
-def _read_store(session: Session, record: FleetTaskRecord) -> None:
+def stored_progress(
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int, *, lock: bool = False
+) -> FleetProgress | None:
+    """The fleet task's progress as its ``task_state_store`` holds it (``None``: none there).
+
+    :param session: a metadata database session.
+    :param dag_id: the DAG.
+    :param run_id: the DAG run.
+    :param task_id: the task.
+    :param map_index: the map index.
+    :param lock: lock the task's ``task_state_store`` rows for the rest of the transaction (``SELECT ... FOR
+        UPDATE``, where the database has it): the task's next save of its progress waits until the transaction
+        ends, so what is decided from the progress read here and written in the same transaction (an abort request
+        naming the PATCH requests in flight) is what the task finds next.
+    """
+    record = FleetTaskRecord(dag_id, run_id, task_id, map_index, None, None, 0, None, None)
+    _read_store(session, record, lock=lock)
+    return record.progress if record.source == "task_state_store" else None
+
+
+def _read_store(session: Session, record: FleetTaskRecord, *, lock: bool = False) -> None:
     model = _state_store_model()
     if model is None:
         return
-    rows = session.execute(
-        select(model.key, model.value, model.updated_at).where(
-            model.dag_id == record.dag_id,
-            model.run_id == record.run_id,
-            model.task_id == record.task_id,
-            model.map_index == record.map_index,
-            or_(model.key.in_((STATE_KEY, ABORT_KEY, TAKEN_KEY)), model.key.like(f"{WAVE_KEY_PREFIX}%")),
-        )
-    ).all()
+    query = select(model.key, model.value, model.updated_at).where(
+        model.dag_id == record.dag_id,
+        model.run_id == record.run_id,
+        model.task_id == record.task_id,
+        model.map_index == record.map_index,
+        or_(model.key.in_((STATE_KEY, ABORT_KEY, TAKEN_KEY)), model.key.like(f"{WAVE_KEY_PREFIX}%")),
+    )
+    rows = session.execute(query.with_for_update() if lock else query).all()
     if not rows:
         return
     values = {key: _stored_json(value) for key, value, _ in rows}

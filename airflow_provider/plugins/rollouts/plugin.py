@@ -12,6 +12,11 @@ What the plugin adds to the UI:
   ``FleetRolloutOperator`` task, updated while it runs. Airflow 3.3 shows a plugin's tab on every task
   instance (it cannot filter by operator); the page says so when the task is not a fleet rollout;
 - a **Fleet rollout** extra link on ``FleetRolloutOperator`` tasks that opens that tab.
+
+And to the API server, a root middleware
+(:class:`~airflow_provider.plugins.rollouts.questions.QuestionTextMiddleware`): each question a task of this
+provider asks shows its own text on Airflow's "Required actions" page, not the first question's of its task
+instance.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from airflow.sdk import BaseOperatorLink
 
 from airflow_provider.plugins.rollouts.paths import NAV_ROUTE, TAB_ROUTE, URL_PREFIX, task_instance_tab_path, view_path
 from airflow_provider.plugins.rollouts.paths import airflow_root_path as airflow_root_path
+from airflow_provider.plugins.rollouts.questions import QuestionTextMiddleware
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -89,6 +95,9 @@ class RolloutsViewPlugin(AirflowPlugin):
 
     name = PLUGIN_NAME
     fastapi_apps = [{"app": _LazyApp(), "url_prefix": URL_PREFIX, "name": "Deployment service: Rollouts view"}]
+    fastapi_root_middlewares = [
+        {"middleware": QuestionTextMiddleware, "args": [], "kwargs": {}, "name": "Deployment service: question text"}
+    ]
     external_views = [
         {
             "name": "Rollouts",

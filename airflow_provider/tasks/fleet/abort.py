@@ -64,6 +64,7 @@ __all__ = [
     "ABORT_EVENT",
     "ABORT_KEY",
     "ABORT_MODES",
+    "CLEARED_NOTE",
     "TAKEN_KEY",
     "WAITS",
     "AbortRequest",
@@ -71,8 +72,12 @@ __all__ = [
     "abandon_unjudged",
     "abort_event",
     "abort_interrupts",
+    "abort_lets_finish",
+    "abort_preview",
     "aborted",
     "carried_progress",
+    "cleared_after_abort",
+    "end_abort",
     "interrupts",
     "is_abort_event",
     "requested_abort",
@@ -104,6 +109,8 @@ class AbortRequest:
     :param requested_by: the Airflow user who confirmed.
     :param requested_at: when (ISO 8601, UTC).
     :param requested_from: where (``Rollouts view``).
+    :param in_flight: the deployments whose PATCH request had started (:func:`abort_preview`'s ``in_flight``) when
+        the request was recorded: the PATCH queue still sends those, and no other (:func:`abort_lets_finish`).
     """
 
     request_id: str
@@ -112,6 +119,7 @@ class AbortRequest:
     requested_by: str
     requested_at: str
     requested_from: str = "Rollouts view"
+    in_flight: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
@@ -132,6 +140,7 @@ class AbortRequest:
             "requested_by": self.requested_by,
             "requested_at": self.requested_at,
             "requested_from": self.requested_from,
+            "in_flight": list(self.in_flight),
         }
 
     @classmethod
@@ -147,6 +156,7 @@ class AbortRequest:
                 requested_by=str(value["requested_by"]),
                 requested_at=str(value.get("requested_at") or ""),
                 requested_from=str(value.get("requested_from") or "Rollouts view"),
+                in_flight=tuple(str(item) for item in value.get("in_flight") or ()),
             )
         except KeyError:
             return None
@@ -159,15 +169,23 @@ class TakenAbort:
     :param request: the request.
     :param rollback_waves: indices of the waves rolled back (``rollback`` mode), decided once.
     :param taken_at: when the task took it (ISO 8601, UTC).
+    :param ended_try: the try that carried it out to the end and failed "aborted by ..." (``None`` until then): a
+        later try of the task instance is a clear, which the abort still ends at once (:func:`cleared_after_abort`).
     """
 
     request: AbortRequest
     rollback_waves: list[int] = field(default_factory=list)
     taken_at: str = ""
+    ended_try: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (under :data:`TAKEN_KEY`)."""
-        return {**self.request.to_json(), "rollback_waves": list(self.rollback_waves), "taken_at": self.taken_at}
+        return {
+            **self.request.to_json(),
+            "rollback_waves": list(self.rollback_waves),
+            "taken_at": self.taken_at,
+            "ended_try": self.ended_try,
+        }
 
     @classmethod
     def from_json(cls, value: Any) -> TakenAbort | None:
@@ -176,7 +194,13 @@ class TakenAbort:
         if request is None:
             return None
         waves = value.get("rollback_waves") or []
-        return cls(request, [int(index) for index in waves], str(value.get("taken_at") or ""))
+        ended = value.get("ended_try")
+        return cls(
+            request,
+            [int(index) for index in waves],
+            str(value.get("taken_at") or ""),
+            int(ended) if isinstance(ended, int) and not isinstance(ended, bool) else None,
+        )
 
     def rolls_back(self, index: int) -> bool:
         """Whether wave ``index`` is rolled back by this abort."""
@@ -201,6 +225,63 @@ def rollback_candidates(progress: FleetProgress, index: int) -> list[FleetRow]:
         and not row.rollback_decided
         and (row.outcome in FAILURE_OUTCOMES or row.outcome == Outcome.LANDED)
     ]
+
+
+def abort_preview(progress: FleetProgress) -> dict[str, Any]:
+    """What an abort recorded now does, read from the progress the task records (the state it acts on):
+
+    - ``not_started``: the deployments whose PATCH request has not started (names); none of them is ever patched
+      once the abort is recorded (the PATCH queue reads it before each request it starts, and again after it
+      recorded the request as started);
+    - ``in_flight``: those whose PATCH request has started and is not answered yet (names; ``in_flight_ids``, their
+      ids, go into the request): they finish, and are judged as usual (``stop``) or rolled back with their wave;
+    - ``current_wave``: the wave ``rollback`` rolls back (the last wave that started a PATCH), or ``None``;
+    - ``rolled_back`` / ``rolled_back_with_earlier``: the deployments ``rollback`` rolls back, without and with
+      ``include_earlier`` (patched or in flight, and not failed without a revision going live).
+
+    :param progress: the rollout's progress as recorded.
+    """
+    not_started = [row for row in progress.rows if row.outcome == Outcome.PENDING and not _started(row)]
+    in_flight = [row for row in progress.rows if row.outcome == Outcome.PENDING and _started(row) and not row.patched]
+    started = [index for index, wave in enumerate(progress.waves) if any(_started(row) for row in wave.rows)]
+    current = started[-1] if started else None
+
+    def undone(indices: list[int]) -> list[str]:
+        return [
+            row.name
+            for index in indices
+            for row in progress.waves[index].rows
+            if (row.patched and row.outcome in (Outcome.ROLLING_OUT, Outcome.LANDED, Outcome.FAILED))
+            or (row.outcome == Outcome.PENDING and _started(row) and not row.patched)
+        ]
+
+    return {
+        "not_started": [row.name for row in not_started],
+        "in_flight": [row.name for row in in_flight],
+        "in_flight_ids": [row.deployment_id for row in in_flight],
+        "current_wave": progress.waves[current].name if current is not None else None,
+        "rolled_back": undone([current] if current is not None else []),
+        "rolled_back_with_earlier": undone(started),
+    }
+
+
+def _started(row: FleetRow) -> bool:
+    """Whether the row's PATCH request started (answered or not)."""
+    return row.patched or row.patch_sent_at is not None
+
+
+def abort_lets_finish(store: Any) -> frozenset[str] | None:
+    """What the PATCH queue reads before each request it starts: ``None`` when no abort is recorded (send), else
+    the deployments the abort lets finish (its ``in_flight``, see :class:`AbortRequest`): no other PATCH is sent.
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :raises Exception: the store could not be read: the queue then sends nothing more (it cannot tell whether an
+        abort was recorded), and the task fails as after a transient failure (a retry goes on from the record).
+    """
+    if store is None:
+        return None
+    request = AbortRequest.from_json(store.get(ABORT_KEY))
+    return None if request is None else frozenset(request.in_flight)
 
 
 def interrupts(mode: str, waiting: str) -> bool:
@@ -404,3 +485,42 @@ def aborted(store: Any) -> TakenAbort | None:
         return TakenAbort.from_json(store.get(TAKEN_KEY))
     except Exception:  # only what a notification says depends on it
         return None
+
+
+CLEARED_NOTE = (
+    "A clear does not lift an abort: a cleared try of this task ends at once, failed, sending nothing (the abort "
+    "belongs to this DAG run's rollout, whose record it keeps). To roll the change out again, trigger a new DAG run."
+)
+"""What the task's failure and the fleet tab say of clearing an aborted fleet task."""
+
+
+def end_abort(store: Any, taken: TakenAbort, try_number: int, log: logging.Logger | Any) -> None:
+    """Record that try ``try_number`` carried the abort out to the end (once; the task fails next).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param taken: the abort taken.
+    :param try_number: the try ending.
+    :param log: the task's logger.
+    """
+    if store is None or taken.ended_try is not None:
+        return
+    taken.ended_try = int(try_number)
+    try:
+        store.set(TAKEN_KEY, taken.to_json())
+    except Exception as err:  # a later clear then acts on the abort again (it sends nothing new either)
+        log.warning("Could not record that try %s ended the abort (%s)", try_number, err)
+
+
+def cleared_after_abort(store: Any, try_number: int, log: logging.Logger | Any) -> str | None:
+    """Why a try of a fleet task ends at once, failed, before it reads or sends anything: an abort ended an earlier
+    try, and this one follows a clear (see :data:`CLEARED_NOTE`); ``None`` otherwise (a retry of a try that was
+    still carrying the abort out goes on with it).
+
+    :param store: ``context["task_state_store"]`` or ``None``.
+    :param try_number: this try.
+    :param log: the task's logger.
+    """
+    taken = TakenAbort.from_json(_read(store, TAKEN_KEY, log)) if store is not None else None
+    if taken is None or taken.ended_try is None or try_number <= taken.ended_try:
+        return None
+    return f"fleet rollout stopped: {taken.request.reason}, which ended try {taken.ended_try}. {CLEARED_NOTE}"

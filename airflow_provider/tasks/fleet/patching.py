@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -50,6 +50,7 @@ def patch_wave(
     log: logging.Logger | Any,
     max_parallel: int = 1,
     complete: Callable[[PatchDeploymentRequest, Deployment], PatchDeploymentRequest] | None = None,
+    aborted: Callable[[], Collection[str] | None] | None = None,
 ) -> None:
     """Patch every row of the wave not patched yet, up to ``max_parallel`` at a time; record each patch as
     soon as it is answered.
@@ -92,6 +93,11 @@ def patch_wave(
     :param max_parallel: most PATCH requests in flight at once (1: one after the other).
     :param complete: ``(request, deployment) -> the patch to send`` (may raise ``AirflowFailException`` for that
         deployment); ``None`` sends the request as given.
+    :param aborted: reads the abort recorded for the task (``None``: none; else the ids of the deployments it lets
+        finish, see :func:`~airflow_provider.tasks.fleet.abort.abort_lets_finish`). The queue reads it before it
+        starts PATCH requests, records them as started (``patch_sent_at``, saved), and reads it again: once an abort
+        is recorded, it starts no request but those the abort lets finish (what the abort's confirmation showed in
+        flight); the others stay not patched (the abort, when the task takes it, says so in their rows).
     """
     todo = [row for row in wave.rows if row.outcome == Outcome.PENDING and not row.patched]
     current = read_deployments(hook, [row.deployment_id for row in todo]) if todo else {}
@@ -167,7 +173,7 @@ def patch_wave(
         ready.append(_Patch(len(ready), row, to_send, fingerprint))
     if ready:
         save()  # what served before each patch, recorded before any is sent: a retry reattaching needs it
-        _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel)
+        _send_patches(hook, wave, ready, save=save, log=log, max_parallel=max_parallel, aborted=aborted)
 
 
 class _Patch(NamedTuple):
@@ -187,17 +193,42 @@ def _send_patches(
     save: Callable[[], None],
     log: logging.Logger | Any,
     max_parallel: int,
+    aborted: Callable[[], Collection[str] | None] | None = None,
 ) -> None:
-    """Send the patches, at most ``max_parallel`` in flight, in wave order; record the answers on this
-    thread as they come (see :func:`patch_wave`)."""
+    """Send the patches, at most ``max_parallel`` in flight, in wave order, none once an abort is recorded (but
+    those it lets finish); record the answers on this thread as they come (see :func:`patch_wave`)."""
     queue = deque(patches)
     in_flight: dict[Future[Deployment], _Patch] = {}
     stop: Exception | None = None  # the first failure that ends the wave (sent no further patch)
+    held = False  # an abort was read: no further patch
+    unsaved = False  # answers recorded since the last save
     began = time.monotonic()
+    sent = 0
     with ThreadPoolExecutor(max_workers=min(max_parallel, len(patches)), thread_name_prefix="fleet-patch") as pool:
         while queue or in_flight:
-            while queue and stop is None and len(in_flight) < max_parallel:
-                item = queue.popleft()
+            starting: list[_Patch] = []
+            if queue and stop is None and not held and len(in_flight) < max_parallel:
+                try:
+                    held = _read_abort(aborted, queue, starting, log, wave)
+                    if not held:
+                        while queue and len(in_flight) + len(starting) < max_parallel:
+                            starting.append(queue.popleft())
+                        now = time.time()
+                        for item in starting:
+                            item.row.patch_sent_at = now
+                        save()  # recorded as started (with the answers recorded since) before the abort is read again
+                        unsaved = False
+                        held = _read_abort(aborted, queue, starting, log, wave)
+                except Exception as err:  # the abort could not be read: no further patch (a retry resumes)
+                    for item in reversed(starting):
+                        item.row.patch_sent_at = None
+                        queue.appendleft(item)
+                    starting = []
+                    stop = stop or err
+            if unsaved:  # the answers of the last batch, when no PATCH started with them
+                save()
+                unsaved = False
+            for item in starting:
                 future = pool.submit(
                     hook.patch_deployment,
                     item.row.deployment_id,
@@ -205,6 +236,7 @@ def _send_patches(
                     previous_latest_revision_id=item.row.previous_latest,
                 )
                 in_flight[future] = item
+                sent += 1
             if not in_flight:
                 break
             finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -225,17 +257,50 @@ def _send_patches(
                     log.warning("%s: %s: %s", wave.name, item.row.name, item.row.message)
                 except Exception as err:  # not the service's verdict: end the wave, as a transient failure does
                     stop = stop or err
+            unsaved = True  # saved with the next PATCHes started, or before waiting again
+        if unsaved:
             save()
     log.info(
         "%s: %d PATCH request(s) sent in %.1f s, at most %d at a time%s",
         wave.name,
-        len(patches) - len(queue),
+        sent,
         time.monotonic() - began,
         max_parallel,
-        f"; {len(queue)} not sent" if queue else "",
+        f"; {len(queue)} not sent" + (" (aborted)" if held else "") if queue else "",
     )
     if stop is not None:
         raise stop
+
+
+def _read_abort(
+    aborted: Callable[[], Collection[str] | None] | None,
+    queue: deque[_Patch],
+    starting: list[_Patch],
+    log: logging.Logger | Any,
+    wave: WaveRecord,
+) -> bool:
+    """Read the abort (``aborted``); when one is recorded, keep in ``starting`` only the patches it lets finish,
+    put the others back at the head of ``queue`` (their ``patch_sent_at`` cleared) and say so. Returns whether an
+    abort was read (no further patch is started)."""
+    if aborted is None:
+        return False
+    lets_finish = aborted()
+    if lets_finish is None:
+        return False
+    held_back = [item for item in starting if item.row.deployment_id not in lets_finish]
+    starting[:] = [item for item in starting if item.row.deployment_id in lets_finish]
+    for item in reversed(held_back):
+        item.row.patch_sent_at = None
+        queue.appendleft(item)
+    log.warning(
+        "%s: an abort is recorded: no further PATCH request is started (%d not sent%s)",
+        wave.name,
+        len(queue),
+        f"; {', '.join(item.row.name for item in starting)} finish{'es' if len(starting) == 1 else ''}"
+        if starting
+        else "",
+    )
+    return True
 
 
 def _record_patch(wave: WaveRecord, item: _Patch, patched: Deployment, log: logging.Logger | Any) -> None:

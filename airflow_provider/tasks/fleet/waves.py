@@ -22,6 +22,7 @@ from airflow_provider.tasks.fleet.abort import (
     TakenAbort,
     abandon_unjudged,
     abort_interrupts,
+    abort_lets_finish,
     interrupts,
     rollback_candidates,
     take_abort,
@@ -161,8 +162,11 @@ class FleetRun:
                     log=task.log,
                     max_parallel=task.max_parallel_patches,
                     complete=self.complete,
+                    aborted=functools.partial(abort_lets_finish, progress_store.store),
                 )
-                wave.phase = "patched"
+                self.check_abort()  # one that held PATCHes back: they become "not patched" (the wave goes on)
+                if wave.phase == "planned":
+                    wave.phase = "patched"
                 progress_store.save(progress, index)
             if wave.phase == "patched":
                 self.give_up_unjudged(index)  # an abort that rolls the wave back: not watched any further

@@ -134,7 +134,8 @@ function abortSection(data, key) {
     const back = abort.taken && abort.taken.rollback_waves.length
       ? `; rolling back ${abort.taken.rollback_waves.map((index) => data.waves[index] ? data.waves[index].name : `wave ${index}`).join(", ")}` : "";
     return [h("div", { class: "callout warn", id: "aborted", "data-aborted-by": taken.requested_by },
-      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it within a poll interval, or before its next step"}.`)];
+      `Aborted by ${taken.requested_by} from the ${taken.requested_from} (${taken.mode}${taken.include_earlier ? ", earlier waves too" : ""})${abort.taken ? back : "; the task acts on it within a poll interval, or before its next step"}.`,
+      abort.cleared ? h("p", { "data-cleared": "" }, abort.cleared) : "")];
   }
   if (!abort.allowed || !abort.available) return [];
   return [h("div", { class: "row" }, h("button", { class: "action", id: "abort", onclick: () => confirmAbort(data, key) }, "Abort…")), abortPanel];
@@ -147,7 +148,7 @@ function confirmAbort(data, key) {
   const choice = (mode, earlier, label, text) => h("label", { class: "abort-choice" },
     h("input", { type: "radio", name: "abort-mode", value: `${mode}${earlier ? "+earlier" : ""}`, "data-mode": mode, "data-earlier": earlier ? "1" : "" }), " ", h("b", {}, label), ` ${text}`);
   const choices = [
-    choice("stop", false, "Stop after the deployments in flight:", `not started: ${names(preview.not_started)}.`),
+    choice("stop", false, "Stop after the deployments in flight:", `in flight (they finish and are judged): ${names(preview.in_flight)}; not started (never patched): ${names(preview.not_started)}.`),
     choice("rollback", false, `Roll the current wave back (${preview.current_wave || "none"}):`, `rolled back: ${names(preview.rolled_back)}; not started: ${names(preview.not_started)}.`),
     choice("rollback", true, "Roll back the current wave, the canary and every earlier wave:", `rolled back: ${names(preview.rolled_back_with_earlier)}; not started: ${names(preview.not_started)}.`),
   ];
@@ -162,7 +163,7 @@ function confirmAbort(data, key) {
       const answer = await postJSON("api/fleet/abort", { dag_id: key.dag_id, run_id: key.run_id, task_id: key.task_id, map_index: Number(key.map_index),
         mode: picked.dataset.mode, include_earlier: Boolean(picked.dataset.earlier), request_id: requestId });
       abortPanel.replaceChildren(h("div", { class: "callout info", role: "status", "data-abort-requested": answer.request_id },
-        `${answer.requested_by} asked the task to abort; ${answer.woken ? `it stopped waiting (${WAITED[answer.woken] || answer.woken}) and acts on it now` : answer.wakes_in ? `it parked moments ago: it is woken in ${answer.wakes_in} s and acts on it then` : "it acts on it within a poll interval, or before its next step"}, then fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
+        `${answer.requested_by} asked the task to abort (not started, never patched: ${names((answer.preview || {}).not_started)}); ${answer.woken ? `it stopped waiting (${WAITED[answer.woken] || answer.woken}) and acts on it now` : answer.wakes_in ? `it parked moments ago: it is woken in ${answer.wakes_in} s and acts on it then` : "it acts on it within a poll interval, or before its next step"}, then fails “aborted by ${answer.requested_by} from the Rollouts view”.`));
     } catch (error) {
       showError(abortPanel, error);
     }
