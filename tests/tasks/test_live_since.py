@@ -14,6 +14,7 @@ Assertions are on the emulator's real state (what serves) and on the measurement
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -76,16 +77,17 @@ def test_the_patch_tasks_window_excludes_the_build(
     deployment_id = svc(emulator)["id"]
     emulator.admin.set_behaviour(deployment_id, error_rate=OLD_ERROR_RATE, requests_per_second=TRAFFIC)
     emulator.admin.set_behaviour(deployment_id, revision_id="next", error_rate=0.0, requests_per_second=TRAFFIC)
+    time.sleep(0.3)  # the serving revision's runs on the real clock (60): a baseline the preflight can measure
     ti = FakeTI()
     context = context_with_events(ti, FakeStore())
     analysis = analysis_of(TracingProjectCheck(metric="error_rate", condition="< 0.05"), count=2)
 
     outcome, _ = run(lambda: patch_op(emulator, deferrable=path != "worker", analysis=analysis), context, path)
 
+    assert isinstance(outcome, dict), outcome
     new = ti.xcoms["revision_id"]
     after = svc(emulator)
     assert after["updated_at"] < after["revisions"][-1]["updated_at"]  # the service did not move it at go-live
-    assert isinstance(outcome, dict), outcome
     assert after["active_revision_id"] == new and after["status"] == "READY"
     assert after["source_revision_config"]["image_uri"] == NEW_IMAGE
     result = ti.xcoms["analysis"]
