@@ -9,9 +9,10 @@ no I/O and no Airflow here.
 
 The analysis runs again and again, back to back: a *window* is one analysis of ``count`` rounds (every
 ``interval_seconds``) measuring the runs since the window started. Each window's statistical checks are always-valid
-sequential tests, so a window may be looked at after every round; its false-alarm bound holds per window (a guard of
-``W`` windows has at most ``W`` times the bound, see the guide ``docs/guides/guard.md``). An analysis without
-``count`` is one window over the whole guarded time.
+sequential tests, so a window may be looked at after every round; each statistical check's share of false alarms,
+``1 - confidence``, is divided among the ``W`` windows of the guarded time (:func:`windows_in`: each window judges at
+``1 - (1 - confidence) / W``), so the bound holds for the whole guard, not one window. An analysis without ``count``
+is one window over the whole guarded time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from airflow_provider.analysis.definitions import Analysis, Measurement
+from airflow_provider.analysis.statistics.sequential_judge import DEFAULT_FEEDBACK_CONFIDENCE, is_statistical
 
 __all__ = [
     "CLAIM_KEY_PREFIX",
@@ -35,7 +37,9 @@ __all__ = [
     "guard_key",
     "regression_text",
     "status_key",
+    "window_analysis",
     "window_of",
+    "windows_in",
 ]
 
 GUARD_KEY_PREFIX = "deployment_service_guard"
@@ -152,8 +156,47 @@ class GuardRecord(BaseModel):
         return Analysis.from_json(self.analysis)
 
 
+def windows_in(analysis: Analysis, record: GuardRecord) -> int:
+    """How many windows of ``analysis`` the guarded time of ``record`` holds (1 without ``count``): the number the
+    statistical checks' false-alarm share is divided by.
+
+    :param analysis: the guard's analysis.
+    :param record: the guarded revision.
+    """
+    if analysis.count is None:
+        return 1
+    guarded = max(analysis.interval_seconds, (record.until - record.landed_at).total_seconds())
+    length = analysis.initial_delay_seconds + analysis.count * analysis.interval_seconds
+    return max(1, math.ceil(guarded / length))
+
+
+def _with_share(check: Any, windows: int) -> Any:
+    """``check`` judging at ``1 - (1 - confidence) / windows`` (a statistical check; any other as it is)."""
+    if windows <= 1 or not is_statistical(check):
+        return check
+    if check.rate_test is not None:
+        confidence = 1.0 - (1.0 - check.rate_test.confidence) / windows
+        return check.model_copy(update={"rate_test": check.rate_test.model_copy(update={"confidence": confidence})})
+    confidence = 1.0 - (1.0 - (check.confidence or DEFAULT_FEEDBACK_CONFIDENCE)) / windows
+    return check.model_copy(update={"confidence": confidence})
+
+
+def window_analysis(analysis: Analysis, rounds: int, windows: int) -> Analysis:
+    """One window's analysis: ``rounds`` rounds, each statistical check judging at ``1 - (1 - confidence) /
+    windows`` (the guard's false-alarm bound split among its windows: Bonferroni over the windows, each an
+    always-valid test over its rounds).
+
+    :param analysis: the guard's analysis.
+    :param rounds: the window's rounds.
+    :param windows: the windows of the guarded time (:func:`windows_in`).
+    """
+    checks = [_with_share(check, windows) for check in analysis.checks]
+    return analysis.model_copy(update={"count": rounds, "checks": checks})
+
+
 def window_of(analysis: Analysis, record: GuardRecord, now: datetime) -> tuple[datetime, Analysis]:
-    """The guard window running at ``now``: its start and its analysis (``count`` resolved).
+    """The guard window running at ``now``: its start and its analysis (``count`` resolved, each statistical
+    check's false-alarm share divided among the windows, :func:`window_analysis`).
 
     Windows follow one another from ``landed_at``, each ``count * interval_seconds`` long (the last one cut at
     ``until``); an analysis without ``count`` is one window from ``landed_at`` to ``until``.
@@ -166,13 +209,13 @@ def window_of(analysis: Analysis, record: GuardRecord, now: datetime) -> tuple[d
     guarded = max(interval, (record.until - record.landed_at).total_seconds())
     if analysis.count is None:
         rounds = max(1, math.floor((guarded - analysis.initial_delay_seconds) / interval))
-        return record.landed_at, analysis.model_copy(update={"count": rounds})
+        return record.landed_at, window_analysis(analysis, rounds, 1)
     length = analysis.initial_delay_seconds + analysis.count * interval
     elapsed = max(0.0, (now - record.landed_at).total_seconds())
     start = record.landed_at + timedelta(seconds=math.floor(elapsed / length) * length)
     left = (record.until - start).total_seconds() - analysis.initial_delay_seconds
     rounds = max(1, min(analysis.count, math.floor(left / interval)))
-    return start, analysis.model_copy(update={"count": rounds})
+    return start, window_analysis(analysis, rounds, windows_in(analysis, record))
 
 
 def duration_text(seconds: float) -> str:

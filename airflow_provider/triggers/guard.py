@@ -40,7 +40,9 @@ from airflow_provider.analysis.guard import (
     claim_key,
     regression_text,
     status_key,
+    window_analysis,
     window_of,
+    windows_in,
 )
 from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.rounds import RoundJudging
@@ -659,7 +661,7 @@ class DeploymentGuardTrigger(BaseEventTrigger):
                 judgement.verdict or "passed",
                 judgement.reason or "no regression",
             )
-            window = guarded.analysis.model_copy(update={"count": rounds})
+            window = window_analysis(guarded.analysis, rounds, windows_in(guarded.analysis, record))
             self.guarded[record.deployment_id] = self._window(guarded.key, record, guarded.analysis, now, window)
         return None
 

@@ -7,7 +7,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_provider.analysis import Analysis, TracingProjectCheck
-from airflow_provider.analysis.guard import Guard, GuardRecord, duration_text, regression_text, window_of
+from airflow_provider.analysis.guard import (
+    Guard,
+    GuardRecord,
+    duration_text,
+    regression_text,
+    window_of,
+    windows_in,
+)
+from airflow_provider.analysis.rate_test import RateTest
 
 LANDED = datetime(2026, 11, 29, 6, 0, tzinfo=timezone.utc)
 CHECK = TracingProjectCheck(metric="error_rate", condition="< 0.05", name="errors")
@@ -41,6 +49,24 @@ def test_an_analysis_without_count_is_one_window_over_the_guarded_time() -> None
     analysis = Analysis(checks=[CHECK], interval_seconds=600, count=None)
     start, window = window_of(analysis, record(analysis, hours=24), LANDED + timedelta(hours=7))
     assert (start, window.count) == (LANDED, 144)
+
+
+def test_each_window_judges_at_its_share_of_the_guards_false_alarm_bound() -> None:
+    rate = TracingProjectCheck(metric="error_rate", rate_test=RateTest(confidence=0.99), name="error rate")
+    scores = TracingProjectCheck(metric="feedback.correctness", condition=">= baseline - 0.05", name="correctness")
+    analysis = Analysis(checks=[rate, scores, CHECK], interval_seconds=300, count=24)  # two-hour windows
+    guarded = record(analysis, hours=24)
+    assert windows_in(analysis, guarded) == 12
+    for at in (timedelta(minutes=1), timedelta(hours=23)):
+        _, window = window_of(analysis, guarded, LANDED + at)
+        judged_rate, judged_scores, threshold = window.checks
+        assert judged_rate.rate_test.confidence == pytest.approx(1 - 0.01 / 12)
+        assert judged_scores.confidence == pytest.approx(1 - 0.01 / 12)  # a feedback check's default 0.99, split
+        assert threshold == CHECK  # a condition is no test: judged as given
+    assert analysis.checks[0].rate_test.confidence == 0.99  # the guard's own analysis is unchanged
+    one = Analysis(checks=[rate], interval_seconds=600, count=None)
+    _, window = window_of(one, record(one, hours=24), LANDED + timedelta(hours=3))
+    assert windows_in(one, record(one)) == 1 and window.checks[0].rate_test.confidence == 0.99
 
 
 def test_the_line_says_when_and_what_against_the_baseline_or_the_condition() -> None:
