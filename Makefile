@@ -22,7 +22,29 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 ## make test: ruff, mypy, the documentation site (warnings are errors) and the whole pytest suite
-test: lint typecheck docs unit
+# ruff first (seconds); then the suite on two workers (a file stays on one worker: its module fixtures are built
+# once; the slowest files first, in the order tests/worker_order.py gives, so that no long file starts last); then
+# the tests that start real Airflow services (-m e2e), two modules at a time, each module on a stack of its own:
+# SQLite stacks copy the database the session migrated, PostgreSQL ones a template database migrated once
+# (tests/e2e/e2e_backends.py), so no stack migrates. They mostly wait on real rollouts, so mypy and the
+# documentation site are built meanwhile (their output printed after the e2e tests'); last the timing-sensitive tests
+# of a browser or a stalled API server (-m "alone and not e2e"), one at a time on a quiet machine. Exit code 5 ("no
+# tests selected", e.g. PYTEST_ARGS naming one file) is not a failure; any other failure fails the target.
+PYTEST_UNIT = $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e and not alone" $(PYTEST_ARGS)
+PYTEST_E2E = $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m e2e $(PYTEST_ARGS)
+PYTEST_ALONE = $(BIN)/python -m pytest -m "alone and not e2e" $(PYTEST_ARGS)
+CHECKS_LOG := $(VENV)/checks.log
+KEEP_STATUS = || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }
+
+test: lint $(STAMP) $(CHROMIUM)
+	@status=0; \
+	$(PYTEST_UNIT) $(KEEP_STATUS); \
+	$(MAKE) --no-print-directory typecheck docs > $(CHECKS_LOG) 2>&1 & checks=$$!; \
+	$(PYTEST_E2E) $(KEEP_STATUS); \
+	wait $$checks || status=1; \
+	echo "--- mypy and the documentation site (built while the e2e tests ran):"; cat $(CHECKS_LOG); \
+	$(PYTEST_ALONE) $(KEEP_STATUS); \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(wildcard $(LINT_PATHS))
@@ -31,17 +53,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers for the suite (a file stays on one worker: its module fixtures are built once; the slowest files
-# first, in the order tests/worker_order.py gives, so that no long file starts last); then the tests that start
-# real Airflow services or a browser (-m "e2e or alone"), one at a time on a quiet machine, each module on a stack
-# of its own: SQLite stacks copy the database the session migrated, PostgreSQL ones a template database migrated
-# once (tests/e2e/e2e_backends.py), so no stack migrates; about 10 minutes of mostly waiting on real rollouts.
-# Exit code 5 ("no tests selected", e.g. PYTEST_ARGS naming one file) is not a failure; any other failure fails
-# the target.
+# The pytest suite alone, in make test's order (without its checks).
 unit: $(STAMP) $(CHROMIUM)
 	@status=0; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e and not alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
-	$(BIN)/python -m pytest -m "e2e or alone" $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
+	$(PYTEST_UNIT) $(KEEP_STATUS); \
+	$(PYTEST_E2E) $(KEEP_STATUS); \
+	$(PYTEST_ALONE) $(KEEP_STATUS); \
 	exit $$status
 
 $(CHROMIUM):
@@ -64,7 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 e2e: $(STAMP)
-	$(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
+	$(PYTEST_E2E) tests/e2e
 
 ## refresh the pinned dependency set after changing pyproject.toml
 lock: $(STAMP)

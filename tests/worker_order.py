@@ -33,6 +33,12 @@ MODULE_SECONDS: dict[str, float] = {
     "tests/plugins/test_rollouts_record.py": 41,
     "tests/emulator/test_emulator_server.py": 40,
     "tests/test_provider.py": 40,
+    # make test's end-to-end part (its own pytest run, two modules at a time), measured 2026-11-29
+    "tests/e2e/test_e2e_sqlite.py": 230,
+    "tests/e2e/test_e2e_inconclusive.py": 150,
+    "tests/e2e/test_e2e_postgres.py": 130,
+    "tests/e2e/test_e2e_guard.py": 85,
+    "tests/e2e/test_e2e_prometheus.py": 75,
 }
 """Seconds each of the slowest modules took on a busy two-core machine (2026-11-27: the lead's ``--durations`` run
 of the suite, the crash-point modules from a run of their own): only their order matters. A module that became
