@@ -47,3 +47,18 @@ SETTING_OVERRIDES = (
     "retry_after_max",
 )
 """Numbers a hook (and every task) may set over the connection's; they travel into triggers unchanged."""
+
+
+def checked_setting_overrides(**values: float | None) -> dict[str, float]:
+    """The hook overrides a trigger was given (``None``: the connection's), each checked to be a positive number.
+
+    :param values: each of :data:`SETTING_OVERRIDES` by name (``None`` for not given).
+    :raises ValueError: naming the first override that is not a positive number, or a name that is none.
+    """
+    unknown = sorted(set(values) - set(SETTING_OVERRIDES))
+    if unknown:
+        raise ValueError(f"not a hook override: {', '.join(unknown)}; known: {', '.join(SETTING_OVERRIDES)}")
+    for name, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return {name: value for name, value in values.items() if value is not None}

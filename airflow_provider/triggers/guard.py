@@ -47,7 +47,7 @@ from airflow_provider.analysis.guard import (
 from airflow_provider.analysis.judge import Judgement
 from airflow_provider.analysis.rounds import RoundJudging
 from airflow_provider.analysis.scrubbing import Scrubber
-from airflow_provider.defaults import DEFAULT_CONN_ID, SETTING_OVERRIDES
+from airflow_provider.defaults import DEFAULT_CONN_ID, checked_setting_overrides
 from airflow_provider.models import Deployment, DeploymentStatus
 from airflow_provider.triggers import serialized_classpath
 from airflow_provider.triggers.poller import _BatchPoller, _Watch, next_update
@@ -319,19 +319,14 @@ class DeploymentGuardTrigger(BaseEventTrigger):
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
-        overrides = {
-            "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout,
-            "max_attempts": max_attempts,
-            "backoff_initial": backoff_initial,
-            "backoff_max": backoff_max,
-            "retry_after_max": retry_after_max,
-        }
-        for name, value in overrides.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        self.hook_overrides = {name: value for name, value in overrides.items() if value is not None}
-        assert set(self.hook_overrides) <= set(SETTING_OVERRIDES)
+        self.hook_overrides = checked_setting_overrides(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_attempts=max_attempts,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            retry_after_max=retry_after_max,
+        )
         self.store: GuardStore = VariableGuardStore()
         """Where the guarded revisions and the claims are (tests and benchmarks swap it)."""
         self.token = uuid.uuid4().hex

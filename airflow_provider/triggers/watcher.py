@@ -25,7 +25,7 @@ from airflow_provider.assets import EVENT_KINDS, deployment_asset_uri, event_pay
 from airflow_provider.decisions.judging_marker import JUDGING_KEY
 from airflow_provider.decisions.rollout import RevisionCheckSchedule
 from airflow_provider.decisions.settling import DEFAULT_SETTLE_TIME, Seen, settle
-from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_REVISION_CHECK_INTERVAL, SETTING_OVERRIDES
+from airflow_provider.defaults import DEFAULT_CONN_ID, DEFAULT_REVISION_CHECK_INTERVAL, checked_setting_overrides
 from airflow_provider.errors import DeploymentServiceError
 from airflow_provider.models import MAX_PAGE_SIZE, Deployment, DeploymentStatus, ListDeploymentsQuery, canonical_uuid
 from airflow_provider.triggers import default_store, serialized_classpath
@@ -265,19 +265,14 @@ class DeploymentEventTrigger(BaseEventTrigger):
         if not isinstance(deployment_service_conn_id, str) or not deployment_service_conn_id.strip():
             raise ValueError(f"deployment_service_conn_id must be a connection id, got {deployment_service_conn_id!r}")
         self.deployment_service_conn_id = deployment_service_conn_id
-        overrides = {
-            "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout,
-            "max_attempts": max_attempts,
-            "backoff_initial": backoff_initial,
-            "backoff_max": backoff_max,
-            "retry_after_max": retry_after_max,
-        }
-        for name, value in overrides.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        self.hook_overrides = {name: value for name, value in overrides.items() if value is not None}
-        assert set(self.hook_overrides) <= set(SETTING_OVERRIDES)
+        self.hook_overrides = checked_setting_overrides(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_attempts=max_attempts,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            retry_after_max=retry_after_max,
+        )
 
     # ---- identity
     @property
